@@ -1,0 +1,71 @@
+//! Sampling cost: 8 GPUs at 10 Hz for a fixed time, CPU seconds of this process per wall second.
+//!
+//! `cargo bench --bench sampling -- SOURCE [SECONDS] [HZ] [GPUS]` with SOURCE `sim` or `nvml`
+//! (for `nvml`, set GPUPILOT_NVML_LIB and the fake library's FAKE_NVML_SCENARIO; see
+//! bench/sampling.sh, which runs both). Prints one line of `key=value` pairs.
+
+use gpupilot::cli::SimArgs;
+use gpupilot::history::History;
+use gpupilot::telemetry::nvml::NvmlSource;
+use gpupilot::telemetry::open::open_sim;
+use gpupilot::telemetry::{Sampler, SamplerConfig, Source};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// utime + stime of this process, seconds (from /proc/self/stat; clock ticks are 1/100 s).
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").expect("/proc/self/stat");
+    // Fields after the command name, which is in parentheses and may contain spaces.
+    let rest = &stat[stat.rfind(')').expect("stat format") + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = f[11].parse::<f64>().unwrap() + f[12].parse::<f64>().unwrap();
+    ticks / 100.0
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
+    let kind = args.first().map(String::as_str).unwrap_or("sim");
+    let seconds: f64 = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(30.0);
+    let hz: f64 = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(10.0);
+    let gpus: u32 = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(8);
+
+    let source: Arc<dyn Source> = match kind {
+        "sim" => open_sim(&SimArgs {
+            gpus,
+            model: "h100-sxm".into(),
+            workload: "resnet50".into(),
+            seed: 0,
+        })
+        .expect("simulator"),
+        "nvml" => {
+            let lib = std::env::var_os("GPUPILOT_NVML_LIB").map(std::path::PathBuf::from);
+            Arc::new(NvmlSource::open(lib.as_deref()).expect("NVML (set GPUPILOT_NVML_LIB)"))
+        }
+        other => panic!("unknown source {other}: sim or nvml"),
+    };
+    let n = source.gpu_count();
+    let mut config = SamplerConfig::every(Duration::from_secs_f64(1.0 / hz));
+    config.host = true;
+    let sampler = Sampler::start(source, config);
+    let rx = sampler.subscribe();
+    let mut history = History::default();
+
+    let cpu0 = cpu_seconds();
+    let t0 = Instant::now();
+    let mut snapshots = 0u64;
+    while t0.elapsed().as_secs_f64() < seconds {
+        if let Ok(s) = rx.recv_timeout(Duration::from_millis(500)) {
+            history.record(&s);
+            snapshots += 1;
+        }
+    }
+    let wall = t0.elapsed().as_secs_f64();
+    let cpu = cpu_seconds() - cpu0;
+    println!(
+        "source={kind} gpus={n} hz={hz} wall_s={wall:.1} cpu_s={cpu:.2} cpu_pct_of_core={:.2} snapshots={snapshots}",
+        100.0 * cpu / wall
+    );
+}

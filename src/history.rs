@@ -1,0 +1,538 @@
+//! History: every GPU's series by time, in a fixed memory budget.
+//!
+//! Each (GPU, metric) series keeps the recent minutes at full sample rate, then min/mean/max
+//! buckets at coarser resolutions for hours and days. Every tier is a ring with a fixed
+//! capacity, so memory is bounded no matter how long the daemon runs. A chart asks for a
+//! window and a number of columns and gets at most that many points, each with the min, mean
+//! and max of the samples it covers — a spike shorter than a column still shows in `max`.
+//!
+//! Absent values are never recorded as zeros: a metric the GPU did not report leaves a gap.
+
+use crate::telemetry::Snapshot;
+use std::collections::VecDeque;
+
+/// The per-GPU series gpupilot keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Metric {
+    UtilGpu,
+    UtilMem,
+    MemoryUsed,
+    Temperature,
+    Power,
+    PowerLimit,
+    SmClock,
+    Fan,
+    PcieRx,
+    PcieTx,
+}
+
+impl Metric {
+    pub const ALL: [Metric; 10] = [
+        Metric::UtilGpu,
+        Metric::UtilMem,
+        Metric::MemoryUsed,
+        Metric::Temperature,
+        Metric::Power,
+        Metric::PowerLimit,
+        Metric::SmClock,
+        Metric::Fan,
+        Metric::PcieRx,
+        Metric::PcieTx,
+    ];
+
+    fn slot(self) -> usize {
+        self as usize
+    }
+}
+
+/// One chart point: the samples in `[t - width/2, t + width/2)` summarised.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Point {
+    /// Centre of the span the point covers, seconds since the epoch.
+    pub t: f64,
+    pub min: f64,
+    pub mean: f64,
+    pub max: f64,
+}
+
+/// Resolution and length of each tier.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HistoryConfig {
+    /// Full-rate samples kept per series (at 10 Hz, 6000 is ten minutes).
+    pub raw_capacity: usize,
+    /// (bucket width in seconds, buckets kept) for each coarser tier, finest first.
+    pub tiers: Vec<(f64, usize)>,
+}
+
+impl Default for HistoryConfig {
+    /// Ten minutes at 10 Hz; 1 s buckets for an hour; 15 s for a day; 2 min for a week.
+    fn default() -> Self {
+        HistoryConfig {
+            raw_capacity: 6000,
+            tiers: vec![(1.0, 3600), (15.0, 5760), (120.0, 5040)],
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Bucket {
+    start: f64,
+    min: f32,
+    max: f32,
+    mean: f32,
+    count: u32,
+}
+
+impl Bucket {
+    fn new(start: f64, v: f32) -> Bucket {
+        Bucket {
+            start,
+            min: v,
+            max: v,
+            mean: v,
+            count: 1,
+        }
+    }
+
+    fn add(&mut self, v: f32) {
+        self.count += 1;
+        self.min = self.min.min(v);
+        self.max = self.max.max(v);
+        self.mean += (v - self.mean) / self.count as f32;
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Tier {
+    width: f64,
+    capacity: usize,
+    done: VecDeque<Bucket>,
+    open: Option<Bucket>,
+}
+
+impl Tier {
+    fn push(&mut self, t: f64, v: f32) {
+        let start = (t / self.width).floor() * self.width;
+        match &mut self.open {
+            Some(b) if b.start == start => b.add(v),
+            // Time never runs backwards in a series (record() drops such samples), so a
+            // different start means a newer bucket.
+            open => {
+                if let Some(b) = open.take() {
+                    if self.done.len() == self.capacity {
+                        self.done.pop_front();
+                    }
+                    self.done.push_back(b);
+                }
+                *open = Some(Bucket::new(start, v));
+            }
+        }
+    }
+
+    fn oldest(&self) -> Option<f64> {
+        self.done.front().or(self.open.as_ref()).map(|b| b.start)
+    }
+
+    fn buckets(&self) -> impl Iterator<Item = &Bucket> {
+        self.done.iter().chain(self.open.iter())
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Series {
+    raw: VecDeque<(f64, f32)>,
+    raw_capacity: usize,
+    tiers: Vec<Tier>,
+}
+
+impl Series {
+    fn new(config: &HistoryConfig) -> Series {
+        Series {
+            raw: VecDeque::new(),
+            raw_capacity: config.raw_capacity,
+            tiers: config
+                .tiers
+                .iter()
+                .map(|&(width, capacity)| Tier {
+                    width,
+                    capacity,
+                    done: VecDeque::new(),
+                    open: None,
+                })
+                .collect(),
+        }
+    }
+
+    fn push(&mut self, t: f64, v: f32) {
+        if self.raw.back().is_some_and(|&(last, _)| t < last) {
+            return;
+        }
+        if self.raw.len() == self.raw_capacity {
+            self.raw.pop_front();
+        }
+        self.raw.push_back((t, v));
+        for tier in &mut self.tiers {
+            tier.push(t, v);
+        }
+    }
+
+    /// Fixed-capacity memory of this series once its rings are full, in bytes.
+    fn budget_bytes(&self) -> usize {
+        self.raw_capacity * std::mem::size_of::<(f64, f32)>()
+            + self
+                .tiers
+                .iter()
+                .map(|t| (t.capacity + 1) * std::mem::size_of::<Bucket>())
+                .sum::<usize>()
+    }
+
+    fn allocated_bytes(&self) -> usize {
+        self.raw.capacity() * std::mem::size_of::<(f64, f32)>()
+            + self
+                .tiers
+                .iter()
+                .map(|t| t.done.capacity() * std::mem::size_of::<Bucket>())
+                .sum::<usize>()
+            + std::mem::size_of::<Series>()
+    }
+
+    fn window(&self, from: f64, to: f64, max_points: usize) -> Vec<Point> {
+        if max_points == 0 || to <= from {
+            return Vec::new();
+        }
+        let width = (to - from) / max_points as f64;
+        let mut bins: Vec<Option<Bucket>> = vec![None; max_points];
+        let put = |bins: &mut Vec<Option<Bucket>>, t: f64, b: Bucket| {
+            if t < from || t >= to {
+                return;
+            }
+            let i = (((t - from) / width) as usize).min(max_points - 1);
+            match &mut bins[i] {
+                Some(acc) => {
+                    let n = acc.count + b.count;
+                    acc.mean = (acc.mean * acc.count as f32 + b.mean * b.count as f32) / n as f32;
+                    acc.min = acc.min.min(b.min);
+                    acc.max = acc.max.max(b.max);
+                    acc.count = n;
+                }
+                slot => *slot = Some(b),
+            }
+        };
+        // The finest level that still reaches back to `from`; else the one reaching furthest.
+        let raw_oldest = self.raw.front().map(|&(t, _)| t);
+        if raw_oldest.is_some_and(|o| o <= from) || self.tiers.is_empty() {
+            for &(t, v) in &self.raw {
+                put(&mut bins, t, Bucket::new(t, v));
+            }
+        } else {
+            let tier = self
+                .tiers
+                .iter()
+                .find(|t| t.oldest().is_some_and(|o| o <= from))
+                .or_else(|| self.tiers.last())
+                .expect("tiers is not empty");
+            for b in tier.buckets() {
+                // A bucket counts at its centre.
+                put(&mut bins, b.start + tier.width / 2.0, *b);
+            }
+            // Samples newer than the tier's open bucket do not exist: raw and tiers are fed
+            // together. But a tier bucket is coarse; where raw covers the recent part of the
+            // window, prefer its detail so the right edge of a chart is sharp.
+            if let Some(ro) = raw_oldest {
+                let cut = from + (((ro - from) / width).ceil() * width);
+                for bin in bins
+                    .iter_mut()
+                    .skip((((cut - from) / width) as usize).min(max_points))
+                {
+                    *bin = None;
+                }
+                for &(t, v) in &self.raw {
+                    if t >= cut {
+                        put(&mut bins, t, Bucket::new(t, v));
+                    }
+                }
+            }
+        }
+        bins.iter()
+            .enumerate()
+            .filter_map(|(i, b)| {
+                b.map(|b| Point {
+                    t: from + (i as f64 + 0.5) * width,
+                    min: b.min as f64,
+                    mean: b.mean as f64,
+                    max: b.max as f64,
+                })
+            })
+            .collect()
+    }
+
+    fn last(&self) -> Option<(f64, f64)> {
+        self.raw.back().map(|&(t, v)| (t, v as f64))
+    }
+}
+
+/// All series of a node.
+#[derive(Debug, Clone)]
+pub struct History {
+    config: HistoryConfig,
+    /// gpus[index][metric.slot()]
+    gpus: Vec<Vec<Option<Series>>>,
+}
+
+impl History {
+    pub fn new(config: HistoryConfig) -> History {
+        History {
+            config,
+            gpus: Vec::new(),
+        }
+    }
+
+    /// Append one value. Samples older than the series' newest are dropped (time only runs
+    /// forward in a series).
+    pub fn push(&mut self, gpu: usize, metric: Metric, t: f64, value: f64) {
+        if !value.is_finite() {
+            return;
+        }
+        if self.gpus.len() <= gpu {
+            self.gpus
+                .resize_with(gpu + 1, || vec![None; Metric::ALL.len()]);
+        }
+        self.gpus[gpu][metric.slot()]
+            .get_or_insert_with(|| Series::new(&self.config))
+            .push(t, value as f32);
+    }
+
+    /// Record every metric the snapshot has; absent metrics, lost and stale GPUs add nothing.
+    pub fn record(&mut self, snap: &Snapshot) {
+        for g in &snap.gpus {
+            if g.lost || g.stale {
+                continue;
+            }
+            let i = g.index as usize;
+            let t = g.time_s;
+            let values = [
+                (Metric::UtilGpu, g.util_gpu_pct),
+                (Metric::UtilMem, g.util_mem_pct),
+                (Metric::MemoryUsed, g.memory_used_bytes.map(|b| b as f64)),
+                (Metric::Temperature, g.temperature_c),
+                (Metric::Power, g.power_w),
+                (Metric::PowerLimit, g.power_limit_w),
+                (Metric::SmClock, g.sm_clock_mhz.map(f64::from)),
+                (Metric::Fan, g.fan_pct),
+                (Metric::PcieRx, g.pcie_rx_kbps.map(|v| v as f64)),
+                (Metric::PcieTx, g.pcie_tx_kbps.map(|v| v as f64)),
+            ];
+            for (m, v) in values {
+                if let Some(v) = v {
+                    self.push(i, m, t, v);
+                }
+            }
+        }
+    }
+
+    /// At most `max_points` points covering `[from, to)`, oldest first; spans with no samples
+    /// are left out (a gap, not a zero).
+    pub fn window(
+        &self,
+        gpu: usize,
+        metric: Metric,
+        from: f64,
+        to: f64,
+        max_points: usize,
+    ) -> Vec<Point> {
+        self.series(gpu, metric)
+            .map(|s| s.window(from, to, max_points))
+            .unwrap_or_default()
+    }
+
+    /// The newest value of a series and its time.
+    pub fn last(&self, gpu: usize, metric: Metric) -> Option<(f64, f64)> {
+        self.series(gpu, metric).and_then(Series::last)
+    }
+
+    /// Memory the series would hold with every ring full: the fixed budget.
+    pub fn budget_bytes(&self) -> usize {
+        self.all_series().map(Series::budget_bytes).sum()
+    }
+
+    /// Memory the series hold now (ring buffers as allocated).
+    pub fn allocated_bytes(&self) -> usize {
+        self.all_series().map(Series::allocated_bytes).sum()
+    }
+
+    fn series(&self, gpu: usize, metric: Metric) -> Option<&Series> {
+        self.gpus.get(gpu)?.get(metric.slot())?.as_ref()
+    }
+
+    fn all_series(&self) -> impl Iterator<Item = &Series> {
+        self.gpus.iter().flatten().flatten()
+    }
+}
+
+impl Default for History {
+    fn default() -> Self {
+        History::new(HistoryConfig::default())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn small() -> HistoryConfig {
+        HistoryConfig {
+            raw_capacity: 50,
+            tiers: vec![(1.0, 30), (10.0, 30)],
+        }
+    }
+
+    #[test]
+    fn recent_window_uses_raw_samples() {
+        let mut h = History::new(small());
+        for i in 0..20 {
+            h.push(0, Metric::Power, 100.0 + i as f64 * 0.1, i as f64);
+        }
+        let pts = h.window(0, Metric::Power, 100.0, 102.0, 100);
+        assert_eq!(
+            pts.len(),
+            20,
+            "one point per sample when columns outnumber samples"
+        );
+        assert_eq!(pts[0].mean, 0.0);
+        assert_eq!(pts[19].mean, 19.0);
+        assert_eq!(h.last(0, Metric::Power), Some((101.9, 19.0)));
+    }
+
+    #[test]
+    fn downsampling_keeps_min_mean_max() {
+        let mut h = History::new(small());
+        // 10 samples in one second: 0..9
+        for i in 0..10 {
+            h.push(1, Metric::Temperature, 10.0 + i as f64 * 0.1, i as f64);
+        }
+        let pts = h.window(1, Metric::Temperature, 10.0, 11.0, 1);
+        assert_eq!(pts.len(), 1);
+        assert_eq!((pts[0].min, pts[0].max), (0.0, 9.0));
+        assert!((pts[0].mean - 4.5).abs() < 1e-6);
+        assert!((pts[0].t - 10.5).abs() < 1e-9);
+    }
+
+    #[test]
+    fn old_windows_come_from_coarse_tiers_and_memory_is_bounded() {
+        let mut h = History::new(small());
+        // 1000 s at 1 Hz: raw keeps 50 s, 1 s tier keeps 30 s, 10 s tier keeps 300 s.
+        for i in 0..1000 {
+            h.push(0, Metric::UtilGpu, i as f64, (i % 10) as f64);
+        }
+        let pts = h.window(0, Metric::UtilGpu, 800.0, 1000.0, 20);
+        assert!(!pts.is_empty());
+        // 10 s buckets of 0..9 all have min 0, max 9, mean 4.5.
+        let old: Vec<_> = pts.iter().filter(|p| p.t < 940.0).collect();
+        assert!(!old.is_empty());
+        for p in old {
+            assert_eq!((p.min, p.max), (0.0, 9.0), "{p:?}");
+            assert!((p.mean - 4.5).abs() < 1e-4);
+        }
+        // Nothing older than the coarsest tier's reach.
+        assert!(
+            h.window(0, Metric::UtilGpu, 0.0, 600.0, 10)
+                .iter()
+                .all(|p| p.t >= 600.0 - 300.0 - 10.0)
+        );
+        let before = h.allocated_bytes();
+        for i in 1000..3000 {
+            h.push(0, Metric::UtilGpu, i as f64, 1.0);
+        }
+        assert!(h.allocated_bytes() <= before.max(h.budget_bytes() + 4096));
+    }
+
+    #[test]
+    fn absent_and_lost_are_gaps_not_zeros() {
+        use crate::telemetry::{GpuSample, Snapshot};
+        let mut h = History::default();
+        let snap = Snapshot {
+            time_s: 5.0,
+            gpus: vec![
+                GpuSample {
+                    index: 0,
+                    time_s: 5.0,
+                    power_w: Some(300.0),
+                    ..Default::default()
+                },
+                GpuSample {
+                    index: 1,
+                    time_s: 5.0,
+                    lost: true,
+                    power_w: Some(1.0),
+                    ..Default::default()
+                },
+            ],
+            ..Default::default()
+        };
+        h.record(&snap);
+        assert_eq!(h.last(0, Metric::Power), Some((5.0, 300.0)));
+        assert_eq!(h.last(0, Metric::Temperature), None);
+        assert_eq!(h.last(1, Metric::Power), None);
+    }
+
+    #[test]
+    fn default_budget_for_eight_gpus_a_week_fits_64_mb() {
+        let mut h = History::default();
+        for g in 0..8 {
+            for m in Metric::ALL {
+                h.push(g, m, 0.0, 1.0);
+            }
+        }
+        let budget = h.budget_bytes();
+        assert!(budget < 64 << 20, "budget {budget} bytes");
+        let week = 7.0 * 86400.0;
+        let (width, n) = *HistoryConfig::default().tiers.last().unwrap();
+        assert!(
+            width * n as f64 >= week,
+            "coarsest tier must reach a week back"
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn window_points_are_bounded_ordered_and_consistent(
+            values in proptest::collection::vec(0.0f64..1000.0, 1..400),
+            step in 0.05f64..20.0,
+            cols in 1usize..80,
+            lo in 0.0f64..1.0,
+            span in 0.01f64..1.0,
+        ) {
+            let mut h = History::new(small());
+            for (i, v) in values.iter().enumerate() {
+                h.push(0, Metric::Power, i as f64 * step, *v);
+            }
+            let end = values.len() as f64 * step;
+            let from = lo * end;
+            let to = from + span * end + 1e-9;
+            let pts = h.window(0, Metric::Power, from, to, cols);
+            prop_assert!(pts.len() <= cols);
+            let vmin = values.iter().cloned().fold(f64::INFINITY, f64::min);
+            let vmax = values.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            for w in pts.windows(2) {
+                prop_assert!(w[0].t < w[1].t);
+            }
+            for p in &pts {
+                prop_assert!(p.min <= p.mean + 1e-3 && p.mean <= p.max + 1e-3, "{:?}", p);
+                prop_assert!(p.min >= vmin - 1e-3 && p.max <= vmax + 1e-3);
+                prop_assert!(p.t >= from && p.t < to);
+            }
+        }
+
+        #[test]
+        fn memory_never_exceeds_budget(n in 1usize..5000, step in 0.01f64..100.0) {
+            let mut h = History::new(small());
+            for i in 0..n {
+                h.push(0, Metric::Fan, i as f64 * step, 1.0);
+            }
+            let s = h.series(0, Metric::Fan).unwrap();
+            prop_assert!(s.raw.len() <= 50);
+            prop_assert!(s.tiers.iter().all(|t| t.done.len() <= t.capacity));
+        }
+    }
+}

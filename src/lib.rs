@@ -1,0 +1,23 @@
+//! gpupilot: a terminal console for deep-learning training on GPU machines.
+//!
+//! # Layout
+//!
+//! Data flows one way: sources → sampler → history → views.
+//!
+//! - [`telemetry`]: sample types (every metric optional), the [`telemetry::Source`] trait, the
+//!   NVML source, the simulator source (over the `gpusim` crate), the host (sysinfo), and the
+//!   sampler that reads each GPU on its own thread so one hung driver call stalls nothing else.
+//! - [`history`]: per-GPU series by time in a fixed memory budget, queried by window.
+//! - [`status`]: `gpupilot status`, the one-shot table and JSON.
+//! - [`tui`]: the console — views, themes, keymap; render borrows state and changes nothing.
+//! - [`config`]: where files live (XDG or `GPUPILOT_HOME`), themes and keymaps.
+//! - [`cli`]: the command line; `main.rs` only parses it and calls in here.
+//!
+//! This crate has no `unsafe`: FFI lives in nvml-wrapper and, for tests, in `crates/fake-nvml`.
+
+pub mod cli;
+pub mod config;
+pub mod history;
+pub mod status;
+pub mod telemetry;
+pub mod tui;

@@ -1,0 +1,58 @@
+//! The `gpupilot` binary: parse the command line, dispatch into the library.
+
+use anyhow::Context;
+use clap::Parser;
+use gpupilot::cli::{Cli, Command, GlobalArgs, SourceKind, StatusArgs, TuiArgs};
+use gpupilot::telemetry::open::{open_sim, open_source};
+use gpupilot::telemetry::{Sampler, SamplerConfig};
+use gpupilot::{status, tui};
+use std::process::ExitCode;
+use std::time::Duration;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match dispatch(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("gpupilot: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
+    let g = cli.global;
+    match cli.command {
+        None => console(&g, TuiArgs { refresh: 1.0 }, false),
+        Some(Command::Demo(args)) => console(&g, args, true),
+        Some(Command::Status(args)) => status(&g, &args),
+    }
+}
+
+fn console(g: &GlobalArgs, args: TuiArgs, demo: bool) -> anyhow::Result<ExitCode> {
+    let source = if demo || g.source == SourceKind::Sim {
+        open_sim(&g.sim)?
+    } else {
+        open_source(g.source, g.nvml_lib.as_deref(), &g.sim)?
+    };
+    tui::run(tui::TuiOptions {
+        source,
+        theme: g.theme.clone(),
+        refresh: Duration::from_secs_f64(args.refresh),
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn status(g: &GlobalArgs, args: &StatusArgs) -> anyhow::Result<ExitCode> {
+    let source = open_source(g.source, g.nvml_lib.as_deref(), &g.sim)
+        .context("no GPU telemetry source works")?;
+    let mut config = SamplerConfig::every(Duration::from_secs_f64(args.timeout.clamp(0.1, 60.0)));
+    config.host = false;
+    let snap = Sampler::start(source, config).latest();
+    if args.json {
+        println!("{}", status::render_json(&snap));
+    } else {
+        print!("{}", status::render_table(&snap));
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,227 @@
+//! Telemetry: what one look at a node sees, and where it comes from.
+//!
+//! Every metric is an `Option`: absent is not zero. A source that cannot read a field (the
+//! driver says NOT_SUPPORTED, the library lacks the symbol, the GPU fell off the bus) leaves it
+//! `None` and the views print `N/A`. Sources implement [`Source`]; the [`sampler`] runs one
+//! thread per GPU so that a hung driver call on one GPU leaves the others live and marks only
+//! that GPU stale.
+//!
+//! This module may read hardware and the simulator; it never draws and never changes settings
+//! (control lives elsewhere).
+
+pub mod host;
+pub mod nvml;
+pub mod open;
+pub mod sampler;
+pub mod sim;
+
+use serde::{Deserialize, Serialize};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+pub use sampler::{Sampler, SamplerConfig};
+
+/// Seconds since the Unix epoch, as a float: the time base of samples and history.
+pub fn now_s() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+/// One GPU at one instant. Units are in the field names.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct GpuSample {
+    /// Position as the source enumerates it (NVML index).
+    pub index: u32,
+    pub name: Option<String>,
+    pub uuid: Option<String>,
+    pub pci_bus_id: Option<String>,
+    /// The GPU fell off the bus (NVML_ERROR_GPU_IS_LOST): nothing else in the sample is current.
+    pub lost: bool,
+    /// The sampler has no fresh reading (a call hung or the source stopped answering); values
+    /// are the last ones read and must be shown as stale.
+    pub stale: bool,
+    /// When these values were read, seconds since the epoch.
+    pub time_s: f64,
+    pub util_gpu_pct: Option<f64>,
+    pub util_mem_pct: Option<f64>,
+    pub memory_used_bytes: Option<u64>,
+    pub memory_total_bytes: Option<u64>,
+    pub temperature_c: Option<f64>,
+    /// Temperature at which the GPU slows its clocks (NVML "slowdown" threshold).
+    pub temp_slowdown_c: Option<f64>,
+    pub temp_shutdown_c: Option<f64>,
+    /// Driver's target temperature ("GPU max operating"), where the GPU has one.
+    pub temp_gpu_max_c: Option<f64>,
+    pub power_w: Option<f64>,
+    /// The management power limit currently set (NVML speaks milliwatts; this is watts).
+    pub power_limit_w: Option<f64>,
+    /// The limit the GPU actually enforces (the lowest of all limiters).
+    pub power_enforced_w: Option<f64>,
+    pub power_default_w: Option<f64>,
+    pub power_min_w: Option<f64>,
+    pub power_max_w: Option<f64>,
+    /// Total energy counter since the driver loaded, joules (NVML: millijoules).
+    pub energy_j: Option<f64>,
+    pub sm_clock_mhz: Option<u32>,
+    pub sm_clock_max_mhz: Option<u32>,
+    pub mem_clock_mhz: Option<u32>,
+    pub mem_clock_max_mhz: Option<u32>,
+    pub fan_pct: Option<f64>,
+    /// Performance state, 0 (max) to 15 (min).
+    pub pstate: Option<u32>,
+    /// NVML clocks-event (throttle) reason bits; see [`throttle_reason_names`].
+    pub throttle_reasons: Option<u64>,
+    pub pcie_rx_kbps: Option<u64>,
+    pub pcie_tx_kbps: Option<u64>,
+    pub pcie_gen: Option<u32>,
+    pub pcie_width: Option<u32>,
+    pub ecc_corrected: Option<u64>,
+    pub ecc_uncorrected: Option<u64>,
+    pub persistence: Option<bool>,
+    /// Compute and graphics processes on this GPU.
+    pub processes: Option<Vec<GpuProcess>>,
+}
+
+/// A process that holds memory on a GPU.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuProcess {
+    pub pid: u32,
+    pub name: Option<String>,
+    pub used_memory_bytes: Option<u64>,
+}
+
+/// The host the GPUs sit in.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct HostSample {
+    pub cpu_pct: Option<f64>,
+    pub cpu_count: Option<usize>,
+    pub memory_used_bytes: Option<u64>,
+    pub memory_total_bytes: Option<u64>,
+    pub load_1m: Option<f64>,
+    pub load_5m: Option<f64>,
+    pub load_15m: Option<f64>,
+}
+
+/// Facts about the node that do not change while it runs.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct NodeInfo {
+    pub hostname: String,
+    /// Which source produced the samples: "nvml" or "sim".
+    pub source: String,
+    pub driver_version: Option<String>,
+    /// CUDA version the driver supports, as "12.4".
+    pub cuda_driver_version: Option<String>,
+    pub nvml_version: Option<String>,
+}
+
+/// Everything sampled at one moment: node facts, every GPU, the host.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Snapshot {
+    pub time_s: f64,
+    pub node: NodeInfo,
+    pub gpus: Vec<GpuSample>,
+    pub host: Option<HostSample>,
+}
+
+/// A place GPU samples come from: real NVML or the simulator.
+///
+/// Methods take `&self` and the type is `Sync` because the sampler reads each GPU from its own
+/// thread: a call that hangs on one GPU must not hold up the others.
+pub trait Source: Send + Sync {
+    /// Node-wide facts (driver, CUDA), read once.
+    fn node_info(&self) -> NodeInfo;
+    /// How many GPUs the source enumerates.
+    fn gpu_count(&self) -> usize;
+    /// Read one GPU now. Never panics; unreadable fields are `None`, a lost GPU has `lost`.
+    fn sample_gpu(&self, index: usize) -> GpuSample;
+}
+
+/// NVML clocks-event reason bits (nvml.h `nvmlClocksEventReason*`), with plain-word names.
+pub mod throttle {
+    pub const GPU_IDLE: u64 = 0x1;
+    pub const APPLICATIONS_CLOCKS_SETTING: u64 = 0x2;
+    pub const SW_POWER_CAP: u64 = 0x4;
+    pub const HW_SLOWDOWN: u64 = 0x8;
+    pub const SYNC_BOOST: u64 = 0x10;
+    pub const SW_THERMAL_SLOWDOWN: u64 = 0x20;
+    pub const HW_THERMAL_SLOWDOWN: u64 = 0x40;
+    pub const HW_POWER_BRAKE_SLOWDOWN: u64 = 0x80;
+    pub const DISPLAY_CLOCK_SETTING: u64 = 0x100;
+
+    /// (bit, short badge, plain words) for every reason gpupilot names.
+    pub const REASONS: &[(u64, &str, &str)] = &[
+        (GPU_IDLE, "idle", "GPU idle"),
+        (
+            APPLICATIONS_CLOCKS_SETTING,
+            "app-clk",
+            "application clocks setting",
+        ),
+        (SW_POWER_CAP, "pwr-cap", "power cap (software)"),
+        (HW_SLOWDOWN, "hw-slow", "hardware slowdown"),
+        (SYNC_BOOST, "sync", "sync boost"),
+        (
+            SW_THERMAL_SLOWDOWN,
+            "thermal",
+            "thermal slowdown (software)",
+        ),
+        (
+            HW_THERMAL_SLOWDOWN,
+            "hw-therm",
+            "thermal slowdown (hardware)",
+        ),
+        (
+            HW_POWER_BRAKE_SLOWDOWN,
+            "pwr-brake",
+            "power brake (external)",
+        ),
+        (DISPLAY_CLOCK_SETTING, "display", "display clock setting"),
+    ];
+
+    /// True when the reasons say the clock is held down by power (cap or brake).
+    pub fn power_limited(bits: u64) -> bool {
+        bits & (SW_POWER_CAP | HW_POWER_BRAKE_SLOWDOWN) != 0
+    }
+
+    /// True when the reasons say the clock is held down by temperature.
+    pub fn thermal_limited(bits: u64) -> bool {
+        bits & (SW_THERMAL_SLOWDOWN | HW_THERMAL_SLOWDOWN) != 0
+    }
+}
+
+/// Short badges for the reason bits that are set, in a fixed order ("pwr-cap", "thermal", …).
+pub fn throttle_reason_badges(bits: u64) -> Vec<&'static str> {
+    throttle::REASONS
+        .iter()
+        .filter(|(bit, _, _)| bits & bit != 0)
+        .map(|(_, badge, _)| *badge)
+        .collect()
+}
+
+/// Plain-word names for the reason bits that are set.
+pub fn throttle_reason_names(bits: u64) -> Vec<&'static str> {
+    throttle::REASONS
+        .iter()
+        .filter(|(bit, _, _)| bits & bit != 0)
+        .map(|(_, _, words)| *words)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn throttle_names_follow_bits() {
+        let bits = throttle::SW_POWER_CAP | throttle::HW_THERMAL_SLOWDOWN;
+        assert_eq!(throttle_reason_badges(bits), vec!["pwr-cap", "hw-therm"]);
+        assert_eq!(
+            throttle_reason_names(bits),
+            vec!["power cap (software)", "thermal slowdown (hardware)"]
+        );
+        assert!(throttle::power_limited(bits));
+        assert!(throttle::thermal_limited(bits));
+        assert!(throttle_reason_badges(0).is_empty());
+        assert!(!throttle::power_limited(throttle::GPU_IDLE));
+    }
+}

@@ -1,0 +1,222 @@
+//! NVML as a telemetry source, through nvml-wrapper.
+//!
+//! Each metric is read on its own call: NOT_SUPPORTED, a missing symbol or any other error
+//! leaves that one field `None`; GPU_IS_LOST marks the GPU lost and the others go on. Nothing
+//! here panics on a driver answer. Handles are looked up per sample (cheap in NVML) so one
+//! GPU's worker thread never shares a handle with another's.
+
+use super::{GpuProcess, GpuSample, NodeInfo, Source, now_s};
+use nvml_wrapper::Nvml;
+use nvml_wrapper::enum_wrappers::device::{
+    Clock, EccCounter, MemoryError, PcieUtilCounter, TemperatureSensor, TemperatureThreshold,
+};
+use nvml_wrapper::enums::device::UsedGpuMemory;
+use nvml_wrapper::error::NvmlError;
+use std::ffi::OsStr;
+use std::path::Path;
+
+/// Why NVML could not be used, in words a user can act on.
+#[derive(Debug, thiserror::Error)]
+pub enum NvmlOpenError {
+    #[error(
+        "NVML library not found ({lib}): no NVIDIA driver on this machine? Use `--source sim` for the simulator, or `--nvml-lib PATH` / GPUPILOT_NVML_LIB to name the library"
+    )]
+    NotFound { lib: String },
+    #[error(
+        "NVML found ({lib}) but the NVIDIA driver is not loaded: check `nvidia-smi` and the kernel module"
+    )]
+    DriverNotLoaded { lib: String },
+    #[error("NVML ({lib}) failed to initialise: {source}")]
+    Init { lib: String, source: NvmlError },
+}
+
+/// Real GPUs through NVML.
+pub struct NvmlSource {
+    nvml: Nvml,
+    count: usize,
+}
+
+impl NvmlSource {
+    /// Load NVML from `lib` (a path) or from the system's `libnvidia-ml.so.1`.
+    pub fn open(lib: Option<&Path>) -> Result<NvmlSource, NvmlOpenError> {
+        let name = lib
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|| "libnvidia-ml.so.1".into());
+        let result = match lib {
+            Some(path) => Nvml::builder()
+                .lib_path(OsStr::new(path.as_os_str()))
+                .init(),
+            None => Nvml::init(),
+        };
+        let nvml = result.map_err(|e| match e {
+            NvmlError::LibloadingError(_) | NvmlError::LibraryNotFound => {
+                NvmlOpenError::NotFound { lib: name.clone() }
+            }
+            NvmlError::DriverNotLoaded => NvmlOpenError::DriverNotLoaded { lib: name.clone() },
+            other => NvmlOpenError::Init {
+                lib: name.clone(),
+                source: other,
+            },
+        })?;
+        let count = nvml.device_count().unwrap_or(0) as usize;
+        Ok(NvmlSource { nvml, count })
+    }
+}
+
+/// `Ok(v)` → `Some(v)`; GPU lost → remember it; anything else → absent.
+struct Reader {
+    lost: bool,
+}
+
+impl Reader {
+    fn get<T>(&mut self, r: Result<T, NvmlError>) -> Option<T> {
+        match r {
+            Ok(v) => Some(v),
+            Err(NvmlError::GpuLost) => {
+                self.lost = true;
+                None
+            }
+            Err(_) => None,
+        }
+    }
+}
+
+impl Source for NvmlSource {
+    fn node_info(&self) -> NodeInfo {
+        let cuda = self.nvml.sys_cuda_driver_version().ok().map(|v| {
+            format!(
+                "{}.{}",
+                nvml_wrapper::cuda_driver_version_major(v),
+                nvml_wrapper::cuda_driver_version_minor(v)
+            )
+        });
+        NodeInfo {
+            hostname: super::host::hostname(),
+            source: "nvml".into(),
+            driver_version: self.nvml.sys_driver_version().ok(),
+            cuda_driver_version: cuda,
+            nvml_version: self.nvml.sys_nvml_version().ok(),
+        }
+    }
+
+    fn gpu_count(&self) -> usize {
+        self.count
+    }
+
+    fn sample_gpu(&self, index: usize) -> GpuSample {
+        let mut s = GpuSample {
+            index: index as u32,
+            time_s: now_s(),
+            ..GpuSample::default()
+        };
+        let dev = match self.nvml.device_by_index(index as u32) {
+            Ok(d) => d,
+            Err(_) => {
+                // GPU_IS_LOST, or the handle cannot be had at all: either way nothing can be
+                // read from it, which is what "lost" tells the user.
+                s.lost = true;
+                return s;
+            }
+        };
+        let mut r = Reader { lost: false };
+        s.name = r.get(dev.name());
+        s.uuid = r.get(dev.uuid());
+        s.pci_bus_id = r.get(dev.pci_info()).map(|p| p.bus_id);
+        if let Some(u) = r.get(dev.utilization_rates()) {
+            s.util_gpu_pct = Some(u.gpu as f64);
+            s.util_mem_pct = Some(u.memory as f64);
+        }
+        if let Some(m) = r.get(dev.memory_info()) {
+            s.memory_used_bytes = Some(m.used);
+            s.memory_total_bytes = Some(m.total);
+        }
+        s.temperature_c = r
+            .get(dev.temperature(TemperatureSensor::Gpu))
+            .map(f64::from);
+        s.temp_slowdown_c = r
+            .get(dev.temperature_threshold(TemperatureThreshold::Slowdown))
+            .map(f64::from);
+        s.temp_shutdown_c = r
+            .get(dev.temperature_threshold(TemperatureThreshold::Shutdown))
+            .map(f64::from);
+        s.temp_gpu_max_c = r
+            .get(dev.temperature_threshold(TemperatureThreshold::GpuMax))
+            .map(f64::from);
+        // NVML speaks milliwatts and millijoules.
+        let mw = |v: u32| v as f64 / 1000.0;
+        s.power_w = r.get(dev.power_usage()).map(mw);
+        // A limit of 0 W is a driver oddity, not a limit: treat it as unknown.
+        let nonzero = |w: f64| (w > 0.0).then_some(w);
+        s.power_limit_w = r
+            .get(dev.power_management_limit())
+            .map(mw)
+            .and_then(nonzero);
+        s.power_enforced_w = r.get(dev.enforced_power_limit()).map(mw).and_then(nonzero);
+        s.power_default_w = r
+            .get(dev.power_management_limit_default())
+            .map(mw)
+            .and_then(nonzero);
+        if let Some(c) = r.get(dev.power_management_limit_constraints()) {
+            s.power_min_w = nonzero(mw(c.min_limit));
+            s.power_max_w = nonzero(mw(c.max_limit));
+        }
+        s.energy_j = r
+            .get(dev.total_energy_consumption())
+            .map(|mj| mj as f64 / 1000.0);
+        s.sm_clock_mhz = r.get(dev.clock_info(Clock::SM));
+        s.sm_clock_max_mhz = r.get(dev.max_clock_info(Clock::SM));
+        s.mem_clock_mhz = r.get(dev.clock_info(Clock::Memory));
+        s.mem_clock_max_mhz = r.get(dev.max_clock_info(Clock::Memory));
+        s.fan_pct = r.get(dev.fan_speed(0)).map(f64::from);
+        s.pstate = r.get(dev.performance_state()).map(|p| p.as_c());
+        s.throttle_reasons = r.get(dev.current_throttle_reasons()).map(|t| t.bits());
+        s.pcie_rx_kbps = r
+            .get(dev.pcie_throughput(PcieUtilCounter::Receive))
+            .map(u64::from);
+        s.pcie_tx_kbps = r
+            .get(dev.pcie_throughput(PcieUtilCounter::Send))
+            .map(u64::from);
+        s.pcie_gen = r.get(dev.current_pcie_link_gen());
+        s.pcie_width = r.get(dev.current_pcie_link_width());
+        s.ecc_corrected = r.get(dev.total_ecc_errors(MemoryError::Corrected, EccCounter::Volatile));
+        s.ecc_uncorrected =
+            r.get(dev.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile));
+        s.persistence = r.get(dev.is_in_persistent_mode());
+        let compute = r.get(dev.running_compute_processes());
+        let graphics = r.get(dev.running_graphics_processes());
+        if compute.is_some() || graphics.is_some() {
+            let mut procs: Vec<GpuProcess> = Vec::new();
+            for p in compute
+                .into_iter()
+                .flatten()
+                .chain(graphics.into_iter().flatten())
+            {
+                if procs.iter().any(|q| q.pid == p.pid) {
+                    continue;
+                }
+                procs.push(GpuProcess {
+                    pid: p.pid,
+                    name: self.nvml.sys_process_name(p.pid, 256).ok(),
+                    used_memory_bytes: match p.used_gpu_memory {
+                        UsedGpuMemory::Used(b) => Some(b),
+                        UsedGpuMemory::Unavailable => None,
+                    },
+                });
+            }
+            s.processes = Some(procs);
+        }
+        if r.lost {
+            // Values read before the GPU fell off are not to be trusted as current.
+            s = GpuSample {
+                index: s.index,
+                name: s.name,
+                uuid: s.uuid,
+                pci_bus_id: s.pci_bus_id,
+                lost: true,
+                time_s: s.time_s,
+                ..GpuSample::default()
+            };
+        }
+        s
+    }
+}

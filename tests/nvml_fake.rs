@@ -1,0 +1,175 @@
+//! The NVML source read through the fake NVML library: every metric, and every injected fault.
+//!
+//! Each test runs the real `gpupilot status --json` in its own process with its own scenario and
+//! shared-state file, because a process loads one NVML library with one node.
+
+mod common;
+
+use common::FakeNode;
+use serde_json::Value;
+use std::time::{Duration, Instant};
+
+fn status_json(node: &FakeNode, extra: &[&str]) -> (Value, Duration) {
+    let mut args = vec!["status", "--json"];
+    args.extend_from_slice(extra);
+    let t0 = Instant::now();
+    let out = node.gpupilot(&args).output().expect("running gpupilot");
+    let took = t0.elapsed();
+    assert!(
+        out.status.success(),
+        "status failed: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
+    );
+    (
+        serde_json::from_slice(&out.stdout).expect("valid JSON"),
+        took,
+    )
+}
+
+const TWO_H100: &str = r#"
+count = 2
+model = "h100-sxm"
+[training]
+model = "resnet50"
+batch_size = 256
+prefetch_depth = 2
+workers = 8
+"#;
+
+#[test]
+fn every_metric_reads_through_nvml() {
+    let node = FakeNode::new(TWO_H100);
+    let (v, _) = status_json(&node, &[]);
+    assert_eq!(v["node"]["source"], "nvml");
+    assert_eq!(v["node"]["driver_version"], "550.54.15");
+    assert_eq!(v["node"]["cuda_driver_version"], "12.4");
+    let gpus = v["gpus"].as_array().unwrap();
+    assert_eq!(gpus.len(), 2);
+    for g in gpus {
+        assert_eq!(g["name"], "NVIDIA H100 80GB HBM3");
+        assert!(g["uuid"].as_str().unwrap().starts_with("GPU-"));
+        assert!(g["pci_bus_id"].as_str().is_some());
+        assert_eq!(g["lost"], false);
+        assert_eq!(g["stale"], false);
+        let util = g["util_gpu_pct"].as_f64().unwrap();
+        assert!(
+            (1.0..=100.0).contains(&util),
+            "a training GPU is busy: {util}"
+        );
+        let total = g["memory_total_bytes"].as_u64().unwrap();
+        // nvidia-smi shows 81559 MiB on an H100 80GB: a little under 80 GiB.
+        assert!(total > 79 * (1 << 30) && total <= 80 * (1 << 30), "{total}");
+        assert!(g["memory_used_bytes"].as_u64().unwrap() > 1 << 30);
+        let t = g["temperature_c"].as_f64().unwrap();
+        assert!((15.0..90.0).contains(&t), "{t}");
+        assert!(g["temp_slowdown_c"].as_f64().unwrap() > t);
+        assert!(g["temp_shutdown_c"].as_f64().unwrap() > g["temp_slowdown_c"].as_f64().unwrap());
+        // Milliwatts in NVML, watts here.
+        assert_eq!(g["power_limit_w"].as_f64().unwrap(), 700.0);
+        assert_eq!(g["power_default_w"].as_f64().unwrap(), 700.0);
+        assert_eq!(g["power_min_w"].as_f64().unwrap(), 200.0);
+        let p = g["power_w"].as_f64().unwrap();
+        assert!(p > 100.0 && p <= 720.0, "{p}");
+        assert!(g["energy_j"].as_f64().is_some());
+        let sm = g["sm_clock_mhz"].as_u64().unwrap();
+        assert!(sm > 0 && sm <= g["sm_clock_max_mhz"].as_u64().unwrap());
+        assert!(g["mem_clock_mhz"].as_u64().unwrap() > 0);
+        assert!(g["throttle_reasons"].as_u64().is_some());
+        assert!(g["pstate"].as_u64().is_some());
+        assert!(
+            g["fan_pct"].is_null(),
+            "SXM parts have no fan: absent, not zero"
+        );
+        let procs = g["processes"].as_array().expect("process list");
+        assert_eq!(procs.len(), 1);
+        assert!(procs[0]["used_memory_bytes"].as_u64().unwrap() > 0);
+    }
+}
+
+#[test]
+fn lost_gpu_is_marked_and_others_still_sampled() {
+    let node = FakeNode::new(&format!(
+        "{TWO_H100}\n[[faults]]\nkind = \"gpu_lost\"\ngpu = 1\nat_s = 0.0\n"
+    ));
+    let (v, _) = status_json(&node, &[]);
+    let gpus = v["gpus"].as_array().unwrap();
+    assert_eq!(gpus[1]["lost"], true);
+    assert!(gpus[1]["power_w"].is_null() && gpus[1]["temperature_c"].is_null());
+    assert_eq!(gpus[0]["lost"], false);
+    assert!(gpus[0]["power_w"].as_f64().unwrap() > 0.0);
+
+    let table = node.gpupilot(&["status"]).output().unwrap();
+    let text = String::from_utf8_lossy(&table.stdout);
+    let row1 = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("1 "))
+        .unwrap();
+    assert!(row1.contains("LOST"), "{text}");
+}
+
+#[test]
+fn not_supported_is_absent_not_zero() {
+    let node = FakeNode::new(&format!(
+        "{TWO_H100}\n[[faults]]\nkind = \"not_supported\"\nfunctions = [\"nvmlDeviceGetPowerUsage\", \"nvmlDeviceGetTotalEnergyConsumption\"]\ngpu = 0\n"
+    ));
+    let (v, _) = status_json(&node, &[]);
+    let gpus = v["gpus"].as_array().unwrap();
+    assert!(gpus[0]["power_w"].is_null());
+    assert!(gpus[0]["energy_j"].is_null());
+    assert!(
+        gpus[0]["temperature_c"].as_f64().is_some(),
+        "other fields still read"
+    );
+    assert!(
+        gpus[1]["power_w"].as_f64().unwrap() > 0.0,
+        "the fault names GPU 0 only"
+    );
+
+    let table = node.gpupilot(&["status"]).output().unwrap();
+    let text = String::from_utf8_lossy(&table.stdout);
+    let row0 = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("0 "))
+        .unwrap();
+    assert!(row0.contains("N/A / 700 W"), "{row0}");
+}
+
+#[test]
+fn slow_call_leaves_that_gpu_stale_and_stalls_nothing() {
+    let node = FakeNode::new(&format!(
+        "{TWO_H100}\n[[faults]]\nkind = \"slow\"\nfunctions = [\"nvmlDeviceGetPowerUsage\"]\ngpu = 1\ndelay_ms = 8000\n"
+    ));
+    let (v, took) = status_json(&node, &["--timeout", "1"]);
+    assert!(
+        took < Duration::from_secs(5),
+        "a hung call must not stall status: {took:?}"
+    );
+    let gpus = v["gpus"].as_array().unwrap();
+    assert_eq!(gpus[1]["stale"], true, "{}", gpus[1]);
+    assert_eq!(gpus[0]["stale"], false);
+    assert!(gpus[0]["power_w"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn zero_power_limit_is_unknown_not_zero() {
+    let node = FakeNode::new(&format!(
+        "{TWO_H100}\n[[faults]]\nkind = \"power_limit_zero\"\ngpu = 1\n"
+    ));
+    let (v, _) = status_json(&node, &[]);
+    let gpus = v["gpus"].as_array().unwrap();
+    assert!(gpus[1]["power_limit_w"].is_null(), "{}", gpus[1]);
+    assert_eq!(gpus[0]["power_limit_w"].as_f64().unwrap(), 700.0);
+}
+
+#[test]
+fn bad_scenario_fails_with_a_clear_message() {
+    let node = FakeNode::new("count = 2\nmodle = \"h100\"\n");
+    let out = node.gpupilot(&["status"]).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("scenario.toml:2:1"),
+        "the library names file:line:col: {err}"
+    );
+}
