@@ -220,3 +220,83 @@ fn assemble(
         host: host.map(|h| h.sample()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicU64;
+    use std::time::Instant;
+
+    /// GPU 1 hangs in its first call until released; GPU 0 answers with a counter.
+    struct Hanging {
+        calls: AtomicU64,
+        release: Mutex<Option<Receiver<()>>>,
+    }
+
+    impl Source for Hanging {
+        fn node_info(&self) -> NodeInfo {
+            NodeInfo::default()
+        }
+        fn gpu_count(&self) -> usize {
+            2
+        }
+        fn sample_gpu(&self, index: usize) -> GpuSample {
+            if index == 1 {
+                let rx = self.release.lock().unwrap().take();
+                if let Some(rx) = rx {
+                    let _ = rx.recv();
+                }
+            }
+            let n = self.calls.fetch_add(1, Ordering::Relaxed);
+            GpuSample {
+                index: index as u32,
+                time_s: now_s(),
+                power_w: Some(n as f64),
+                ..GpuSample::default()
+            }
+        }
+    }
+
+    fn wait_until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
+        let end = Instant::now() + limit;
+        while Instant::now() < end {
+            if f() {
+                return true;
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+        false
+    }
+
+    #[test]
+    fn hung_gpu_goes_stale_while_others_keep_sampling() {
+        let (release_tx, release_rx) = bounded(1);
+        let src = Arc::new(Hanging {
+            calls: AtomicU64::new(0),
+            release: Mutex::new(Some(release_rx)),
+        });
+        let config = SamplerConfig {
+            period: Duration::from_millis(20),
+            stale_after: Duration::from_millis(100),
+            host: false,
+        };
+        let sampler = Sampler::start(src, config);
+        let first = sampler.latest();
+        assert_eq!(first.gpus.len(), 2);
+        assert!(first.gpus[1].stale, "never answered: a stale placeholder");
+        assert_eq!(first.gpus[1].power_w, None, "placeholder values are absent, not zero");
+
+        let rx = sampler.subscribe();
+        let p0 = first.gpus[0].power_w.unwrap();
+        assert!(
+            wait_until(Duration::from_secs(3), || {
+                let s = rx.recv_timeout(Duration::from_secs(1)).unwrap();
+                !s.gpus[0].stale && s.gpus[0].power_w.unwrap() > p0 + 3.0 && s.gpus[1].stale
+            }),
+            "GPU 0 must keep updating while GPU 1 hangs"
+        );
+        // Released, GPU 1 recovers.
+        release_tx.send(()).unwrap();
+        assert!(wait_until(Duration::from_secs(3), || !sampler.latest().gpus[1].stale));
+    }
+}
