@@ -1,0 +1,184 @@
+//! The node: determinism, serialization, fixed-step time.
+
+use gpusim::{Node, NodeConfig, SimError, TrainingConfig};
+
+fn readings(node: &Node) -> Vec<gpusim::GpuReading> {
+    node.gpus().iter().map(|g| g.reading()).collect()
+}
+
+#[test]
+fn default_config_is_four_h100_training_resnet() {
+    let cfg = NodeConfig::default();
+    assert_eq!(cfg.gpus, vec!["h100-sxm"; 4]);
+    assert_eq!((cfg.ambient_c, cfg.seed, cfg.step_s), (25.0, 0, 0.1));
+    let t = cfg.training.clone().unwrap();
+    assert_eq!(
+        (t.model.as_str(), t.batch_size, t.prefetch_depth, t.workers),
+        ("resnet50", 256, 2, 8)
+    );
+
+    let mut node = Node::new(&cfg).unwrap();
+    node.advance_to(60.0);
+    for r in readings(&node) {
+        assert!(
+            r.util_gpu_pct > 80.0 && r.util_gpu_pct < 100.0,
+            "{}",
+            r.util_gpu_pct
+        );
+        assert!(r.power_w > 550.0 && r.power_w <= 700.0, "{}", r.power_w);
+        assert_eq!(r.pstate, 0);
+    }
+}
+
+#[test]
+fn bad_configs_are_refused() {
+    let mut cfg = NodeConfig::default();
+    cfg.gpus.push("b300".into());
+    assert_eq!(
+        Node::new(&cfg).unwrap_err(),
+        SimError::UnknownGpu("b300".into())
+    );
+
+    let cfg = NodeConfig {
+        training: Some(TrainingConfig {
+            model: "alexnet".into(),
+            batch_size: 1,
+            prefetch_depth: 1,
+            workers: 1,
+        }),
+        ..NodeConfig::default()
+    };
+    assert_eq!(
+        Node::new(&cfg).unwrap_err(),
+        SimError::UnknownModel("alexnet".into())
+    );
+
+    let cfg = NodeConfig {
+        step_s: 0.0,
+        ..NodeConfig::default()
+    };
+    assert!(matches!(Node::new(&cfg), Err(SimError::OutOfRange { .. })));
+
+    let mut node = Node::new(&NodeConfig::default()).unwrap();
+    assert!(node.gpu(4).is_none() && node.gpu_mut(4).is_none());
+    assert_eq!(node.try_gpu_mut(4).unwrap_err(), SimError::NoSuchGpu(4));
+}
+
+#[test]
+fn gpus_are_staggered_slightly() {
+    let node = Node::new(&NodeConfig::default()).unwrap();
+    let rs: Vec<f64> = node
+        .gpus()
+        .iter()
+        .map(|g| g.thermal_resistance_c_per_w())
+        .collect();
+    for r in &rs {
+        assert!((r / 0.065 - 1.0).abs() <= 0.04, "{r}");
+    }
+    assert!(rs.windows(2).all(|w| w[0] != w[1]), "{rs:?}");
+    let jitters: Vec<f64> = node.gpus().iter().map(|g| g.data_jitter_frac()).collect();
+    assert!(jitters.windows(2).all(|w| w[0] != w[1]), "{jitters:?}");
+}
+
+#[test]
+fn same_seed_same_readings_different_seed_different() {
+    let cfg = NodeConfig {
+        gpus: vec!["h100".into(), "a100".into(), "v100".into(), "4090".into()],
+        ..NodeConfig::default()
+    };
+    let mut a = Node::new(&cfg).unwrap();
+    let mut b = Node::new(&cfg).unwrap();
+    let mut c = Node::new(&NodeConfig {
+        seed: 1,
+        ..cfg.clone()
+    })
+    .unwrap();
+    for i in 0..1000 {
+        if i == 500 {
+            for n in [&mut a, &mut b, &mut c] {
+                n.gpu_mut(0).unwrap().set_power_limit_w(450.0).unwrap();
+            }
+        }
+        a.step();
+        b.step();
+        c.step();
+    }
+    assert_eq!(readings(&a), readings(&b));
+    assert_eq!(a, b);
+    assert_ne!(readings(&a), readings(&c));
+    assert_eq!(a.time_s(), 100.0);
+}
+
+#[test]
+fn serialized_node_continues_identically() {
+    let mut node = Node::new(&NodeConfig::default()).unwrap();
+    node.gpu_mut(1).unwrap().set_power_limit_w(500.0).unwrap();
+    node.gpu_mut(2)
+        .unwrap()
+        .set_locked_clocks(1000, 1500)
+        .unwrap();
+    node.set_ambient_c(30.0);
+    node.advance_to(123.4);
+
+    let json = serde_json::to_string(&node).unwrap();
+    assert!(json.contains("\"spec\":\"h100-sxm\""), "spec stored by id");
+    let mut copy: Node = serde_json::from_str(&json).unwrap();
+    assert_eq!(copy, node);
+    for _ in 0..500 {
+        node.step();
+        copy.step();
+    }
+    assert_eq!(readings(&copy), readings(&node));
+    assert_eq!(
+        serde_json::to_string(&copy).unwrap(),
+        serde_json::to_string(&node).unwrap()
+    );
+
+    let bad = json.replace("\"spec\":\"h100-sxm\"", "\"spec\":\"b300\"");
+    let err = serde_json::from_str::<Node>(&bad).unwrap_err();
+    assert!(
+        err.to_string().contains("unknown GPU spec id \"b300\""),
+        "{err}"
+    );
+}
+
+#[test]
+fn advance_to_takes_whole_steps_and_never_goes_back() {
+    let mut node = Node::new(&NodeConfig::default()).unwrap();
+    node.advance_to(0.3);
+    assert_eq!(
+        node.steps(),
+        3,
+        "float rounding must not lose the last step"
+    );
+    node.advance_to(1.05);
+    assert_eq!(node.steps(), 10);
+    assert!((node.time_s() - 1.0).abs() < 1e-12);
+    node.advance_to(0.5);
+    assert_eq!(node.steps(), 10);
+    node.advance_to(f64::NAN);
+    assert_eq!(node.steps(), 10);
+    node.step();
+    assert_eq!(node.steps(), 11);
+    assert!((node.time_s() - 1.1).abs() < 1e-12);
+}
+
+#[test]
+fn ambient_is_shared_and_settable() {
+    let mut node = Node::new(&NodeConfig {
+        training: None,
+        ..NodeConfig::default()
+    })
+    .unwrap();
+    node.set_ambient_c(40.0);
+    assert_eq!(node.ambient_c(), 40.0);
+    assert_eq!(node.config().ambient_c, 25.0);
+    node.advance_to(600.0);
+    for g in node.gpus() {
+        let t = g.reading().temperature_c;
+        assert!(
+            (t - (40.0 + g.thermal_resistance_c_per_w() * 70.0)).abs() < 0.1,
+            "{t}"
+        );
+    }
+}
