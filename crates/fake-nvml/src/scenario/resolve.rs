@@ -1,0 +1,383 @@
+//! From the TOML tables (`Raw*`, every value with its position) to a resolved [`Scenario`],
+//! checking each value against gpusim's catalog and the node's size as it goes.
+
+use std::ops::Range;
+
+use gpusim::{NodeConfig, TrainingConfig};
+use serde::Deserialize;
+use toml::Spanned;
+
+use super::{
+    DEFAULT_CUDA_DRIVER_VERSION, DEFAULT_DRIVER_VERSION, MAX_GPUS, ProcessKind, Scenario,
+    ScenarioProcess, fnv1a,
+};
+use crate::faults::{Fault, Faults};
+use crate::symbols;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawScenario {
+    gpus: Option<Spanned<Vec<Spanned<String>>>>,
+    count: Option<Spanned<usize>>,
+    model: Option<Spanned<String>>,
+    ambient_c: Option<Spanned<f64>>,
+    seed: Option<u64>,
+    step_s: Option<Spanned<f64>>,
+    driver_version: Option<String>,
+    cuda_driver_version: Option<i32>,
+    training: Option<RawTraining>,
+    #[serde(default)]
+    per_gpu: Vec<RawPerGpu>,
+    processes: Option<Vec<RawProcess>>,
+    #[serde(default)]
+    faults: Vec<RawFault>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTraining {
+    model: Spanned<String>,
+    #[serde(default = "default_batch")]
+    batch_size: u32,
+    #[serde(default = "default_prefetch")]
+    prefetch_depth: u32,
+    #[serde(default = "default_workers")]
+    workers: u32,
+}
+
+fn default_batch() -> u32 {
+    256
+}
+fn default_prefetch() -> u32 {
+    2
+}
+fn default_workers() -> u32 {
+    8
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPerGpu {
+    gpu: Spanned<usize>,
+    #[serde(default)]
+    idle: Option<Spanned<bool>>,
+    training: Option<RawTraining>,
+    power_limit_w: Option<Spanned<f64>>,
+    persistence: Option<bool>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawProcess {
+    gpu: Spanned<usize>,
+    pid: u32,
+    #[serde(default = "default_process_name")]
+    name: String,
+    used_memory_mib: Option<u64>,
+    #[serde(default)]
+    kind: Option<Spanned<String>>,
+}
+
+fn default_process_name() -> String {
+    "python3".to_string()
+}
+
+/// One `[[faults]]` table. Flat (not a tagged enum) so every field keeps its position for
+/// error messages; which fields a kind accepts is checked in [`resolve_fault`].
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFault {
+    kind: Spanned<String>,
+    gpu: Option<Spanned<usize>>,
+    at_s: Option<Spanned<f64>>,
+    functions: Option<Vec<Spanned<String>>>,
+    delay_ms: Option<Spanned<u64>>,
+}
+
+/// An error message and the byte range it is about.
+pub(super) type Located = (Range<usize>, String);
+
+pub(super) fn resolve(raw: RawScenario, text: &str) -> Result<Scenario, Located> {
+    let defaults = NodeConfig::default();
+    let whole = 0..0;
+
+    // GPUs: an explicit list, or `count` copies of `model`, or the default node's.
+    let gpus: Vec<String> = match (&raw.gpus, &raw.count, &raw.model) {
+        (Some(list), None, None) => {
+            let mut ids = Vec::new();
+            for id in list.get_ref() {
+                ids.push(spec_id(id)?);
+            }
+            ids
+        }
+        (Some(list), _, _) => {
+            return Err((
+                list.span(),
+                "`gpus` cannot be combined with `count`/`model`".into(),
+            ));
+        }
+        (None, count, model) => {
+            let id = match model {
+                Some(m) => spec_id(m)?,
+                None => defaults.gpus.first().cloned().unwrap_or_default(),
+            };
+            let n = count.as_ref().map_or(defaults.gpus.len(), |c| *c.get_ref());
+            vec![id; n]
+        }
+    };
+    if gpus.is_empty() || gpus.len() > MAX_GPUS {
+        let span = raw
+            .gpus
+            .as_ref()
+            .map(|g| g.span())
+            .or(raw.count.as_ref().map(|c| c.span()))
+            .unwrap_or(whole);
+        return Err((
+            span,
+            format!("a node needs 1 to {MAX_GPUS} GPUs, got {}", gpus.len()),
+        ));
+    }
+    let n = gpus.len();
+
+    let ambient_c = match &raw.ambient_c {
+        Some(a) if !(-40.0..=80.0).contains(a.get_ref()) => {
+            return Err((a.span(), "`ambient_c` must be within -40..=80 °C".into()));
+        }
+        Some(a) => *a.get_ref(),
+        None => defaults.ambient_c,
+    };
+    let step_s = match &raw.step_s {
+        Some(s) if !(*s.get_ref() > 0.0 && *s.get_ref() <= 10.0) => {
+            return Err((s.span(), "`step_s` must be > 0 and <= 10 seconds".into()));
+        }
+        Some(s) => *s.get_ref(),
+        None => defaults.step_s,
+    };
+    // No `[training]` table: the GPUs start idle.
+    let global_training = raw.training.map(training).transpose()?;
+
+    let mut training_per_gpu = vec![global_training.clone(); n];
+    let mut power_limit_w = vec![None; n];
+    let mut persistence = vec![None; n];
+    for p in raw.per_gpu {
+        let i = gpu_index(&p.gpu, n)?;
+        let idle = p.idle.as_ref().is_some_and(|s| *s.get_ref());
+        match (idle, p.training) {
+            (true, Some(t)) => {
+                return Err((
+                    t.model.span(),
+                    "a GPU cannot be both `idle` and `training`".into(),
+                ));
+            }
+            (true, None) => training_per_gpu[i] = None,
+            (false, Some(t)) => training_per_gpu[i] = Some(training(t)?),
+            (false, None) => {}
+        }
+        if let Some(w) = p.power_limit_w {
+            let spec = gpusim::find(&gpus[i]).ok_or((w.span(), "unknown GPU".to_string()))?;
+            let v = *w.get_ref();
+            if !(spec.power_min_w..=spec.power_max_w).contains(&v) {
+                return Err((
+                    w.span(),
+                    format!(
+                        "power_limit_w {v} is outside {}'s range {}..={} W",
+                        spec.id, spec.power_min_w, spec.power_max_w
+                    ),
+                ));
+            }
+            power_limit_w[i] = Some(v);
+        }
+        persistence[i] = p.persistence.or(persistence[i]);
+    }
+
+    let processes = match raw.processes {
+        None => None,
+        Some(list) => {
+            let mut out = Vec::new();
+            for p in list {
+                let gpu = gpu_index(&p.gpu, n)?;
+                let kind = match p.kind.as_ref().map(|k| (k.get_ref().as_str(), k.span())) {
+                    None | Some(("compute", _)) => ProcessKind::Compute,
+                    Some(("graphics", _)) => ProcessKind::Graphics,
+                    Some((other, span)) => {
+                        return Err((
+                            span,
+                            format!(
+                                "unknown process kind `{other}`, expected `compute` or `graphics`"
+                            ),
+                        ));
+                    }
+                };
+                out.push(ScenarioProcess {
+                    gpu,
+                    pid: p.pid,
+                    name: p.name,
+                    used_memory_bytes: p.used_memory_mib.map(|m| m * 1024 * 1024),
+                    kind,
+                });
+            }
+            Some(out)
+        }
+    };
+
+    let mut faults = Vec::new();
+    for f in raw.faults {
+        faults.push(resolve_fault(f, n)?);
+    }
+
+    Ok(Scenario {
+        source: None,
+        node: NodeConfig {
+            gpus,
+            ambient_c,
+            seed: raw.seed.unwrap_or(defaults.seed),
+            step_s,
+            training: global_training,
+        },
+        training: training_per_gpu,
+        power_limit_w,
+        persistence,
+        driver_version: raw
+            .driver_version
+            .unwrap_or_else(|| DEFAULT_DRIVER_VERSION.to_string()),
+        cuda_driver_version: raw
+            .cuda_driver_version
+            .unwrap_or(DEFAULT_CUDA_DRIVER_VERSION),
+        processes,
+        faults: Faults::new(faults),
+        hash: fnv1a(text.as_bytes()),
+    })
+}
+
+fn spec_id(id: &Spanned<String>) -> Result<String, Located> {
+    match gpusim::find(id.get_ref()) {
+        Some(spec) => Ok(spec.id.to_string()),
+        None => {
+            let known: Vec<&str> = gpusim::CATALOG.iter().map(|s| s.id).collect();
+            Err((
+                id.span(),
+                format!(
+                    "unknown GPU `{}`; known: {}",
+                    id.get_ref(),
+                    known.join(", ")
+                ),
+            ))
+        }
+    }
+}
+
+fn training(t: RawTraining) -> Result<TrainingConfig, Located> {
+    if gpusim::find_model(t.model.get_ref()).is_none() {
+        let known: Vec<&str> = gpusim::MODELS.iter().map(|m| m.id).collect();
+        return Err((
+            t.model.span(),
+            format!(
+                "unknown training model `{}`; known: {}",
+                t.model.get_ref(),
+                known.join(", ")
+            ),
+        ));
+    }
+    Ok(TrainingConfig {
+        model: t.model.into_inner(),
+        batch_size: t.batch_size,
+        prefetch_depth: t.prefetch_depth,
+        workers: t.workers,
+    })
+}
+
+fn gpu_index(gpu: &Spanned<usize>, n: usize) -> Result<usize, Located> {
+    let i = *gpu.get_ref();
+    if i >= n {
+        return Err((
+            gpu.span(),
+            format!("gpu {i} does not exist: the node has {n} GPUs (0..{n})"),
+        ));
+    }
+    Ok(i)
+}
+
+fn resolve_fault(f: RawFault, n: usize) -> Result<Fault, Located> {
+    let kind_span = f.kind.span();
+    let gpu = match &f.gpu {
+        Some(g) => Some(gpu_index(g, n)?),
+        None => None,
+    };
+    let functions = match f.functions {
+        None => None,
+        Some(list) => {
+            let mut names = Vec::new();
+            for name in list {
+                if !symbols::is_exported_family(name.get_ref()) {
+                    return Err((
+                        name.span(),
+                        format!("`{}` is not a function fake-nvml exports", name.get_ref()),
+                    ));
+                }
+                names.push(name.into_inner());
+            }
+            Some(names)
+        }
+    };
+    // Which optional fields each kind takes; anything else is a mistake worth reporting.
+    let reject = |field: &str, present: bool| -> Result<(), Located> {
+        if present {
+            Err((
+                kind_span.clone(),
+                format!("fault kind `{}` takes no `{field}`", f.kind.get_ref()),
+            ))
+        } else {
+            Ok(())
+        }
+    };
+    let need = |field: &str| -> Located {
+        (
+            kind_span.clone(),
+            format!("fault kind `{}` needs `{field}`", f.kind.get_ref()),
+        )
+    };
+    match f.kind.get_ref().as_str() {
+        "gpu_lost" => {
+            reject("functions", functions.is_some())?;
+            reject("delay_ms", f.delay_ms.is_some())?;
+            let at_s = f.at_s.map_or(0.0, |a| *a.get_ref());
+            Ok(Fault::GpuLost { gpu: gpu.ok_or_else(|| need("gpu"))?, at_s })
+        }
+        "not_supported" => {
+            reject("at_s", f.at_s.is_some())?;
+            reject("delay_ms", f.delay_ms.is_some())?;
+            Ok(Fault::NotSupported { functions: functions.ok_or_else(|| need("functions"))?, gpu })
+        }
+        "slow" => {
+            reject("at_s", f.at_s.is_some())?;
+            let delay_ms = *f.delay_ms.ok_or_else(|| need("delay_ms"))?.get_ref();
+            Ok(Fault::Slow { functions: functions.ok_or_else(|| need("functions"))?, delay_ms, gpu })
+        }
+        "no_permission" => {
+            reject("at_s", f.at_s.is_some())?;
+            reject("delay_ms", f.delay_ms.is_some())?;
+            if let Some(fs) = &functions {
+                if let Some(bad) = fs.iter().find(|f| !symbols::is_setter_family(f)) {
+                    return Err((kind_span, format!("`{bad}` is not a setter; no_permission applies to setters only")));
+                }
+            }
+            Ok(Fault::NoPermission { functions, gpu })
+        }
+        "power_limit_zero" => {
+            reject("at_s", f.at_s.is_some())?;
+            reject("delay_ms", f.delay_ms.is_some())?;
+            reject("functions", functions.is_some())?;
+            Ok(Fault::PowerLimitZero { gpu })
+        }
+        "missing_symbol" => Err((
+            kind_span,
+            "`missing_symbol` cannot be simulated: a shared library's symbols are fixed at build time".into(),
+        )),
+        other => Err((
+            kind_span,
+            format!(
+                "unknown fault kind `{other}`; known: gpu_lost, not_supported, slow, no_permission, power_limit_zero"
+            ),
+        )),
+    }
+}

@@ -1,0 +1,151 @@
+use super::*;
+
+fn err(text: &str) -> ScenarioError {
+    Scenario::parse(text, "s.toml").expect_err("should be rejected")
+}
+
+#[test]
+fn count_and_model() {
+    let s = Scenario::parse("count = 8\nmodel = \"h100\"\n", "s.toml").unwrap();
+    assert_eq!(s.node.gpus.len(), 8);
+    assert!(s.node.gpus.iter().all(|g| g == "h100-sxm"));
+    assert_eq!(s.driver_version, DEFAULT_DRIVER_VERSION);
+    assert_eq!(s.cuda_driver_version, DEFAULT_CUDA_DRIVER_VERSION);
+    assert!(
+        s.training.iter().all(Option::is_none),
+        "no [training] table means idle GPUs"
+    );
+}
+
+#[test]
+fn training_and_overrides() {
+    let s = Scenario::parse(
+        r#"
+gpus = ["h100-sxm", "h100-sxm", "h100-sxm"]
+seed = 7
+step_s = 0.05
+[training]
+model = "resnet50"
+batch_size = 128
+[[per_gpu]]
+gpu = 1
+idle = true
+[[per_gpu]]
+gpu = 2
+power_limit_w = 400.0
+persistence = true
+"#,
+        "s.toml",
+    )
+    .unwrap();
+    assert_eq!(s.node.seed, 7);
+    assert_eq!(s.node.step_s, 0.05);
+    assert_eq!(s.training[0].as_ref().unwrap().batch_size, 128);
+    assert_eq!(s.training[0].as_ref().unwrap().prefetch_depth, 2);
+    assert!(s.training[1].is_none());
+    assert_eq!(s.power_limit_w[2], Some(400.0));
+    assert_eq!(s.persistence[2], Some(true));
+}
+
+#[test]
+fn unknown_key_is_located() {
+    let e = err("count = 2\nmodle = \"h100\"\n");
+    assert_eq!((e.line, e.column), (2, 1), "{e}");
+    assert!(e.message.contains("modle"), "{e}");
+    assert!(e.to_string().starts_with("s.toml:2:1: "), "{e}");
+}
+
+#[test]
+fn unknown_gpu_and_model_are_located() {
+    let e = err("gpus = [\"h100-sxm\", \"b999\"]\n");
+    assert_eq!((e.line, e.column), (1, 21), "{e}");
+    assert!(e.message.contains("unknown GPU `b999`"), "{e}");
+    let e = err("count = 1\n[training]\nmodel = \"llama-9000\"\n");
+    assert_eq!(e.line, 3, "{e}");
+    assert!(e.message.contains("llama-9000"), "{e}");
+}
+
+#[test]
+fn faults_resolve_and_validate() {
+    let s = Scenario::parse(
+        r#"
+count = 4
+[[faults]]
+kind = "gpu_lost"
+gpu = 2
+at_s = 5.0
+[[faults]]
+kind = "not_supported"
+functions = ["nvmlDeviceGetFanSpeed"]
+[[faults]]
+kind = "slow"
+functions = ["nvmlDeviceGetPowerUsage"]
+delay_ms = 200
+gpu = 1
+[[faults]]
+kind = "no_permission"
+[[faults]]
+kind = "power_limit_zero"
+gpu = 1
+"#,
+        "s.toml",
+    )
+    .unwrap();
+    assert_eq!(s.faults.len(), 5);
+
+    let e = err("count = 2\n[[faults]]\nkind = \"gpu_lost\"\ngpu = 5\n");
+    assert_eq!(e.line, 4, "{e}");
+    let e = err(
+        "count = 2\n[[faults]]\nkind = \"slow\"\nfunctions = [\"nvmlDeviceGetFoo\"]\ndelay_ms = 1\n",
+    );
+    assert!(e.message.contains("nvmlDeviceGetFoo"), "{e}");
+    assert_eq!(e.line, 4, "{e}");
+    let e =
+        err("count = 2\n[[faults]]\nkind = \"slow\"\nfunctions = [\"nvmlDeviceGetPowerUsage\"]\n");
+    assert!(e.message.contains("delay_ms"), "{e}");
+    let e = err("count = 2\n[[faults]]\nkind = \"exploded\"\n");
+    assert!(e.message.contains("unknown fault kind"), "{e}");
+    let e = err(
+        "count = 2\n[[faults]]\nkind = \"no_permission\"\nfunctions = [\"nvmlDeviceGetPowerUsage\"]\n",
+    );
+    assert!(e.message.contains("not a setter"), "{e}");
+}
+
+#[test]
+fn out_of_range_values() {
+    assert!(err("count = 0\n").message.contains("1 to 64"));
+    assert!(err("count = 65\n").message.contains("1 to 64"));
+    assert!(err("step_s = 0.0\n").message.contains("step_s"));
+    let e = err("count = 1\n[[per_gpu]]\ngpu = 0\npower_limit_w = 5000.0\n");
+    assert!(e.message.contains("outside"), "{e}");
+    assert_eq!(e.line, 4, "{e}");
+}
+
+#[test]
+fn shipped_scenarios_parse() {
+    let default = Scenario::parse(
+        include_str!("../../scenarios/default-4xh100.toml"),
+        "default-4xh100.toml",
+    )
+    .unwrap();
+    let builtin = Scenario::builtin();
+    assert_eq!(
+        default.node, builtin.node,
+        "the file spells out the built-in node"
+    );
+    assert_eq!(default.training, builtin.training);
+    let eight =
+        Scenario::parse(include_str!("../../scenarios/8xh100.toml"), "8xh100.toml").unwrap();
+    assert_eq!(eight.node.gpus.len(), 8);
+    assert!(eight.training[7].is_none() && eight.training[6].is_some());
+    let faults =
+        Scenario::parse(include_str!("../../scenarios/faults.toml"), "faults.toml").unwrap();
+    assert_eq!(faults.faults.len(), 6);
+}
+
+#[test]
+fn builtin_is_gpusims_default() {
+    let s = Scenario::builtin();
+    assert_eq!(s.node, NodeConfig::default());
+    assert_eq!(s.training.len(), s.node.gpus.len());
+}
