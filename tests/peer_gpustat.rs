@@ -73,8 +73,8 @@ fn gpustat_agrees_with_status_json() {
             "temperature of GPU {}: gpustat {tt}, gpupilot {ot}",
             o["index"]
         );
-        // gpustat's enforced.power is the enforced limit in watts.
-        let limit = t["enforced.power"].as_f64().unwrap();
+        // gpustat's enforced.power.limit is the enforced limit in watts.
+        let limit = t["enforced.power.limit"].as_f64().unwrap();
         assert_eq!(
             Some(limit),
             o["power_enforced_w"].as_f64(),
