@@ -11,6 +11,8 @@
 //! - [`status`]: `gpupilot status`, the one-shot table and JSON.
 //! - [`tui`]: the console — views, themes, keymap; render borrows state and changes nothing.
 //! - [`config`]: where files live (XDG or `GPUPILOT_HOME`), themes and keymaps.
+//! - [`profile`]: the run profile format (`profiles/*.toml`): parse, `extends`, validate.
+//! - [`supervisor`]: start, stop, pause, restart and re-adopt runs; their run directories.
 //! - [`cli`]: the command line; `main.rs` only parses it and calls in here.
 //!
 //! This crate has no `unsafe`: FFI lives in nvml-wrapper and, for tests, in `crates/fake-nvml`.
@@ -18,6 +20,8 @@
 pub mod cli;
 pub mod config;
 pub mod history;
+pub mod profile;
 pub mod status;
+pub mod supervisor;
 pub mod telemetry;
 pub mod tui;

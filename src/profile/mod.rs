@@ -1,0 +1,337 @@
+//! Profiles: what to run and how (`profiles/*.toml`, format in `docs/profiles.md`).
+//!
+//! A profile file says the command, its working directory and environment, the GPUs it sees, the
+//! launcher (local or torchrun), the restart policy, the knobs a trainer may have changed live
+//! (batch size, prefetch depth) with their ranges, and placeholder `[power]`, `[thermal]` and
+//! `[alerts]` sections for the control work. `extends = "other"` layers one profile over another.
+//!
+//! Loading is strict: an unknown key, a value of the wrong type or a value that makes no sense is
+//! an error naming `FILE:LINE:COL`. This module only reads and checks files; it starts nothing
+//! (that is [`crate::supervisor`]) and reads no environment.
+//!
+//! - `raw`: the file as written (serde structs that remember spans), and `extends` merging.
+//! - `load`: finding files, following `extends`, detecting cycles, the shipped profiles.
+//! - `validate`: raw → [`Profile`], with every problem reported at once.
+//! - `write`: [`Profile`] → TOML (a run's `run.toml`, itself a valid profile).
+//! - `error`: [`ProfileError`] and [`Diagnostic`].
+
+mod error;
+mod load;
+mod raw;
+mod validate;
+mod write;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+pub use error::{Diagnostic, ProfileError};
+pub use load::{Loader, SHIPPED};
+
+/// Load and check the profile at `path`, following `extends` (the file's own directory first,
+/// then the shipped profiles). This is `gpupilot profile check FILE`.
+pub fn check(path: impl AsRef<Path>) -> Result<Profile, ProfileError> {
+    Loader::new().load(path.as_ref())
+}
+
+/// Parse profile text that has no file (tests, a profile sent over the socket). `extends` is
+/// resolved against the shipped profiles only; `display` names it in messages.
+pub fn parse_str(display: &str, text: &str) -> Result<Profile, ProfileError> {
+    Loader::new().load_str(display, text)
+}
+
+/// A checked profile with `extends` resolved: everything a run needs, defaults filled in.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Profile {
+    /// `name` from the file, else the file's stem; used in run ids. `[A-Za-z0-9._-]+`.
+    pub name: String,
+    /// The file it was loaded from (absent for a profile built from `-- CMD…`).
+    pub source: Option<PathBuf>,
+    pub description: Option<String>,
+    pub run: RunSpec,
+    pub knobs: Knobs,
+    pub power: PowerSettings,
+    pub thermal: ThermalSettings,
+    pub alerts: AlertSettings,
+}
+
+/// `[run]`: what to start and how.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunSpec {
+    pub command: CommandSpec,
+    /// Absent: the caller's working directory. A relative path in a file is made absolute
+    /// against that file's directory at load time; relative in a shipped profile, it is taken
+    /// against the caller's directory at launch.
+    pub cwd: Option<PathBuf>,
+    /// Added over the caller's environment (values are literal; no `$VAR` expansion).
+    pub env: BTreeMap<String, String>,
+    pub gpus: GpuSelection,
+    pub launcher: Launcher,
+    pub restart: RestartPolicy,
+}
+
+/// The command: an argv (run directly, no shell), or a script for `sh -c` (`shell = true`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CommandSpec {
+    Argv(Vec<String>),
+    Shell(String),
+}
+
+impl CommandSpec {
+    /// The words to show a person (the script for a shell command).
+    pub fn display(&self) -> String {
+        match self {
+            CommandSpec::Argv(argv) => shell_words::join(argv),
+            CommandSpec::Shell(script) => format!("sh -c {}", shell_words::quote(script)),
+        }
+    }
+}
+
+/// Which GPUs the run sees, through `CUDA_VISIBLE_DEVICES`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GpuSelection {
+    /// `gpus` not set: the caller's `CUDA_VISIBLE_DEVICES`, if any, passes through.
+    Inherit,
+    /// `gpus = "all"`: `CUDA_VISIBLE_DEVICES` is removed, so every GPU is visible.
+    All,
+    /// `gpus = [0, 2]`: `CUDA_VISIBLE_DEVICES=0,2` (`[]` hides every GPU).
+    List(Vec<u32>),
+}
+
+/// How the command is started.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Launcher {
+    /// The command itself is the run.
+    Local,
+    /// `torchrun … COMMAND…`: the command is the training script and its arguments.
+    Torchrun(TorchrunSpec),
+}
+
+/// `[run.torchrun]`: the torchrun options gpupilot passes (see `supervisor::launch`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TorchrunSpec {
+    pub nproc_per_node: u32,
+    pub nnodes: u32,
+    /// `--standalone` (a local rendezvous); the default when `nnodes = 1` and no endpoint.
+    pub standalone: bool,
+    pub rdzv_backend: Option<String>,
+    pub rdzv_endpoint: Option<String>,
+    pub rdzv_id: Option<String>,
+    /// torchrun's own worker restarts (`--max-restarts`); gpupilot's are `[run.restart]`.
+    pub max_restarts: Option<u32>,
+    /// `-m`: the command's first word is a module, not a script.
+    pub module: bool,
+    /// `--no-python`: the command's first word is a program, not a Python script.
+    pub no_python: bool,
+    /// How to call torchrun; default `["torchrun"]`.
+    pub program: Vec<String>,
+    /// More torchrun flags, placed before the script.
+    pub args: Vec<String>,
+}
+
+/// When a run that ended is started again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RestartMode {
+    Never,
+    /// After a non-zero exit or death by a signal that gpupilot did not send.
+    OnFailure,
+    /// After every end that was not a stop the user asked for.
+    Always,
+}
+
+/// `[run.restart]`: the policy `supervisor::restart::next_action` applies.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct RestartPolicy {
+    pub mode: RestartMode,
+    /// Restarts allowed over the run's life (0: none).
+    pub max_restarts: u32,
+    /// Wait before the first restart; each further one waits `backoff_factor` times longer,
+    /// up to `backoff_max_s`.
+    pub backoff_s: f64,
+    pub backoff_factor: f64,
+    pub backoff_max_s: f64,
+}
+
+impl Default for RestartPolicy {
+    fn default() -> Self {
+        RestartPolicy {
+            mode: RestartMode::Never,
+            max_restarts: 3,
+            backoff_s: 1.0,
+            backoff_factor: 2.0,
+            backoff_max_s: 300.0,
+        }
+    }
+}
+
+/// `[knobs]`: values the trainer may be asked to change while it runs.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Knobs {
+    pub batch_size: Option<Knob>,
+    pub prefetch: Option<Knob>,
+}
+
+/// One knob: its starting value and the range a change must stay in (inclusive).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Knob {
+    pub initial: i64,
+    pub min: i64,
+    /// Absent: no upper bound.
+    pub max: Option<i64>,
+}
+
+impl Knob {
+    /// Whether `v` is an allowed value.
+    pub fn allows(&self, v: i64) -> bool {
+        v >= self.min && self.max.is_none_or(|m| v <= m)
+    }
+}
+
+/// `[power]` (placeholder for the control work: parsed and checked, not yet acted on).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PowerSettings {
+    /// Power cap for the run's GPUs, in watts.
+    pub cap_w: Option<f64>,
+    /// Put the original caps back when the run ends (default true).
+    pub restore_on_exit: bool,
+    /// The node's power budget in watts (sum of all caps).
+    pub node_budget_w: Option<f64>,
+}
+
+impl Default for PowerSettings {
+    fn default() -> Self {
+        PowerSettings {
+            cap_w: None,
+            restore_on_exit: true,
+            node_budget_w: None,
+        }
+    }
+}
+
+/// `[thermal]` (placeholder for the governor).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ThermalSettings {
+    pub target: Option<ThermalTarget>,
+}
+
+/// The temperature the governor holds.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ThermalTarget {
+    /// `target_c`: degrees Celsius.
+    Celsius(f64),
+    /// `margin_c`: degrees below each GPU's slowdown threshold.
+    BelowSlowdown(f64),
+}
+
+/// `[alerts]` (placeholder for alerting).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct AlertSettings {
+    pub temp_c: Option<f64>,
+    pub power_w: Option<f64>,
+    /// No progress (output or metrics) for this long.
+    pub stalled_after_s: Option<f64>,
+    /// A program to run on an alert (argv, never through a shell).
+    pub hook: Option<Vec<String>>,
+}
+
+impl Profile {
+    /// The profile behind `gpupilot run -- CMD…`: the argv as given, every default.
+    pub fn from_command(argv: Vec<String>) -> Profile {
+        Profile {
+            name: name_for_command(&argv),
+            source: None,
+            description: None,
+            run: RunSpec {
+                command: CommandSpec::Argv(argv),
+                cwd: None,
+                env: BTreeMap::new(),
+                gpus: GpuSelection::Inherit,
+                launcher: Launcher::Local,
+                restart: RestartPolicy::default(),
+            },
+            knobs: Knobs::default(),
+            power: PowerSettings::default(),
+            thermal: ThermalSettings::default(),
+            alerts: AlertSettings::default(),
+        }
+    }
+
+    /// The profile as TOML in the profile format, `extends` resolved: a run's `run.toml`.
+    /// Loading it again gives back an equal profile (except `source`).
+    pub fn to_toml(&self) -> String {
+        write::to_toml(self)
+    }
+}
+
+/// A name for a command-line run: the script's stem (`train.py` → `train`) when the command
+/// runs one, else the program's file name; cleaned to `[A-Za-z0-9._-]`.
+pub fn name_for_command(argv: &[String]) -> String {
+    let script = argv
+        .iter()
+        .find(|a| !a.starts_with('-') && [".py", ".sh"].iter().any(|ext| a.ends_with(ext)));
+    let word = script.or(argv.first()).map(String::as_str).unwrap_or("run");
+    let file = Path::new(word)
+        .file_name()
+        .map(|f| f.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "run".into());
+    let stem = file
+        .strip_suffix(".py")
+        .or_else(|| file.strip_suffix(".sh"))
+        .unwrap_or(&file);
+    let clean: String = stem
+        .chars()
+        .map(|c| if is_name_char(c) { c } else { '-' })
+        .collect();
+    let clean = clean.trim_matches('-').to_string();
+    if clean.is_empty() {
+        "run".into()
+    } else {
+        clean
+    }
+}
+
+pub(crate) fn is_name_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v(words: &[&str]) -> Vec<String> {
+        words.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn command_names() {
+        assert_eq!(
+            name_for_command(&v(&["python3", "examples/train_simple.py", "--x"])),
+            "train_simple"
+        );
+        assert_eq!(name_for_command(&v(&["sleep", "10"])), "sleep");
+        assert_eq!(name_for_command(&v(&["/usr/bin/my prog"])), "my-prog");
+        assert_eq!(name_for_command(&[]), "run");
+    }
+
+    #[test]
+    fn knob_range() {
+        let k = Knob {
+            initial: 4,
+            min: 1,
+            max: Some(8),
+        };
+        assert!(k.allows(1) && k.allows(8) && !k.allows(0) && !k.allows(9));
+        let k = Knob {
+            initial: 4,
+            min: 0,
+            max: None,
+        };
+        assert!(k.allows(i64::MAX));
+    }
+}

@@ -1,0 +1,537 @@
+//! From a profile to a running process.
+//!
+//! [`plan`] is pure: it turns a [`Profile`] and the [`Caller`] (the working directory and
+//! environment of whoever typed `gpupilot run`) into the exact argv, cwd and environment.
+//! [`spawn`] starts that plan in its own session and process group, its stdout and stderr
+//! opened straight onto the run directory's log files, so the run's output never passes
+//! through the supervisor and nothing is lost when the supervisor dies.
+//!
+//! The crate forbids `unsafe`, so there is no `pre_exec(setsid)`: the child is started as
+//! `/usr/bin/setsid -- CMD…`. Spawned without `process_group`, that child is not a group
+//! leader, so util-linux `setsid` calls setsid(2) and execs CMD in the same pid: the run's pid
+//! is its session id and process group id. Without a `setsid` program, `process_group(0)`
+//! still gives it its own group (but the caller's session).
+
+use std::collections::BTreeMap;
+use std::io;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use super::procfs;
+use super::rundir::RunDir;
+use crate::profile::{CommandSpec, GpuSelection, Knob, Launcher, Profile, TorchrunSpec};
+
+/// The working directory and environment a run inherits: the caller's, as for any command the
+/// user types (an activated venv, PYTHONPATH, CUDA variables).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Caller {
+    pub cwd: PathBuf,
+    pub env: BTreeMap<String, String>,
+}
+
+impl Caller {
+    /// This process's directory and environment. Variables whose name or value is not UTF-8
+    /// are left out (they cannot travel in the protocol's JSON either).
+    pub fn current() -> io::Result<Caller> {
+        Ok(Caller {
+            cwd: std::env::current_dir()?,
+            env: std::env::vars_os()
+                .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+                .collect(),
+        })
+    }
+}
+
+/// Values for the `{batch_size}` / `{prefetch}` placeholders; absent means the knob's initial.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KnobValues {
+    pub batch_size: Option<i64>,
+    pub prefetch: Option<i64>,
+}
+
+/// What the run is given besides its profile.
+#[derive(Debug, Clone, Default)]
+pub struct LaunchOptions {
+    /// `GPUPILOT_SOCKET`: the trainer channel, when a daemon serves one.
+    pub socket: Option<PathBuf>,
+    pub knobs: KnobValues,
+}
+
+/// Exactly what is started: kept in the run directory (`launch.json`) so that a supervisor that
+/// adopts the run can restart it the same way.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LaunchPlan {
+    pub argv: Vec<String>,
+    pub cwd: PathBuf,
+    pub env: BTreeMap<String, String>,
+}
+
+/// Why a profile cannot be started by this caller.
+#[derive(Debug, thiserror::Error)]
+pub enum LaunchError {
+    #[error(
+        "command not found: `{program}` (looked in PATH={path}); check the spelling, or activate the environment that has it"
+    )]
+    ProgramNotFound { program: String, path: String },
+    #[error("`{}` is not executable: chmod +x it, or run it through its interpreter", .0.display())]
+    NotExecutable(PathBuf),
+    #[error("working directory {} does not exist", .0.display())]
+    NoCwd(PathBuf),
+    #[error("{knob} = {value} is outside the allowed range {range}")]
+    KnobOutOfRange {
+        knob: &'static str,
+        value: i64,
+        range: String,
+    },
+    #[error("a value for {0} was given, but the profile has no [knobs.{0}]")]
+    NoSuchKnob(&'static str),
+}
+
+/// The plan for `profile` started by `caller` as run `run_id` in `run_dir`. Pure but for
+/// checking that the working directory and program exist.
+pub fn plan(
+    profile: &Profile,
+    caller: &Caller,
+    run_id: &str,
+    run_dir: &Path,
+    opts: &LaunchOptions,
+) -> Result<LaunchPlan, LaunchError> {
+    let run = &profile.run;
+    let cwd = match &run.cwd {
+        Some(c) => caller.cwd.join(c),
+        None => caller.cwd.clone(),
+    };
+    if !cwd.is_dir() {
+        return Err(LaunchError::NoCwd(cwd));
+    }
+
+    let mut env = caller.env.clone();
+    env.extend(run.env.iter().map(|(k, v)| (k.clone(), v.clone())));
+    match &run.gpus {
+        GpuSelection::Inherit => {}
+        GpuSelection::All => {
+            env.remove("CUDA_VISIBLE_DEVICES");
+        }
+        GpuSelection::List(list) => {
+            let ids: Vec<String> = list.iter().map(u32::to_string).collect();
+            env.insert("CUDA_VISIBLE_DEVICES".into(), ids.join(","));
+        }
+    }
+    env.insert("GPUPILOT_RUN_ID".into(), run_id.into());
+    env.insert("GPUPILOT_RUN_DIR".into(), run_dir.display().to_string());
+    // Never pass on a socket the caller inherited from some other run.
+    env.remove("GPUPILOT_SOCKET");
+    if let Some(s) = &opts.socket {
+        env.insert("GPUPILOT_SOCKET".into(), s.display().to_string());
+    }
+
+    let values = Substitutions {
+        batch_size: knob_value(
+            "batch_size",
+            profile.knobs.batch_size,
+            opts.knobs.batch_size,
+        )?,
+        prefetch: knob_value("prefetch", profile.knobs.prefetch, opts.knobs.prefetch)?,
+        run_id,
+        run_dir,
+    };
+    let argv = match (&run.command, &run.launcher) {
+        (CommandSpec::Argv(words), Launcher::Local) => {
+            words.iter().map(|w| values.apply(w)).collect()
+        }
+        (CommandSpec::Argv(words), Launcher::Torchrun(spec)) => {
+            let words: Vec<String> = words.iter().map(|w| values.apply(w)).collect();
+            torchrun_argv(spec, &words)
+        }
+        // The profile check refuses a shell command with torchrun; run it locally regardless.
+        (CommandSpec::Shell(script), _) => {
+            vec!["/bin/sh".into(), "-c".into(), values.apply(script)]
+        }
+    };
+    check_program(&argv[0], env.get("PATH").map(String::as_str), &cwd)?;
+    Ok(LaunchPlan { argv, cwd, env })
+}
+
+fn knob_value(
+    name: &'static str,
+    knob: Option<Knob>,
+    given: Option<i64>,
+) -> Result<Option<i64>, LaunchError> {
+    match (knob, given) {
+        (None, None) => Ok(None),
+        (None, Some(_)) => Err(LaunchError::NoSuchKnob(name)),
+        (Some(k), None) => Ok(Some(k.initial)),
+        (Some(k), Some(v)) if k.allows(v) => Ok(Some(v)),
+        (Some(k), Some(v)) => Err(LaunchError::KnobOutOfRange {
+            knob: name,
+            value: v,
+            range: match k.max {
+                Some(max) => format!("{}..={max}", k.min),
+                None => format!("{} or more", k.min),
+            },
+        }),
+    }
+}
+
+/// The placeholders a command may use: `{batch_size}`, `{prefetch}`, `{run_id}`, `{run_dir}`.
+/// Any other text in braces (JSON, Python format strings) is left as written.
+struct Substitutions<'a> {
+    batch_size: Option<i64>,
+    prefetch: Option<i64>,
+    run_id: &'a str,
+    run_dir: &'a Path,
+}
+
+impl Substitutions<'_> {
+    fn apply(&self, word: &str) -> String {
+        let mut out = word.replace("{run_id}", self.run_id);
+        out = out.replace("{run_dir}", &self.run_dir.display().to_string());
+        if let Some(b) = self.batch_size {
+            out = out.replace("{batch_size}", &b.to_string());
+        }
+        if let Some(p) = self.prefetch {
+            out = out.replace("{prefetch}", &p.to_string());
+        }
+        out
+    }
+}
+
+/// `torchrun --nnodes N --nproc-per-node M [--standalone | --rdzv-…] [flags…] SCRIPT ARGS…`.
+pub fn torchrun_argv(spec: &TorchrunSpec, script_and_args: &[String]) -> Vec<String> {
+    let mut argv = spec.program.clone();
+    argv.extend([
+        "--nnodes".into(),
+        spec.nnodes.to_string(),
+        "--nproc-per-node".into(),
+        spec.nproc_per_node.to_string(),
+    ]);
+    if spec.standalone {
+        argv.push("--standalone".into());
+    }
+    let flags = [
+        ("--rdzv-backend", &spec.rdzv_backend),
+        ("--rdzv-endpoint", &spec.rdzv_endpoint),
+        ("--rdzv-id", &spec.rdzv_id),
+    ];
+    for (flag, value) in flags {
+        if let Some(v) = value {
+            argv.extend([flag.to_string(), v.clone()]);
+        }
+    }
+    if let Some(m) = spec.max_restarts {
+        argv.extend(["--max-restarts".into(), m.to_string()]);
+    }
+    argv.extend(spec.args.iter().cloned());
+    if spec.module {
+        argv.push("-m".into());
+    }
+    if spec.no_python {
+        argv.push("--no-python".into());
+    }
+    argv.extend(script_and_args.iter().cloned());
+    argv
+}
+
+/// Find `program` as exec would: a path with a `/` is taken from `cwd`, a bare name is
+/// searched in `path`.
+pub fn resolve_program(program: &str, path: Option<&str>, cwd: &Path) -> Option<PathBuf> {
+    if program.contains('/') {
+        let p = cwd.join(program);
+        return p.is_file().then_some(p);
+    }
+    path.unwrap_or("/usr/local/bin:/usr/bin:/bin")
+        .split(':')
+        .map(|dir| {
+            if dir.is_empty() {
+                cwd.to_path_buf()
+            } else {
+                cwd.join(dir)
+            }
+        })
+        .map(|dir| dir.join(program))
+        .find(|p| p.is_file() && is_executable(p))
+}
+
+fn is_executable(p: &Path) -> bool {
+    std::fs::metadata(p).is_ok_and(|m| m.permissions().mode() & 0o111 != 0)
+}
+
+fn check_program(program: &str, path: Option<&str>, cwd: &Path) -> Result<(), LaunchError> {
+    match resolve_program(program, path, cwd) {
+        None => Err(LaunchError::ProgramNotFound {
+            program: program.into(),
+            path: path.unwrap_or("").into(),
+        }),
+        Some(p) if !is_executable(&p) => Err(LaunchError::NotExecutable(p)),
+        Some(_) => Ok(()),
+    }
+}
+
+/// A process just started for a run.
+#[derive(Debug)]
+pub struct Spawned {
+    pub child: Child,
+    pub pid: u32,
+    /// `/proc/PID/stat` field 22.
+    pub start_time: u64,
+    /// Its own session and process group (pid == sid == pgid). False only without `setsid`
+    /// (own group, caller's session) or when the process exited before it could be seen.
+    pub own_session: bool,
+    /// Its own process group: signals go to the group.
+    pub own_group: bool,
+}
+
+/// The `setsid` program, when the system has one.
+fn setsid_program() -> Option<&'static str> {
+    ["/usr/bin/setsid", "/bin/setsid"]
+        .into_iter()
+        .find(|p| Path::new(p).is_file())
+}
+
+/// How long `spawn` waits for `setsid` to take effect (it normally takes a millisecond).
+const SESSION_WAIT: Duration = Duration::from_secs(2);
+
+/// Start `plan` with its output appended to the run directory's log files. Returns once the
+/// process has its own session (so a signal to its group reaches it), or has already exited.
+pub fn spawn(plan: &LaunchPlan, dir: &RunDir) -> io::Result<Spawned> {
+    let stdout = RunDir::open_log(&dir.stdout_path())?;
+    let stderr = RunDir::open_log(&dir.stderr_path())?;
+    let setsid = setsid_program();
+    let mut cmd = match setsid {
+        Some(s) => {
+            let mut c = Command::new(s);
+            c.arg("--").args(&plan.argv);
+            c
+        }
+        None => {
+            let mut c = Command::new(&plan.argv[0]);
+            c.args(&plan.argv[1..]).process_group(0);
+            c
+        }
+    };
+    cmd.current_dir(&plan.cwd)
+        .env_clear()
+        .envs(&plan.env)
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(stdout))
+        .stderr(Stdio::from(stderr));
+    let child = cmd.spawn()?;
+    let pid = child.id();
+
+    let deadline = Instant::now() + SESSION_WAIT;
+    let mut st = procfs::stat(pid)?;
+    while setsid.is_some() && st.session != pid as i32 && st.is_running() {
+        if Instant::now() >= deadline {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+        st = procfs::stat(pid)?;
+    }
+    let own_group = st.pgrp == pid as i32;
+    Ok(Spawned {
+        child,
+        pid,
+        start_time: st.start_time,
+        own_session: st.session == pid as i32,
+        // Without setsid, process_group(0) took effect before exec.
+        own_group: own_group || setsid.is_none(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::profile::{self, TorchrunSpec};
+
+    fn spec(nproc: u32) -> TorchrunSpec {
+        TorchrunSpec {
+            nproc_per_node: nproc,
+            nnodes: 1,
+            standalone: true,
+            rdzv_backend: None,
+            rdzv_endpoint: None,
+            rdzv_id: None,
+            max_restarts: None,
+            module: false,
+            no_python: false,
+            program: vec!["torchrun".into()],
+            args: vec![],
+        }
+    }
+
+    fn s(words: &[&str]) -> Vec<String> {
+        words.iter().map(|w| w.to_string()).collect()
+    }
+
+    #[test]
+    fn torchrun_single_node() {
+        let argv = torchrun_argv(&spec(4), &s(&["train.py", "--lr", "0.1"]));
+        assert_eq!(
+            argv,
+            s(&[
+                "torchrun",
+                "--nnodes",
+                "1",
+                "--nproc-per-node",
+                "4",
+                "--standalone",
+                "train.py",
+                "--lr",
+                "0.1"
+            ])
+        );
+    }
+
+    #[test]
+    fn torchrun_multi_node_and_options() {
+        let mut t = spec(8);
+        t.nnodes = 2;
+        t.standalone = false;
+        t.rdzv_backend = Some("c10d".into());
+        t.rdzv_endpoint = Some("node0:29400".into());
+        t.rdzv_id = Some("job7".into());
+        t.max_restarts = Some(1);
+        t.module = true;
+        t.program = s(&["python3", "-m", "torch.distributed.run"]);
+        t.args = s(&["--log-dir", "logs"]);
+        let argv = torchrun_argv(&t, &s(&["pkg.train", "--x"]));
+        assert_eq!(
+            argv,
+            s(&[
+                "python3",
+                "-m",
+                "torch.distributed.run",
+                "--nnodes",
+                "2",
+                "--nproc-per-node",
+                "8",
+                "--rdzv-backend",
+                "c10d",
+                "--rdzv-endpoint",
+                "node0:29400",
+                "--rdzv-id",
+                "job7",
+                "--max-restarts",
+                "1",
+                "--log-dir",
+                "logs",
+                "-m",
+                "pkg.train",
+                "--x",
+            ])
+        );
+    }
+
+    fn caller(dir: &Path) -> Caller {
+        let mut env = BTreeMap::new();
+        env.insert("PATH".to_string(), "/usr/bin:/bin".to_string());
+        env.insert("CUDA_VISIBLE_DEVICES".to_string(), "3".to_string());
+        env.insert("GPUPILOT_SOCKET".to_string(), "/stale".to_string());
+        env.insert("KEEP".to_string(), "me".to_string());
+        Caller {
+            cwd: dir.to_path_buf(),
+            env,
+        }
+    }
+
+    #[test]
+    fn plan_env_cwd_gpus_and_placeholders() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::create_dir(tmp.path().join("work")).unwrap();
+        let p = profile::parse_str(
+            "p.toml",
+            r#"
+            [run]
+            command = ["sh", "-c", "true", "{batch_size}", "{prefetch}", "{run_id}", "{x}"]
+            cwd = "work"
+            gpus = [1, 0]
+            env = { KEEP = "over", NEW = "1" }
+            [knobs.batch_size]
+            initial = 32
+            max = 64
+            [knobs.prefetch]
+            initial = 2
+            "#,
+        )
+        .unwrap();
+        let opts = LaunchOptions {
+            socket: Some("/run/g.sock".into()),
+            knobs: KnobValues {
+                batch_size: Some(48),
+                prefetch: None,
+            },
+        };
+        let plan = plan(&p, &caller(tmp.path()), "id1", Path::new("/r/id1"), &opts).unwrap();
+        assert_eq!(plan.argv, s(&["sh", "-c", "true", "48", "2", "id1", "{x}"]));
+        assert_eq!(plan.cwd, tmp.path().join("work"));
+        assert_eq!(plan.env["CUDA_VISIBLE_DEVICES"], "1,0");
+        assert_eq!(plan.env["KEEP"], "over");
+        assert_eq!(plan.env["NEW"], "1");
+        assert_eq!(plan.env["GPUPILOT_RUN_ID"], "id1");
+        assert_eq!(plan.env["GPUPILOT_RUN_DIR"], "/r/id1");
+        assert_eq!(plan.env["GPUPILOT_SOCKET"], "/run/g.sock");
+
+        let opts = LaunchOptions {
+            socket: None,
+            knobs: KnobValues {
+                batch_size: Some(65),
+                prefetch: None,
+            },
+        };
+        let err = super::plan(&p, &caller(tmp.path()), "id", Path::new("/r"), &opts).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "batch_size = 65 is outside the allowed range 1..=64"
+        );
+    }
+
+    #[test]
+    fn plan_inherit_all_and_missing_program() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut p = Profile::from_command(s(&["true"]));
+        let opts = LaunchOptions::default();
+        let plan1 = plan(&p, &caller(tmp.path()), "i", Path::new("/r"), &opts).unwrap();
+        assert_eq!(plan1.env["CUDA_VISIBLE_DEVICES"], "3");
+        assert!(!plan1.env.contains_key("GPUPILOT_SOCKET"));
+        p.run.gpus = GpuSelection::All;
+        let plan2 = plan(&p, &caller(tmp.path()), "i", Path::new("/r"), &opts).unwrap();
+        assert!(!plan2.env.contains_key("CUDA_VISIBLE_DEVICES"));
+
+        let p = Profile::from_command(s(&["no-such-program-xyz"]));
+        let err = plan(&p, &caller(tmp.path()), "i", Path::new("/r"), &opts).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "command not found: `no-such-program-xyz` (looked in PATH=/usr/bin:/bin); check the spelling, or activate the environment that has it"
+        );
+        let mut p = Profile::from_command(s(&["true"]));
+        p.run.cwd = Some("missing".into());
+        assert!(matches!(
+            plan(&p, &caller(tmp.path()), "i", Path::new("/r"), &opts),
+            Err(LaunchError::NoCwd(_))
+        ));
+    }
+
+    #[test]
+    fn shell_command_runs_under_sh() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = profile::parse_str(
+            "s.toml",
+            "[run]\nshell = true\ncommand = \"echo $HOME | wc\"\n",
+        )
+        .unwrap();
+        let plan = plan(
+            &p,
+            &caller(tmp.path()),
+            "i",
+            Path::new("/r"),
+            &LaunchOptions::default(),
+        )
+        .unwrap();
+        assert_eq!(plan.argv, s(&["/bin/sh", "-c", "echo $HOME | wc"]));
+    }
+}

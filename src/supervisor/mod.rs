@@ -1,0 +1,66 @@
+//! The run supervisor: runs that outlive the terminal, the TUI and the supervisor itself.
+//!
+//! A run is started in its own session and process group, with stdout and stderr opened
+//! straight onto files in its run directory: the supervisor holds no pipe, so when it dies
+//! (or the SSH session that started it drops) the run keeps running and keeps writing. Every
+//! lifecycle event lands in the run directory as it happens, and a new supervisor re-adopts
+//! the run from there, telling the run's process from a recycled pid by its start time.
+//!
+//! - `launch`: profile + caller → argv/cwd/env ([`LaunchPlan`]); torchrun argv; spawning.
+//! - `run`: [`Run`], the state machine: start, poll, stop (SIGTERM, grace, SIGKILL), pause,
+//!   resume, restart with backoff (`run/attempt.rs`: one process; `run/adoption.rs`: taking a
+//!   run over from a dead supervisor).
+//! - `restart`: the restart policy as a pure function ([`restart::next_action`]).
+//! - `adopt`: what became of a run, from its directory alone ([`adopt::adopt`]).
+//! - `rundir`: the run directory and its files ([`RunDir`]).
+//! - `events`: `events.jsonl` lines and `summary.json` ([`Event`], [`Summary`]).
+//! - `clock`, `procfs`, `signal`: time passed in, `/proc/PID/stat`, signals to a group.
+//!
+//! Nothing here talks to a socket or draws anything; the daemon drives [`Run::poll`].
+
+pub mod adopt;
+pub mod clock;
+pub mod events;
+pub mod launch;
+pub mod procfs;
+pub mod restart;
+mod run;
+pub mod rundir;
+pub mod signal;
+
+use std::path::PathBuf;
+
+pub use adopt::{Adopted, adopt, is_alive};
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use events::{Event, EventRecord, ExitInfo, RunStatus, Summary};
+pub use launch::{Caller, KnobValues, LaunchError, LaunchOptions, LaunchPlan, torchrun_argv};
+pub use restart::{Action, Attempt, GiveUp, next_action};
+pub use run::{DEFAULT_GRACE, Run};
+pub use rundir::{PidRecord, RunDir, run_id};
+
+use crate::profile::ProfileError;
+
+/// Why a supervisor operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SupervisorError {
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Launch(#[from] LaunchError),
+    #[error("{}: the run's profile does not load: {source}", path.display())]
+    Profile {
+        path: PathBuf,
+        #[source]
+        source: Box<ProfileError>,
+    },
+    #[error("run {id} is {status}: cannot {action} it")]
+    BadState {
+        id: String,
+        status: &'static str,
+        action: &'static str,
+    },
+}

@@ -1,0 +1,184 @@
+//! Taking over a run from a supervisor that is gone (see `supervisor::adopt` for what the
+//! run directory says, and why an adopted run's exit status may be unknown).
+
+use std::time::Duration;
+
+use super::{Current, DEFAULT_GRACE, Phase, Run, io_err};
+use crate::profile;
+use crate::supervisor::SupervisorError;
+use crate::supervisor::adopt::{self, Adopted};
+use crate::supervisor::clock::{Clock, parse_rfc3339, rfc3339};
+use crate::supervisor::events::{Event, EventRecord, ExitInfo, RunStatus, Summary};
+use crate::supervisor::procfs;
+use crate::supervisor::restart::Attempt;
+use crate::supervisor::rundir::{PidRecord, RunDir};
+use crate::supervisor::signal;
+
+impl Run {
+    /// Take over the run in `dir` from a supervisor that is gone: watch it if it is alive,
+    /// record how it ended if it ended unwatched (applying the restart policy), or just report
+    /// a finished run.
+    pub fn adopt(dir: RunDir, clock: &dyn Clock) -> Result<Run, SupervisorError> {
+        let plan = dir
+            .read_launch()
+            .map_err(io_err(format!("reading {}", dir.launch_path().display())))?;
+        let profile = profile::Loader::new()
+            .load(&dir.profile_path())
+            .map_err(|source| SupervisorError::Profile {
+                path: dir.profile_path(),
+                source: Box::new(source),
+            })?;
+        let events = dir
+            .read_events()
+            .map_err(io_err(format!("reading {}", dir.events_path().display())))?;
+        let (history, attempt) = history_from(&events);
+        let read_summary = dir
+            .read_summary()
+            .map_err(io_err(format!("reading {}", dir.summary_path().display())))?;
+        let found =
+            adopt::adopt(&dir).map_err(io_err(format!("reading {}", dir.pid_path().display())))?;
+        let summary = read_summary.unwrap_or_else(|| Summary {
+            id: dir.id().to_string(),
+            name: profile.name.clone(),
+            status: RunStatus::Running,
+            pid: None,
+            attempt,
+            restarts: attempt,
+            started_at: rfc3339(clock.wall()),
+            ended_at: None,
+            duration_s: None,
+            exit_code: None,
+            signal: None,
+            signal_name: None,
+            description: None,
+            energy_j: None,
+            samples: None,
+        });
+        let first_start = parse_rfc3339(&summary.started_at).unwrap_or_else(|| clock.wall());
+        let mut run = Run {
+            dir,
+            plan,
+            policy: profile.run.restart,
+            current: None,
+            phase: Phase::Finished,
+            history,
+            attempt,
+            first_start,
+            summary,
+        };
+        match found {
+            Adopted::Finished(_) => {}
+            Adopted::Live {
+                pid,
+                start_time,
+                paused,
+            } => {
+                let rec = run.dir.read_pid().ok().flatten().unwrap_or(PidRecord {
+                    pid,
+                    start_time,
+                    boot_id: procfs::boot_id(),
+                });
+                run.current = Some(run.adopted_current(rec, clock));
+                let was = run.summary.status;
+                run.phase = if was == RunStatus::Stopping {
+                    // The last supervisor died mid-stop: SIGTERM went out; finish the job.
+                    let now = clock.now();
+                    Phase::Stopping {
+                        requested: now,
+                        deadline: now + DEFAULT_GRACE,
+                        killed: false,
+                        leader_exit: None,
+                    }
+                } else if paused {
+                    Phase::Paused
+                } else {
+                    Phase::Running
+                };
+                run.event(clock, Event::Adopted { pid, start_time })?;
+                run.summary.pid = Some(pid);
+                run.set_status(run.phase_status())?;
+            }
+            Adopted::Gone { pid, summary } => {
+                let was = summary.map(|s| s.status);
+                if was == Some(RunStatus::Backoff) {
+                    // It died waiting to be restarted: the wait is over.
+                    run.phase = Phase::Backoff { until: clock.now() };
+                } else if let Some(rec) = pid {
+                    let stopping = was == Some(RunStatus::Stopping);
+                    run.current = Some(run.adopted_current(rec, clock));
+                    let exit = run.adopted_exit();
+                    run.phase = Phase::Running;
+                    run.ended(clock, exit, stopping)?;
+                } else {
+                    run.finish(
+                        clock,
+                        RunStatus::Unknown,
+                        ExitInfo::unknown(),
+                        "never started, or its pid file was lost".into(),
+                    )?;
+                }
+            }
+        }
+        Ok(run)
+    }
+
+    pub(super) fn adopted_current(&self, rec: PidRecord, clock: &dyn Clock) -> Current {
+        // The pid file was written when the process started: its age is the attempt's age.
+        let started_wall = std::fs::metadata(self.dir.pid_path())
+            .and_then(|m| m.modified())
+            .unwrap_or_else(|_| clock.wall());
+        let age = clock
+            .wall()
+            .duration_since(started_wall)
+            .unwrap_or_default();
+        let now = clock.now();
+        let own_group = procfs::stat(rec.pid).is_ok_and(|st| st.pgrp == rec.pid as i32);
+        Current {
+            child: None,
+            own_group: own_group || signal::group_exists(rec.pid),
+            rec,
+            started: now.checked_sub(age).unwrap_or(now),
+            started_wall,
+        }
+    }
+
+    /// How an adopted process ended: the code it wrote itself after it started, else unknown.
+    pub(super) fn adopted_exit(&self) -> ExitInfo {
+        let started = self.current.as_ref().map(|c| c.started_wall);
+        match (self.dir.read_exit_code(), started) {
+            (Some((code, written)), Some(started)) if written >= started => ExitInfo::code(code),
+            _ => ExitInfo::unknown(),
+        }
+    }
+}
+
+/// Attempts and the current attempt number, rebuilt from `events.jsonl`.
+fn history_from(events: &[EventRecord]) -> (Vec<Attempt>, u32) {
+    let mut history = Vec::new();
+    let mut attempt = 0;
+    let mut stop_asked = false;
+    for rec in events {
+        match &rec.event {
+            Event::Started { attempt: a, .. } | Event::Restarted { attempt: a, .. } => {
+                attempt = *a;
+                stop_asked = false;
+            }
+            Event::StopRequested { .. } | Event::Killed { .. } => stop_asked = true,
+            Event::Exited {
+                code,
+                signal,
+                duration_s,
+                ..
+            } => history.push(Attempt {
+                exit: ExitInfo {
+                    code: *code,
+                    signal: *signal,
+                },
+                stopped_by_user: stop_asked,
+                ran_for: Duration::from_secs_f64(duration_s.max(0.0)),
+            }),
+            _ => {}
+        }
+    }
+    (history, attempt)
+}

@@ -1,0 +1,247 @@
+//! One attempt of a run: starting its process, noticing its end, signalling its group, and
+//! what the restart policy makes of the end.
+
+use std::time::Duration;
+
+use super::{Current, Phase, Run, io_err};
+use crate::supervisor::SupervisorError;
+use crate::supervisor::adopt;
+use crate::supervisor::clock::{Clock, rfc3339};
+use crate::supervisor::events::{Event, ExitInfo, RunStatus};
+use crate::supervisor::launch;
+use crate::supervisor::procfs;
+use crate::supervisor::restart::{self, Action, Attempt, GiveUp};
+use crate::supervisor::rundir::PidRecord;
+use crate::supervisor::signal::{self, Sig};
+
+impl Run {
+    /// Start the next attempt (the first, or a restart).
+    pub(super) fn launch_attempt(&mut self, clock: &dyn Clock) -> Result<(), SupervisorError> {
+        let restart = !self.history.is_empty();
+        let spawned = launch::spawn(&self.plan, &self.dir).map_err(io_err(format!(
+            "starting `{}`",
+            self.plan.argv.first().map(String::as_str).unwrap_or("")
+        )))?;
+        let rec = PidRecord {
+            pid: spawned.pid,
+            start_time: spawned.start_time,
+            boot_id: procfs::boot_id(),
+        };
+        self.dir
+            .write_pid(&rec)
+            .map_err(io_err(format!("writing {}", self.dir.pid_path().display())))?;
+        self.attempt = self.history.len() as u32;
+        let (pid, start_time, own_session) = (spawned.pid, spawned.start_time, spawned.own_session);
+        self.current = Some(Current {
+            child: Some(spawned.child),
+            rec,
+            own_group: spawned.own_group,
+            started: clock.now(),
+            started_wall: clock.wall(),
+        });
+        self.phase = Phase::Running;
+        let attempt = self.attempt;
+        self.event(
+            clock,
+            if restart {
+                Event::Restarted {
+                    attempt,
+                    pid,
+                    start_time,
+                    own_session,
+                }
+            } else {
+                Event::Started {
+                    attempt,
+                    pid,
+                    start_time,
+                    own_session,
+                }
+            },
+        )?;
+        self.summary.pid = Some(pid);
+        self.summary.attempt = attempt;
+        self.summary.restarts = attempt;
+        self.set_status(RunStatus::Running)
+    }
+
+    /// The current main process's exit, if it has ended.
+    pub(super) fn check_exit(&mut self) -> Result<Option<ExitInfo>, SupervisorError> {
+        let Some(cur) = self.current.as_mut() else {
+            return Ok(None);
+        };
+        match cur.child.as_mut() {
+            Some(child) => {
+                let status = child
+                    .try_wait()
+                    .map_err(io_err(format!("waiting for pid {}", cur.rec.pid)))?;
+                Ok(status.map(ExitInfo::from_status))
+            }
+            None if adopt::is_alive(&cur.rec) => Ok(None),
+            None => Ok(Some(self.adopted_exit())),
+        }
+    }
+
+    /// Whether any process of the group still runs (zombies do not count: an init that is slow
+    /// to reap, or a daemon that is pid 1 in a container, must not stretch every stop).
+    pub(super) fn group_alive(&self) -> bool {
+        self.current
+            .as_ref()
+            .is_some_and(|c| c.own_group && !procfs::running_in_group(c.rec.pid).is_empty())
+    }
+
+    /// Send `sig` to the run's group (or, without a group of its own, its main process).
+    pub(super) fn signal(&self, sig: Sig) -> Result<(), SupervisorError> {
+        let Some(cur) = &self.current else {
+            return Ok(());
+        };
+        let pid = cur.rec.pid;
+        let sent = if cur.own_group {
+            signal::to_group(pid, sig).or_else(|_| signal::to_process(pid, sig))
+        } else {
+            signal::to_process(pid, sig)
+        };
+        match sent {
+            // Already gone: poll will notice the exit.
+            Err(e) if e.raw_os_error() == Some(rustix::io::Errno::SRCH.raw_os_error()) => Ok(()),
+            r => r.map_err(io_err(format!("sending {sig:?} to run {}", self.id()))),
+        }
+    }
+
+    /// The grace period is over (or `--kill`): SIGKILL to the group.
+    pub(super) fn escalate(
+        &mut self,
+        clock: &dyn Clock,
+        after: Duration,
+    ) -> Result<(), SupervisorError> {
+        self.signal(Sig::Kill)?;
+        if let Phase::Stopping { killed, .. } = &mut self.phase {
+            *killed = true;
+        }
+        self.event(
+            clock,
+            Event::Killed {
+                after_s: after.as_secs_f64(),
+            },
+        )
+    }
+
+    /// The current attempt's main process ended with `exit`.
+    pub(super) fn ended(
+        &mut self,
+        clock: &dyn Clock,
+        exit: ExitInfo,
+        stopped_by_user: bool,
+    ) -> Result<(), SupervisorError> {
+        let killed = matches!(self.phase, Phase::Stopping { killed: true, .. });
+        let Some(cur) = self.current.take() else {
+            return Ok(());
+        };
+        let pid = cur.rec.pid;
+        // Leftovers of the group (the grace period, if any, is over): kill them. A pgid is never
+        // reused while any process is in the group, so this cannot hit a stranger.
+        if cur.own_group && !procfs::running_in_group(pid).is_empty() {
+            let _ = signal::to_group(pid, Sig::Kill);
+        }
+        let ran_for = clock.now().saturating_duration_since(cur.started);
+        let mut description = exit.describe();
+        if killed {
+            description.push_str(" after the grace period");
+        }
+        self.event(
+            clock,
+            Event::Exited {
+                attempt: self.attempt,
+                pid,
+                code: exit.code,
+                signal: exit.signal,
+                signal_name: exit.signal_name().map(str::to_string),
+                description: description.clone(),
+                duration_s: ran_for.as_secs_f64(),
+            },
+        )?;
+        self.history.push(Attempt {
+            exit,
+            stopped_by_user,
+            ran_for,
+        });
+        self.summary.exit_code = exit.code;
+        self.summary.signal = exit.signal;
+        self.summary.signal_name = exit.signal_name().map(str::to_string);
+        self.summary.description = Some(description.clone());
+
+        if stopped_by_user {
+            self.event(clock, Event::Stopped {})?;
+            return self.finish(
+                clock,
+                RunStatus::Stopped,
+                exit,
+                format!("stopped: {description}"),
+            );
+        }
+        match restart::next_action(&self.policy, &self.history) {
+            Action::Restart { after } => {
+                self.phase = Phase::Backoff {
+                    until: clock.now() + after,
+                };
+                self.event(
+                    clock,
+                    Event::RestartScheduled {
+                        attempt: self.attempt + 1,
+                        after_s: after.as_secs_f64(),
+                    },
+                )?;
+                self.set_status(RunStatus::Backoff)
+            }
+            Action::GiveUp(why) => {
+                let status = if exit.is_success() {
+                    RunStatus::Succeeded
+                } else if exit.is_unknown() {
+                    RunStatus::Unknown
+                } else {
+                    RunStatus::Failed
+                };
+                if let GiveUp::MaxRestarts(_) = why {
+                    self.event(
+                        clock,
+                        Event::GaveUp {
+                            reason: why.to_string(),
+                        },
+                    )?;
+                    description = format!("{description}; {why}");
+                }
+                self.finish(clock, status, exit, description)
+            }
+        }
+    }
+
+    pub(super) fn finish(
+        &mut self,
+        clock: &dyn Clock,
+        status: RunStatus,
+        exit: ExitInfo,
+        description: String,
+    ) -> Result<(), SupervisorError> {
+        let now = clock.wall();
+        self.phase = Phase::Finished;
+        self.summary.status = status;
+        self.summary.ended_at = Some(rfc3339(now));
+        self.summary.duration_s = Some(
+            now.duration_since(self.first_start)
+                .unwrap_or_default()
+                .as_secs_f64(),
+        );
+        self.summary.exit_code = exit.code;
+        self.summary.signal = exit.signal;
+        self.summary.signal_name = exit.signal_name().map(str::to_string);
+        self.summary.description = Some(description.clone());
+        self.event(
+            clock,
+            Event::Finished {
+                status,
+                description,
+            },
+        )?;
+        self.write_summary()
+    }
+}

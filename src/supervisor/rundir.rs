@@ -1,0 +1,352 @@
+//! A run's directory, `$STATE/runs/<id>/`, and the files in it:
+//!
+//! | file | what |
+//! | --- | --- |
+//! | `run.toml` | the resolved profile (a valid profile file itself) |
+//! | `launch.json` | the exact argv, cwd and environment started (mode 0600: the environment may hold secrets) |
+//! | `stdout.log`, `stderr.log` | the run's output, written by the run itself (its fds point at these files) |
+//! | `events.jsonl` | lifecycle events, one JSON object a line |
+//! | `summary.json` | status, exit, times; rewritten at each change |
+//! | `pid` | `PID START_TIME BOOT_ID` of the current process, for adoption |
+//! | `exit_code` | optional: written by the run itself, read when an adopted run ends |
+//!
+//! Run ids are `YYYYMMDD-HHMMSS-NAME` in UTC (they sort by time and read at a glance); a second
+//! run of the same name in the same second gets `-2`, `-3`, … The directory is created with
+//! `create_dir`, so two supervisors can never get the same id.
+
+use std::fs::{self, DirBuilder, File, OpenOptions};
+use std::io::{self, BufRead, BufReader, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use super::clock::utc_fields;
+use super::events::{EventRecord, Summary};
+use super::launch::LaunchPlan;
+
+/// Where a run's process is: pid plus the start time that makes the pid unambiguous.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PidRecord {
+    pub pid: u32,
+    /// `/proc/PID/stat` field 22 (clock ticks after boot).
+    pub start_time: u64,
+    /// `/proc/sys/kernel/random/boot_id` when it was written.
+    pub boot_id: Option<String>,
+}
+
+impl PidRecord {
+    fn to_line(&self) -> String {
+        match &self.boot_id {
+            Some(b) => format!("{} {} {b}\n", self.pid, self.start_time),
+            None => format!("{} {}\n", self.pid, self.start_time),
+        }
+    }
+
+    fn parse(text: &str) -> Option<PidRecord> {
+        let mut words = text.split_whitespace();
+        Some(PidRecord {
+            pid: words.next()?.parse().ok()?,
+            start_time: words.next()?.parse().ok()?,
+            boot_id: words.next().map(str::to_string),
+        })
+    }
+}
+
+/// The id for a run named `name` started at `now`: `20261130-031500-train-simple`.
+pub fn run_id(now: SystemTime, name: &str) -> String {
+    let (y, mo, d, h, mi, s, _) = utc_fields(now);
+    format!("{y:04}{mo:02}{d:02}-{h:02}{mi:02}{s:02}-{name}")
+}
+
+/// One run's directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunDir {
+    path: PathBuf,
+    id: String,
+}
+
+impl RunDir {
+    /// Where runs live under a state directory.
+    pub fn runs_root(state_dir: &Path) -> PathBuf {
+        state_dir.join("runs")
+    }
+
+    /// Make a new, empty run directory under `$STATE/runs/` (mode 0700).
+    pub fn create(state_dir: &Path, name: &str, now: SystemTime) -> io::Result<RunDir> {
+        let root = RunDir::runs_root(state_dir);
+        DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&root)?;
+        let base = run_id(now, name);
+        for n in 1.. {
+            let id = if n == 1 {
+                base.clone()
+            } else {
+                format!("{base}-{n}")
+            };
+            let path = root.join(&id);
+            match DirBuilder::new().mode(0o700).create(&path) {
+                Ok(()) => return Ok(RunDir { path, id }),
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists && n < 1000 => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        unreachable!("the loop returns")
+    }
+
+    /// An existing run directory; its id is its file name.
+    pub fn open(path: impl Into<PathBuf>) -> io::Result<RunDir> {
+        let path = path.into();
+        if !path.is_dir() {
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("{}: no such run directory", path.display()),
+            ));
+        }
+        let id = path
+            .file_name()
+            .map(|f| f.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        Ok(RunDir { path, id })
+    }
+
+    /// Every run directory under `$STATE/runs/`, oldest first (ids sort by time).
+    pub fn list(state_dir: &Path) -> io::Result<Vec<RunDir>> {
+        let root = RunDir::runs_root(state_dir);
+        let entries = match fs::read_dir(&root) {
+            Ok(e) => e,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(e),
+        };
+        let mut dirs = Vec::new();
+        for entry in entries {
+            let entry = entry?;
+            if entry.file_type()?.is_dir() {
+                dirs.push(RunDir::open(entry.path())?);
+            }
+        }
+        dirs.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(dirs)
+    }
+
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+    pub fn profile_path(&self) -> PathBuf {
+        self.path.join("run.toml")
+    }
+    pub fn launch_path(&self) -> PathBuf {
+        self.path.join("launch.json")
+    }
+    pub fn stdout_path(&self) -> PathBuf {
+        self.path.join("stdout.log")
+    }
+    pub fn stderr_path(&self) -> PathBuf {
+        self.path.join("stderr.log")
+    }
+    pub fn events_path(&self) -> PathBuf {
+        self.path.join("events.jsonl")
+    }
+    pub fn summary_path(&self) -> PathBuf {
+        self.path.join("summary.json")
+    }
+    pub fn pid_path(&self) -> PathBuf {
+        self.path.join("pid")
+    }
+    pub fn exit_code_path(&self) -> PathBuf {
+        self.path.join("exit_code")
+    }
+
+    /// Open a log file for a process to write to directly (append: restarts add to it).
+    pub fn open_log(path: &Path) -> io::Result<File> {
+        OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(0o600)
+            .open(path)
+    }
+
+    pub fn write_profile(&self, toml: &str) -> io::Result<()> {
+        write_atomic(&self.profile_path(), toml.as_bytes(), 0o600)
+    }
+
+    pub fn write_launch(&self, plan: &LaunchPlan) -> io::Result<()> {
+        let json = serde_json::to_vec_pretty(plan).map_err(io::Error::other)?;
+        write_atomic(&self.launch_path(), &json, 0o600)
+    }
+
+    pub fn read_launch(&self) -> io::Result<LaunchPlan> {
+        let bytes = fs::read(self.launch_path())?;
+        serde_json::from_slice(&bytes).map_err(|e| bad_data(&self.launch_path(), e))
+    }
+
+    pub fn write_pid(&self, rec: &PidRecord) -> io::Result<()> {
+        write_atomic(&self.pid_path(), rec.to_line().as_bytes(), 0o644)
+    }
+
+    /// The pid file, or None when there is none yet.
+    pub fn read_pid(&self) -> io::Result<Option<PidRecord>> {
+        match fs::read_to_string(self.pid_path()) {
+            Ok(text) => PidRecord::parse(&text)
+                .map(Some)
+                .ok_or_else(|| bad_data(&self.pid_path(), "expected `PID START_TIME [BOOT_ID]`")),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Append one event line. One `write` of a whole line on an `O_APPEND` file, so lines from
+    /// two writers never interleave.
+    pub fn append_event(&self, rec: &EventRecord) -> io::Result<()> {
+        let mut line = serde_json::to_string(rec).map_err(io::Error::other)?;
+        line.push('\n');
+        let mut f = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(0o644)
+            .open(self.events_path())?;
+        f.write_all(line.as_bytes())
+    }
+
+    /// Every event, in order. A line that does not parse (cut short by a crash mid-write) is
+    /// skipped rather than making the whole history unreadable.
+    pub fn read_events(&self) -> io::Result<Vec<EventRecord>> {
+        let f = match File::open(self.events_path()) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(e),
+        };
+        let mut out = Vec::new();
+        for line in BufReader::new(f).lines() {
+            if let Ok(rec) = serde_json::from_str(&line?) {
+                out.push(rec);
+            }
+        }
+        Ok(out)
+    }
+
+    pub fn write_summary(&self, s: &Summary) -> io::Result<()> {
+        let mut json = serde_json::to_vec_pretty(s).map_err(io::Error::other)?;
+        json.push(b'\n');
+        write_atomic(&self.summary_path(), &json, 0o644)
+    }
+
+    pub fn read_summary(&self) -> io::Result<Option<Summary>> {
+        match fs::read(self.summary_path()) {
+            Ok(bytes) => serde_json::from_slice(&bytes)
+                .map(Some)
+                .map_err(|e| bad_data(&self.summary_path(), e)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The exit code a run wrote itself to `exit_code` (see the module doc), if any.
+    pub fn read_exit_code(&self) -> Option<(i32, SystemTime)> {
+        let path = self.exit_code_path();
+        let code = fs::read_to_string(&path).ok()?.trim().parse().ok()?;
+        let mtime = fs::metadata(&path).ok()?.modified().ok()?;
+        Some((code, mtime))
+    }
+}
+
+fn bad_data(path: &Path, e: impl std::fmt::Display) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("{}: {e}", path.display()),
+    )
+}
+
+/// Write to a temporary file and rename it over `path`, so a reader (or a crash) never sees
+/// half a file.
+fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
+    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    {
+        let mut f = OpenOptions::new()
+            .create(true)
+            .write(true)
+            .truncate(true)
+            .mode(mode)
+            .open(&tmp)?;
+        f.write_all(bytes)?;
+    }
+    fs::rename(&tmp, path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::supervisor::events::Event;
+    use std::time::{Duration, UNIX_EPOCH};
+
+    #[test]
+    fn ids_are_utc_time_and_name_and_unique() {
+        let t = UNIX_EPOCH + Duration::from_secs(1_796_008_500);
+        assert_eq!(run_id(t, "train-simple"), "20261130-031500-train-simple");
+        let tmp = tempfile::tempdir().unwrap();
+        let a = RunDir::create(tmp.path(), "x", t).unwrap();
+        let b = RunDir::create(tmp.path(), "x", t).unwrap();
+        assert_eq!(a.id(), "20261130-031500-x");
+        assert_eq!(b.id(), "20261130-031500-x-2");
+        let listed: Vec<String> = RunDir::list(tmp.path())
+            .unwrap()
+            .iter()
+            .map(|d| d.id().to_string())
+            .collect();
+        assert_eq!(listed, [a.id(), b.id()]);
+        use std::os::unix::fs::PermissionsExt;
+        let mode = fs::metadata(a.path()).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700);
+    }
+
+    #[test]
+    fn pid_file_round_trip() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = RunDir::create(tmp.path(), "p", SystemTime::now()).unwrap();
+        assert_eq!(d.read_pid().unwrap(), None);
+        let rec = PidRecord {
+            pid: 12,
+            start_time: 345,
+            boot_id: Some("abc".into()),
+        };
+        d.write_pid(&rec).unwrap();
+        assert_eq!(fs::read_to_string(d.pid_path()).unwrap(), "12 345 abc\n");
+        assert_eq!(d.read_pid().unwrap(), Some(rec));
+        fs::write(d.pid_path(), "garbage").unwrap();
+        assert!(d.read_pid().is_err());
+    }
+
+    #[test]
+    fn events_append_and_skip_torn_lines() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = RunDir::create(tmp.path(), "e", SystemTime::now()).unwrap();
+        let rec = |e| EventRecord {
+            time: "t".into(),
+            event: e,
+        };
+        d.append_event(&rec(Event::Paused {})).unwrap();
+        OpenOptions::new()
+            .append(true)
+            .open(d.events_path())
+            .unwrap()
+            .write_all(b"{\"time\":\"t\",\"ev")
+            .unwrap();
+        fs::write(
+            d.events_path(),
+            fs::read_to_string(d.events_path()).unwrap() + "\n",
+        )
+        .unwrap();
+        d.append_event(&rec(Event::Resumed {})).unwrap();
+        let events: Vec<Event> = d
+            .read_events()
+            .unwrap()
+            .into_iter()
+            .map(|r| r.event)
+            .collect();
+        assert_eq!(events, [Event::Paused {}, Event::Resumed {}]);
+    }
+}
