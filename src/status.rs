@@ -31,8 +31,8 @@ pub fn render_table(snap: &Snapshot) -> String {
         .max(4);
     let _ = writeln!(
         out,
-        "{:>3}  {:<name_w$}  {:>5}  {:>17}  {:>9}  {:>13}  {:>8}  {}",
-        "GPU", "NAME", "UTIL", "MEMORY", "TEMP", "POWER / CAP", "SM CLK", "THROTTLE"
+        "{:>3}  {:<name_w$}  {:>5}  {:>17}  {:>9}  {:>13}  {:>8}  THROTTLE",
+        "GPU", "NAME", "UTIL", "MEMORY", "TEMP", "POWER / CAP", "SM CLK"
     );
     for g in &snap.gpus {
         let _ = writeln!(out, "{}", gpu_row(g, name_w));
