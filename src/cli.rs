@@ -71,6 +71,132 @@ pub enum Command {
     Demo(TuiArgs),
     /// One-shot snapshot of every GPU (like gpustat; --json for scripts).
     Status(StatusArgs),
+    /// The background daemon: GPU sampling, history, runs, event log (one per GPUPILOT_HOME).
+    #[command(
+        long_about = "The background daemon: it samples the GPUs, keeps their history, supervises \
+runs and writes the node's event log; the console and the other commands are its clients over a \
+Unix socket. One per GPUPILOT_HOME. Runs outlive it: on SIGTERM or SIGINT it leaves them running, \
+and the next daemon adopts them. See docs/operations.md."
+    )]
+    Daemon(DaemonArgs),
+    /// Start a supervised run from a profile or a command line.
+    #[command(long_about = RUN_ABOUT)]
+    Run(RunArgs),
+    /// List runs: id, status, pid, uptime, restarts, exit, GPUs, command.
+    Ps(PsArgs),
+    /// Follow a run's output (the newest live run unless RUN is given); Ctrl-C detaches.
+    #[command(long_about = ATTACH_ABOUT)]
+    Attach(AttachArgs),
+    /// Print a run's output; -f follows it until the run ends.
+    Logs(LogsArgs),
+    /// Stop a run: SIGTERM to its process group, SIGKILL after the grace period.
+    Stop(StopArgs),
+    /// Work with run profiles.
+    #[command(subcommand)]
+    Profile(ProfileCommand),
+}
+
+const RUN_ABOUT: &str =
+    "Start a supervised run from a profile (PROFILE.toml, see docs/profiles.md) or from a \
+command line after `--`. The run starts in its own session with its output written to files, so it \
+outlives this terminal, the console and the daemon.
+
+Prints the run's id. Without --detach it then follows the run's output (like `gpupilot logs -f`) \
+until the run ends, and exits with the run's exit code; Ctrl-C (or a dropped SSH session) only \
+detaches: the run goes on, and `gpupilot attach` follows it again. (Attaching the console's Run \
+view here comes with that view.)
+
+`run -- CMD…` sets PYTHONUNBUFFERED=1 unless you have set it, so that Python's output reaches the \
+log as it is printed. A daemon is started in the background when none answers.";
+
+const ATTACH_ABOUT: &str = "Follow a run's output: the last lines, then everything new, until the run \
+ends. Ctrl-C detaches and leaves the run running. RUN is an id, a unique id prefix, a run name, or \
+`last`; without it, the newest live run. (Attaching the console's Run view comes with that view.)";
+
+/// Options of `gpupilot daemon`.
+#[derive(Debug, Args, Clone)]
+pub struct DaemonArgs {
+    /// Start in the background (own session, output to $STATE/daemon.log), print its pid once it
+    /// answers, and return.
+    #[arg(long)]
+    pub detach: bool,
+    /// Refuse every change: starting, stopping or signalling runs (watching still works).
+    #[arg(long)]
+    pub readonly: bool,
+    /// GPU samples per second kept in history and pushed to clients.
+    #[arg(long, value_name = "HZ", default_value_t = 1.0, value_parser = parse_rate)]
+    pub rate: f64,
+    /// Internal: started by --detach; call setsid(2) and log to the file only.
+    #[arg(long, hide = true)]
+    pub new_session: bool,
+}
+
+/// Options of `gpupilot run`.
+#[derive(Debug, Args, Clone)]
+pub struct RunArgs {
+    /// The profile to run (a TOML file; `extends` looks in its directory, then
+    /// $CONFIG/profiles, then the shipped profiles).
+    #[arg(value_name = "PROFILE.toml", required_unless_present = "command")]
+    pub profile: Option<PathBuf>,
+    /// The command to run instead of a profile, after `--`: `gpupilot run -- python3 train.py`.
+    #[arg(last = true, value_name = "CMD", conflicts_with = "profile")]
+    pub command: Vec<String>,
+    /// Print the run's id and return at once instead of following its output.
+    #[arg(long, short = 'd')]
+    pub detach: bool,
+    /// The run's name (part of its id) instead of the profile's or the command's.
+    #[arg(long, value_name = "NAME")]
+    pub name: Option<String>,
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct PsArgs {
+    /// Print JSON (an array of runs) instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct AttachArgs {
+    /// An id, a unique id prefix, a run name, or `last`.
+    #[arg(value_name = "RUN")]
+    pub run: Option<String>,
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct LogsArgs {
+    /// An id, a unique id prefix, a run name, or `last`.
+    #[arg(value_name = "RUN")]
+    pub run: String,
+    /// Keep printing new output until the run ends (Ctrl-C stops following).
+    #[arg(long, short = 'f')]
+    pub follow: bool,
+    /// The run's stderr instead of its stdout.
+    #[arg(long)]
+    pub stderr: bool,
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct StopArgs {
+    /// An id, a unique id prefix, a run name, or `last`.
+    #[arg(value_name = "RUN")]
+    pub run: String,
+    /// SIGKILL now instead of SIGTERM and a grace period.
+    #[arg(long)]
+    pub kill: bool,
+    /// Seconds between SIGTERM and SIGKILL.
+    #[arg(long, value_name = "SECONDS", default_value_t = 10.0)]
+    pub grace: f64,
+}
+
+#[derive(Debug, Subcommand, Clone)]
+pub enum ProfileCommand {
+    /// Load a profile, follow `extends`, and print what would run, or every problem as
+    /// FILE:LINE:COL (exit status 1).
+    Check {
+        #[arg(value_name = "FILE")]
+        file: PathBuf,
+    },
 }
 
 /// Options of the console.
@@ -89,6 +215,16 @@ pub struct StatusArgs {
     /// Wait at most this many seconds for a GPU that does not answer.
     #[arg(long, value_name = "SECONDS", default_value_t = 3.0)]
     pub timeout: f64,
+}
+
+fn parse_rate(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .parse()
+        .map_err(|_| format!("`{s}` is not a number of samples per second"))?;
+    if !(0.01..=100.0).contains(&v) {
+        return Err(format!("rate must be between 0.01 and 100 Hz, got {v}"));
+    }
+    Ok(v)
 }
 
 fn parse_refresh(s: &str) -> Result<f64, String> {
@@ -122,5 +258,55 @@ mod tests {
         assert_eq!(cli.global.sim.gpus, 8);
         assert!(matches!(cli.command, Some(Command::Demo(TuiArgs { refresh })) if refresh == 2.0));
         assert!(Cli::try_parse_from(["gpupilot", "status", "--gpus", "0"]).is_err());
+    }
+
+    #[test]
+    fn run_takes_a_profile_or_a_command() {
+        let cli =
+            Cli::try_parse_from(["gpupilot", "run", "--detach", "--", "python3", "-u", "t.py"])
+                .unwrap();
+        let Some(Command::Run(r)) = cli.command else {
+            panic!("not run")
+        };
+        assert_eq!(r.command, ["python3", "-u", "t.py"]);
+        assert!(r.detach && r.profile.is_none());
+        let cli = Cli::try_parse_from(["gpupilot", "run", "p.toml"]).unwrap();
+        assert!(matches!(
+            cli.command,
+            Some(Command::Run(RunArgs {
+                profile: Some(_),
+                ..
+            }))
+        ));
+        assert!(
+            Cli::try_parse_from(["gpupilot", "run"]).is_err(),
+            "nothing to run"
+        );
+        assert!(Cli::try_parse_from(["gpupilot", "run", "p.toml", "--", "x"]).is_err());
+        let cli =
+            Cli::try_parse_from(["gpupilot", "--source", "sim", "daemon", "--readonly"]).unwrap();
+        assert!(matches!(
+            cli.command,
+            Some(Command::Daemon(DaemonArgs {
+                readonly: true,
+                detach: false,
+                ..
+            }))
+        ));
+        assert!(Cli::try_parse_from(["gpupilot", "daemon", "--rate", "0"]).is_err());
+        let cli = Cli::try_parse_from(["gpupilot", "logs", "last", "-f", "--stderr"]).unwrap();
+        assert!(matches!(
+            cli.command,
+            Some(Command::Logs(LogsArgs {
+                follow: true,
+                stderr: true,
+                ..
+            }))
+        ));
+        let cli = Cli::try_parse_from(["gpupilot", "profile", "check", "x.toml"]).unwrap();
+        assert!(matches!(
+            cli.command,
+            Some(Command::Profile(ProfileCommand::Check { .. }))
+        ));
     }
 }

@@ -9,10 +9,12 @@
 //! Absent values are never recorded as zeros: a metric the GPU did not report leaves a gap.
 
 use crate::telemetry::Snapshot;
+use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 
-/// The per-GPU series gpupilot keeps.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// The per-GPU series gpupilot keeps (`util_gpu`, `memory_used`, … in the daemon protocol).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Metric {
     UtilGpu,
     UtilMem,
@@ -46,7 +48,7 @@ impl Metric {
 }
 
 /// One chart point: the samples in `[t - width/2, t + width/2)` summarised.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Point {
     /// Centre of the span the point covers, seconds since the epoch.
     pub t: f64,
@@ -222,8 +224,11 @@ impl Series {
             }
         };
         // The finest level that still reaches back to `from`; else the one reaching furthest.
+        // A ring that has never dropped a sample holds the whole series, however young: a
+        // coarse tier would place its one open bucket at a centre that may lie past `to`.
         let raw_oldest = self.raw.front().map(|&(t, _)| t);
-        if raw_oldest.is_some_and(|o| o <= from) || self.tiers.is_empty() {
+        let raw_complete = self.raw.len() < self.raw_capacity;
+        if raw_oldest.is_some_and(|o| o <= from) || raw_complete || self.tiers.is_empty() {
             for &(t, v) in &self.raw {
                 put(&mut bins, t, Bucket::new(t, v));
             }
@@ -405,6 +410,19 @@ mod tests {
         assert_eq!(pts[0].mean, 0.0);
         assert_eq!(pts[19].mean, 19.0);
         assert_eq!(h.last(0, Metric::Power), Some((101.9, 19.0)));
+    }
+
+    #[test]
+    fn a_young_series_shows_in_a_wide_window() {
+        // Two seconds of samples, asked for as two columns of a minute: both land in the last
+        // column rather than in a coarse bucket centred in the future.
+        let mut h = History::new(small());
+        for i in 0..20 {
+            h.push(0, Metric::Power, 1000.0 + i as f64 * 0.1, 5.0);
+        }
+        let pts = h.window(0, Metric::Power, 1002.0 - 60.0, 1003.0, 2);
+        assert_eq!(pts.len(), 1, "{pts:?}");
+        assert_eq!((pts[0].min, pts[0].max), (5.0, 5.0));
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //!
 //! # Layout
 //!
-//! Data flows one way: sources → sampler → history → views.
+//! Data flows one way: sources → sampler → history → views. In daily use the sampler, the
+//! history and the runs live in the daemon, and the console and the CLI are its clients.
 //!
 //! - [`telemetry`]: sample types (every metric optional), the [`telemetry::Source`] trait, the
 //!   NVML source, the simulator source (over the `gpusim` crate), the host (sysinfo), and the
@@ -13,14 +14,24 @@
 //! - [`config`]: where files live (XDG or `GPUPILOT_HOME`), themes and keymaps.
 //! - [`profile`]: the run profile format (`profiles/*.toml`): parse, `extends`, validate.
 //! - [`supervisor`]: start, stop, pause, restart and re-adopt runs; their run directories.
+//! - [`daemon`]: `gpupilot daemon`, the one process per `GPUPILOT_HOME` that owns sampling,
+//!   history, runs and the node's event log, serving its clients on a Unix socket.
+//! - [`protocol`]: the versioned newline-delimited JSON messages between daemon and clients.
+//! - [`client`]: a blocking, thread-safe client of the daemon (answers by id, pushes on a
+//!   channel).
+//! - [`commands`]: `daemon`, `run`, `ps`, `attach`, `logs`, `stop`, `profile check`.
 //! - [`cli`]: the command line; `main.rs` only parses it and calls in here.
 //!
 //! This crate has no `unsafe`: FFI lives in nvml-wrapper and, for tests, in `crates/fake-nvml`.
 
 pub mod cli;
+pub mod client;
+pub mod commands;
 pub mod config;
+pub mod daemon;
 pub mod history;
 pub mod profile;
+pub mod protocol;
 pub mod status;
 pub mod supervisor;
 pub mod telemetry;

@@ -2,7 +2,8 @@
 
 use anyhow::Context;
 use clap::Parser;
-use gpupilot::cli::{Cli, Command, GlobalArgs, SourceKind, StatusArgs, TuiArgs};
+use gpupilot::cli::{Cli, Command, GlobalArgs, ProfileCommand, SourceKind, StatusArgs, TuiArgs};
+use gpupilot::commands;
 use gpupilot::telemetry::open::{open_sim, open_source};
 use gpupilot::telemetry::{Sampler, SamplerConfig};
 use gpupilot::{status, tui};
@@ -26,6 +27,13 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         None => console(&g, TuiArgs { refresh: 1.0 }, false),
         Some(Command::Demo(args)) => console(&g, args, true),
         Some(Command::Status(args)) => status(&g, &args),
+        Some(Command::Daemon(args)) => commands::daemon::daemon(&g, &args),
+        Some(Command::Run(args)) => commands::runs::run(&g, &args),
+        Some(Command::Ps(args)) => commands::runs::ps(&args),
+        Some(Command::Attach(args)) => commands::runs::attach(&g, &args),
+        Some(Command::Logs(args)) => commands::runs::logs(&args),
+        Some(Command::Stop(args)) => commands::runs::stop(&args),
+        Some(Command::Profile(ProfileCommand::Check { file })) => commands::profile::check(&file),
     }
 }
 

@@ -169,6 +169,16 @@ pub enum Event {
         status: RunStatus,
         description: String,
     },
+    /// Someone asked for a change (the daemon records who): `what` went from `old` to `new`,
+    /// because `why`. E.g. `by` = `alice (uid 1000) via gpupilot (pid 4242)`, `what` =
+    /// `status`, `old` = `running`, `new` = `stopping`, `why` = `gpupilot stop`.
+    Changed {
+        by: String,
+        what: String,
+        old: Option<String>,
+        new: Option<String>,
+        why: Option<String>,
+    },
 }
 
 /// One line of `events.jsonl`.

@@ -284,7 +284,10 @@ mod tests {
         let first = sampler.latest();
         assert_eq!(first.gpus.len(), 2);
         assert!(first.gpus[1].stale, "never answered: a stale placeholder");
-        assert_eq!(first.gpus[1].power_w, None, "placeholder values are absent, not zero");
+        assert_eq!(
+            first.gpus[1].power_w, None,
+            "placeholder values are absent, not zero"
+        );
 
         let rx = sampler.subscribe();
         let p0 = first.gpus[0].power_w.unwrap();
@@ -297,6 +300,9 @@ mod tests {
         );
         // Released, GPU 1 recovers.
         release_tx.send(()).unwrap();
-        assert!(wait_until(Duration::from_secs(3), || !sampler.latest().gpus[1].stale));
+        assert!(wait_until(Duration::from_secs(3), || !sampler
+            .latest()
+            .gpus[1]
+            .stale));
     }
 }

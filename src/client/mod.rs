@@ -1,0 +1,388 @@
+//! A client of the daemon: connect, say hello, send requests and get their answers, and receive
+//! pushed updates (telemetry snapshots, node events) on a channel.
+//!
+//! Blocking, so that CLI commands stay plain code, and thread-safe, so that the TUI can hold one
+//! in an `Arc` and bridge [`Client::updates`] into its event loop as it does with the sampler.
+//! One reader thread per connection routes answers to their requests (by id) and everything
+//! else to the updates channel.
+//!
+//! A client checks the daemon too: the socket's owner (SO_PEERCRED) must be this user or root.
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crossbeam_channel::{Receiver, Sender, TrySendError, bounded};
+
+use crate::config::Paths;
+use crate::daemon::{Peer, peer_allowed, socket_path};
+use crate::protocol::{
+    self, ClientFrame, ErrorCode, MAX_REPLY_FRAME, NodeEventRecord, Request, Response, ServerFrame,
+};
+use crate::telemetry::Snapshot;
+
+/// How long a request waits for its answer unless told otherwise.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Pushed updates held for a reader of [`Client::updates`]. When it is full, new snapshots are
+/// dropped (the next one supersedes them); other updates wait for room.
+const UPDATES_QUEUE: usize = 256;
+
+/// Why talking to the daemon failed. Messages say what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("no gpupilot daemon answers at {}: start one with `gpupilot daemon --detach`", socket.display())]
+    NoDaemon {
+        socket: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Refused(String),
+    /// The daemon answered with an error.
+    #[error("{message}")]
+    Daemon { code: ErrorCode, message: String },
+    #[error("the daemon closed the connection (it may have stopped; its log is $STATE/daemon.log)")]
+    Closed,
+    #[error("the daemon did not answer {what} within {} s", timeout.as_secs_f64())]
+    Timeout {
+        what: &'static str,
+        timeout: Duration,
+    },
+    #[error("talking to the daemon: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("the daemon answered {what} with something unexpected: {got}")]
+    Unexpected { what: &'static str, got: String },
+    #[error("starting a daemon: {0}")]
+    Spawn(String),
+}
+
+impl ClientError {
+    /// The daemon's error code, when the daemon refused the request.
+    pub fn code(&self) -> Option<ErrorCode> {
+        match self {
+            ClientError::Daemon { code, .. } => Some(*code),
+            _ => None,
+        }
+    }
+}
+
+/// What the daemon said in its welcome.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Welcome {
+    pub version: u32,
+    pub daemon_pid: u32,
+    pub node: String,
+    pub readonly: bool,
+}
+
+/// Something the daemon pushed (not an answer).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Update {
+    Telemetry(Box<Snapshot>),
+    Event(NodeEventRecord),
+    /// Events were dropped because this client read too slowly.
+    Lagged(u64),
+    /// The daemon is stopping.
+    Shutdown(String),
+    /// An error not tied to a request (the daemon closes the connection after it).
+    Error {
+        code: ErrorCode,
+        message: String,
+    },
+    /// The connection is gone; nothing more will come.
+    Closed,
+}
+
+/// One piece of a run's log (see `Request::Logs`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogChunk {
+    /// The run's full id.
+    pub run: String,
+    pub data: String,
+    pub next_offset: u64,
+    pub size: u64,
+    /// The run has ended: once `next_offset == size` there is nothing more.
+    pub finished: bool,
+}
+
+mod calls;
+
+type Pending = Arc<Mutex<HashMap<u64, Sender<Response>>>>;
+
+/// A connection to the daemon. See the module doc.
+pub struct Client {
+    writer: Mutex<UnixStream>,
+    pending: Pending,
+    next_id: AtomicU64,
+    updates: Receiver<Update>,
+    welcome: Welcome,
+    socket: PathBuf,
+    timeout: Duration,
+}
+
+impl Client {
+    /// Connect to the daemon for `paths` as `gpupilot-cli`.
+    pub fn connect(paths: &Paths) -> Result<Client, ClientError> {
+        Client::connect_to(
+            &socket_path(paths),
+            &format!("gpupilot-cli {}", env!("CARGO_PKG_VERSION")),
+        )
+    }
+
+    /// Connect to the daemon at `socket`, saying hello as `client_name`.
+    pub fn connect_to(socket: &Path, client_name: &str) -> Result<Client, ClientError> {
+        let stream = UnixStream::connect(socket).map_err(|source| ClientError::NoDaemon {
+            socket: socket.to_path_buf(),
+            source,
+        })?;
+        let me = rustix::process::getuid().as_raw();
+        let daemon = Peer::of(&stream)?;
+        if !peer_allowed(me, daemon.uid) {
+            return Err(ClientError::Refused(format!(
+                "the socket {} is served by uid {}, not by you (uid {me}) or root: refusing to use it",
+                socket.display(),
+                daemon.uid
+            )));
+        }
+        let mut reader = BufReader::new(stream.try_clone()?);
+        let mut writer = stream;
+        let hello = ClientFrame {
+            id: 0,
+            request: Request::Hello {
+                version: protocol::VERSION,
+                client: client_name.into(),
+            },
+        };
+        writer.set_read_timeout(Some(DEFAULT_TIMEOUT))?;
+        writer.write_all(protocol::encode(&hello).as_bytes())?;
+        let frame = match read_frame(&mut reader) {
+            Ok(Some(f)) => f,
+            Ok(None) => return Err(ClientError::Closed),
+            Err(e) if is_timeout(&e) => {
+                return Err(ClientError::Timeout {
+                    what: "hello",
+                    timeout: DEFAULT_TIMEOUT,
+                });
+            }
+            Err(e) => return Err(e.into()),
+        };
+        writer.set_read_timeout(None)?;
+        let welcome = match frame.response {
+            Response::Welcome {
+                version,
+                daemon_pid,
+                node,
+                readonly,
+            } => Welcome {
+                version,
+                daemon_pid,
+                node,
+                readonly,
+            },
+            Response::Error { code, message } => {
+                return Err(match code {
+                    ErrorCode::PermissionDenied => ClientError::Refused(message),
+                    code => ClientError::Daemon { code, message },
+                });
+            }
+            other => {
+                return Err(ClientError::Unexpected {
+                    what: "hello",
+                    got: format!("{other:?}"),
+                });
+            }
+        };
+        let pending: Pending = Arc::default();
+        let (tx, updates) = bounded(UPDATES_QUEUE);
+        {
+            let pending = Arc::clone(&pending);
+            std::thread::Builder::new()
+                .name("gpupilot-client".into())
+                .spawn(move || read_loop(reader, pending, tx))?;
+        }
+        Ok(Client {
+            writer: Mutex::new(writer),
+            pending,
+            next_id: AtomicU64::new(1),
+            updates,
+            welcome,
+            socket: socket.to_path_buf(),
+            timeout: DEFAULT_TIMEOUT,
+        })
+    }
+
+    /// Connect, or start `gpupilot daemon --detach DAEMON_ARGS` (this binary, `exe`) when none
+    /// answers and connect to it. Returns the client and, when one was started, its pid.
+    pub fn connect_or_spawn(
+        paths: &Paths,
+        exe: &Path,
+        daemon_args: &[OsString],
+    ) -> Result<(Client, Option<u32>), ClientError> {
+        match Client::connect(paths) {
+            Err(ClientError::NoDaemon { .. }) => {}
+            other => return other.map(|c| (c, None)),
+        }
+        let pid = spawn_daemon(exe, daemon_args)?;
+        Client::connect(paths).map(|c| (c, Some(pid)))
+    }
+
+    /// Wait at most `timeout` for each answer from now on.
+    pub fn with_timeout(mut self, timeout: Duration) -> Client {
+        self.timeout = timeout;
+        self
+    }
+
+    pub fn welcome(&self) -> &Welcome {
+        &self.welcome
+    }
+
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    /// Pushed updates, in the order they came; ends with [`Update::Closed`] (or, if that found no
+    /// room, with the channel disconnecting). Drain it while
+    /// subscribed: when 256 updates wait unread, new snapshots are dropped, and an event that
+    /// finds no room holds up the answers behind it until there is.
+    pub fn updates(&self) -> &Receiver<Update> {
+        &self.updates
+    }
+
+    /// Send `request`, wait for its answer. An error answer is returned as
+    /// [`ClientError::Daemon`].
+    pub fn request(&self, request: Request) -> Result<Response, ClientError> {
+        let what = request.kind();
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = bounded(1);
+        lock(&self.pending).insert(id, tx);
+        let line = protocol::encode(&ClientFrame { id, request });
+        let sent = lock(&self.writer).write_all(line.as_bytes());
+        if let Err(e) = sent {
+            lock(&self.pending).remove(&id);
+            return Err(if e.kind() == std::io::ErrorKind::BrokenPipe {
+                ClientError::Closed
+            } else {
+                e.into()
+            });
+        }
+        match rx.recv_timeout(self.timeout) {
+            Ok(Response::Error { code, message }) => Err(ClientError::Daemon { code, message }),
+            Ok(r) => Ok(r),
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
+                lock(&self.pending).remove(&id);
+                Err(ClientError::Timeout {
+                    what,
+                    timeout: self.timeout,
+                })
+            }
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => Err(ClientError::Closed),
+        }
+    }
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        // Ends the reader thread (its read returns) and tells the daemon we are gone.
+        let _ = lock(&self.writer).shutdown(std::net::Shutdown::Both);
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn is_timeout(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+    )
+}
+
+/// One frame, or None at the end of the stream. Lines over [`MAX_REPLY_FRAME`] are errors.
+fn read_frame(reader: &mut impl BufRead) -> std::io::Result<Option<ServerFrame>> {
+    let mut buf = Vec::new();
+    let n = reader
+        .take(MAX_REPLY_FRAME as u64 + 1)
+        .read_until(b'\n', &mut buf)?;
+    if n == 0 {
+        return Ok(None);
+    }
+    let text = std::str::from_utf8(&buf).map_err(std::io::Error::other)?;
+    protocol::decode(text, MAX_REPLY_FRAME)
+        .map(Some)
+        .map_err(std::io::Error::other)
+}
+
+fn read_loop(mut reader: BufReader<UnixStream>, pending: Pending, updates: Sender<Update>) {
+    loop {
+        let frame = match read_frame(&mut reader) {
+            Ok(Some(f)) => f,
+            Ok(None) => break,
+            Err(e) => {
+                tracing::debug!("reading from the daemon: {e}");
+                break;
+            }
+        };
+        let update = match (frame.id, frame.response) {
+            (Some(id), response) => {
+                if let Some(tx) = lock(&pending).remove(&id) {
+                    let _ = tx.send(response);
+                }
+                continue;
+            }
+            (None, Response::Telemetry { snapshot }) => Update::Telemetry(snapshot),
+            (None, Response::Event { event }) => Update::Event(event),
+            (None, Response::Lagged { missed }) => Update::Lagged(missed),
+            (None, Response::Shutdown { reason }) => Update::Shutdown(reason),
+            (None, Response::Error { code, message }) => Update::Error { code, message },
+            (None, other) => {
+                tracing::debug!("ignoring an unexpected push: {other:?}");
+                continue;
+            }
+        };
+        match update {
+            // A reader that is behind misses snapshots, never events or answers.
+            Update::Telemetry(_) => {
+                if let Err(TrySendError::Disconnected(_)) = updates.try_send(update) {
+                    break;
+                }
+            }
+            update => {
+                if updates.send(update).is_err() {
+                    break;
+                }
+            }
+        }
+    }
+    // Requests still waiting get `Closed` (their senders drop here).
+    lock(&pending).clear();
+    let _ = updates.try_send(Update::Closed);
+}
+
+/// Run `exe daemon --detach ARGS` and wait for it (it returns once the daemon answers).
+fn spawn_daemon(exe: &Path, daemon_args: &[OsString]) -> Result<u32, ClientError> {
+    let out = std::process::Command::new(exe)
+        .arg("daemon")
+        .arg("--detach")
+        .args(daemon_args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| ClientError::Spawn(format!("running {}: {e}", exe.display())))?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        return Err(ClientError::Spawn(
+            stderr.trim().trim_start_matches("gpupilot: ").to_string(),
+        ));
+    }
+    stdout
+        .split_whitespace()
+        .find_map(|w| w.parse().ok())
+        .ok_or_else(|| ClientError::Spawn(format!("the daemon printed no pid: {stdout}")))
+}

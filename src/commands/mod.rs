@@ -1,0 +1,169 @@
+//! The run-related commands of the command line: `daemon`, `run`, `ps`, `attach`, `logs`,
+//! `stop` and `profile check`. Each takes its parsed arguments and returns the exit code;
+//! `main.rs` only dispatches here.
+//!
+//! They are clients of the daemon ([`crate::client`]). `run` and `attach` start a daemon in the
+//! background when none answers; `ps`, `logs` and `stop` do not (there is nothing to list,
+//! follow or stop without one) and say how to start one.
+
+pub mod daemon;
+mod follow;
+pub mod profile;
+pub mod runs;
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use anyhow::Context as _;
+
+use crate::cli::{GlobalArgs, SourceKind};
+use crate::client::Client;
+use crate::config::Paths;
+
+/// The daemon options that carry the global ones over to a daemon started in the background:
+/// the telemetry source and the simulated node.
+pub fn daemon_args(g: &GlobalArgs) -> Vec<OsString> {
+    let source = match g.source {
+        SourceKind::Auto => "auto",
+        SourceKind::Nvml => "nvml",
+        SourceKind::Sim => "sim",
+    };
+    let mut args: Vec<OsString> = vec!["--source".into(), source.into()];
+    if let Some(lib) = &g.nvml_lib {
+        // The daemon works from `/`.
+        let lib = std::path::absolute(lib).unwrap_or_else(|_| lib.clone());
+        args.extend(["--nvml-lib".into(), lib.into_os_string()]);
+    }
+    let sim = &g.sim;
+    for (flag, value) in [
+        ("--gpus", sim.gpus.to_string()),
+        ("--model", sim.model.clone()),
+        ("--workload", sim.workload.clone()),
+        ("--seed", sim.seed.to_string()),
+    ] {
+        args.extend([flag.into(), value.into()]);
+    }
+    args
+}
+
+/// Connect to the daemon, starting one in the background when none answers (and saying so).
+pub fn connect_or_spawn(g: &GlobalArgs, paths: &Paths) -> anyhow::Result<Client> {
+    let exe = std::env::current_exe().context("finding the gpupilot binary to start a daemon")?;
+    let (client, spawned) = Client::connect_or_spawn(paths, &exe, &daemon_args(g))?;
+    if let Some(pid) = spawned {
+        eprintln!(
+            "gpupilot: started a daemon in the background (pid {pid}); its log is {}",
+            crate::daemon::log_path(paths).display()
+        );
+    }
+    Ok(client)
+}
+
+/// Connect to a running daemon; no daemon is an error that says how to start one.
+pub fn connect(paths: &Paths) -> anyhow::Result<Client> {
+    Ok(Client::connect(paths)?)
+}
+
+/// Write to stdout; a closed pipe (`gpupilot logs RUN | head`) is not an error.
+pub(crate) fn out(text: &str) -> std::io::Result<()> {
+    let mut o = std::io::stdout().lock();
+    o.write_all(text.as_bytes())?;
+    o.flush()
+}
+
+pub(crate) fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+/// A flag that turns true on Ctrl-C (SIGINT), which then no longer ends the process: followers
+/// check it, say they detached, and return. Ready when this returns.
+pub(crate) fn ctrl_c_flag() -> Arc<AtomicBool> {
+    let flag = Arc::new(AtomicBool::new(false));
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let set = Arc::clone(&flag);
+    let spawned = std::thread::Builder::new()
+        .name("ctrl-c".into())
+        .spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_io()
+                .build()
+            else {
+                let _ = ready_tx.send(());
+                return;
+            };
+            rt.block_on(async move {
+                use tokio::signal::unix::{SignalKind, signal};
+                let Ok(mut sigint) = signal(SignalKind::interrupt()) else {
+                    let _ = ready_tx.send(());
+                    return;
+                };
+                let _ = ready_tx.send(());
+                while sigint.recv().await.is_some() {
+                    set.store(true, Ordering::SeqCst);
+                }
+            });
+        });
+    if spawned.is_ok() {
+        let _ = ready_rx.recv();
+    }
+    flag
+}
+
+/// `12s`, `5m03s`, `2h05m`, `3d04h`.
+pub fn format_duration(secs: f64) -> String {
+    let s = secs.max(0.0) as u64;
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m{:02}s", s / 60, s % 60),
+        3600..86_400 => format!("{}h{:02}m", s / 3600, (s % 3600) / 60),
+        _ => format!("{}d{:02}h", s / 86_400, (s % 86_400) / 3600),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_at_a_glance() {
+        assert_eq!(format_duration(0.4), "0s");
+        assert_eq!(format_duration(59.9), "59s");
+        assert_eq!(format_duration(183.0), "3m03s");
+        assert_eq!(format_duration(7500.0), "2h05m");
+        assert_eq!(format_duration(3.0 * 86_400.0 + 4.0 * 3600.0), "3d04h");
+        assert_eq!(format_duration(-1.0), "0s");
+    }
+
+    #[test]
+    fn daemon_args_carry_the_source_and_the_simulated_node() {
+        use clap::Parser;
+        let cli = crate::cli::Cli::try_parse_from([
+            "gpupilot", "--source", "sim", "--gpus", "2", "--seed", "7", "ps",
+        ])
+        .unwrap();
+        let args: Vec<String> = daemon_args(&cli.global)
+            .into_iter()
+            .map(|a| a.into_string().unwrap())
+            .collect();
+        assert_eq!(
+            args,
+            [
+                "--source",
+                "sim",
+                "--gpus",
+                "2",
+                "--model",
+                "h100-sxm",
+                "--workload",
+                "resnet50",
+                "--seed",
+                "7"
+            ]
+        );
+    }
+}

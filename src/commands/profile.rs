@@ -1,0 +1,120 @@
+//! `gpupilot profile check FILE`: load a profile the way `run` does and say what would run, or
+//! every problem with its `FILE:LINE:COL`.
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::process::ExitCode;
+
+use super::out;
+use super::runs::profile_loader;
+use crate::config::Paths;
+use crate::profile::{GpuSelection, Knob, Launcher, Profile, RestartMode, ThermalTarget};
+
+/// Check `file`: the summary on stdout and exit 0, or the errors on stderr and exit 1.
+pub fn check(file: &Path) -> anyhow::Result<ExitCode> {
+    match profile_loader(&Paths::from_env()).load(file) {
+        Ok(p) => {
+            out(&summary(file, &p))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}
+
+/// What a checked profile will run, in a few aligned lines.
+pub fn summary(file: &Path, p: &Profile) -> String {
+    let mut s = format!("{}: ok\n", file.display());
+    let mut row = |k: &str, v: String| {
+        let _ = writeln!(s, "  {k:<12} {v}");
+    };
+    row("name", p.name.clone());
+    if let Some(d) = &p.description {
+        row("description", d.clone());
+    }
+    row("command", p.run.command.display());
+    row(
+        "cwd",
+        p.run
+            .cwd
+            .as_ref()
+            .map_or("the caller's directory".into(), |c| c.display().to_string()),
+    );
+    row(
+        "gpus",
+        match &p.run.gpus {
+            GpuSelection::Inherit => "the caller's CUDA_VISIBLE_DEVICES".into(),
+            GpuSelection::All => "all".into(),
+            GpuSelection::List(l) if l.is_empty() => "none (CUDA_VISIBLE_DEVICES=)".into(),
+            GpuSelection::List(l) => l.iter().map(u32::to_string).collect::<Vec<_>>().join(","),
+        },
+    );
+    if !p.run.env.is_empty() {
+        let env: Vec<String> = p.run.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        row("env", env.join(" "));
+    }
+    row(
+        "launcher",
+        match &p.run.launcher {
+            Launcher::Local => "local".into(),
+            Launcher::Torchrun(t) => format!(
+                "torchrun, {} per node × {} node{}{}",
+                t.nproc_per_node,
+                t.nnodes,
+                if t.nnodes == 1 { "" } else { "s" },
+                if t.standalone { ", standalone" } else { "" }
+            ),
+        },
+    );
+    let r = &p.run.restart;
+    row(
+        "restart",
+        match r.mode {
+            RestartMode::Never => "never".into(),
+            mode => format!(
+                "{}, at most {} times, after {} s (×{} each time, at most {} s)",
+                if mode == RestartMode::Always {
+                    "always"
+                } else {
+                    "on failure"
+                },
+                r.max_restarts,
+                r.backoff_s,
+                r.backoff_factor,
+                r.backoff_max_s
+            ),
+        },
+    );
+    let knob = |name: &str, k: &Option<Knob>| {
+        k.map(|k| {
+            let range = match k.max {
+                Some(max) => format!("{}..={max}", k.min),
+                None => format!("{}..", k.min),
+            };
+            format!("{name} {} ({range})", k.initial)
+        })
+    };
+    let knobs: Vec<String> = [
+        knob("batch_size", &p.knobs.batch_size),
+        knob("prefetch", &p.knobs.prefetch),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if !knobs.is_empty() {
+        row("knobs", knobs.join(", "));
+    }
+    if let Some(cap) = p.power.cap_w {
+        row("power cap", format!("{cap} W"));
+    }
+    match p.thermal.target {
+        Some(ThermalTarget::Celsius(c)) => row("thermal", format!("hold {c} °C")),
+        Some(ThermalTarget::BelowSlowdown(m)) => {
+            row("thermal", format!("hold {m} °C below slowdown"))
+        }
+        None => {}
+    }
+    s
+}

@@ -1,0 +1,96 @@
+//! `gpupilot daemon --detach`: start the daemon in the background, in a session of its own
+//! (so no terminal's hangup reaches it), and return once it answers on its socket.
+//!
+//! The crate has no `unsafe`, so there is no fork: the current binary is started again as
+//! `gpupilot daemon … --new-session`, with stdin from /dev/null, stdout and stderr appended to
+//! `$STATE/daemon.log` and `/` as its working directory; it calls setsid(2) first thing.
+
+use std::ffi::OsString;
+use std::fs::OpenOptions;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::{DaemonError, home_description, io_err, lock_holder, log_path, prepare_private_dir};
+use crate::client::Client;
+use crate::config::Paths;
+
+/// How long `--detach` waits for the new daemon to answer.
+pub const ANSWER_WITHIN: Duration = Duration::from_secs(5);
+
+/// The hidden flag the detached daemon is started with: call setsid(2) first.
+pub const NEW_SESSION_FLAG: &str = "--new-session";
+
+/// Start `exe daemon ARGS --new-session` in the background and wait (at most `within`) until it
+/// answers a hello; return its pid. `args` are the daemon's options (`--readonly`, `--rate`,
+/// the global `--source` and simulator options), without `--detach`.
+pub fn spawn(
+    paths: &Paths,
+    exe: &Path,
+    args: &[OsString],
+    within: Duration,
+) -> Result<u32, DaemonError> {
+    if let Some(pid) = lock_holder(paths) {
+        return Err(DaemonError::AlreadyRunning {
+            home: home_description(paths),
+            pid: format!("pid {pid}"),
+            socket: super::socket_path(paths),
+        });
+    }
+    prepare_private_dir(&paths.state)?;
+    let log = log_path(paths);
+    let open_log = || {
+        OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(0o600)
+            .open(&log)
+            .map_err(io_err(format!("opening {}", log.display())))
+    };
+    let mut cmd = Command::new(exe);
+    cmd.arg("daemon")
+        .args(args)
+        .arg(NEW_SESSION_FLAG)
+        .current_dir("/")
+        .stdin(Stdio::null())
+        .stdout(open_log()?)
+        .stderr(open_log()?);
+    // The daemon works from `/`: a relative GPUPILOT_HOME must not change meaning.
+    if let Some(home) = std::env::var_os("GPUPILOT_HOME").filter(|h| !h.is_empty()) {
+        let abs = std::path::absolute(&home).map_err(io_err("resolving GPUPILOT_HOME"))?;
+        cmd.env("GPUPILOT_HOME", abs);
+    }
+    let mut child = cmd
+        .spawn()
+        .map_err(io_err(format!("starting {} daemon", exe.display())))?;
+    let pid = child.id();
+    let deadline = Instant::now() + within;
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(DaemonError::Detach(format!(
+                "the daemon exited at once ({status}); the end of its log ({}):\n{}",
+                log.display(),
+                log_tail(&log, 10)
+            )));
+        }
+        if Client::connect(paths).is_ok() {
+            return Ok(pid);
+        }
+        if Instant::now() >= deadline {
+            return Err(DaemonError::Detach(format!(
+                "the daemon (pid {pid}) did not answer within {} s; see {}",
+                within.as_secs(),
+                log.display()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The last `n` lines of a file (for messages).
+fn log_tail(path: &Path, n: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}

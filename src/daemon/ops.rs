@@ -1,0 +1,251 @@
+//! The requests that act on runs: start, stop, pause and resume, and reading a run's logs and
+//! events. Every change is recorded with who asked, the old and new status, and why, in the
+//! run's `events.jsonl` and the node's.
+
+use std::time::{Duration, SystemTime};
+
+use super::auth::Peer;
+use super::logs;
+use super::runs;
+use super::state::{Daemon, RequestError, lock};
+use crate::profile::{self, Profile};
+use crate::protocol::{self, ErrorCode, LogStream, NodeEvent, Response, RunSignal};
+use crate::supervisor::clock::rfc3339;
+use crate::supervisor::{
+    Caller, DEFAULT_GRACE, Event, EventRecord, KnobValues, LaunchOptions, Run, SupervisorError,
+    SystemClock,
+};
+
+impl Daemon {
+    pub(super) fn start_run(
+        &self,
+        peer: &Peer,
+        profile: &Profile,
+        caller: &Caller,
+        knobs: KnobValues,
+        why: Option<String>,
+    ) -> Result<protocol::RunInfo, RequestError> {
+        let profile = recheck(profile)?;
+        // Started without the table locked: spawning waits (briefly) for the new session.
+        let run = Run::start_new(
+            &self.paths.state,
+            &profile,
+            caller,
+            &LaunchOptions {
+                socket: None,
+                knobs,
+            },
+            &self.clock,
+        )?;
+        let by = peer.describe();
+        append_run_event(
+            &run,
+            Event::Changed {
+                by: by.clone(),
+                what: "run".into(),
+                old: None,
+                new: Some("started".into()),
+                why: why.clone(),
+            },
+        );
+        self.events.record(NodeEvent::RunStarted {
+            run: run.id().to_string(),
+            by,
+            command: run.plan().argv.clone(),
+            why,
+        });
+        let id = run.id().to_string();
+        let mut table = lock(&self.runs);
+        table.insert(run);
+        Ok(runs::info(
+            table.get(&id).expect("just inserted"),
+            SystemTime::now(),
+        ))
+    }
+
+    pub(super) fn stop_run(
+        &self,
+        peer: &Peer,
+        spec: &str,
+        kill: bool,
+        grace_s: Option<f64>,
+        why: Option<String>,
+    ) -> Result<protocol::RunInfo, RequestError> {
+        let grace = match grace_s {
+            None => DEFAULT_GRACE,
+            Some(g) if g.is_finite() && (0.0..=86_400.0).contains(&g) => Duration::from_secs_f64(g),
+            Some(g) => {
+                return Err(RequestError::new(
+                    ErrorCode::BadRequest,
+                    format!("grace period {g} s: give 0 to 86400 seconds"),
+                ));
+            }
+        };
+        let how = if kill {
+            "stop --kill: SIGKILL to the process group now".to_string()
+        } else {
+            format!(
+                "stop: SIGTERM to the process group, SIGKILL after {} s",
+                grace.as_secs_f64()
+            )
+        };
+        self.change_run(peer, spec, why.unwrap_or(how), |run, clock| {
+            if kill {
+                run.kill(clock)
+            } else {
+                run.stop(grace, clock)
+            }
+        })
+    }
+
+    pub(super) fn signal_run(
+        &self,
+        peer: &Peer,
+        spec: &str,
+        signal: RunSignal,
+        why: Option<String>,
+    ) -> Result<protocol::RunInfo, RequestError> {
+        let how = match signal {
+            RunSignal::Pause => "pause: SIGSTOP to the process group",
+            RunSignal::Resume => "resume: SIGCONT to the process group",
+        };
+        self.change_run(
+            peer,
+            spec,
+            why.unwrap_or_else(|| how.into()),
+            |run, clock| match signal {
+                RunSignal::Pause => run.pause(clock),
+                RunSignal::Resume => run.resume(clock),
+            },
+        )
+    }
+
+    /// Apply `change` to the run `spec` names and record who did it, old → new, and why.
+    fn change_run(
+        &self,
+        peer: &Peer,
+        spec: &str,
+        why: String,
+        change: impl FnOnce(&mut Run, &SystemClock) -> Result<(), SupervisorError>,
+    ) -> Result<protocol::RunInfo, RequestError> {
+        let mut table = lock(&self.runs);
+        let id = table.resolve(spec)?;
+        let entry = table.get_mut(&id).expect("resolved");
+        let old = entry.run.status();
+        change(&mut entry.run, &self.clock)?;
+        let new = entry.run.status();
+        let by = peer.describe();
+        append_run_event(
+            &entry.run,
+            Event::Changed {
+                by: by.clone(),
+                what: "status".into(),
+                old: Some(old.as_str().into()),
+                new: Some(new.as_str().into()),
+                why: Some(why.clone()),
+            },
+        );
+        let info = runs::info(entry, SystemTime::now());
+        drop(table);
+        self.events.record(NodeEvent::RunStatus {
+            run: id,
+            old,
+            new,
+            by,
+            why,
+        });
+        Ok(info)
+    }
+
+    pub(super) fn logs(
+        &self,
+        spec: &str,
+        stream: LogStream,
+        offset: u64,
+        max_bytes: Option<u64>,
+    ) -> Result<Response, RequestError> {
+        let (id, path, finished) = {
+            let table = lock(&self.runs);
+            let id = table.resolve(spec)?;
+            let run = &table.get(&id).expect("resolved").run;
+            let path = match stream {
+                LogStream::Stdout => run.dir().stdout_path(),
+                LogStream::Stderr => run.dir().stderr_path(),
+            };
+            // Whether it had ended is read before the file: then every byte it wrote is in
+            // what we read, and `finished` with `next_offset == size` really means the end.
+            (id, path, run.is_finished())
+        };
+        let max = max_bytes
+            .unwrap_or(protocol::MAX_LOG_CHUNK)
+            .min(protocol::MAX_LOG_CHUNK);
+        let chunk = logs::read_chunk(&path, offset, max, finished).map_err(|e| {
+            RequestError::new(
+                ErrorCode::Internal,
+                format!("reading {}: {e}", path.display()),
+            )
+        })?;
+        Ok(Response::Logs {
+            run: id,
+            stream,
+            offset,
+            next_offset: chunk.next_offset,
+            size: chunk.size,
+            data: chunk.data,
+            finished,
+        })
+    }
+
+    pub(super) fn run_events(
+        &self,
+        spec: &str,
+        since: u64,
+        max: Option<u32>,
+    ) -> Result<Response, RequestError> {
+        let (id, dir) = {
+            let table = lock(&self.runs);
+            let id = table.resolve(spec)?;
+            let dir = table.get(&id).expect("resolved").run.dir().clone();
+            (id, dir)
+        };
+        let all = dir.read_events().map_err(|e| {
+            RequestError::new(
+                ErrorCode::Internal,
+                format!("reading {}: {e}", dir.events_path().display()),
+            )
+        })?;
+        let max = max
+            .unwrap_or(protocol::MAX_EVENTS)
+            .min(protocol::MAX_EVENTS) as usize;
+        let events: Vec<EventRecord> = all.into_iter().skip(since as usize).take(max).collect();
+        let next = since + events.len() as u64;
+        Ok(Response::RunEvents {
+            run: id,
+            events,
+            next,
+        })
+    }
+}
+
+/// A profile that came over the socket is checked again as if read from a file: the client is
+/// trusted with nothing (a name like `../x` would escape the runs directory).
+fn recheck(profile: &Profile) -> Result<Profile, RequestError> {
+    let mut checked = profile::parse_str("run.toml", &profile.to_toml()).map_err(|e| {
+        RequestError::new(
+            ErrorCode::BadRequest,
+            format!("the profile is not valid: {e}"),
+        )
+    })?;
+    checked.source.clone_from(&profile.source);
+    Ok(checked)
+}
+
+fn append_run_event(run: &Run, event: Event) {
+    let rec = EventRecord {
+        time: rfc3339(SystemTime::now()),
+        event,
+    };
+    if let Err(e) = run.dir().append_event(&rec) {
+        tracing::warn!("writing {}: {e}", run.dir().events_path().display());
+    }
+}

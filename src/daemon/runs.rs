@@ -1,0 +1,296 @@
+//! The daemon's table of runs: every run directory under `$STATE/runs`, the live ones driven
+//! by [`crate::supervisor::Run::poll`], and how a person names a run (id, id prefix, `last`,
+//! or its name).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::SystemTime;
+
+use crate::protocol::{ErrorCode, RunInfo};
+use crate::supervisor::clock::parse_rfc3339;
+use crate::supervisor::{Clock, Run, RunDir, RunStatus};
+
+use super::state::RequestError;
+
+/// One run and how this daemon came by it.
+#[derive(Debug)]
+pub struct Entry {
+    pub run: Run,
+    /// Found in its directory when this daemon started (not started by this daemon).
+    pub adopted: bool,
+}
+
+/// A run whose status changed during a poll.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Change {
+    pub id: String,
+    pub old: RunStatus,
+    pub new: RunStatus,
+    /// In words, from the run's summary: `exit 0`, `killed by SIGTERM`, …
+    pub why: String,
+}
+
+/// What adoption found in one directory (for the node's event log).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Adoption {
+    pub id: String,
+    pub pid: Option<u32>,
+    pub status: RunStatus,
+    /// It was live, or it ended while no daemon watched: worth an event.
+    pub was_open: bool,
+}
+
+/// Every run the daemon knows, by id (ids sort by start time).
+#[derive(Debug, Default)]
+pub struct RunTable {
+    entries: BTreeMap<String, Entry>,
+}
+
+impl RunTable {
+    /// Take over every run directory under `state_dir`. A directory that cannot be adopted (a
+    /// profile that no longer loads, a damaged file) is logged and left alone.
+    pub fn adopt_all(state_dir: &Path, clock: &dyn Clock) -> (RunTable, Vec<Adoption>) {
+        let mut table = RunTable::default();
+        let mut found = Vec::new();
+        let dirs = match RunDir::list(state_dir) {
+            Ok(d) => d,
+            Err(e) => {
+                tracing::warn!("listing runs under {}: {e}", state_dir.display());
+                Vec::new()
+            }
+        };
+        for dir in dirs {
+            let was_open = !matches!(dir.read_summary(), Ok(Some(s)) if s.status.is_final());
+            let id = dir.id().to_string();
+            match Run::adopt(dir, clock) {
+                Ok(run) => {
+                    found.push(Adoption {
+                        id: id.clone(),
+                        pid: run.pid(),
+                        status: run.status(),
+                        was_open,
+                    });
+                    table.entries.insert(id, Entry { run, adopted: true });
+                }
+                Err(e) => tracing::warn!("run {id} not adopted: {e}"),
+            }
+        }
+        (table, found)
+    }
+
+    pub fn insert(&mut self, run: Run) {
+        self.entries.insert(
+            run.id().to_string(),
+            Entry {
+                run,
+                adopted: false,
+            },
+        );
+    }
+
+    pub fn get_mut(&mut self, id: &str) -> Option<&mut Entry> {
+        self.entries.get_mut(id)
+    }
+
+    pub fn get(&self, id: &str) -> Option<&Entry> {
+        self.entries.get(id)
+    }
+
+    /// The id `spec` names: the id itself; `last` (the newest run); a unique id prefix; or a
+    /// run name (the newest run of that name).
+    pub fn resolve(&self, spec: &str) -> Result<String, RequestError> {
+        let spec = spec.trim();
+        if spec.is_empty() {
+            return Err(RequestError::new(
+                ErrorCode::BadRequest,
+                "name a run: its id, an id prefix, its name, or `last`",
+            ));
+        }
+        if self.entries.contains_key(spec) {
+            return Ok(spec.to_string());
+        }
+        if spec == "last" {
+            return self
+                .entries
+                .keys()
+                .next_back()
+                .cloned()
+                .ok_or_else(|| RequestError::new(ErrorCode::UnknownRun, "there are no runs yet"));
+        }
+        let prefixed: Vec<&String> = self
+            .entries
+            .keys()
+            .filter(|id| id.starts_with(spec))
+            .collect();
+        match prefixed.as_slice() {
+            [one] => return Ok((*one).clone()),
+            [] => {}
+            many => {
+                let shown: Vec<&str> = many.iter().take(5).map(|s| s.as_str()).collect();
+                let more = if many.len() > 5 { ", …" } else { "" };
+                return Err(RequestError::new(
+                    ErrorCode::AmbiguousRun,
+                    format!(
+                        "`{spec}` matches {} runs ({}{more}): give more of the id",
+                        many.len(),
+                        shown.join(", ")
+                    ),
+                ));
+            }
+        }
+        self.entries
+            .iter()
+            .rev()
+            .find(|(_, e)| e.run.summary().name == spec)
+            .map(|(id, _)| id.clone())
+            .ok_or_else(|| {
+                RequestError::new(
+                    ErrorCode::UnknownRun,
+                    format!("no run matches `{spec}`: `gpupilot ps` lists them"),
+                )
+            })
+    }
+
+    /// Every run as `ps` shows it, oldest first.
+    pub fn list(&self, now: SystemTime) -> Vec<RunInfo> {
+        self.entries.values().map(|e| info(e, now)).collect()
+    }
+
+    /// (live, total).
+    pub fn counts(&self) -> (usize, usize) {
+        let live = self
+            .entries
+            .values()
+            .filter(|e| !e.run.is_finished())
+            .count();
+        (live, self.entries.len())
+    }
+
+    /// Poll every run that has not ended; report the ones whose status changed.
+    pub fn poll(&mut self, clock: &dyn Clock) -> Vec<Change> {
+        let mut changes = Vec::new();
+        for (id, entry) in self.entries.iter_mut() {
+            if entry.run.is_finished() {
+                continue;
+            }
+            let old = entry.run.status();
+            if let Err(e) = entry.run.poll(clock) {
+                tracing::warn!("polling run {id}: {e}");
+            }
+            let new = entry.run.status();
+            if new != old {
+                changes.push(Change {
+                    id: id.clone(),
+                    old,
+                    new,
+                    why: why_changed(&entry.run, new),
+                });
+            }
+        }
+        changes
+    }
+}
+
+/// A status change in words, for the node's event log.
+fn why_changed(run: &Run, new: RunStatus) -> String {
+    let s = run.summary();
+    match new {
+        RunStatus::Running => format!("restarted (attempt {})", s.attempt),
+        RunStatus::Backoff => format!(
+            "{}; waiting to restart by its restart policy",
+            s.description.as_deref().unwrap_or("the process ended")
+        ),
+        _ => s
+            .description
+            .clone()
+            .unwrap_or_else(|| "the process ended".into()),
+    }
+}
+
+/// A run as the protocol carries it.
+pub fn info(entry: &Entry, now: SystemTime) -> RunInfo {
+    let run = &entry.run;
+    let s = run.summary();
+    let uptime_s = if run.is_finished() {
+        s.duration_s
+    } else {
+        parse_rfc3339(&s.started_at)
+            .and_then(|t| now.duration_since(t).ok())
+            .map(|d| d.as_secs_f64())
+    };
+    let plan = run.plan();
+    RunInfo {
+        id: run.id().to_string(),
+        name: s.name.clone(),
+        status: s.status,
+        pid: s.pid,
+        attempt: s.attempt,
+        restarts: s.restarts,
+        started_at: s.started_at.clone(),
+        ended_at: s.ended_at.clone(),
+        uptime_s,
+        exit_code: s.exit_code,
+        signal_name: s.signal_name.clone(),
+        description: s.description.clone(),
+        command: plan.argv.clone(),
+        cwd: plan.cwd.clone(),
+        gpus: plan
+            .env
+            .get("CUDA_VISIBLE_DEVICES")
+            .cloned()
+            .unwrap_or_else(|| "all".into()),
+        adopted: entry.adopted,
+        dir: run.dir().path().to_path_buf(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::profile::Profile;
+    use crate::supervisor::{Caller, LaunchOptions, ManualClock};
+    use std::time::{Duration, UNIX_EPOCH};
+
+    fn table_with(names: &[(&str, u64)]) -> (tempfile::TempDir, RunTable) {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut table = RunTable::default();
+        let caller = Caller {
+            cwd: tmp.path().to_path_buf(),
+            env: [("PATH".to_string(), "/usr/bin:/bin".to_string())].into(),
+        };
+        for (name, secs) in names {
+            let clock = ManualClock::at(UNIX_EPOCH + Duration::from_secs(1_796_008_500 + secs));
+            let mut p = Profile::from_command(vec!["true".into()]);
+            p.name = name.to_string();
+            let mut run =
+                Run::start_new(tmp.path(), &p, &caller, &LaunchOptions::default(), &clock).unwrap();
+            run.wait(&clock, Duration::from_secs(10)).unwrap();
+            table.insert(run);
+        }
+        (tmp, table)
+    }
+
+    #[test]
+    fn names_ids_prefixes_and_last() {
+        let (_tmp, t) = table_with(&[("train", 0), ("eval", 60), ("train", 3600)]);
+        assert_eq!(t.resolve("last").unwrap(), "20261130-041500-train");
+        assert_eq!(
+            t.resolve("20261130-031500-train").unwrap(),
+            "20261130-031500-train"
+        );
+        assert_eq!(t.resolve("20261130-0316").unwrap(), "20261130-031600-eval");
+        assert_eq!(t.resolve("train").unwrap(), "20261130-041500-train");
+        let e = t.resolve("20261130-03").unwrap_err();
+        assert_eq!(e.code, ErrorCode::AmbiguousRun);
+        assert!(e.message.contains("matches 2 runs"), "{}", e.message);
+        let e = t.resolve("nope").unwrap_err();
+        assert_eq!(e.code, ErrorCode::UnknownRun);
+        assert_eq!(t.resolve(" ").unwrap_err().code, ErrorCode::BadRequest);
+        assert_eq!(t.counts(), (0, 3));
+        let list = t.list(SystemTime::now());
+        assert_eq!(list.len(), 3);
+        assert_eq!(list[0].status, RunStatus::Succeeded);
+        assert_eq!(list[0].gpus, "all");
+        assert_eq!(list[0].command, ["true"]);
+    }
+}

@@ -1,0 +1,320 @@
+//! The daemon protocol: what the TUI and the CLI say to `gpupilot daemon` over its Unix socket,
+//! and what it answers. Specified for people in `docs/protocol.md`; this module is the truth.
+//!
+//! Framing is newline-delimited JSON: one object a line, UTF-8. A client sends
+//! [`ClientFrame`]s (`{"id":7,"type":"runs"}`), the daemon sends [`ServerFrame`]s: answers carry
+//! the id of the request they answer, pushed updates (telemetry, events) carry none, so answers
+//! and updates interleave on one connection. The first request must be
+//! [`Request::Hello`]; the daemon answers [`Response::Welcome`] or a `version_mismatch` error
+//! and closes.
+//!
+//! A frame from a client longer than [`MAX_REQUEST_FRAME`] bytes, or one that is not valid JSON
+//! for a request, closes that connection (after one `bad_frame` error naming why); other
+//! clients are not affected. Unknown fields are ignored, so a newer client may send more.
+//!
+//! This module only defines messages and their encoding; it does no I/O.
+
+mod types;
+
+use serde::{Deserialize, Serialize};
+
+pub use types::{
+    DaemonInfo, LogStream, NodeEvent, NodeEventRecord, RunCounts, RunInfo, RunSignal, StatusReply,
+    TelemetryInfo,
+};
+
+use crate::history::{Metric, Point};
+use crate::profile::Profile;
+use crate::supervisor::{Caller, EventRecord, KnobValues};
+use crate::telemetry::Snapshot;
+
+/// The protocol version this build speaks. Bumped on any change an older peer would misread.
+pub const VERSION: u32 = 1;
+
+/// The longest frame a client may send (bytes, newline excluded): 1 MiB.
+pub const MAX_REQUEST_FRAME: usize = 1 << 20;
+
+/// The longest frame a client accepts from the daemon: 16 MiB. The daemon keeps its answers
+/// far below it (a run list of thousands of runs, a full snapshot of 64 GPUs).
+pub const MAX_REPLY_FRAME: usize = 16 << 20;
+
+/// The most log bytes one `logs` answer carries: even escaped 6× as JSON it stays under a MiB.
+pub const MAX_LOG_CHUNK: u64 = 128 * 1024;
+
+/// The most points one `history` answer carries.
+pub const MAX_HISTORY_POINTS: u32 = 4096;
+
+/// The most events one `events` or `run_events` answer carries.
+pub const MAX_EVENTS: u32 = 1000;
+
+/// One request, with the id its answer will carry.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClientFrame {
+    /// Chosen by the client; echoed in the answer. Unique among its requests in flight.
+    pub id: u64,
+    #[serde(flatten)]
+    pub request: Request,
+}
+
+/// One frame from the daemon: an answer (with the request's id) or a pushed update (no id).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ServerFrame {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<u64>,
+    #[serde(flatten)]
+    pub response: Response,
+}
+
+/// What a client may ask. Tagged by `"type"`, snake_case.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Request {
+    /// The handshake, first on every connection.
+    Hello {
+        version: u32,
+        /// Who is asking, for the daemon's log: `gpupilot-cli 0.1.0`.
+        client: String,
+    },
+    /// The daemon, its telemetry and the newest snapshot.
+    Status {},
+    /// Start (or, with false, stop) pushing telemetry snapshots and node events.
+    Subscribe {
+        #[serde(default)]
+        telemetry: bool,
+        #[serde(default)]
+        events: bool,
+    },
+    /// At most `max_points` points of one GPU's series over `[from, to)` (Unix seconds).
+    History {
+        gpu: u32,
+        metric: Metric,
+        from: f64,
+        to: f64,
+        max_points: u32,
+    },
+    /// Every run the daemon knows, oldest first; or, with `run`, just the run it names (an id,
+    /// a unique id prefix, a run name, or `last`).
+    Runs {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        run: Option<String>,
+    },
+    /// Start a run: the profile resolved by the client (`extends` followed, paths absolute),
+    /// started with the caller's working directory and environment.
+    RunStart {
+        profile: Box<Profile>,
+        caller: Caller,
+        #[serde(default)]
+        knobs: KnobValues,
+        /// Why, in the caller's words (recorded in the event logs).
+        #[serde(default)]
+        why: Option<String>,
+    },
+    /// Stop a run: SIGTERM, then SIGKILL after the grace period (`kill`: SIGKILL now).
+    RunStop {
+        /// An id, a unique id prefix, or `last`.
+        run: String,
+        #[serde(default)]
+        kill: bool,
+        /// Seconds between SIGTERM and SIGKILL; default 10.
+        #[serde(default)]
+        grace_s: Option<f64>,
+        #[serde(default)]
+        why: Option<String>,
+    },
+    /// Pause (SIGSTOP) or resume (SIGCONT) a run's process group.
+    RunSignal {
+        run: String,
+        signal: RunSignal,
+        #[serde(default)]
+        why: Option<String>,
+    },
+    /// Up to `max_bytes` of a run's log from byte `offset` on.
+    Logs {
+        run: String,
+        #[serde(default)]
+        stream: LogStream,
+        #[serde(default)]
+        offset: u64,
+        #[serde(default)]
+        max_bytes: Option<u64>,
+    },
+    /// Node events with a sequence number above `since` (0: from the oldest kept).
+    Events {
+        #[serde(default)]
+        since: u64,
+        #[serde(default)]
+        max: Option<u32>,
+    },
+    /// A run's own `events.jsonl`, from line `since` (0-based) on.
+    RunEvents {
+        run: String,
+        #[serde(default)]
+        since: u64,
+        #[serde(default)]
+        max: Option<u32>,
+    },
+}
+
+impl Request {
+    /// The `type` name, for logs.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Request::Hello { .. } => "hello",
+            Request::Status {} => "status",
+            Request::Subscribe { .. } => "subscribe",
+            Request::History { .. } => "history",
+            Request::Runs { .. } => "runs",
+            Request::RunStart { .. } => "run_start",
+            Request::RunStop { .. } => "run_stop",
+            Request::RunSignal { .. } => "run_signal",
+            Request::Logs { .. } => "logs",
+            Request::Events { .. } => "events",
+            Request::RunEvents { .. } => "run_events",
+        }
+    }
+
+    /// Whether the request changes something (refused by a `--readonly` daemon).
+    pub fn is_change(&self) -> bool {
+        matches!(
+            self,
+            Request::RunStart { .. } | Request::RunStop { .. } | Request::RunSignal { .. }
+        )
+    }
+}
+
+/// What the daemon says: answers and pushed updates. Tagged by `"type"`, snake_case.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Response {
+    /// The handshake succeeded.
+    Welcome {
+        version: u32,
+        daemon_pid: u32,
+        /// The node's host name.
+        node: String,
+        readonly: bool,
+    },
+    /// The request failed; `code` is for programs, `message` for people.
+    Error {
+        code: ErrorCode,
+        message: String,
+    },
+    Status(Box<StatusReply>),
+    /// What the connection is subscribed to now.
+    Subscribed {
+        telemetry: bool,
+        events: bool,
+    },
+    History {
+        gpu: u32,
+        metric: Metric,
+        points: Vec<Point>,
+    },
+    Runs {
+        runs: Vec<RunInfo>,
+    },
+    RunStarted {
+        run: RunInfo,
+    },
+    /// The run after a stop or a signal was applied (a stop may still be in progress:
+    /// `status` is `stopping` until the run has ended).
+    RunChanged {
+        run: RunInfo,
+    },
+    /// `data` is the bytes `[offset, next_offset)` of the log, as UTF-8 (invalid bytes become
+    /// U+FFFD; a character cut by the chunk's end is left for the next chunk).
+    Logs {
+        run: String,
+        stream: LogStream,
+        offset: u64,
+        next_offset: u64,
+        /// The file's size when read.
+        size: u64,
+        data: String,
+        /// The run has ended for good: once `next_offset == size`, nothing more will come.
+        finished: bool,
+    },
+    /// Node events; ask again with `since = next` for newer ones.
+    Events {
+        events: Vec<NodeEventRecord>,
+        next: u64,
+    },
+    RunEvents {
+        run: String,
+        events: Vec<EventRecord>,
+        next: u64,
+    },
+    /// Pushed (no id): a new telemetry snapshot.
+    Telemetry {
+        snapshot: Box<Snapshot>,
+    },
+    /// Pushed (no id): a new node event.
+    Event {
+        event: NodeEventRecord,
+    },
+    /// Pushed (no id): the client was too slow and `missed` events were dropped; ask
+    /// `events` with the last `seq` seen to catch up.
+    Lagged {
+        missed: u64,
+    },
+    /// Pushed (no id): the daemon is going away and closes the connection.
+    Shutdown {
+        reason: String,
+    },
+}
+
+/// Why a request failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// Not a frame the daemon understands (bad JSON, too long, not UTF-8): the connection closes.
+    BadFrame,
+    /// The first request was not `hello`: the connection closes.
+    HandshakeRequired,
+    /// Client and daemon speak different versions: the connection closes.
+    VersionMismatch,
+    /// The peer is another user: the connection closes.
+    PermissionDenied,
+    /// The request's values make no sense (an unknown GPU, a bad profile, …).
+    BadRequest,
+    /// No run matches.
+    UnknownRun,
+    /// More than one run matches the prefix.
+    AmbiguousRun,
+    /// The run cannot do that in its state (stop a finished run, resume a running one).
+    BadState,
+    /// The run could not be started (command not found, no such directory, …).
+    LaunchFailed,
+    /// The daemon runs with `--readonly`.
+    Readonly,
+    /// Something failed inside the daemon (a file it could not write).
+    Internal,
+}
+
+/// Why a frame could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum FrameError {
+    #[error("frame longer than {max} bytes")]
+    TooLong { max: usize },
+    #[error("not a valid frame: {0}")]
+    Json(#[from] serde_json::Error),
+}
+
+/// One frame as a line: JSON and a newline.
+pub fn encode<T: Serialize>(frame: &T) -> String {
+    let mut line = serde_json::to_string(frame).expect("protocol frames always serialize");
+    line.push('\n');
+    line
+}
+
+/// Parse one line (with or without its newline) as a frame, refusing lines over `max` bytes.
+pub fn decode<T: for<'de> Deserialize<'de>>(line: &str, max: usize) -> Result<T, FrameError> {
+    let line = line.strip_suffix('\n').unwrap_or(line);
+    if line.len() > max {
+        return Err(FrameError::TooLong { max });
+    }
+    Ok(serde_json::from_str(line)?)
+}
+
+#[cfg(test)]
+mod tests;

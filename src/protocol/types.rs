@@ -1,0 +1,181 @@
+//! The values the protocol's messages carry: runs, the daemon's status, node events.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::supervisor::RunStatus;
+use crate::telemetry::Snapshot;
+
+/// One run as `ps` and the TUI show it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunInfo {
+    /// `YYYYMMDD-HHMMSS-NAME`, also the run directory's name.
+    pub id: String,
+    pub name: String,
+    pub status: RunStatus,
+    /// The current (or last) attempt's main process, which leads the run's process group.
+    pub pid: Option<u32>,
+    /// 0 for the first process, one more per restart.
+    pub attempt: u32,
+    pub restarts: u32,
+    /// RFC 3339, UTC.
+    pub started_at: String,
+    pub ended_at: Option<String>,
+    /// Seconds since the first start (live runs), or the whole duration (ended runs).
+    pub uptime_s: Option<f64>,
+    pub exit_code: Option<i32>,
+    pub signal_name: Option<String>,
+    /// How it ended, in words: `exit 0`, `killed by SIGTERM`, …
+    pub description: Option<String>,
+    /// The argv started (after `torchrun`/placeholder expansion).
+    pub command: Vec<String>,
+    pub cwd: PathBuf,
+    /// `CUDA_VISIBLE_DEVICES` as started (`0,2`), or `all` when unset.
+    pub gpus: String,
+    /// This daemon took the run over from an earlier one (its exit status may be unknown).
+    pub adopted: bool,
+    /// The run directory (`$STATE/runs/<id>`).
+    pub dir: PathBuf,
+}
+
+impl RunInfo {
+    /// Ended for good.
+    pub fn is_final(&self) -> bool {
+        self.status.is_final()
+    }
+}
+
+/// Which log file.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LogStream {
+    #[default]
+    Stdout,
+    Stderr,
+}
+
+impl LogStream {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogStream::Stdout => "stdout",
+            LogStream::Stderr => "stderr",
+        }
+    }
+}
+
+/// What `run_signal` does to a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunSignal {
+    /// SIGSTOP to the group.
+    Pause,
+    /// SIGCONT to the group.
+    Resume,
+}
+
+/// The answer to `status`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StatusReply {
+    pub daemon: DaemonInfo,
+    pub telemetry: TelemetryInfo,
+    /// The newest snapshot; absent while telemetry is unavailable.
+    pub snapshot: Option<Snapshot>,
+    pub runs: RunCounts,
+}
+
+/// The daemon itself.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DaemonInfo {
+    pub pid: u32,
+    /// gpupilot's version.
+    pub version: String,
+    pub protocol: u32,
+    pub node: String,
+    pub started_at: String,
+    pub uptime_s: f64,
+    pub readonly: bool,
+    /// The user the daemon runs as.
+    pub uid: u32,
+    pub state_dir: PathBuf,
+    pub socket: PathBuf,
+    /// Connections open now (this one included).
+    pub clients: usize,
+}
+
+/// Where the daemon's telemetry comes from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TelemetryInfo {
+    /// `nvml` or `sim`; absent when no source could be opened.
+    pub source: Option<String>,
+    /// Why there is no telemetry (the daemon supervises runs regardless).
+    pub error: Option<String>,
+    /// Samples per second.
+    pub rate_hz: f64,
+    pub gpus: usize,
+}
+
+/// How many runs the daemon knows.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunCounts {
+    /// Not ended for good (running, paused, stopping, waiting to restart).
+    pub live: usize,
+    pub total: usize,
+}
+
+/// One line of the node's `$STATE/events.jsonl`, and the `event` push.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeEventRecord {
+    /// Increases by one per event across daemon restarts (the file's last `seq` is read back).
+    pub seq: u64,
+    /// RFC 3339, UTC, milliseconds.
+    pub time: String,
+    #[serde(flatten)]
+    pub event: NodeEvent,
+}
+
+/// What happened on the node. `by` says who: `alice (uid 1000) via gpupilot (pid 4242)` for a
+/// request, `daemon` for what the daemon did by itself.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum NodeEvent {
+    DaemonStarted {
+        pid: u32,
+        version: String,
+        readonly: bool,
+        /// The telemetry source, or why there is none.
+        telemetry: String,
+        /// Runs found live in their directories and taken over.
+        adopted: usize,
+    },
+    DaemonStopped {
+        pid: u32,
+        reason: String,
+    },
+    RunStarted {
+        run: String,
+        by: String,
+        command: Vec<String>,
+        why: Option<String>,
+    },
+    /// A run this daemon did not start, found live (or found ended) in its directory.
+    RunAdopted {
+        run: String,
+        pid: Option<u32>,
+        status: crate::supervisor::RunStatus,
+    },
+    /// A run's status changed: `old` → `new`, by whom, why.
+    RunStatus {
+        run: String,
+        old: crate::supervisor::RunStatus,
+        new: crate::supervisor::RunStatus,
+        by: String,
+        why: String,
+    },
+    /// A connection from another user was refused.
+    PeerRefused {
+        uid: u32,
+        pid: Option<u32>,
+        reason: String,
+    },
+}

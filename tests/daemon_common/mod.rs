@@ -1,0 +1,291 @@
+//! Helpers for the daemon tests: a temporary GPUPILOT_HOME, a real daemon on the simulator that
+//! is stopped (and killed if need be) when the test ends, the binary, bounded waits, raw
+//! sockets.
+//!
+//! Every signal goes through rustix to one positive pid, or through the supervisor's group
+//! helper (which refuses 0 and 1): never through `kill(1)` with a negative number, which procps
+//! reads as `-1`, "every process".
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use gpupilot::client::Client;
+use gpupilot::config::Paths;
+use gpupilot::daemon;
+use gpupilot::supervisor::{RunDir, adopt, signal};
+use rustix::process::{Pid, Signal};
+
+/// Poll `cond` every 10 ms until it holds; panic after `timeout` naming `what`.
+pub fn wait_for(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !cond() {
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Send `sig` to one process (a positive pid, checked).
+pub fn send(pid: u32, sig: Signal) {
+    let raw = i32::try_from(pid).expect("pid fits");
+    assert!(raw > 1, "refusing to signal pid {pid}");
+    let _ = rustix::process::kill_process(Pid::from_raw(raw).unwrap(), sig);
+}
+
+/// A temporary GPUPILOT_HOME. Dropping it kills the daemon holding its lock and every run it
+/// still has alive, so a failing test leaves nothing behind.
+pub struct Home {
+    pub dir: tempfile::TempDir,
+    pub paths: Paths,
+}
+
+impl Home {
+    pub fn new() -> Home {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("home");
+        Home {
+            paths: Paths {
+                config: root.join("config"),
+                state: root.join("state"),
+                runtime: root.join("run"),
+            },
+            dir,
+        }
+    }
+
+    pub fn root(&self) -> PathBuf {
+        self.dir.path().join("home")
+    }
+
+    pub fn socket(&self) -> PathBuf {
+        daemon::socket_path(&self.paths)
+    }
+
+    /// `gpupilot --source sim --gpus 2 ARGS…` in this home (cwd: the temp dir).
+    pub fn gpupilot(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpupilot"));
+        cmd.args(["--source", "sim", "--gpus", "2"])
+            .args(args)
+            .current_dir(self.dir.path())
+            .env("GPUPILOT_HOME", self.root())
+            .env_remove("GPUPILOT_SOURCE")
+            .env_remove("GPUPILOT_NVML_LIB")
+            .env_remove("GPUPILOT_LOG")
+            .stdin(Stdio::null());
+        cmd
+    }
+
+    /// Run `gpupilot ARGS…` to the end (at most `timeout`), output captured.
+    pub fn run(&self, args: &[&str], timeout: Duration) -> Output {
+        let mut child = self
+            .gpupilot(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + timeout;
+        while child.try_wait().unwrap().is_none() {
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                let out = child.wait_with_output().unwrap();
+                panic!(
+                    "gpupilot {args:?} did not finish within {timeout:?}\nstdout: {}\nstderr: {}",
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        child.wait_with_output().unwrap()
+    }
+
+    /// Run `gpupilot ARGS…`, which must succeed; its stdout.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args, Duration::from_secs(30));
+        assert!(
+            out.status.success(),
+            "gpupilot {args:?} failed ({})\nstdout: {}\nstderr: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// Start a daemon in the foreground (a child of the test) and wait until it answers.
+    pub fn daemon(&self, extra: &[&str]) -> DaemonProc {
+        let mut args = vec!["daemon", "--rate", "10"];
+        args.extend_from_slice(extra);
+        let child = self
+            .gpupilot(&args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut d = DaemonProc { child: Some(child) };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if Client::connect(&self.paths).is_ok() {
+                return d;
+            }
+            if let Some(status) = d.child.as_mut().unwrap().try_wait().unwrap() {
+                let out = d.child.take().unwrap().wait_with_output().unwrap();
+                panic!(
+                    "the daemon exited at once ({status}): {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+            assert!(Instant::now() < deadline, "the daemon did not answer");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn client(&self) -> Client {
+        Client::connect(&self.paths).expect("connecting to the daemon")
+    }
+
+    /// The run directory of `id`.
+    pub fn run_dir(&self, id: &str) -> RunDir {
+        RunDir::open(RunDir::runs_root(&self.paths.state).join(id)).unwrap()
+    }
+
+    /// The node's events.jsonl, parsed.
+    pub fn node_events(&self) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(self.paths.state.join("events.jsonl"))
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+}
+
+impl Drop for Home {
+    fn drop(&mut self) {
+        if let Some(pid) = daemon::lock_holder(&self.paths) {
+            send(pid, Signal::KILL);
+        }
+        for dir in RunDir::list(&self.paths.state).unwrap_or_default() {
+            if let Ok(Some(rec)) = dir.read_pid() {
+                if adopt::is_alive(&rec) {
+                    let _ = signal::to_group(rec.pid, signal::Sig::Kill);
+                }
+            }
+        }
+    }
+}
+
+/// A daemon the test started; SIGTERM then SIGKILL when dropped.
+pub struct DaemonProc {
+    pub child: Option<Child>,
+}
+
+impl DaemonProc {
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().unwrap().id()
+    }
+
+    /// Send `sig` and wait (at most 10 s) for the daemon to exit; its exit status and stderr.
+    pub fn signal_and_wait(&mut self, sig: Signal) -> (std::process::ExitStatus, String) {
+        let mut child = self.child.take().expect("still running");
+        send(child.id(), sig);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while child.try_wait().unwrap().is_none() {
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                panic!("the daemon did not exit within 10 s of {sig:?}");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let out = child.wait_with_output().unwrap();
+        (
+            out.status,
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+}
+
+impl Drop for DaemonProc {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            send(child.id(), Signal::TERM);
+            let deadline = Instant::now() + Duration::from_secs(3);
+            while child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// A raw connection: frames in and out by hand.
+pub struct Raw {
+    pub reader: BufReader<UnixStream>,
+    pub writer: UnixStream,
+}
+
+impl Raw {
+    pub fn connect(socket: &Path) -> Raw {
+        let s = UnixStream::connect(socket).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        Raw {
+            reader: BufReader::new(s.try_clone().unwrap()),
+            writer: s,
+        }
+    }
+
+    /// Write bytes; an error (the daemon closed on us) is returned, not a panic.
+    pub fn send(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.writer.write_all(bytes)
+    }
+
+    /// The next frame as JSON, or None at the end of the stream.
+    pub fn recv(&mut self) -> Option<serde_json::Value> {
+        let mut line = String::new();
+        match self.reader.read_line(&mut line) {
+            Ok(0) => None,
+            Ok(_) => Some(serde_json::from_str(&line).unwrap()),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => None,
+            Err(e) => panic!("reading a frame: {e}"),
+        }
+    }
+
+    pub fn hello(&mut self) -> serde_json::Value {
+        self.send(b"{\"id\":1,\"type\":\"hello\",\"version\":1,\"client\":\"test\"}\n")
+            .unwrap();
+        self.recv().expect("a welcome")
+    }
+}
+
+/// A shell loop that prints 1, 2, 3, … every `ms` milliseconds, forever.
+pub fn counter_script(ms: u32) -> String {
+    format!(
+        "i=0; while true; do i=$((i+1)); echo $i; sleep {}; done",
+        ms as f64 / 1000.0
+    )
+}
+
+/// The numbers a counter printed, checked to be 1..=n with none missing; returns n.
+pub fn counted(log: &Path) -> usize {
+    let text = std::fs::read_to_string(log).unwrap();
+    let nums: Vec<usize> = text
+        .lines()
+        .map(|l| l.parse().unwrap_or_else(|_| panic!("bad line {l:?}")))
+        .collect();
+    for (i, n) in nums.iter().enumerate() {
+        assert_eq!(
+            *n,
+            i + 1,
+            "line {} of {} is {n}: a line was lost",
+            i + 1,
+            log.display()
+        );
+    }
+    nums.len()
+}

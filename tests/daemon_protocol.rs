@@ -1,0 +1,304 @@
+//! The daemon over its socket: handshake, status, history, subscriptions, bad frames, one
+//! daemon per home, file modes, read-only mode, and a clean SIGTERM.
+
+mod daemon_common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::time::Duration;
+
+use daemon_common::{Home, Raw, wait_for};
+use gpupilot::client::{Client, ClientError, Update};
+use gpupilot::history::Metric;
+use gpupilot::protocol::{ErrorCode, MAX_REQUEST_FRAME};
+use gpupilot::telemetry::now_s;
+use rustix::process::Signal;
+
+#[test]
+fn handshake_status_and_history() {
+    let home = Home::new();
+    let d = home.daemon(&[]);
+    let client = home.client();
+    assert_eq!(client.welcome().daemon_pid, d.pid());
+    assert_eq!(client.welcome().version, gpupilot::protocol::VERSION);
+    assert!(!client.welcome().readonly);
+
+    let status = client.status().unwrap();
+    assert_eq!(status.daemon.pid, d.pid());
+    assert_eq!(status.telemetry.source.as_deref(), Some("sim"));
+    assert_eq!(status.telemetry.gpus, 2);
+    assert_eq!(status.telemetry.rate_hz, 10.0);
+    let snap = status.snapshot.expect("a snapshot");
+    assert_eq!(snap.gpus.len(), 2);
+    assert_eq!(snap.node.source, "sim");
+    assert!(snap.gpus.iter().all(|g| g.power_w.is_some_and(|p| p > 0.0)));
+    assert_eq!(status.runs.total, 0);
+    assert_eq!(status.daemon.socket, home.socket());
+
+    // At 10 Hz, a second gives the history a handful of points.
+    wait_for("history points", Duration::from_secs(10), || {
+        let pts = client
+            .history(1, Metric::Power, now_s() - 60.0, now_s() + 1.0, 100)
+            .unwrap();
+        pts.len() >= 3
+    });
+    let pts = client
+        .history(1, Metric::Temperature, now_s() - 60.0, now_s() + 1.0, 2)
+        .unwrap();
+    assert!(!pts.is_empty() && pts.len() <= 2, "{pts:?}");
+    assert!(
+        pts.iter()
+            .all(|p| p.min <= p.mean && p.mean <= p.max && p.mean > 0.0)
+    );
+    let none = client
+        .history(7, Metric::Power, now_s() - 60.0, now_s(), 100)
+        .unwrap();
+    assert!(none.is_empty(), "no GPU 7: no points, not zeros");
+}
+
+#[test]
+fn subscriptions_push_snapshots_and_events() {
+    let home = Home::new();
+    let _d = home.daemon(&[]);
+    let client = home.client();
+    client.subscribe(true, true).unwrap();
+    let mut snapshots = 0;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while snapshots < 3 {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match client
+            .updates()
+            .recv_timeout(left)
+            .expect("pushed snapshots")
+        {
+            Update::Telemetry(s) => {
+                assert_eq!(s.gpus.len(), 2);
+                snapshots += 1;
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    // A change made through another connection is pushed as a node event.
+    let other = home.client();
+    let run = other
+        .start_run(
+            gpupilot::profile::Profile::from_command(vec!["true".into()]),
+            gpupilot::supervisor::Caller::current().unwrap(),
+            Default::default(),
+            Some("test".into()),
+        )
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if let Update::Event(e) = client.updates().recv_timeout(left).expect("an event") {
+            let v = serde_json::to_value(&e).unwrap();
+            assert_eq!(v["event"], "run_started");
+            assert_eq!(v["run"], run.id.as_str());
+            assert_eq!(v["why"], "test");
+            assert!(v["by"].as_str().unwrap().contains("uid "), "{v}");
+            break;
+        }
+    }
+}
+
+#[test]
+fn version_mismatch_and_missing_hello_close_the_connection() {
+    let home = Home::new();
+    let _d = home.daemon(&[]);
+    let mut raw = Raw::connect(&home.socket());
+    raw.send(b"{\"id\":1,\"type\":\"hello\",\"version\":999,\"client\":\"future\"}\n")
+        .unwrap();
+    let err = raw.recv().expect("an error frame");
+    assert_eq!(err["id"], 1);
+    assert_eq!(err["type"], "error");
+    assert_eq!(err["code"], "version_mismatch");
+    let msg = err["message"].as_str().unwrap();
+    assert!(
+        msg.contains("speaks version 1") && msg.contains("999"),
+        "{msg}"
+    );
+    assert!(raw.recv().is_none(), "closed after the mismatch");
+
+    let mut raw = Raw::connect(&home.socket());
+    raw.send(b"{\"id\":4,\"type\":\"runs\"}\n").unwrap();
+    let err = raw.recv().unwrap();
+    assert_eq!(err["code"], "handshake_required");
+    assert_eq!(err["id"], 4);
+    assert!(raw.recv().is_none());
+
+    let mut raw = Raw::connect(&home.socket());
+    let welcome = raw.hello();
+    assert_eq!(welcome["type"], "welcome");
+    assert_eq!(welcome["id"], 1);
+    assert_eq!(welcome["version"], 1);
+}
+
+#[test]
+fn malformed_and_oversized_frames_close_only_their_connection() {
+    let home = Home::new();
+    let _d = home.daemon(&[]);
+    let bystander = home.client();
+
+    let mut raw = Raw::connect(&home.socket());
+    raw.hello();
+    raw.send(b"{\"id\":2,\"type\":\"runs\"\n").unwrap(); // not JSON: a brace is missing
+    let err = raw.recv().unwrap();
+    assert_eq!(err["code"], "bad_frame");
+    assert!(
+        err["message"]
+            .as_str()
+            .unwrap()
+            .contains("closing the connection")
+    );
+    assert!(raw.recv().is_none(), "closed");
+
+    let mut raw = Raw::connect(&home.socket());
+    raw.hello();
+    raw.send(b"{\"id\":3,\"type\":\"fly\"}\n").unwrap(); // JSON, but no such request
+    let err = raw.recv().unwrap();
+    assert_eq!(
+        (err["code"].as_str(), err["id"].as_u64()),
+        (Some("bad_frame"), Some(3))
+    );
+    assert!(raw.recv().is_none());
+
+    let mut raw = Raw::connect(&home.socket());
+    raw.hello();
+    // More than a MiB with no newline: refused before the line ends. The daemon may close
+    // while we are still writing, so a failed write is expected.
+    let big = vec![b'x'; MAX_REQUEST_FRAME + 4096];
+    let _ = raw.send(b"{\"id\":5,\"type\":\"runs\",\"pad\":\"");
+    let _ = raw.send(&big);
+    let err = raw.recv().expect("an error before the close");
+    assert_eq!(err["code"], "bad_frame");
+    assert!(
+        err["message"]
+            .as_str()
+            .unwrap()
+            .contains("longer than 1048576 bytes"),
+        "{err}"
+    );
+    assert!(raw.recv().is_none());
+
+    // The other client never noticed.
+    assert!(bystander.runs().unwrap().is_empty());
+    wait_for(
+        "the closed connections to be gone",
+        Duration::from_secs(5),
+        || bystander.status().unwrap().daemon.clients == 1,
+    );
+    let log = std::fs::read_to_string(home.paths.state.join("daemon.log")).unwrap();
+    assert!(log.contains("frame longer than 1048576 bytes"), "{log}");
+    assert!(log.contains("closing the connection from"), "{log}");
+}
+
+#[test]
+fn one_daemon_per_home_and_private_files() {
+    let home = Home::new();
+    let first = home.daemon(&[]);
+    let out = home.run(&["daemon"], Duration::from_secs(20));
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!(
+            "a gpupilot daemon is already running for GPUPILOT_HOME={} (pid {})",
+            home.root().display(),
+            first.pid()
+        )),
+        "{err}"
+    );
+    // --detach says the same before starting anything.
+    let out = home.run(&["daemon", "--detach"], Duration::from_secs(20));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains(&format!("(pid {})", first.pid())));
+
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&home.paths.runtime), 0o700);
+    assert_eq!(mode(&home.socket()), 0o600);
+    assert_eq!(mode(&home.paths.state), 0o700);
+    // The first one still answers.
+    assert_eq!(home.client().welcome().daemon_pid, first.pid());
+}
+
+#[test]
+fn no_daemon_is_a_clear_message() {
+    let home = Home::new();
+    match Client::connect(&home.paths) {
+        Err(e @ ClientError::NoDaemon { .. }) => {
+            let msg = e.to_string();
+            assert!(
+                msg.starts_with(&format!(
+                    "no gpupilot daemon answers at {}",
+                    home.socket().display()
+                )) && msg.contains("gpupilot daemon --detach"),
+                "{msg}"
+            );
+        }
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("no daemon was started"),
+    }
+    let out = home.run(&["ps"], Duration::from_secs(20));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no gpupilot daemon answers at"));
+}
+
+#[test]
+fn readonly_refuses_changes_clearly() {
+    let home = Home::new();
+    let _d = home.daemon(&["--readonly"]);
+    assert!(home.client().welcome().readonly);
+    let out = home.run(&["run", "--detach", "--", "true"], Duration::from_secs(20));
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("this daemon is read-only (started with --readonly)"),
+        "{err}"
+    );
+    let e = home
+        .client()
+        .stop_run("last", false, None, None)
+        .unwrap_err();
+    assert_eq!(e.code(), Some(ErrorCode::Readonly));
+    // Watching still works.
+    assert!(home.ok(&["ps"]).starts_with("ID"));
+}
+
+#[test]
+fn sigterm_is_a_clean_exit_that_leaves_runs_running() {
+    let home = Home::new();
+    let mut d = home.daemon(&[]);
+    let id = home
+        .ok(&["run", "-d", "--", "sleep", "60"])
+        .trim()
+        .to_string();
+    let client = home.client();
+    client.subscribe(false, false).unwrap();
+    let pid = client.run(&id).unwrap().pid.unwrap();
+    let (status, _) = d.signal_and_wait(Signal::TERM);
+    assert!(status.success(), "{status}");
+    assert!(!home.socket().exists(), "socket removed");
+    assert_eq!(
+        gpupilot::daemon::lock_holder(&home.paths),
+        None,
+        "lock released"
+    );
+    // The connected client was told, then the connection closed.
+    let mut saw_shutdown = false;
+    while let Ok(u) = client.updates().recv_timeout(Duration::from_secs(5)) {
+        match u {
+            Update::Shutdown(_) => saw_shutdown = true,
+            Update::Closed => break,
+            _ => {}
+        }
+    }
+    assert!(saw_shutdown);
+    let rec = home.run_dir(&id).read_pid().unwrap().unwrap();
+    assert_eq!(rec.pid, pid);
+    assert!(
+        gpupilot::supervisor::is_alive(&rec),
+        "the run survives the daemon"
+    );
+    let last = home.node_events().pop().unwrap();
+    assert_eq!(last["event"], "daemon_stopped");
+    assert_eq!(last["reason"], "SIGTERM");
+}
