@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# The console against nvtop, side by side, on the same 8 simulated H100s (fake NVML).
+#
+#   bench/tui.sh [SECONDS]          (default 60)
+#
+# Each program runs in its own 200×50 tmux pane at a 1 s refresh, at the same time, for
+# SECONDS. For each: CPU seconds (utime+stime from /proc/PID/stat, all threads; the steady
+# figure from the threads' schedstat, in ns), peak RSS
+# (VmHWM), bytes written to the terminal (tmux pipe-pane), and time to first frame (from the
+# Enter that starts it to the first capture-pane that shows a GPU name, polled every 10 ms).
+#
+# Needs: tmux, nvtop, release builds of gpupilot and fake-nvml (built here if missing).
+# Environment: GPUPILOT_BENCH_SOURCE=sim measures `gpupilot demo --gpus 8` instead of the NVML
+# path; GPUPILOT_BENCH_WARMUP=SECONDS (default 120) lets the shared node reach steady training
+# temperatures before either program starts; GPUPILOT_BENCH_SETTLE=SECONDS (default 5) is
+# where the steady-state columns start counting. Results: a table on stdout and
+# bench/out/tui-<time>.json.
+set -euo pipefail
+
+secs=${1:-60}
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+scenario=$root/crates/fake-nvml/scenarios/8xh100.toml
+out=$root/bench/out
+mkdir -p "$out"
+stamp=$(date -u +%Y%m%dT%H%M%SZ)
+work=$(mktemp -d)
+sock=gpupilot-bench-$$
+
+cleanup() {
+    tmux -L "$sock" kill-server 2>/dev/null || true
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+command -v tmux >/dev/null || { echo "bench/tui.sh needs tmux" >&2; exit 1; }
+command -v nvtop >/dev/null || { echo "bench/tui.sh needs nvtop (Debian contrib)" >&2; exit 1; }
+[[ -x target/release/gpupilot ]] || cargo build --release --bin gpupilot
+[[ -f target/release/libnvidia_ml.so ]] || cargo build --release -p fake-nvml
+lib=$root/target/release/libnvidia_ml.so
+
+# A fresh shared node for this run, so both programs read the same GPUs from the same start.
+export FAKE_NVML_SCENARIO=$scenario
+export FAKE_NVML_STATE=$work/node.state
+export GPUPILOT_HOME=$work/home
+
+# Let the node warm up first (GPUPILOT_BENCH_WARMUP seconds, default 120): a cold node's
+# temperatures climb for minutes, and a busy node in steady training is what is compared.
+warmup=${GPUPILOT_BENCH_WARMUP:-120}
+if ((warmup > 0)); then
+    "$root/target/release/gpupilot" --source nvml --nvml-lib "$lib" status >/dev/null
+    echo "warming the simulated node up for ${warmup} s" >&2
+    sleep "$warmup"
+fi
+
+if [[ ${GPUPILOT_BENCH_SOURCE:-nvml} == sim ]]; then
+    gp_cmd="exec $root/target/release/gpupilot demo --gpus 8 --refresh 1"
+    gp_label="gpupilot demo --gpus 8 (simulator in-process)"
+else
+    gp_cmd="exec $root/target/release/gpupilot --source nvml --nvml-lib $lib"
+    gp_label="gpupilot --source nvml (fake NVML, 8xh100)"
+fi
+nv_cmd="exec $root/bench/peers/with-fake-nvml.sh nvtop -d 10"
+nv_label="nvtop -d 10 (fake NVML, 8xh100)"
+
+clk_tck=$(getconf CLK_TCK)
+now_ms() { date +%s%3N; }
+cpu_s() { awk -v t="$clk_tck" '{ printf "%.2f", ($14 + $15) / t }' "/proc/$1/stat"; }
+hwm_kb() { awk '/^VmHWM:/ { print $2 }' "/proc/$1/status"; }
+# Nanosecond CPU time of the live threads (schedstat), for the steady-state figure: the
+# tick-based stat counters are too coarse for a program that uses a fraction of a percent.
+cpu_ns() { cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{ s += $1 } END { printf "%.0f", s }'; }
+
+start_pane() { # name
+    tmux -L "$sock" -f /dev/null new-session -d -s "$1" -x 200 -y 50 \
+        "env PS1='\$ ' TERM=xterm-256color LANG=C.UTF-8 bash --norc --noprofile"
+    tmux -L "$sock" pipe-pane -o -t "$1" "cat >> $work/$1.bytes"
+}
+
+# Start both, then wait for each one's first frame (a GPU name on screen).
+start_pane gp
+start_pane nv
+sleep 0.5
+: >"$work/gp.bytes"
+: >"$work/nv.bytes"
+declare -A t0 first pid
+for s in gp nv; do
+    cmd_var=${s}_cmd
+    tmux -L "$sock" send-keys -t "$s" -l "${!cmd_var}"
+done
+for s in gp nv; do
+    t0[$s]=$(now_ms)
+    tmux -L "$sock" send-keys -t "$s" Enter
+done
+deadline=$(($(now_ms) + 20000))
+while [[ -z ${first[gp]:-} || -z ${first[nv]:-} ]]; do
+    for s in gp nv; do
+        if [[ -z ${first[$s]:-} ]] && tmux -L "$sock" capture-pane -p -t "$s" | grep -q 'H100'; then
+            first[$s]=$(($(now_ms) - t0[$s]))
+        fi
+    done
+    (($(now_ms) < deadline)) || { echo "no first frame within 20 s" >&2; tmux -L "$sock" capture-pane -p -t gp; tmux -L "$sock" capture-pane -p -t nv; exit 1; }
+    sleep 0.01
+done
+for s in gp nv; do
+    pid[$s]=$(tmux -L "$sock" display-message -p -t "$s" '#{pane_pid}')
+done
+
+# Start-up (and the first full frame) is over after a few seconds: steady-state figures are
+# taken from there to the end.
+settle=${GPUPILOT_BENCH_SETTLE:-5}
+sleep "$settle"
+declare -A cpu0 cpu1 bytes0 cpu hwm bytes
+for s in gp nv; do
+    cpu0[$s]=$(cpu_ns "${pid[$s]}")
+    bytes0[$s]=$(stat -c %s "$work/$s.bytes")
+done
+sleep "$((secs - settle))"
+for s in gp nv; do
+    cpu1[$s]=$(cpu_ns "${pid[$s]}")
+    cpu[$s]=$(cpu_s "${pid[$s]}")
+    hwm[$s]=$(hwm_kb "${pid[$s]}")
+    bytes[$s]=$(stat -c %s "$work/$s.bytes")
+done
+tmux -L "$sock" send-keys -t gp q
+tmux -L "$sock" send-keys -t nv q
+
+steady=$((secs - settle))
+row() { # label key
+    local s=$2
+    awk -v l="$1" -v c="${cpu[$s]}" -v c0="${cpu0[$s]}" -v c1="${cpu1[$s]}" -v st="$steady" \
+        -v h="${hwm[$s]}" -v b="${bytes[$s]}" -v b0="${bytes0[$s]}" -v f="${first[$s]}" 'BEGIN {
+        printf "| %-44s | %6.2f s | %6.3f %% | %6.1f MiB | %8d B | %6.0f B/s | %5d ms |\n",
+            l, c, 100 * (c1 - c0) / 1e9 / st, h / 1024, b, (b - b0) / st, f }'
+}
+echo
+echo "8 simulated H100s (node warmed ${warmup} s), 200x50 tmux panes, 1 s refresh, ${secs} s, both at once ($(nproc) cores)"
+echo "| program | CPU total | CPU after ${settle} s (of a core) | peak RSS | to terminal | rate after ${settle} s | first frame |"
+echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+row "$gp_label" gp
+row "$nv_label" nv
+
+json=$out/tui-$stamp.json
+cat >"$json" <<EOF
+{"seconds": $secs, "warmup_s": $warmup, "cores": $(nproc), "size": "200x50", "refresh_s": 1,
+ "settle_s": $settle,
+ "gpupilot": {"command": "$gp_label", "cpu_s": ${cpu[gp]}, "steady_cpu_ns": $((cpu1[gp] - cpu0[gp])), "peak_rss_kb": ${hwm[gp]}, "bytes": ${bytes[gp]}, "bytes_at_settle": ${bytes0[gp]}, "first_frame_ms": ${first[gp]}},
+ "nvtop": {"command": "$nv_label", "cpu_s": ${cpu[nv]}, "steady_cpu_ns": $((cpu1[nv] - cpu0[nv])), "peak_rss_kb": ${hwm[nv]}, "bytes": ${bytes[nv]}, "bytes_at_settle": ${bytes0[nv]}, "first_frame_ms": ${first[nv]}}}
+EOF
+echo
+echo "(CPU total and bytes include start-up and the first full frame; first frame is measured through tmux, polling every 10 ms)"
+echo "wrote $json"

@@ -1,0 +1,181 @@
+//! What the user can ask the console to do. Keys map to these through the keymap; mouse
+//! events map to them in `app`. Nothing here does anything: `App::apply` carries them out.
+
+use std::fmt;
+use std::str::FromStr;
+
+/// The views, in tab order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum ViewId {
+    #[default]
+    Overview,
+    Detail,
+    Run,
+    Events,
+}
+
+impl ViewId {
+    pub const ALL: [ViewId; 4] = [
+        ViewId::Overview,
+        ViewId::Detail,
+        ViewId::Run,
+        ViewId::Events,
+    ];
+
+    /// The name used in keymaps (`view detail`).
+    pub fn key(self) -> &'static str {
+        match self {
+            ViewId::Overview => "overview",
+            ViewId::Detail => "detail",
+            ViewId::Run => "run",
+            ViewId::Events => "events",
+        }
+    }
+
+    /// The title on its tab.
+    pub fn title(self) -> &'static str {
+        match self {
+            ViewId::Overview => "Overview",
+            ViewId::Detail => "GPU detail",
+            ViewId::Run => "Run",
+            ViewId::Events => "Events",
+        }
+    }
+
+    pub fn position(self) -> usize {
+        ViewId::ALL.iter().position(|v| *v == self).unwrap_or(0)
+    }
+
+    /// The next view in tab order (`step` = 1 or -1), wrapping.
+    pub fn cycle(self, step: isize) -> ViewId {
+        let n = ViewId::ALL.len() as isize;
+        ViewId::ALL[(self.position() as isize + step).rem_euclid(n) as usize]
+    }
+}
+
+/// Everything a key, a click or the wheel can ask for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Action {
+    Quit,
+    /// Open the help screen.
+    Help,
+    /// Close whatever overlay is open (the help).
+    Close,
+    /// Clear the terminal and draw everything again (after a tmux reattach or line noise).
+    Redraw,
+    NextView,
+    PrevView,
+    ShowView(ViewId),
+    NextGpu,
+    PrevGpu,
+    FirstGpu,
+    LastGpu,
+    /// Select a GPU by position (mouse click).
+    SelectGpu(usize),
+    /// A shorter chart window.
+    ZoomIn,
+    /// A longer chart window.
+    ZoomOut,
+    ScrollUp,
+    ScrollDown,
+    /// Does nothing: a user keymap binds a key to it to unbind a default.
+    Noop,
+}
+
+/// An action name in a keymap that means nothing.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "unknown action {0:?}: one of quit, help, close, redraw, view_next, view_prev, view overview|detail|run|events, gpu_next, gpu_prev, gpu_first, gpu_last, zoom_in, zoom_out, scroll_up, scroll_down, noop"
+)]
+pub struct UnknownAction(pub String);
+
+impl FromStr for Action {
+    type Err = UnknownAction;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let words: Vec<&str> = s.split_whitespace().collect();
+        let a = match words.as_slice() {
+            ["quit"] => Action::Quit,
+            ["help"] => Action::Help,
+            ["close"] => Action::Close,
+            ["redraw"] => Action::Redraw,
+            ["view_next"] => Action::NextView,
+            ["view_prev"] => Action::PrevView,
+            ["view", v] => Action::ShowView(
+                ViewId::ALL
+                    .into_iter()
+                    .find(|id| id.key() == *v)
+                    .ok_or_else(|| UnknownAction(s.to_string()))?,
+            ),
+            ["gpu_next"] => Action::NextGpu,
+            ["gpu_prev"] => Action::PrevGpu,
+            ["gpu_first"] => Action::FirstGpu,
+            ["gpu_last"] => Action::LastGpu,
+            ["zoom_in"] => Action::ZoomIn,
+            ["zoom_out"] => Action::ZoomOut,
+            ["scroll_up"] => Action::ScrollUp,
+            ["scroll_down"] => Action::ScrollDown,
+            ["noop"] => Action::Noop,
+            _ => return Err(UnknownAction(s.to_string())),
+        };
+        Ok(a)
+    }
+}
+
+impl fmt::Display for Action {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = match self {
+            Action::Quit => "quit",
+            Action::Help => "help",
+            Action::Close => "close",
+            Action::Redraw => "redraw",
+            Action::NextView => "view_next",
+            Action::PrevView => "view_prev",
+            Action::ShowView(v) => return write!(f, "view {}", v.key()),
+            Action::NextGpu => "gpu_next",
+            Action::PrevGpu => "gpu_prev",
+            Action::FirstGpu => "gpu_first",
+            Action::LastGpu => "gpu_last",
+            Action::SelectGpu(i) => return write!(f, "gpu {i}"),
+            Action::ZoomIn => "zoom_in",
+            Action::ZoomOut => "zoom_out",
+            Action::ScrollUp => "scroll_up",
+            Action::ScrollDown => "scroll_down",
+            Action::Noop => "noop",
+        };
+        f.write_str(s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for a in [
+            Action::Quit,
+            Action::ShowView(ViewId::Events),
+            Action::NextView,
+            Action::ZoomOut,
+            Action::Noop,
+        ] {
+            assert_eq!(a.to_string().parse::<Action>(), Ok(a));
+        }
+        assert!("view nowhere".parse::<Action>().is_err());
+        assert!(
+            "fly"
+                .parse::<Action>()
+                .unwrap_err()
+                .to_string()
+                .contains("unknown action \"fly\"")
+        );
+    }
+
+    #[test]
+    fn views_cycle() {
+        assert_eq!(ViewId::Overview.cycle(1), ViewId::Detail);
+        assert_eq!(ViewId::Overview.cycle(-1), ViewId::Events);
+        assert_eq!(ViewId::Events.cycle(1), ViewId::Overview);
+    }
+}

@@ -1,0 +1,265 @@
+//! The console's state and the one place it changes: [`App::apply`] carries out an
+//! [`Action`]; keys become actions through the keymap, clicks and the wheel through the same
+//! layout functions render uses. Each view keeps its own state type; `App` only holds them
+//! together with the data, the keymap and the theme.
+
+use super::action::{Action, ViewId};
+use super::data::Data;
+use super::ui;
+use super::views::detail::DetailState;
+use super::views::help::HelpState;
+use super::views::overview;
+use crate::config::keymap::{Key, Keymap};
+use crate::config::theme::Theme;
+use crate::telemetry::Snapshot;
+use crossterm::event::{KeyEvent, KeyEventKind, MouseButton, MouseEvent, MouseEventKind};
+use ratatui::layout::{Position, Rect};
+use std::time::Duration;
+
+/// The whole console state.
+#[derive(Debug, Clone)]
+pub struct App {
+    pub data: Data,
+    pub keymap: Keymap,
+    pub theme: Theme,
+    pub view: ViewId,
+    /// The GPU the overview highlights and the detail view shows (a position in the snapshot).
+    pub selected: usize,
+    pub detail: DetailState,
+    pub help: HelpState,
+    /// The size of the last frame: mouse positions are resolved against it.
+    pub size: Rect,
+    pub quit: bool,
+    /// Set by `Redraw`: the loop clears the terminal once before the next frame.
+    pub full_redraw: bool,
+}
+
+impl App {
+    pub fn new(keymap: Keymap, theme: Theme, refresh: Duration) -> App {
+        App {
+            data: Data::new(refresh),
+            keymap,
+            theme,
+            view: ViewId::Overview,
+            selected: 0,
+            detail: DetailState::default(),
+            help: HelpState::default(),
+            size: Rect::new(0, 0, 80, 24),
+            quit: false,
+            full_redraw: false,
+        }
+    }
+
+    pub fn on_snapshot(&mut self, snap: Snapshot) {
+        self.data.on_snapshot(snap);
+        self.clamp_selection();
+    }
+
+    /// The action a key runs in the current view, if any.
+    pub fn action_for_key(&self, ev: &KeyEvent) -> Option<Action> {
+        if ev.kind == KeyEventKind::Release {
+            return None;
+        }
+        self.keymap
+            .lookup(self.view, self.help.open, Key::from_event(ev))
+    }
+
+    /// The action a mouse event asks for: a click on a tab switches views, a click on a GPU
+    /// selects it, the wheel scrolls what is under it.
+    pub fn action_for_mouse(&self, ev: &MouseEvent) -> Option<Action> {
+        let at = Position::new(ev.column, ev.row);
+        let areas = ui::Areas::of_app(self, self.size);
+        match ev.kind {
+            MouseEventKind::ScrollDown | MouseEventKind::ScrollUp => {
+                let down = ev.kind == MouseEventKind::ScrollDown;
+                Some(match (self.help.open, self.view) {
+                    (true, _) | (false, ViewId::Detail) => {
+                        if down {
+                            Action::ScrollDown
+                        } else {
+                            Action::ScrollUp
+                        }
+                    }
+                    _ if down => Action::NextGpu,
+                    _ => Action::PrevGpu,
+                })
+            }
+            MouseEventKind::Down(MouseButton::Left) if !self.help.open => {
+                if areas.tabs.contains(at) {
+                    return ui::tab_at(&self.keymap, areas.tabs, at.x).map(Action::ShowView);
+                }
+                if self.view == ViewId::Overview && areas.body.contains(at) {
+                    let layout =
+                        overview::Layout::new(areas.body, self.data.gpus().len(), self.selected);
+                    return layout.gpu_at(at).map(Action::SelectGpu);
+                }
+                None
+            }
+            _ => None,
+        }
+    }
+
+    /// Carry out one action.
+    pub fn apply(&mut self, action: Action) {
+        let n = self.data.gpus().len();
+        match action {
+            Action::Quit => self.quit = true,
+            Action::Help => {
+                self.help.open = true;
+                self.help.scroll = 0;
+            }
+            Action::Close => self.help.open = false,
+            Action::Redraw => self.full_redraw = true,
+            Action::NextView => self.view = self.view.cycle(1),
+            Action::PrevView => self.view = self.view.cycle(-1),
+            Action::ShowView(v) => self.view = v,
+            Action::NextGpu if n > 0 => self.select((self.selected + 1).min(n - 1)),
+            Action::PrevGpu => self.select(self.selected.saturating_sub(1)),
+            Action::FirstGpu => self.select(0),
+            Action::LastGpu => self.select(n.saturating_sub(1)),
+            Action::SelectGpu(i) if i < n => self.select(i),
+            Action::ZoomIn => self.detail.window = self.detail.window.shorter(),
+            Action::ZoomOut => self.detail.window = self.detail.window.longer(),
+            Action::ScrollUp if self.help.open => {
+                self.help.scroll = self.help.scroll.saturating_sub(1)
+            }
+            Action::ScrollDown if self.help.open => {
+                self.help.scroll = self.help.scroll.saturating_add(1)
+            }
+            Action::ScrollUp => {
+                self.detail.process_scroll = self.detail.process_scroll.saturating_sub(1)
+            }
+            Action::ScrollDown => {
+                self.detail.process_scroll = self.detail.process_scroll.saturating_add(1)
+            }
+            Action::NextGpu | Action::SelectGpu(_) | Action::Noop => {}
+        }
+    }
+
+    fn select(&mut self, i: usize) {
+        if i != self.selected {
+            self.selected = i;
+            self.detail.process_scroll = 0;
+        }
+    }
+
+    fn clamp_selection(&mut self) {
+        let n = self.data.gpus().len();
+        if n > 0 && self.selected >= n {
+            self.selected = n - 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::telemetry::GpuSample;
+    use crossterm::event::{KeyCode, KeyModifiers};
+
+    fn app_with(n: usize) -> App {
+        let mut app = App::new(Keymap::defaults(), Theme::default(), Duration::from_secs(1));
+        app.on_snapshot(Snapshot {
+            time_s: 1.0,
+            gpus: (0..n)
+                .map(|i| GpuSample {
+                    index: i as u32,
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        });
+        app
+    }
+
+    fn press(app: &mut App, code: KeyCode) {
+        let ev = KeyEvent::new(code, KeyModifiers::NONE);
+        if let Some(a) = app.action_for_key(&ev) {
+            app.apply(a);
+        }
+    }
+
+    #[test]
+    fn keys_move_the_selection_within_bounds() {
+        let mut app = app_with(3);
+        press(&mut app, KeyCode::Char('k'));
+        assert_eq!(app.selected, 0);
+        for _ in 0..5 {
+            press(&mut app, KeyCode::Char('j'));
+        }
+        assert_eq!(app.selected, 2);
+        press(&mut app, KeyCode::Char('g'));
+        assert_eq!(app.selected, 0);
+        press(&mut app, KeyCode::End);
+        assert_eq!(app.selected, 2);
+    }
+
+    #[test]
+    fn views_help_and_quit() {
+        let mut app = app_with(2);
+        press(&mut app, KeyCode::Tab);
+        assert_eq!(app.view, ViewId::Detail);
+        press(&mut app, KeyCode::Char('4'));
+        assert_eq!(app.view, ViewId::Events);
+        press(&mut app, KeyCode::Char('1'));
+        press(&mut app, KeyCode::Enter);
+        assert_eq!(app.view, ViewId::Detail);
+        press(&mut app, KeyCode::Esc);
+        assert_eq!(app.view, ViewId::Overview);
+        press(&mut app, KeyCode::Char('?'));
+        assert!(app.help.open);
+        press(&mut app, KeyCode::Char('q'));
+        assert!(!app.help.open && !app.quit, "q in help closes the help");
+        press(&mut app, KeyCode::Char('q'));
+        assert!(app.quit);
+    }
+
+    #[test]
+    fn zoom_walks_the_windows() {
+        let mut app = app_with(1);
+        assert_eq!(app.detail.window.label(), "1m");
+        press(&mut app, KeyCode::Char('-'));
+        press(&mut app, KeyCode::Char('-'));
+        assert_eq!(app.detail.window.label(), "1h");
+        for _ in 0..5 {
+            press(&mut app, KeyCode::Char('-'));
+        }
+        assert_eq!(app.detail.window.label(), "7d");
+        press(&mut app, KeyCode::Char('+'));
+        assert_eq!(app.detail.window.label(), "24h");
+    }
+
+    #[test]
+    fn clicks_select_gpus_and_tabs() {
+        let mut app = app_with(4);
+        app.size = Rect::new(0, 0, 200, 50);
+        let areas = ui::Areas::of_app(&app, app.size);
+        let layout = overview::Layout::new(areas.body, 4, 0);
+        let cell = layout.cells.iter().find(|c| c.gpu == 2).unwrap().area;
+        let click = |x, y| MouseEvent {
+            kind: MouseEventKind::Down(MouseButton::Left),
+            column: x,
+            row: y,
+            modifiers: KeyModifiers::NONE,
+        };
+        let a = app.action_for_mouse(&click(cell.x + 3, cell.y + 1));
+        assert_eq!(a, Some(Action::SelectGpu(2)));
+        app.apply(a.unwrap());
+        assert_eq!(app.selected, 2);
+
+        let x = (0..200)
+            .find(|&x| ui::tab_at(&app.keymap, areas.tabs, x) == Some(ViewId::Run))
+            .unwrap();
+        assert_eq!(
+            app.action_for_mouse(&click(x, areas.tabs.y)),
+            Some(Action::ShowView(ViewId::Run))
+        );
+
+        let wheel = MouseEvent {
+            kind: MouseEventKind::ScrollDown,
+            ..click(0, 10)
+        };
+        app.apply(app.action_for_mouse(&wheel).unwrap());
+        assert_eq!(app.selected, 3);
+    }
+}

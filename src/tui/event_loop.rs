@@ -1,0 +1,135 @@
+//! The event loop: terminal input, new snapshots and a slow tick, on one tokio task.
+//!
+//! It redraws only when something changed (new data, an action, a resize, staleness or a
+//! status expiring), after draining every queued event, and never more often than the frame
+//! cap. ratatui diffs each frame against the last, so only changed cells reach the terminal;
+//! the whole screen is cleared and redrawn only when the user asks (`Ctrl-L`).
+//!
+//! The loop is generic over the backend, the input stream and the clock so that tests drive it
+//! with `TestBackend`, a channel of events and paused tokio time.
+
+use super::app::App;
+use crate::telemetry::Snapshot;
+use crossterm::event::Event;
+use futures::{Stream, StreamExt, future::poll_immediate};
+use ratatui::Terminal;
+use ratatui::backend::Backend;
+use ratatui::layout::Rect;
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio::time::{Instant, MissedTickBehavior, interval, sleep_until};
+
+/// The shortest time between two frames (20 per second): holding a key down redraws at most
+/// this often, however fast the terminal repeats it.
+pub const FRAME_CAP: Duration = Duration::from_millis(50);
+
+/// Why the loop ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    /// The user quit.
+    Quit,
+    /// The terminal input closed (the terminal went away).
+    InputClosed,
+}
+
+/// Handle one terminal event; true when the screen must be redrawn.
+pub fn handle_event(app: &mut App, ev: &Event) -> bool {
+    let action = match ev {
+        Event::Key(k) => app.action_for_key(k),
+        Event::Mouse(m) => app.action_for_mouse(m),
+        Event::Resize(w, h) => {
+            app.size = Rect::new(0, 0, *w, *h);
+            return true;
+        }
+        Event::FocusGained => return true,
+        _ => None,
+    };
+    match action {
+        Some(a) => {
+            app.apply(a);
+            true
+        }
+        None => false,
+    }
+}
+
+/// Run until the user quits or the input closes. `clock` gives the time of each frame (seconds
+/// since the epoch); `tick` is how often staleness is re-checked when nothing else happens.
+pub async fn run<B, S>(
+    terminal: &mut Terminal<B>,
+    app: &mut App,
+    mut snapshots: mpsc::Receiver<Snapshot>,
+    mut events: S,
+    clock: impl Fn() -> f64,
+    tick: Duration,
+) -> anyhow::Result<Exit>
+where
+    B: Backend,
+    B::Error: Send + Sync + 'static,
+    S: Stream<Item = std::io::Result<Event>> + Unpin,
+{
+    let mut ticker = interval(tick.max(Duration::from_millis(100)));
+    ticker.set_missed_tick_behavior(MissedTickBehavior::Skip);
+    let mut dirty = true;
+    let mut last_frame: Option<Instant> = None;
+    let mut snapshots_open = true;
+    loop {
+        if app.quit {
+            return Ok(Exit::Quit);
+        }
+        let due = last_frame.map_or_else(Instant::now, |t| t + FRAME_CAP);
+        if dirty && Instant::now() >= due {
+            app.data.now = clock();
+            if std::mem::take(&mut app.full_redraw) {
+                terminal.clear().map_err(anyhow::Error::new)?;
+            }
+            // The frame's area is the terminal's size (ratatui resizes before drawing): keep
+            // it for mouse hit-testing without asking the terminal again.
+            let area = terminal
+                .draw(|f| f.render_widget(&*app, f.area()))
+                .map_err(anyhow::Error::new)?
+                .area;
+            app.size = area;
+            dirty = false;
+            last_frame = Some(Instant::now());
+        }
+        let frame_timer = async {
+            if dirty {
+                sleep_until(due).await
+            } else {
+                std::future::pending().await
+            }
+        };
+        tokio::select! {
+            ev = events.next() => {
+                let Some(ev) = ev else { return Ok(Exit::InputClosed) };
+                dirty |= handle_event(app, &ev?);
+                // Drain what is already queued, so a burst (a held key, a paste, wheel
+                // spinning) costs one frame.
+                while !app.quit {
+                    let Some(next) = poll_immediate(events.next()).await else { break };
+                    let Some(ev) = next else { return Ok(Exit::InputClosed) };
+                    dirty |= handle_event(app, &ev?);
+                }
+            }
+            snap = snapshots.recv(), if snapshots_open => match snap {
+                Some(s) => {
+                    app.on_snapshot(s);
+                    while let Ok(s) = snapshots.try_recv() {
+                        app.on_snapshot(s);
+                    }
+                    dirty = true;
+                }
+                None => snapshots_open = false,
+            },
+            _ = ticker.tick() => {
+                let before = (app.data.source_stale(), app.data.visible_status().cloned());
+                app.data.now = clock();
+                let after = (app.data.source_stale(), app.data.visible_status().cloned());
+                // While stale, the header counts the seconds since the last data.
+                dirty |= after.0 || before != after;
+            }
+            _ = frame_timer => {}
+        }
+    }
+}

@@ -1,0 +1,336 @@
+//! The frame: header (node, driver, CUDA), host line, view tabs, the current view, footer (key
+//! hints and status), and the help over it. Render reads the [`App`] and changes nothing; the
+//! layout functions here are also what mouse clicks are resolved against.
+
+use super::action::{Action, ViewId};
+use super::app::App;
+use super::data::Level;
+use super::format;
+use super::views::{
+    detail::DetailView, help::HelpView, overview::OverviewView, placeholder::Placeholder,
+};
+use super::widgets::bar;
+use crate::config::keymap::{Context, Keymap};
+use ratatui::buffer::Buffer;
+use ratatui::layout::{Alignment, Rect};
+use ratatui::style::Color;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Paragraph, Widget, Wrap};
+
+/// Below this the console says the terminal is too small instead of drawing.
+pub const MIN_WIDTH: u16 = 40;
+pub const MIN_HEIGHT: u16 = 12;
+
+/// Where each part of the frame goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Areas {
+    pub header: Rect,
+    pub host: Rect,
+    pub tabs: Rect,
+    pub body: Rect,
+    pub footer: Rect,
+}
+
+impl Areas {
+    /// The parts of `area` with a footer `footer_h` rows high (1, or more for a long error).
+    pub fn of(area: Rect, footer_h: u16) -> Areas {
+        let row = |i: u16| {
+            Rect::new(
+                area.x,
+                area.y + i.min(area.height),
+                area.width,
+                u16::from(i < area.height),
+            )
+        };
+        let footer_h = footer_h.clamp(1, 3);
+        let body_h = area.height.saturating_sub(3 + footer_h);
+        let footer_y = area.y + (3 + body_h).min(area.height);
+        Areas {
+            header: row(0),
+            host: row(1),
+            tabs: row(2),
+            body: Rect::new(area.x, area.y + 3.min(area.height), area.width, body_h),
+            footer: Rect::new(
+                area.x,
+                footer_y,
+                area.width,
+                footer_h.min(area.height.saturating_sub(footer_y - area.y)),
+            ),
+        }
+    }
+
+    /// The parts of the app's current frame.
+    pub fn of_app(app: &App, area: Rect) -> Areas {
+        Areas::of(area, footer_height(app, area.width))
+    }
+}
+
+/// An error message wraps onto up to three footer rows; everything else fits in one.
+pub fn footer_height(app: &App, width: u16) -> u16 {
+    match app.data.visible_status() {
+        Some(s) if s.level == Level::Error => {
+            let len = s.text.chars().count() as u16 + 2;
+            len.div_ceil(width.max(1)).clamp(1, 3)
+        }
+        _ => 1,
+    }
+}
+
+/// A view's tab: its title, after the key that shows it (from the keymap) when there is one.
+fn tab_label(keymap: &Keymap, v: ViewId) -> String {
+    let key = keymap
+        .bindings(Context::Global)
+        .iter()
+        .find(|b| b.action == Action::ShowView(v))
+        .and_then(|b| b.keys.first());
+    match key {
+        Some(k) => format!(" {k} {} ", v.title()),
+        None => format!(" {} ", v.title()),
+    }
+}
+
+/// The view whose tab covers column `x`.
+pub fn tab_at(keymap: &Keymap, tabs: Rect, x: u16) -> Option<ViewId> {
+    let mut left = tabs.x + 1;
+    for v in ViewId::ALL {
+        let w = tab_label(keymap, v).chars().count() as u16;
+        if (left..left + w).contains(&x) {
+            return Some(v);
+        }
+        left += w + 1;
+    }
+    None
+}
+
+impl Widget for &App {
+    fn render(self, area: Rect, buf: &mut Buffer) {
+        let t = &self.theme;
+        // Painting 10,000 cells with the terminal's own default is a waste of a frame.
+        let plain = |c: Option<Color>| c.is_none_or(|c| c == Color::Reset);
+        if !(plain(t.text.fg) && plain(t.text.bg) && t.text.add_modifier.is_empty()) {
+            buf.set_style(area, t.text);
+        }
+        if area.width < MIN_WIDTH || area.height < MIN_HEIGHT {
+            let msg = format!(
+                "Terminal too small: {}×{}. gpupilot needs at least {MIN_WIDTH}×{MIN_HEIGHT}. Press q to quit.",
+                area.width, area.height
+            );
+            Paragraph::new(msg)
+                .style(t.warn)
+                .wrap(Wrap { trim: true })
+                .alignment(Alignment::Center)
+                .render(area, buf);
+            return;
+        }
+        let a = Areas::of_app(self, area);
+        render_header(self, a.header, buf);
+        render_host(self, a.host, buf);
+        render_tabs(self, a.tabs, buf);
+        match self.view {
+            ViewId::Overview => OverviewView { app: self }.render(a.body, buf),
+            ViewId::Detail => DetailView { app: self }.render(a.body, buf),
+            ViewId::Run | ViewId::Events => Placeholder {
+                view: self.view,
+                theme: t,
+            }
+            .render(a.body, buf),
+        }
+        render_footer(self, a.footer, buf);
+        if self.help.open {
+            HelpView { app: self }.render(a.body, buf);
+        }
+    }
+}
+
+fn sep(t: &crate::config::theme::Theme) -> Span<'static> {
+    Span::styled(" │ ", t.dim)
+}
+
+fn render_header(app: &App, area: Rect, buf: &mut Buffer) {
+    let t = &app.theme;
+    buf.set_style(area, t.header);
+    let mut spans = vec![Span::styled(" gpupilot", t.header)];
+    match &app.data.snapshot {
+        None => spans.push(Span::styled("  waiting for the first sample…", t.dim)),
+        Some(s) => {
+            let n = &s.node;
+            let na = || format::NA.to_string();
+            spans.extend([
+                sep(t),
+                Span::styled(n.hostname.clone(), t.title),
+                sep(t),
+                Span::styled("driver ", t.dim),
+                Span::raw(n.driver_version.clone().unwrap_or_else(na)),
+                sep(t),
+                Span::styled("CUDA ", t.dim),
+                Span::raw(n.cuda_driver_version.clone().unwrap_or_else(na)),
+                sep(t),
+                Span::raw(format!(
+                    "{} GPU{}",
+                    s.gpus.len(),
+                    if s.gpus.len() == 1 { "" } else { "s" }
+                )),
+                Span::styled(
+                    if n.source == "sim" {
+                        "  (simulated)"
+                    } else {
+                        ""
+                    },
+                    t.dim,
+                ),
+            ]);
+        }
+    }
+    let stale = app.data.source_stale();
+    let right = if stale {
+        let age = app
+            .data
+            .snapshot
+            .as_ref()
+            .map_or(0.0, |s| app.data.now - s.time_s);
+        Line::styled(
+            format!(" STALE: no data for {} ", format::ago(age)),
+            t.stale,
+        )
+    } else {
+        Line::styled(
+            format!("every {} ", format::span(app.data.refresh_s())),
+            t.dim,
+        )
+    };
+    split_line(Line::from(spans), right, stale, area, buf);
+}
+
+/// `left` and, right-aligned, `right` on one row. When both do not fit, `right` is dropped,
+/// unless it matters more (`right_first`): then it is drawn over the end of `left`.
+fn split_line(left: Line, right: Line, right_first: bool, area: Rect, buf: &mut Buffer) {
+    let fits = left.width() + right.width() < area.width as usize;
+    left.render(area, buf);
+    if fits || right_first {
+        right.right_aligned().render(area, buf);
+    }
+}
+
+fn render_host(app: &App, area: Rect, buf: &mut Buffer) {
+    let t = &app.theme;
+    let mut spans = vec![Span::styled(" host ", t.dim)];
+    match app.data.snapshot.as_ref().and_then(|s| s.host.as_ref()) {
+        None => spans.push(Span::styled(format::NA, t.na)),
+        Some(h) => {
+            // The whole line is about 70 columns plus two gauges.
+            let gauge = (area.width.saturating_sub(70) / 2).clamp(4, 20) as usize;
+            spans.push(Span::styled("cpu ", t.dim));
+            spans.extend(bar(
+                h.cpu_pct.map(|c| c / 100.0),
+                gauge,
+                t.util,
+                t.gauge_empty,
+            ));
+            spans.push(Span::raw(format!(" {}", format::pct(h.cpu_pct))));
+            if let Some(n) = h.cpu_count {
+                spans.push(Span::styled(format!(" of {n}"), t.dim));
+            }
+            spans.push(sep(t));
+            spans.push(Span::styled("mem ", t.dim));
+            let ratio = match (h.memory_used_bytes, h.memory_total_bytes) {
+                (Some(u), Some(m)) if m > 0 => Some(u as f64 / m as f64),
+                _ => None,
+            };
+            spans.extend(bar(ratio, gauge, t.memory, t.gauge_empty));
+            spans.push(Span::raw(format!(
+                " {}",
+                format::memory(h.memory_used_bytes, h.memory_total_bytes)
+            )));
+            spans.push(sep(t));
+            spans.push(Span::styled("load ", t.dim));
+            let load = [h.load_1m, h.load_5m, h.load_15m]
+                .iter()
+                .map(|l| l.map_or_else(|| format::NA.to_string(), |l| format!("{l:.2}")))
+                .collect::<Vec<_>>()
+                .join(" ");
+            spans.push(Span::raw(load));
+        }
+    }
+    Line::from(spans).render(area, buf);
+}
+
+fn render_tabs(app: &App, area: Rect, buf: &mut Buffer) {
+    let t = &app.theme;
+    let mut spans = vec![Span::raw(" ")];
+    for (i, v) in ViewId::ALL.into_iter().enumerate() {
+        if i > 0 {
+            spans.push(Span::styled("│", t.dim));
+        }
+        let style = if v == app.view { t.tab_active } else { t.tab };
+        spans.push(Span::styled(tab_label(&app.keymap, v), style));
+    }
+    let right = match (app.view, app.data.gpu(app.selected)) {
+        (ViewId::Detail, _) => format!("window {} ", app.detail.window.label()),
+        (_, Some(g)) => format!("selected: GPU {} ", g.index),
+        (_, None) => String::new(),
+    };
+    split_line(
+        Line::from(spans),
+        Line::styled(right, t.dim),
+        false,
+        area,
+        buf,
+    );
+}
+
+/// Footer hints, from the keymap: `key word` for each binding that has a hint.
+fn hints(app: &App) -> Vec<Span<'static>> {
+    let t = &app.theme;
+    let contexts: Vec<Context> = if app.help.open {
+        vec![Context::Help]
+    } else {
+        [Context::Global]
+            .into_iter()
+            .chain(Context::of_view(app.view))
+            .collect()
+    };
+    let mut spans = vec![Span::raw(" ")];
+    for b in contexts.iter().flat_map(|c| app.keymap.bindings(*c)) {
+        let (Some(hint), Some(key)) = (&b.hint, b.keys.first()) else {
+            continue;
+        };
+        spans.push(Span::styled(key.to_string(), t.key));
+        spans.push(Span::styled(format!(" {hint}  "), t.footer));
+    }
+    spans
+}
+
+fn render_footer(app: &App, area: Rect, buf: &mut Buffer) {
+    let t = &app.theme;
+    buf.set_style(area, t.footer);
+    match app.data.visible_status() {
+        Some(s) if s.level == Level::Error => {
+            buf.set_style(area, t.status_error);
+            Paragraph::new(format!(" {}", s.text))
+                .style(t.status_error)
+                .wrap(Wrap { trim: false })
+                .render(area, buf);
+        }
+        status => {
+            Line::from(hints(app)).render(area, buf);
+            if let Some(s) = status {
+                let text = format::fit(&format!(" {} ", s.text), (area.width / 2) as usize);
+                Line::styled(text, t.status_info)
+                    .right_aligned()
+                    .render(area, buf);
+            }
+        }
+    }
+}
+
+/// The rectangle of `area` centred with at most `w`×`h` cells.
+pub fn centered(area: Rect, w: u16, h: u16) -> Rect {
+    let w = w.min(area.width);
+    let h = h.min(area.height);
+    Rect::new(
+        area.x + (area.width - w) / 2,
+        area.y + (area.height - h) / 2,
+        w,
+        h,
+    )
+}

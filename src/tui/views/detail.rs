@@ -1,0 +1,442 @@
+//! GPU detail: braille line charts of the selected GPU over a chosen window (1 min … 7 days)
+//! for utilization, memory, temperature (with the slowdown line), power (with the cap line)
+//! and SM clock, the current value in each chart's title and the window's min and max under
+//! it, and the processes on the GPU with their memory.
+//!
+//! Charts ask the history for at most two points per column (braille has two dots across a
+//! cell) and break their line where samples are missing: a gap is drawn as a gap.
+
+use crate::config::theme::Theme;
+use crate::history::Metric;
+use crate::telemetry::{GpuSample, throttle_reason_names};
+use crate::tui::app::App;
+use crate::tui::format;
+use crate::tui::widgets::{badges, segments};
+use ratatui::buffer::Buffer;
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::style::Style;
+use ratatui::symbols::Marker;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{
+    Axis, Block, Chart, Dataset, GraphType, Paragraph, Row, Table, Widget, Wrap,
+};
+
+/// The chart windows, shortest first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TimeWindow {
+    #[default]
+    Minute,
+    TenMinutes,
+    Hour,
+    Day,
+    Week,
+}
+
+impl TimeWindow {
+    const ALL: [TimeWindow; 5] = [
+        TimeWindow::Minute,
+        TimeWindow::TenMinutes,
+        TimeWindow::Hour,
+        TimeWindow::Day,
+        TimeWindow::Week,
+    ];
+
+    pub fn seconds(self) -> f64 {
+        match self {
+            TimeWindow::Minute => 60.0,
+            TimeWindow::TenMinutes => 600.0,
+            TimeWindow::Hour => 3600.0,
+            TimeWindow::Day => 86400.0,
+            TimeWindow::Week => 7.0 * 86400.0,
+        }
+    }
+
+    pub fn label(self) -> String {
+        format::span(self.seconds())
+    }
+
+    fn step(self, by: isize) -> TimeWindow {
+        let i = TimeWindow::ALL.iter().position(|w| *w == self).unwrap_or(0) as isize;
+        TimeWindow::ALL[(i + by).clamp(0, TimeWindow::ALL.len() as isize - 1) as usize]
+    }
+
+    pub fn shorter(self) -> TimeWindow {
+        self.step(-1)
+    }
+
+    pub fn longer(self) -> TimeWindow {
+        self.step(1)
+    }
+}
+
+/// What the detail view remembers between frames.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DetailState {
+    pub window: TimeWindow,
+    /// First process row shown.
+    pub process_scroll: usize,
+}
+
+/// The detail view, borrowed for one frame.
+pub struct DetailView<'a> {
+    pub app: &'a App,
+}
+
+impl Widget for DetailView<'_> {
+    fn render(self, area: Rect, buf: &mut Buffer) {
+        let app = self.app;
+        let t = &app.theme;
+        let Some(g) = app.data.gpu(app.selected) else {
+            let msg = if app.data.snapshot.is_none() {
+                "Waiting for the first sample…"
+            } else {
+                "No GPU to show."
+            };
+            Paragraph::new(msg).style(t.dim).render(area, buf);
+            return;
+        };
+        let [info, grid] =
+            Layout::vertical([Constraint::Length(1), Constraint::Fill(1)]).areas(area);
+        let badges = Line::from(badges(g, t));
+        let left = Rect {
+            width: info.width.saturating_sub(badges.width() as u16 + 1),
+            ..info
+        };
+        info_line(g, app.data.name(app.selected), t).render(left, buf);
+        badges.right_aligned().render(info, buf);
+
+        let rows: [Rect; 3] = Layout::vertical([Constraint::Ratio(1, 3); 3]).areas(grid);
+        let cells: Vec<[Rect; 2]> = rows
+            .iter()
+            .map(|r| Layout::horizontal([Constraint::Ratio(1, 2); 2]).areas(*r))
+            .collect();
+        let specs = chart_specs(g, t);
+        for (spec, area) in specs.into_iter().zip([
+            cells[0][0],
+            cells[0][1],
+            cells[1][0],
+            cells[1][1],
+            cells[2][0],
+        ]) {
+            render_chart(app, g, &spec, area, buf);
+        }
+        render_processes(app, g, cells[2][1], buf);
+    }
+}
+
+fn info_line<'a>(g: &GpuSample, name: Option<&str>, t: &Theme) -> Line<'a> {
+    let na = || format::NA.to_string();
+    let dim = |s: &'static str| Span::styled(s, t.dim);
+    let mut spans = vec![
+        Span::styled(format!(" GPU {} ", g.index), t.title),
+        Span::styled(name.map_or_else(na, str::to_string), t.title),
+        dim(" · bus "),
+        Span::raw(g.pci_bus_id.clone().unwrap_or_else(na)),
+        dim(" · P-state "),
+        Span::raw(g.pstate.map_or_else(na, |p| format!("P{p}"))),
+        dim(" · energy "),
+        Span::raw(format::energy(g.energy_j)),
+        dim(" · ECC "),
+        Span::raw(match (g.ecc_corrected, g.ecc_uncorrected) {
+            (None, None) => na(),
+            (c, u) => format!(
+                "{} corr / {} uncorr",
+                c.map_or_else(na, |c| c.to_string()),
+                u.map_or_else(na, |u| u.to_string())
+            ),
+        }),
+    ];
+    if let Some(bits) = g.throttle_reasons.filter(|b| *b != 0) {
+        spans.push(dim(" · held by "));
+        spans.push(Span::styled(throttle_reason_names(bits).join(", "), t.warn));
+    }
+    Line::from(spans)
+}
+
+/// One chart: a series, its scale and bounds, and an optional horizontal limit line.
+struct ChartSpec {
+    title: &'static str,
+    metric: Metric,
+    /// Multiplies the stored values (bytes → GiB).
+    scale: f64,
+    /// Bounds before the data widens them.
+    y: [f64; 2],
+    value: String,
+    style: Style,
+    /// A limit drawn across the chart, in scaled units, and its name.
+    limit: Option<(f64, &'static str)>,
+    unit: &'static str,
+}
+
+fn chart_specs(g: &GpuSample, t: &Theme) -> [ChartSpec; 5] {
+    const GIB: f64 = (1u64 << 30) as f64;
+    let lost = |s: String| if g.lost { "LOST".to_string() } else { s };
+    let cap = g.power_limit_w.or(g.power_enforced_w);
+    let power_top = [g.power_max_w, cap, g.power_default_w]
+        .into_iter()
+        .flatten()
+        .fold(0.0, f64::max);
+    let slowdown = g.temp_slowdown_c.or(g.temp_gpu_max_c);
+    [
+        ChartSpec {
+            title: "Utilization",
+            metric: Metric::UtilGpu,
+            scale: 1.0,
+            y: [0.0, 100.0],
+            value: lost(format::pct(g.util_gpu_pct)),
+            style: t.util,
+            limit: None,
+            unit: "%",
+        },
+        ChartSpec {
+            title: "Memory",
+            metric: Metric::MemoryUsed,
+            scale: 1.0 / GIB,
+            y: [0.0, g.memory_total_bytes.map_or(1.0, |b| b as f64 / GIB)],
+            value: lost(format::memory(g.memory_used_bytes, g.memory_total_bytes)),
+            style: t.memory,
+            limit: None,
+            unit: "GiB",
+        },
+        ChartSpec {
+            title: "Temperature",
+            metric: Metric::Temperature,
+            scale: 1.0,
+            y: [20.0, slowdown.map_or(90.0, |s| s + 5.0)],
+            value: lost(format::temperature(g.temperature_c, g.temp_slowdown_c)),
+            style: t.temperature,
+            limit: slowdown.map(|s| (s, "slowdown")),
+            unit: "°C",
+        },
+        ChartSpec {
+            title: "Power",
+            metric: Metric::Power,
+            scale: 1.0,
+            y: [
+                0.0,
+                if power_top > 0.0 {
+                    power_top * 1.05
+                } else {
+                    100.0
+                },
+            ],
+            value: lost(format::power(g.power_w, cap)),
+            style: t.power,
+            limit: cap.map(|c| (c, "cap")),
+            unit: "W",
+        },
+        ChartSpec {
+            title: "SM clock",
+            metric: Metric::SmClock,
+            scale: 1.0,
+            y: [0.0, g.sm_clock_max_mhz.map_or(1000.0, f64::from)],
+            value: lost(format::mhz_of(g.sm_clock_mhz, g.sm_clock_max_mhz)),
+            style: t.clock,
+            limit: None,
+            unit: "MHz",
+        },
+    ]
+}
+
+fn num(v: f64) -> String {
+    if v.abs() >= 100.0 || v.fract().abs() < 0.05 {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.1}")
+    }
+}
+
+fn render_chart(app: &App, g: &GpuSample, spec: &ChartSpec, area: Rect, buf: &mut Buffer) {
+    let t = &app.theme;
+    let d = &app.data;
+    let window = app.detail.window.seconds();
+    let value_style = if spec.value == format::NA || spec.value == "LOST" {
+        t.na
+    } else if g.stale {
+        t.stale
+    } else {
+        spec.style
+    };
+    let mut block = Block::bordered()
+        .border_style(t.border)
+        .title(Span::styled(format!(" {} ", spec.title), t.title))
+        .title(Line::from(Span::styled(format!(" {} ", spec.value), value_style)).right_aligned());
+    let inner = block.inner(area);
+    let cols = inner.width.saturating_sub(6).max(1) as usize;
+    // Nothing is older than the first sample: asking from there keeps the history from
+    // answering out of a coarse bucket that straddles the start.
+    let from = d.since.map_or(d.now - window, |s| s.max(d.now - window));
+    let points_wanted = ((cols * 2) as f64 * (d.now - from) / window)
+        .ceil()
+        .max(1.0) as usize;
+    let points = d
+        .history
+        .window(app.selected, spec.metric, from, d.now, points_wanted);
+    let scaled: Vec<_> = points
+        .iter()
+        .map(|p| crate::history::Point {
+            t: p.t,
+            min: p.min * spec.scale,
+            mean: p.mean * spec.scale,
+            max: p.max * spec.scale,
+        })
+        .collect();
+    // Under the chart: the limit line's key on the left, the window's extremes on the right,
+    // each only where it fits.
+    let mut room = area.width.saturating_sub(2) as usize;
+    if let Some((v, name)) = spec.limit {
+        let key = format!(" ── {name} {} {} ", num(v), spec.unit);
+        if key.chars().count() <= room {
+            room -= key.chars().count();
+            block = block.title_bottom(Line::styled(key, t.threshold));
+        }
+    }
+    if !scaled.is_empty() {
+        let lo = scaled.iter().map(|p| p.min).fold(f64::INFINITY, f64::min);
+        let hi = scaled
+            .iter()
+            .map(|p| p.max)
+            .fold(f64::NEG_INFINITY, f64::max);
+        let stats = format!(" min {} · max {} {} ", num(lo), num(hi), spec.unit);
+        if stats.chars().count() < room {
+            block = block.title_bottom(Line::styled(stats, t.dim).right_aligned());
+        }
+    }
+    block.render(area, buf);
+    if inner.height < 2 || inner.width < 8 {
+        return;
+    }
+
+    let bin = window / (cols * 2) as f64;
+    let max_gap = (3.0 * d.refresh_s()).max(2.5 * bin);
+    let segs = segments(&scaled, d.now, max_gap);
+    let data_hi = scaled.iter().map(|p| p.max).fold(spec.y[1], f64::max);
+    let data_lo = scaled.iter().map(|p| p.min).fold(spec.y[0], f64::min);
+    let y = [
+        data_lo.min(spec.y[0]),
+        if data_hi > spec.y[1] {
+            data_hi * 1.05
+        } else {
+            spec.y[1]
+        },
+    ];
+    let limit_line = spec.limit.map(|(v, _)| [(-window, v), (0.0, v)]);
+
+    let mut datasets = Vec::new();
+    if let Some(line) = &limit_line {
+        datasets.push(
+            Dataset::default()
+                .marker(Marker::Braille)
+                .graph_type(GraphType::Line)
+                .style(t.threshold)
+                .data(line),
+        );
+    }
+    for s in &segs {
+        datasets.push(
+            Dataset::default()
+                .marker(Marker::Braille)
+                .graph_type(GraphType::Line)
+                .style(spec.style)
+                .data(s),
+        );
+    }
+    let mut x_axis = Axis::default().bounds([-window, 0.0]).style(t.axis);
+    if inner.height >= 8 {
+        x_axis = x_axis.labels([
+            Span::raw(format!("-{}", app.detail.window.label())),
+            Span::raw("now"),
+        ]);
+    }
+    let y_axis = Axis::default()
+        .bounds(y)
+        .style(t.axis)
+        .labels([Span::raw(num(y[0])), Span::raw(num(y[1]))]);
+    Chart::new(datasets)
+        .x_axis(x_axis)
+        .y_axis(y_axis)
+        .legend_position(None)
+        .render(inner, buf);
+    if scaled.is_empty() {
+        let msg = if g.lost {
+            "GPU lost: no samples"
+        } else {
+            "no samples in this window"
+        };
+        let r = Rect::new(
+            inner.x + 6,
+            inner.y + inner.height / 2,
+            inner.width.saturating_sub(6),
+            1,
+        );
+        Line::styled(msg, t.na).centered().render(r, buf);
+    }
+}
+
+fn render_processes(app: &App, g: &GpuSample, area: Rect, buf: &mut Buffer) {
+    let t = &app.theme;
+    let title = match &g.processes {
+        Some(p) => format!(" Processes ({}) ", p.len()),
+        None => " Processes ".to_string(),
+    };
+    let block = Block::bordered()
+        .border_style(t.border)
+        .title(Span::styled(title, t.title));
+    let inner = block.inner(area);
+    block.render(area, buf);
+    let procs = match &g.processes {
+        None => {
+            Paragraph::new("N/A: the driver does not list processes for this GPU")
+                .style(t.na)
+                .wrap(Wrap { trim: true })
+                .render(inner, buf);
+            return;
+        }
+        Some(p) if p.is_empty() => {
+            Paragraph::new("no processes")
+                .style(t.dim)
+                .render(inner, buf);
+            return;
+        }
+        Some(p) => p,
+    };
+    let scroll = app.detail.process_scroll.min(procs.len().saturating_sub(1));
+    let rows = procs.iter().skip(scroll).map(|p| {
+        let mem = p.used_memory_bytes.map_or_else(
+            || format::NA.to_string(),
+            |b| format!("{} GiB", format::gib(b)),
+        );
+        Row::new([
+            p.pid.to_string(),
+            mem,
+            p.name.clone().unwrap_or_else(|| format::NA.to_string()),
+        ])
+    });
+    Table::new(
+        rows,
+        [
+            Constraint::Length(8),
+            Constraint::Length(10),
+            Constraint::Fill(1),
+        ],
+    )
+    .header(Row::new(["PID", "GPU mem", "command"]).style(t.dim))
+    .style(t.text)
+    .render(inner, buf);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn windows_step_and_stop_at_the_ends() {
+        let w = TimeWindow::default();
+        assert_eq!(w.label(), "1m");
+        assert_eq!(w.shorter(), w);
+        assert_eq!(w.longer().label(), "10m");
+        assert_eq!(TimeWindow::Week.longer(), TimeWindow::Week);
+        let labels: Vec<_> = TimeWindow::ALL.iter().map(|w| w.label()).collect();
+        assert_eq!(labels, ["1m", "10m", "1h", "24h", "7d"]);
+    }
+}

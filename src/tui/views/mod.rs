@@ -1,0 +1,7 @@
+//! The views. Each has its own state type (where it needs one) and a borrowed view struct
+//! that implements `Widget`: render reads the app and changes nothing.
+
+pub mod detail;
+pub mod help;
+pub mod overview;
+pub mod placeholder;

@@ -1,0 +1,413 @@
+//! Overview: one block per GPU with utilization, memory, temperature (against its slowdown
+//! threshold) and power (against its cap) as gauges with trend sparklines, throttle reasons
+//! as badges, and clocks, P-state, fan and PCIe on a last line.
+//!
+//! The layout adapts: full blocks in one or two columns when they fit, compact two-line blocks
+//! when they do not, and pages of GPUs (the one holding the selection) when even those do not.
+
+use crate::config::theme::Theme;
+use crate::history::Metric;
+use crate::telemetry::GpuSample;
+use crate::tui::app::App;
+use crate::tui::format;
+use crate::tui::widgets::{Meter, Trend, badges, level};
+use ratatui::buffer::Buffer;
+use ratatui::layout::{Margin, Position, Rect};
+use ratatui::style::Style;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Paragraph, Widget, Wrap};
+
+const FULL_HEIGHT: u16 = 7;
+const COMPACT_HEIGHT: u16 = 4;
+/// Narrowest GPU block when two columns are used.
+const MIN_COLUMN_WIDTH: u16 = 60;
+
+/// How much each GPU block shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Density {
+    /// Four meter lines and an info line.
+    Full,
+    /// Two lines of two meters each.
+    Compact,
+}
+
+/// One GPU's block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cell {
+    /// Position of the GPU in the snapshot.
+    pub gpu: usize,
+    pub area: Rect,
+}
+
+/// Where each GPU block goes: a pure function of the body size, the GPU count and the
+/// selection, shared by render and by mouse clicks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layout {
+    pub density: Density,
+    /// Rows each meter of a full block gets (its sparkline is that tall).
+    pub meter_rows: u16,
+    pub cells: Vec<Cell>,
+    /// GPUs not shown before and after this page.
+    pub hidden: (usize, usize),
+}
+
+impl Layout {
+    pub fn new(body: Rect, n: usize, selected: usize) -> Layout {
+        let two_cols = body.width >= 2 * MIN_COLUMN_WIDTH;
+        let fits = |cols: usize, h: u16| n.div_ceil(cols) as u16 * h <= body.height;
+        let (density, cols) = if fits(1, FULL_HEIGHT) {
+            (Density::Full, 1)
+        } else if two_cols && fits(2, FULL_HEIGHT) {
+            (Density::Full, 2)
+        } else if fits(1, COMPACT_HEIGHT) {
+            (Density::Compact, 1)
+        } else if two_cols && fits(2, COMPACT_HEIGHT) {
+            (Density::Compact, 2)
+        } else {
+            (Density::Compact, if two_cols { 2 } else { 1 })
+        };
+        // Spare height goes to the sparklines of full blocks (up to four rows each).
+        let meter_rows = match density {
+            Density::Full => {
+                let block_rows = n.div_ceil(cols).max(1) as u16;
+                let spare = body.height.saturating_sub(block_rows * FULL_HEIGHT);
+                1 + (spare / (block_rows * 4)).min(3)
+            }
+            Density::Compact => 1,
+        };
+        let h = match density {
+            Density::Full => FULL_HEIGHT + 4 * (meter_rows - 1),
+            Density::Compact => COMPACT_HEIGHT,
+        };
+        let rows = (body.height / h).max(1) as usize;
+        let per_page = rows * cols;
+        let first = (selected.min(n.saturating_sub(1)) / per_page) * per_page;
+        let last = (first + per_page).min(n);
+        let col_w = body.width / cols as u16;
+        let cells = (first..last)
+            .map(|gpu| {
+                let k = gpu - first;
+                let (r, c) = (k / cols, k % cols);
+                let w = if c + 1 == cols {
+                    body.width - col_w * c as u16
+                } else {
+                    col_w
+                };
+                Cell {
+                    gpu,
+                    area: Rect::new(
+                        body.x + col_w * c as u16,
+                        body.y + r as u16 * h,
+                        w,
+                        h.min(body.height),
+                    ),
+                }
+            })
+            .collect();
+        Layout {
+            density,
+            meter_rows,
+            cells,
+            hidden: (first, n - last),
+        }
+    }
+
+    /// The GPU whose block covers `p`.
+    pub fn gpu_at(&self, p: Position) -> Option<usize> {
+        self.cells
+            .iter()
+            .find(|c| c.area.contains(p))
+            .map(|c| c.gpu)
+    }
+}
+
+/// The overview, borrowed for one frame.
+pub struct OverviewView<'a> {
+    pub app: &'a App,
+}
+
+impl Widget for OverviewView<'_> {
+    fn render(self, area: Rect, buf: &mut Buffer) {
+        let app = self.app;
+        let t = &app.theme;
+        let gpus = app.data.gpus();
+        if app.data.snapshot.is_none() {
+            Paragraph::new("Waiting for the first sample…")
+                .style(t.dim)
+                .render(area, buf);
+            return;
+        }
+        if gpus.is_empty() {
+            Paragraph::new("No GPUs: the source enumerates none. `gpupilot doctor` says why; `gpupilot demo` shows a simulated node.")
+                .style(t.warn)
+                .wrap(Wrap { trim: true })
+                .render(area, buf);
+            return;
+        }
+        let layout = Layout::new(area, gpus.len(), app.selected);
+        for cell in &layout.cells {
+            GpuBlock {
+                app,
+                g: &gpus[cell.gpu],
+                pos: cell.gpu,
+                selected: cell.gpu == app.selected,
+                density: layout.density,
+                meter_rows: layout.meter_rows,
+            }
+            .render(cell.area, buf);
+        }
+        let (before, after) = layout.hidden;
+        if before + after > 0 {
+            let note = format!(
+                " GPUs {}–{} of {}: the page follows the selection ",
+                before + 1,
+                gpus.len() - after,
+                gpus.len()
+            );
+            let y = area.bottom().saturating_sub(1);
+            Line::styled(note, t.dim)
+                .right_aligned()
+                .render(Rect::new(area.x, y, area.width, 1), buf);
+        }
+    }
+}
+
+struct GpuBlock<'a> {
+    app: &'a App,
+    g: &'a GpuSample,
+    pos: usize,
+    selected: bool,
+    density: Density,
+    meter_rows: u16,
+}
+
+impl Widget for GpuBlock<'_> {
+    fn render(self, area: Rect, buf: &mut Buffer) {
+        let t = &self.app.theme;
+        let g = self.g;
+        let name = self.app.data.name(self.pos).unwrap_or(format::NA);
+        let border = if self.selected {
+            t.border_selected
+        } else {
+            t.border
+        };
+        let block = Block::bordered()
+            .border_style(border)
+            .title(Line::from(vec![
+                Span::styled(format!(" {} ", g.index), border),
+                Span::styled(format!("{name} "), t.title),
+            ]))
+            .title(Line::from(badges(g, t)).right_aligned());
+        let inner = block.inner(area).inner(Margin::new(1, 0));
+        block.render(area, buf);
+        if g.lost {
+            Paragraph::new("LOST: the GPU fell off the bus. Nothing it reported before is current; check `dmesg` for Xid errors.")
+                .style(t.lost)
+                .wrap(Wrap { trim: true })
+                .render(inner, buf);
+            return;
+        }
+        match self.density {
+            Density::Full => {
+                let gauge = inner.width.saturating_sub(6 + 17).div_ceil(3).clamp(8, 30);
+                let spark = inner.width.saturating_sub(6 + gauge + 17 + 1);
+                let meters = meters(self.app, g, self.pos, spark as usize);
+                let h = self.meter_rows;
+                for (i, m) in meters.into_iter().enumerate() {
+                    m.build(t, 6, gauge, 16)
+                        .render(rows(inner, i as u16 * h, h), buf);
+                }
+                info_line(g, t).render(rows(inner, 4 * h, 1), buf);
+            }
+            Density::Compact => {
+                let half = inner.width / 2;
+                let gauge = half.saturating_sub(6 + 15).div_ceil(2).clamp(4, 20);
+                let spark = half.saturating_sub(1 + 6 + gauge + 15 + 1);
+                let meters = meters(self.app, g, self.pos, spark as usize);
+                for (i, m) in meters.into_iter().enumerate() {
+                    let r = rows(inner, (i / 2) as u16, 1);
+                    let (x, w) = if i % 2 == 0 {
+                        (r.x, half)
+                    } else {
+                        (r.x + half, r.width - half)
+                    };
+                    m.build(t, 6, gauge, 14)
+                        .render(Rect::new(x, r.y, w.saturating_sub(1), r.height), buf);
+                }
+            }
+        }
+    }
+}
+
+/// `n` rows of `area` from row `i` (clipped to its bottom; empty when past it).
+fn rows(area: Rect, i: u16, n: u16) -> Rect {
+    if i < area.height {
+        Rect::new(area.x, area.y + i, area.width, n.min(area.height - i))
+    } else {
+        Rect::new(area.x, area.y, 0, 0)
+    }
+}
+
+/// What one meter shows, before widths are chosen.
+struct MeterSpec {
+    label: &'static str,
+    ratio: Option<f64>,
+    value: String,
+    fill: Style,
+    trend: Trend,
+    trend_style: Style,
+}
+
+impl MeterSpec {
+    fn build(
+        self,
+        theme: &Theme,
+        label_width: u16,
+        gauge_width: u16,
+        value_width: u16,
+    ) -> Meter<'_> {
+        Meter {
+            label: self.label,
+            label_width,
+            ratio: self.ratio,
+            gauge_width,
+            value: self.value,
+            value_width,
+            fill: self.fill,
+            value_style: theme.text,
+            trend: Some(self.trend),
+            trend_style: self.trend_style,
+            theme,
+        }
+    }
+}
+
+fn ratio(v: Option<f64>, of: Option<f64>) -> Option<f64> {
+    match (v, of) {
+        (Some(v), Some(m)) if m > 0.0 => Some(v / m),
+        _ => None,
+    }
+}
+
+/// Util, memory, temperature, power: the four meters of a GPU block.
+/// `w` is the width of their sparklines: one column per sampling interval.
+fn meters(app: &App, g: &GpuSample, pos: usize, w: usize) -> [MeterSpec; 4] {
+    let t = &app.theme;
+    let d = &app.data;
+    let used = g.memory_used_bytes.map(|b| b as f64);
+    let total = g.memory_total_bytes.map(|b| b as f64);
+    let cap = g.power_limit_w.or(g.power_enforced_w);
+    let temp_ref = g.temp_slowdown_c.or(g.temp_gpu_max_c);
+    let mem_fill = if ratio(used, total).is_some_and(|r| r >= 0.9) {
+        level(t, used, total, 0.9, 0.98)
+    } else {
+        t.memory
+    };
+    [
+        MeterSpec {
+            label: "util",
+            ratio: g.util_gpu_pct.map(|u| u / 100.0),
+            value: format::pct(g.util_gpu_pct),
+            fill: t.util,
+            trend: Trend::recent(d, pos, Metric::UtilGpu, w, 100.0),
+            trend_style: t.util,
+        },
+        MeterSpec {
+            label: "mem",
+            ratio: ratio(used, total),
+            value: format::memory(g.memory_used_bytes, g.memory_total_bytes),
+            fill: mem_fill,
+            trend: Trend::recent(d, pos, Metric::MemoryUsed, w, total.unwrap_or(1.0)),
+            trend_style: t.memory,
+        },
+        MeterSpec {
+            label: "temp",
+            ratio: ratio(g.temperature_c, temp_ref.or(Some(100.0))),
+            value: format::temperature(g.temperature_c, g.temp_slowdown_c),
+            fill: level(t, g.temperature_c, temp_ref, 0.9, 1.0),
+            trend: Trend::recent(d, pos, Metric::Temperature, w, temp_ref.unwrap_or(100.0)),
+            trend_style: t.temperature,
+        },
+        MeterSpec {
+            label: "power",
+            ratio: ratio(g.power_w, cap),
+            value: format::power(g.power_w, cap),
+            fill: level(t, g.power_w, cap, 0.9, 1.0),
+            trend: Trend::recent(
+                d,
+                pos,
+                Metric::Power,
+                w,
+                g.power_max_w.or(cap).unwrap_or(1.0),
+            ),
+            trend_style: t.power,
+        },
+    ]
+}
+
+/// `SM 1980/1980 MHz · mem 2619 MHz · P0 · fan N/A · PCIe ↓12.3 MB/s ↑4.5 MB/s · 1 process`
+fn info_line<'a>(g: &GpuSample, t: &Theme) -> Line<'a> {
+    let v = |s: String| {
+        let style = if s == format::NA { t.na } else { t.text };
+        Span::styled(s, style)
+    };
+    let l = |s: &'static str| Span::styled(s, t.dim);
+    let procs = match &g.processes {
+        None => format::NA.to_string(),
+        Some(p) if p.len() == 1 => "1 process".to_string(),
+        Some(p) => format!("{} processes", p.len()),
+    };
+    Line::from(vec![
+        l("SM "),
+        v(format::mhz_of(g.sm_clock_mhz, g.sm_clock_max_mhz)),
+        l(" · mem "),
+        v(format::mhz(g.mem_clock_mhz)),
+        l(" · P-state "),
+        v(g.pstate
+            .map_or_else(|| format::NA.into(), |p| format!("P{p}"))),
+        l(" · fan "),
+        v(format::pct(g.fan_pct)),
+        l(" · PCIe ↓"),
+        v(format::kbps(g.pcie_rx_kbps)),
+        l(" ↑"),
+        v(format::kbps(g.pcie_tx_kbps)),
+        l(" · "),
+        v(procs),
+    ])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layout_prefers_full_blocks_then_columns_then_compact_then_pages() {
+        let big = Rect::new(0, 3, 200, 46);
+        let l = Layout::new(big, 4, 0);
+        assert_eq!(
+            (l.density, l.cells.len(), l.meter_rows),
+            (Density::Full, 4, 2)
+        );
+        assert!(
+            l.cells
+                .iter()
+                .all(|c| c.area.width == 200 && c.area.height == 11)
+        );
+        let l = Layout::new(big, 8, 0);
+        assert_eq!((l.density, l.cells.len()), (Density::Full, 8));
+        assert_eq!(l.cells[1].area.x, 100, "two columns");
+
+        let small = Rect::new(0, 3, 80, 20);
+        let l = Layout::new(small, 4, 0);
+        assert_eq!(
+            (l.density, l.cells.len(), l.hidden),
+            (Density::Compact, 4, (0, 0))
+        );
+        let l = Layout::new(small, 8, 6);
+        assert_eq!(l.density, Density::Compact);
+        assert_eq!(l.hidden, (5, 0), "the page with the selection");
+        assert_eq!(l.cells.first().map(|c| c.gpu), Some(5));
+        assert_eq!(l.gpu_at(Position::new(10, 3 + 4 + 1)), Some(6));
+        assert_eq!(Layout::new(small, 0, 0).cells, vec![]);
+    }
+}

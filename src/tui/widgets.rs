@@ -1,0 +1,381 @@
+//! Small building blocks the views share: a gauge bar, a one-line meter (label, gauge, value,
+//! trend sparkline), throttle badges, and the series helpers that turn history into sparkline
+//! bars and chart segments. All of them only read.
+
+use super::data::Data;
+use super::format;
+use crate::config::theme::Theme;
+use crate::history::{Metric, Point};
+use crate::telemetry::{GpuSample, throttle};
+use ratatui::buffer::Buffer;
+use ratatui::layout::Rect;
+use ratatui::style::Style;
+use ratatui::text::Span;
+use ratatui::widgets::{Sparkline, SparklineBar, Widget};
+
+const PARTIAL: [&str; 8] = ["", "▏", "▎", "▍", "▌", "▋", "▊", "▉"];
+
+/// A bar `width` cells wide filled to `ratio` (0..=1) with eighth-cell resolution. An absent
+/// ratio draws an empty bar in the `empty` style.
+pub fn bar(ratio: Option<f64>, width: usize, fill: Style, empty: Style) -> Vec<Span<'static>> {
+    let Some(r) = ratio.filter(|r| r.is_finite()) else {
+        return vec![Span::styled("░".repeat(width), empty)];
+    };
+    let eighths = (r.clamp(0.0, 1.0) * width as f64 * 8.0).round() as usize;
+    let full = eighths / 8;
+    let part = PARTIAL[eighths % 8];
+    let used = full + usize::from(!part.is_empty());
+    vec![
+        Span::styled(format!("{}{}", "█".repeat(full), part), fill),
+        Span::styled("░".repeat(width.saturating_sub(used)), empty),
+    ]
+}
+
+/// [`bar`] written straight into the buffer, one cell at a time: gauges are drawn for every
+/// GPU on every frame, and this skips laying out text that is known to be one cell per symbol.
+pub fn draw_bar(ratio: Option<f64>, area: Rect, buf: &mut Buffer, fill: Style, empty: Style) {
+    let width = area.width as usize;
+    let eighths = ratio.filter(|r| r.is_finite()).map_or(0, |r| {
+        (r.clamp(0.0, 1.0) * width as f64 * 8.0).round() as usize
+    });
+    for i in 0..width {
+        let (symbol, style) = match (i * 8 + 8).cmp(&eighths) {
+            std::cmp::Ordering::Less | std::cmp::Ordering::Equal => ("█", fill),
+            _ if i * 8 < eighths => (PARTIAL[eighths % 8], fill),
+            _ => ("░", empty),
+        };
+        buf[(area.x + i as u16, area.y)]
+            .set_symbol(symbol)
+            .set_style(style);
+    }
+}
+
+/// Values of one series, one per column, newest at the right; `None` where nothing was sampled.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Trend {
+    pub values: Vec<Option<f64>>,
+    /// The value a full-height bar stands for.
+    pub max: f64,
+}
+
+impl Trend {
+    /// The last `width` sampling intervals of a series. Bins sit on the sampling grid of the
+    /// series (centred on its samples), so a steady sampler fills every column and a gap
+    /// means samples really were missing.
+    pub fn recent(data: &Data, gpu: usize, metric: Metric, width: usize, max: f64) -> Trend {
+        let period = data.refresh_s();
+        let Some((last_t, _)) = data.history.last(gpu, metric) else {
+            return Trend {
+                values: vec![None; width],
+                max,
+            };
+        };
+        let behind = ((data.now - last_t) / period).floor().max(0.0);
+        let to = last_t + (behind + 0.5) * period;
+        let from = to - width as f64 * period;
+        // Columns older than the first sample stay empty: the query starts on the grid at or
+        // after it, so the history answers from raw samples, not coarse buckets.
+        let skip = data.since.map_or(0, |s| {
+            (((s - from) / period - 1e-9).ceil().max(0.0) as usize).min(width)
+        });
+        let mut values = vec![None; width];
+        let from_q = from + skip as f64 * period;
+        for p in data.history.window(gpu, metric, from_q, to, width - skip) {
+            let i = ((p.t - from) / period).floor() as usize;
+            if let Some(v) = values.get_mut(i) {
+                *v = Some(p.mean);
+            }
+        }
+        // A sampler whose tick runs close to the GPU's reading may publish one reading twice
+        // and skip the next; a lone empty column between two readings is that jitter, not an
+        // outage (those last several intervals and stay empty), so it takes its left
+        // neighbour's value instead of flickering as the chart scrolls.
+        for i in 1..width.saturating_sub(1) {
+            if values[i].is_none() && values[i + 1].is_some() {
+                values[i] = values[i - 1];
+            }
+        }
+        // The column holding the first sample starts before it: ask for just that span.
+        if let (Some(s), Some(i)) = (data.since, skip.checked_sub(1)) {
+            if let Some(p) = data.history.window(gpu, metric, s, from_q, 1).first() {
+                values[i] = Some(p.mean);
+            }
+        }
+        Trend { values, max }
+    }
+
+    fn render(&self, area: Rect, buf: &mut Buffer, style: Style) {
+        let scale = 1000.0 / self.max.max(1e-9);
+        let n = area.width as usize;
+        let skip = self.values.len().saturating_sub(n);
+        let bars: Vec<SparklineBar> = self.values[skip..]
+            .iter()
+            .map(|v| SparklineBar::from(v.map(|v| (v.max(0.0) * scale).round() as u64)))
+            .collect();
+        Sparkline::default()
+            .data(bars)
+            .max(1000)
+            .style(style)
+            .absent_value_symbol(" ")
+            .render(area, buf);
+    }
+}
+
+/// One meter: `label  ████░░░░  value  ▂▃▅▆▇` on its first row; the sparkline fills every
+/// row of the area.
+pub struct Meter<'a> {
+    pub label: &'a str,
+    pub label_width: u16,
+    pub ratio: Option<f64>,
+    pub gauge_width: u16,
+    pub value: String,
+    pub value_width: u16,
+    pub fill: Style,
+    pub value_style: Style,
+    pub trend: Option<Trend>,
+    pub trend_style: Style,
+    pub theme: &'a Theme,
+}
+
+impl Widget for Meter<'_> {
+    fn render(self, area: Rect, buf: &mut Buffer) {
+        let t = self.theme;
+        let label_w = self.label_width.min(area.width);
+        buf.set_stringn(area.x, area.y, self.label, label_w as usize, t.dim);
+        let mut x = area.x + label_w;
+        let gauge_w = self.gauge_width.min(area.right().saturating_sub(x));
+        let empty = if self.ratio.is_some() {
+            t.gauge_empty
+        } else {
+            t.na
+        };
+        draw_bar(
+            self.ratio,
+            Rect::new(x, area.y, gauge_w, 1),
+            buf,
+            self.fill,
+            empty,
+        );
+        x += gauge_w;
+        let value_w = (self.value_width + 1).min(area.right().saturating_sub(x));
+        let style = if self.value == format::NA {
+            t.na
+        } else {
+            self.value_style
+        };
+        buf.set_stringn(
+            x + 1,
+            area.y,
+            format::fit(&self.value, value_w.saturating_sub(1) as usize),
+            value_w.saturating_sub(1) as usize,
+            style,
+        );
+        x += value_w;
+        if let Some(trend) = &self.trend {
+            let w = area.right().saturating_sub(x + 1);
+            if w >= 4 {
+                trend.render(
+                    Rect::new(x + 1, area.y, w, area.height),
+                    buf,
+                    self.trend_style,
+                );
+            }
+        }
+    }
+}
+
+/// Badges for a GPU's state: `LOST`, `stale`, then one per throttle reason (`pwr-cap`,
+/// `thermal`, …). Reasons that cost throughput (power, thermal) stand out.
+pub fn badges(g: &GpuSample, theme: &Theme) -> Vec<Span<'static>> {
+    let mut out = Vec::new();
+    if g.lost {
+        out.push(Span::styled(" LOST ", theme.lost));
+        return out;
+    }
+    if g.stale {
+        out.push(Span::styled(" stale ", theme.stale));
+        out.push(Span::raw(" "));
+    }
+    if let Some(bits) = g.throttle_reasons {
+        for (bit, name, _) in throttle::REASONS {
+            if bits & bit == 0 {
+                continue;
+            }
+            let hurts = throttle::power_limited(*bit)
+                || throttle::thermal_limited(*bit)
+                || *bit == throttle::HW_SLOWDOWN;
+            let style = if hurts { theme.badge_warn } else { theme.badge };
+            out.push(Span::styled(format!(" {name} "), style));
+            out.push(Span::raw(" "));
+        }
+    }
+    if out.last().is_some_and(|s| s.content == " ") {
+        out.pop();
+    }
+    out
+}
+
+/// Split chart points into runs with no gap longer than `max_gap` seconds, as (x, y) pairs
+/// with x relative to `now` (so the right edge is 0). A line across a gap would draw values
+/// that were never read.
+pub fn segments(points: &[Point], now: f64, max_gap: f64) -> Vec<Vec<(f64, f64)>> {
+    let mut out: Vec<Vec<(f64, f64)>> = Vec::new();
+    let mut prev: Option<f64> = None;
+    for p in points {
+        if prev.is_none_or(|t| p.t - t > max_gap) {
+            out.push(Vec::new());
+        }
+        if let Some(seg) = out.last_mut() {
+            seg.push((p.t - now, p.mean));
+        }
+        prev = Some(p.t);
+    }
+    out
+}
+
+/// The level style for `value` against a `limit`: ok, warn within `warn_frac` of it, crit at
+/// or past `crit_frac`.
+pub fn level(
+    theme: &Theme,
+    value: Option<f64>,
+    limit: Option<f64>,
+    warn_frac: f64,
+    crit_frac: f64,
+) -> Style {
+    match (value, limit) {
+        (Some(v), Some(l)) if l > 0.0 && v >= l * crit_frac => theme.crit,
+        (Some(v), Some(l)) if l > 0.0 && v >= l * warn_frac => theme.warn,
+        _ => theme.ok,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn bars_drawn_in_place_match_bars_as_text() {
+        let s = Style::default();
+        for r in [
+            None,
+            Some(0.0),
+            Some(0.26),
+            Some(0.53),
+            Some(0.999),
+            Some(1.0),
+            Some(7.0),
+        ] {
+            let mut buf = Buffer::empty(Rect::new(0, 0, 9, 1));
+            draw_bar(r, buf.area, &mut buf, s, s);
+            let drawn: String = buf.content().iter().map(|c| c.symbol()).collect();
+            let text: String = bar(r, 9, s, s)
+                .iter()
+                .map(|s| s.content.to_string())
+                .collect();
+            assert_eq!(drawn, text, "{r:?}");
+        }
+    }
+
+    #[test]
+    fn bars_fill_by_eighths() {
+        let s = Style::default();
+        let text = |r| {
+            bar(r, 4, s, s)
+                .iter()
+                .map(|s| s.content.to_string())
+                .collect::<String>()
+        };
+        assert_eq!(text(Some(0.0)), "░░░░");
+        assert_eq!(text(Some(0.5)), "██░░");
+        assert_eq!(text(Some(0.53)), "██▏░");
+        assert_eq!(text(Some(1.4)), "████");
+        assert_eq!(text(None), "░░░░");
+    }
+
+    #[test]
+    fn trends_follow_the_sampling_grid_and_leave_gaps() {
+        let mut d = Data::new(Duration::from_secs(1));
+        // One reading a second with a little jitter; 5 and 6 never came (an outage), 9 was
+        // skipped by the sampler (jitter).
+        for i in (0..12).filter(|i| ![5, 6, 9].contains(i)) {
+            let t = 1000.0 + i as f64 + if i % 2 == 0 { 0.03 } else { -0.02 };
+            d.history.push(0, Metric::UtilGpu, t, i as f64 * 10.0);
+        }
+        d.since = Some(1000.03);
+        d.now = 1011.5;
+        let tr = Trend::recent(&d, 0, Metric::UtilGpu, 12, 100.0);
+        let v: Vec<Option<f64>> = tr.values.iter().map(|v| v.map(f64::round)).collect();
+        let expected = [
+            Some(0.0),
+            Some(10.0),
+            Some(20.0),
+            Some(30.0),
+            Some(40.0),
+            None,
+            None,
+            Some(70.0),
+            Some(80.0),
+            Some(80.0),
+            Some(100.0),
+            Some(110.0),
+        ];
+        assert_eq!(
+            v, expected,
+            "the outage stays a gap, the lone skip is bridged"
+        );
+        let tr = Trend::recent(&d, 0, Metric::UtilGpu, 14, 100.0);
+        assert_eq!(
+            tr.values[..2],
+            [None, None],
+            "nothing before the first reading"
+        );
+        // Ten seconds later, with no new readings, the trend has moved left and shows the gap.
+        d.now = 1021.5;
+        let tr = Trend::recent(&d, 0, Metric::UtilGpu, 12, 100.0);
+        let v: Vec<Option<f64>> = tr.values.iter().map(|v| v.map(f64::round)).collect();
+        assert_eq!(v[..2], [Some(100.0), Some(110.0)]);
+        assert!(v[2..].iter().all(Option::is_none));
+        assert!(
+            Trend::recent(&d, 3, Metric::UtilGpu, 5, 100.0)
+                .values
+                .iter()
+                .all(Option::is_none)
+        );
+    }
+
+    #[test]
+    fn segments_break_at_gaps() {
+        let p = |t: f64| Point {
+            t,
+            min: t,
+            mean: t,
+            max: t,
+        };
+        let segs = segments(&[p(1.0), p(2.0), p(3.0), p(10.0), p(11.0)], 11.0, 2.5);
+        assert_eq!(segs.len(), 2);
+        assert_eq!(segs[0], vec![(-10.0, 1.0), (-9.0, 2.0), (-8.0, 3.0)]);
+        assert_eq!(segs[1], vec![(-1.0, 10.0), (0.0, 11.0)]);
+    }
+
+    #[test]
+    fn badges_name_state_and_reasons() {
+        let theme = Theme::default();
+        let text = |g: &GpuSample| {
+            badges(g, &theme)
+                .iter()
+                .map(|s| s.content.to_string())
+                .collect::<String>()
+        };
+        let mut g = GpuSample {
+            throttle_reasons: Some(throttle::SW_POWER_CAP | throttle::GPU_IDLE),
+            ..Default::default()
+        };
+        assert_eq!(text(&g), " idle   pwr-cap ");
+        g.stale = true;
+        assert_eq!(text(&g), " stale   idle   pwr-cap ");
+        g.lost = true;
+        assert_eq!(text(&g), " LOST ");
+        assert!(badges(&GpuSample::default(), &theme).is_empty());
+    }
+}

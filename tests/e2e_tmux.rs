@@ -1,0 +1,273 @@
+//! End to end: the real binary (`gpupilot demo`) in a 200×50 tmux pane, driven with
+//! send-keys and read with capture-pane, the way a person at a terminal would use it.
+//!
+//! A shell with a known prompt runs in the pane and the command is typed into it, so the test
+//! also sees that quitting hands the terminal back in a usable state. Every wait is bounded;
+//! the tmux server is killed at the end whatever happens (a guard's Drop).
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+const PROMPT: &str = "E2E_PROMPT$";
+const WAIT: Duration = Duration::from_secs(15);
+
+/// A private tmux server; dropping it kills the server and everything in it.
+struct Tmux {
+    socket: String,
+    /// The socket file, removed after the server is killed (tmux leaves it behind).
+    socket_path: Option<String>,
+}
+
+impl Tmux {
+    fn start(home: &Path) -> Tmux {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let mut tmux = Tmux {
+            socket: format!("gpupilot-e2e-{}-{nanos}", std::process::id()),
+            socket_path: None,
+        };
+        let shell = format!(
+            "env PS1='{PROMPT} ' GPUPILOT_HOME='{}' TERM=xterm-256color LANG=C.UTF-8 bash --norc --noprofile",
+            home.display()
+        );
+        let out = tmux.run(&[
+            "-f",
+            "/dev/null",
+            "new-session",
+            "-d",
+            "-x",
+            "200",
+            "-y",
+            "50",
+            "-s",
+            "e2e",
+            &shell,
+        ]);
+        assert!(
+            out.status.success(),
+            "tmux new-session: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        tmux.socket_path = Some(tmux.flag("socket_path")).filter(|p| !p.is_empty());
+        tmux
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        Command::new("tmux")
+            .arg("-L")
+            .arg(&self.socket)
+            .args(args)
+            .output()
+            .expect("tmux is required for this test: apt-get install tmux")
+    }
+
+    /// Type keys (tmux key names: "Tab", "Escape", "Enter", or literal text).
+    fn keys(&self, keys: &[&str]) {
+        let mut args = vec!["send-keys", "-t", "e2e"];
+        args.extend_from_slice(keys);
+        let out = self.run(&args);
+        assert!(
+            out.status.success(),
+            "send-keys {keys:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    fn resize(&self, w: u16, h: u16) {
+        let (w, h) = (w.to_string(), h.to_string());
+        let out = self.run(&["resize-window", "-t", "e2e", "-x", &w, "-y", &h]);
+        assert!(
+            out.status.success(),
+            "resize-window: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    fn screen(&self) -> String {
+        String::from_utf8_lossy(&self.run(&["capture-pane", "-p", "-t", "e2e"]).stdout).into_owned()
+    }
+
+    fn flag(&self, name: &str) -> String {
+        let out = self.run(&[
+            "display-message",
+            "-p",
+            "-t",
+            "e2e",
+            &format!("#{{{name}}}"),
+        ]);
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    /// Poll the screen until `ok` holds, at most [`WAIT`]; panic with the screen otherwise.
+    fn wait_for(&self, what: &str, ok: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let s = self.screen();
+            if ok(&s) {
+                return s;
+            }
+            if Instant::now() > deadline {
+                panic!("timed out after {WAIT:?} waiting for {what}; the screen:\n{s}");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn wait_text(&self, text: &str) -> String {
+        self.wait_for(&format!("{text:?}"), |s| s.contains(text))
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = self.run(&["kill-server"]);
+        if let Some(path) = &self.socket_path {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// The numbers before `unit` on lines that start (inside a border) with `label`.
+fn readings(screen: &str, label: &str, unit: &str) -> Vec<f64> {
+    screen
+        .lines()
+        .filter_map(|l| {
+            let rest = l.trim_start_matches(['│', ' ']).strip_prefix(label)?;
+            let before = &rest[..rest.find(unit)?];
+            before
+                .split_whitespace()
+                .last()?
+                .split('/')
+                .next()?
+                .parse()
+                .ok()
+        })
+        .collect()
+}
+
+/// The screen below the header and host lines (the CPU figure there changes on its own).
+fn body(screen: &str) -> String {
+    screen.lines().skip(3).collect::<Vec<_>>().join("\n")
+}
+
+#[test]
+fn demo_in_tmux() {
+    let home = tempfile::tempdir().unwrap();
+    let tmux = Tmux::start(home.path());
+    tmux.wait_text(PROMPT);
+    let bin = env!("CARGO_BIN_EXE_gpupilot");
+    tmux.keys(&["-l", &format!("'{bin}' demo")]);
+    tmux.keys(&["Enter"]);
+
+    // The overview: four simulated H100s, with live numbers.
+    let first = tmux.wait_for("four H100 blocks", |s| {
+        s.matches("NVIDIA H100 80GB HBM3").count() == 4
+    });
+    assert_eq!(
+        tmux.flag("alternate_on"),
+        "1",
+        "the console uses the alternate screen"
+    );
+    assert_eq!(tmux.flag("mouse_any_flag"), "1", "mouse reporting is on");
+    assert!(
+        first.contains("driver 550.54.15") && first.contains("CUDA 12.4"),
+        "{first}"
+    );
+    let utils = readings(&first, "util", " %");
+    assert_eq!(utils.len(), 4, "a utilization per GPU:\n{first}");
+    assert!(utils.iter().all(|u| (0.0..=100.0).contains(u)), "{utils:?}");
+    let powers = readings(&first, "power", " W");
+    assert_eq!(powers.len(), 4, "{first}");
+    assert!(
+        powers.iter().all(|p| *p > 50.0 && *p <= 700.0),
+        "a training H100 draws real power under its 700 W cap: {powers:?}"
+    );
+    assert!(
+        readings(&first, "temp", " °C")
+            .iter()
+            .all(|t| *t > 25.0 && *t < 100.0)
+    );
+    // Live: the body of the screen changes as samples arrive (values, sparklines).
+    let before = body(&first);
+    tmux.wait_for("the numbers to move", |s| body(s) != before);
+
+    // Views by key.
+    tmux.keys(&["Tab"]);
+    let detail = tmux.wait_text("Utilization");
+    for t in [
+        "Temperature",
+        "Power",
+        "SM clock",
+        "Processes",
+        "window 1m",
+        "── cap 700 W",
+    ] {
+        assert!(
+            detail.contains(t),
+            "{t} missing from the detail view:\n{detail}"
+        );
+    }
+    tmux.keys(&["-"]);
+    tmux.wait_text("window 10m");
+    tmux.keys(&["3"]);
+    tmux.wait_text("Not available yet");
+    tmux.keys(&["4"]);
+    tmux.wait_text("events.jsonl");
+    tmux.keys(&["1"]);
+    tmux.wait_text("selected: GPU 0");
+    tmux.keys(&["j"]);
+    tmux.wait_text("selected: GPU 1");
+
+    // Help, generated from the keymap; Esc closes it.
+    tmux.keys(&["?"]);
+    let help = tmux.wait_text("Show this help");
+    assert!(
+        help.contains("Quit the console") && help.contains("Next view"),
+        "{help}"
+    );
+    tmux.keys(&["Escape"]);
+    tmux.wait_for("the help to close", |s| !s.contains("Show this help"));
+
+    // Resizes: smaller (compact blocks), too small (says so), and back.
+    tmux.resize(80, 24);
+    tmux.wait_for("the 80×24 layout", |s| {
+        s.lines().count() <= 24 && s.contains("selected: GPU 1") && s.contains("util")
+    });
+    tmux.resize(30, 10);
+    tmux.wait_text("too small");
+    tmux.resize(200, 50);
+    tmux.wait_for("the 200×50 layout again", |s| {
+        s.matches("NVIDIA H100 80GB HBM3").count() == 4
+    });
+
+    // Ctrl-L redraws everything and the console is still there.
+    tmux.keys(&["C-l"]);
+    tmux.wait_text("selected: GPU 1");
+
+    // Quit: the shell is back, in a usable state, and the console exited cleanly.
+    tmux.keys(&["q"]);
+    tmux.wait_for("the shell prompt", |s| {
+        s.lines()
+            .rfind(|l| !l.trim().is_empty())
+            .is_some_and(|l| l.trim_end() == PROMPT)
+    });
+    assert_eq!(
+        tmux.flag("alternate_on"),
+        "0",
+        "the alternate screen was left"
+    );
+    assert_eq!(
+        tmux.flag("mouse_any_flag"),
+        "0",
+        "mouse reporting was turned off"
+    );
+    tmux.keys(&["-l", "echo rc=$? E2E_$((6*7))"]);
+    tmux.keys(&["Enter"]);
+    let after = tmux.wait_text("rc=0 E2E_42");
+    assert!(
+        !after.contains("NVIDIA H100"),
+        "the console's screen is gone:\n{after}"
+    );
+}

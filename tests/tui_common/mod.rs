@@ -1,0 +1,176 @@
+//! Hand-built console fixtures: a node's snapshots over two minutes, fed into an `App` with a
+//! fixed frame time. Nothing here reads the wall clock, so every frame is reproducible.
+
+#![allow(dead_code)]
+
+use gpupilot::config::keymap::Keymap;
+use gpupilot::config::theme::Theme;
+use gpupilot::telemetry::{GpuProcess, GpuSample, HostSample, NodeInfo, Snapshot, throttle};
+use gpupilot::tui::App;
+use ratatui::Terminal;
+use ratatui::backend::TestBackend;
+use std::time::Duration;
+
+/// Start of the fixture's time (seconds since the epoch).
+pub const T0: f64 = 1_700_000_000.0;
+/// Seconds of history the fixture records, one snapshot per second.
+pub const SECONDS: usize = 120;
+const GIB: u64 = 1 << 30;
+
+/// What the node looks like at second `s`: GPU 0 trains normally, GPU 1 is held at its power
+/// cap, GPU 2 is an older part that reports less (no fan, no PCIe, no processes list) and goes
+/// stale near the end, GPU 3 falls off the bus at 100 s. Extra GPUs (for the 8-GPU fixture)
+/// train like GPU 0 with a phase shift.
+pub fn gpu_at(i: usize, s: usize) -> GpuSample {
+    let t = T0 + s as f64;
+    let x = s as f64 / 10.0 + i as f64;
+    let util = (80.0 + 15.0 * x.sin()).round();
+    let mut g = GpuSample {
+        index: i as u32,
+        name: Some("NVIDIA H100 80GB HBM3".into()),
+        uuid: Some(format!("GPU-0000000{i}-aaaa-bbbb-cccc-ddddeeeeffff")),
+        pci_bus_id: Some(format!("00000000:{:02X}:00.0", 0x18 + i * 0x10)),
+        time_s: t,
+        util_gpu_pct: Some(util),
+        util_mem_pct: Some((util * 0.6).round()),
+        memory_used_bytes: Some(54 * GIB + (i as u64) * GIB / 4),
+        memory_total_bytes: Some(80 * GIB),
+        temperature_c: Some((45.0 + 20.0 * (1.0 - (-(s as f64) / 40.0).exp()) + i as f64).round()),
+        temp_slowdown_c: Some(87.0),
+        temp_shutdown_c: Some(92.0),
+        temp_gpu_max_c: Some(85.0),
+        power_w: Some((150.0 + 5.5 * util).round()),
+        power_limit_w: Some(700.0),
+        power_enforced_w: Some(700.0),
+        power_default_w: Some(700.0),
+        power_min_w: Some(200.0),
+        power_max_w: Some(700.0),
+        energy_j: Some(3.6e6 * 12.5 + s as f64 * 600.0),
+        sm_clock_mhz: Some(1980 - (s as u32 % 7) * 15),
+        sm_clock_max_mhz: Some(1980),
+        mem_clock_mhz: Some(2619),
+        mem_clock_max_mhz: Some(2619),
+        fan_pct: None,
+        pstate: Some(0),
+        throttle_reasons: Some(0),
+        pcie_rx_kbps: Some(950_000),
+        pcie_tx_kbps: Some(19_000),
+        pcie_gen: Some(5),
+        pcie_width: Some(16),
+        ecc_corrected: Some(0),
+        ecc_uncorrected: Some(0),
+        persistence: Some(true),
+        processes: Some(vec![GpuProcess {
+            pid: 40_000 + i as u32,
+            name: Some("python train.py --model resnet50".into()),
+            used_memory_bytes: Some(53 * GIB),
+        }]),
+        ..GpuSample::default()
+    };
+    match i {
+        1 => {
+            g.power_limit_w = Some(450.0);
+            g.power_enforced_w = Some(450.0);
+            g.power_w = Some(449.0 - (s % 3) as f64);
+            g.sm_clock_mhz = Some(1410 + (s as u32 % 5) * 10);
+            g.throttle_reasons = Some(throttle::SW_POWER_CAP);
+        }
+        2 => {
+            g.name = Some("Tesla V100-SXM2-32GB".into());
+            g.memory_total_bytes = Some(32 * GIB);
+            g.memory_used_bytes = Some(30 * GIB);
+            g.temperature_c = Some(82.0 + (s % 4) as f64);
+            g.temp_slowdown_c = Some(83.0);
+            g.throttle_reasons =
+                Some(throttle::HW_THERMAL_SLOWDOWN | throttle::SW_THERMAL_SLOWDOWN);
+            g.power_limit_w = Some(300.0);
+            g.power_max_w = Some(300.0);
+            g.power_w = Some(260.0);
+            g.pcie_rx_kbps = None;
+            g.pcie_tx_kbps = None;
+            g.processes = None;
+            g.ecc_corrected = None;
+            g.energy_j = None;
+        }
+        _ => {}
+    }
+    g
+}
+
+/// The snapshot at second `s` for `n` GPUs (GPU 2 stale after 110 s, GPU 3 lost from 100 s).
+pub fn snapshot_at(n: usize, s: usize) -> Snapshot {
+    let gpus = (0..n)
+        .map(|i| {
+            if i == 3 && s >= 100 {
+                return GpuSample {
+                    index: 3,
+                    lost: true,
+                    time_s: T0 + s as f64,
+                    ..GpuSample::default()
+                };
+            }
+            if i == 2 && s >= 110 {
+                let mut g = gpu_at(2, 110);
+                g.stale = true;
+                return g;
+            }
+            gpu_at(i, s)
+        })
+        .collect();
+    Snapshot {
+        time_s: T0 + s as f64 + 0.01,
+        node: NodeInfo {
+            hostname: "gpu-node-07".into(),
+            source: "sim".into(),
+            driver_version: Some("550.54.15".into()),
+            cuda_driver_version: Some("12.4".into()),
+            nvml_version: Some("12.550.54.15".into()),
+        },
+        gpus,
+        host: Some(HostSample {
+            cpu_pct: Some(37.5),
+            cpu_count: Some(64),
+            memory_used_bytes: Some(187 * GIB),
+            memory_total_bytes: Some(503 * GIB),
+            load_1m: Some(12.31),
+            load_5m: Some(11.9),
+            load_15m: Some(10.02),
+        }),
+    }
+}
+
+/// An app with the fixture's history taken in, the frame time half a second after the last
+/// snapshot.
+pub fn app(n: usize) -> App {
+    app_with_theme(n, Theme::default())
+}
+
+pub fn app_with_theme(n: usize, theme: Theme) -> App {
+    let mut app = App::new(Keymap::defaults(), theme, Duration::from_secs(1));
+    for s in 0..SECONDS {
+        app.on_snapshot(snapshot_at(n, s));
+    }
+    app.data.now = T0 + SECONDS as f64 - 0.5;
+    app
+}
+
+/// Render the app once on a `w`×`h` test terminal.
+pub fn render(app: &mut App, w: u16, h: u16) -> Terminal<TestBackend> {
+    let mut term = Terminal::new(TestBackend::new(w, h)).unwrap();
+    app.size = ratatui::layout::Rect::new(0, 0, w, h);
+    term.draw(|f| f.render_widget(&*app, f.area())).unwrap();
+    term
+}
+
+/// The screen as text, one line per row.
+pub fn text(term: &Terminal<TestBackend>) -> String {
+    let buf = term.backend().buffer();
+    let mut out = String::new();
+    for y in 0..buf.area.height {
+        for x in 0..buf.area.width {
+            out.push_str(buf[(x, y)].symbol());
+        }
+        out.push('\n');
+    }
+    out
+}

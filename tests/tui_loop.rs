@@ -1,0 +1,295 @@
+//! The event loop on a counting TestBackend with paused tokio time: a burst of input costs one
+//! frame, frames are capped, only changed cells are sent, Ctrl-L clears once, new data redraws,
+//! and quitting or losing the input ends the loop.
+
+mod tui_common;
+
+use crossterm::event::{
+    Event, KeyCode, KeyEvent, KeyModifiers, MouseButton, MouseEvent, MouseEventKind,
+};
+use futures::channel::mpsc::{UnboundedSender, unbounded};
+use gpupilot::tui::event_loop::{self, Exit, FRAME_CAP};
+use gpupilot::tui::{App, ViewId};
+use ratatui::Terminal;
+use ratatui::backend::{Backend, ClearType, TestBackend, WindowSize};
+use ratatui::buffer::Cell;
+use ratatui::layout::{Position, Size};
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tui_common::{SECONDS, T0, app, snapshot_at};
+
+/// What reached the "terminal".
+#[derive(Debug, Default)]
+struct Counts {
+    frames: usize,
+    cells: Vec<usize>,
+    clears: usize,
+}
+
+/// TestBackend that counts frames (flushes), cells written per frame, and clears.
+struct Counting {
+    inner: TestBackend,
+    counts: Rc<RefCell<Counts>>,
+    pending_cells: usize,
+}
+
+impl Backend for Counting {
+    type Error = std::convert::Infallible;
+
+    fn draw<'a, I>(&mut self, content: I) -> Result<(), Self::Error>
+    where
+        I: Iterator<Item = (u16, u16, &'a Cell)>,
+    {
+        let cells: Vec<_> = content.collect();
+        self.pending_cells += cells.len();
+        self.inner.draw(cells.into_iter())
+    }
+    fn hide_cursor(&mut self) -> Result<(), Self::Error> {
+        self.inner.hide_cursor()
+    }
+    fn show_cursor(&mut self) -> Result<(), Self::Error> {
+        self.inner.show_cursor()
+    }
+    fn get_cursor_position(&mut self) -> Result<Position, Self::Error> {
+        self.inner.get_cursor_position()
+    }
+    fn set_cursor_position<P: Into<Position>>(&mut self, position: P) -> Result<(), Self::Error> {
+        self.inner.set_cursor_position(position)
+    }
+    fn clear(&mut self) -> Result<(), Self::Error> {
+        self.counts.borrow_mut().clears += 1;
+        self.inner.clear()
+    }
+    fn clear_region(&mut self, clear_type: ClearType) -> Result<(), Self::Error> {
+        if clear_type == ClearType::All {
+            self.counts.borrow_mut().clears += 1;
+        }
+        self.inner.clear_region(clear_type)
+    }
+    fn size(&self) -> Result<Size, Self::Error> {
+        self.inner.size()
+    }
+    fn window_size(&mut self) -> Result<WindowSize, Self::Error> {
+        self.inner.window_size()
+    }
+    fn flush(&mut self) -> Result<(), Self::Error> {
+        let mut c = self.counts.borrow_mut();
+        c.frames += 1;
+        c.cells.push(std::mem::take(&mut self.pending_cells));
+        self.inner.flush()
+    }
+}
+
+fn terminal(w: u16, h: u16) -> (Terminal<Counting>, Rc<RefCell<Counts>>) {
+    let counts = Rc::new(RefCell::new(Counts::default()));
+    let backend = Counting {
+        inner: TestBackend::new(w, h),
+        counts: Rc::clone(&counts),
+        pending_cells: 0,
+    };
+    (Terminal::new(backend).unwrap(), counts)
+}
+
+fn key(c: char) -> std::io::Result<Event> {
+    Ok(Event::Key(KeyEvent::new(
+        KeyCode::Char(c),
+        KeyModifiers::NONE,
+    )))
+}
+
+fn ctrl(c: char) -> std::io::Result<Event> {
+    Ok(Event::Key(KeyEvent::new(
+        KeyCode::Char(c),
+        KeyModifiers::CONTROL,
+    )))
+}
+
+fn screen(term: &Terminal<Counting>) -> String {
+    let buf = term.backend().inner.buffer();
+    buf.content().iter().map(Cell::symbol).collect()
+}
+
+fn clock() -> f64 {
+    T0 + SECONDS as f64 - 0.5
+}
+
+type Input = UnboundedSender<std::io::Result<Event>>;
+
+/// Run the loop on `app` while `drive` sends input; returns the exit, the app and the terminal.
+async fn run_with<F, Fut>(
+    mut app: App,
+    w: u16,
+    h: u16,
+    drive: F,
+) -> (Exit, App, Terminal<Counting>, Rc<RefCell<Counts>>)
+where
+    F: FnOnce(Input, mpsc::Sender<gpupilot::telemetry::Snapshot>) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let (mut term, counts) = terminal(w, h);
+    let (tx, rx) = unbounded();
+    let (snap_tx, snap_rx) = mpsc::channel(4);
+    let driver = drive(tx, snap_tx);
+    let run = event_loop::run(
+        &mut term,
+        &mut app,
+        snap_rx,
+        rx,
+        clock,
+        Duration::from_secs(1),
+    );
+    let (exit, ()) = tokio::join!(run, driver);
+    (exit.unwrap(), app, term, counts)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_burst_of_keys_costs_one_frame() {
+    let (exit, app, term, counts) = run_with(app(4), 200, 50, |tx, _snaps| async move {
+        for _ in 0..200 {
+            tx.unbounded_send(key('j')).unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        tx.unbounded_send(key('q')).unwrap();
+    })
+    .await;
+    assert_eq!(exit, Exit::Quit);
+    assert_eq!(app.selected, 3, "200 × j stops at the last GPU");
+    let c = counts.borrow();
+    assert_eq!(
+        c.frames, 2,
+        "the first frame, then one for the whole burst: {c:?}"
+    );
+    assert!(
+        c.cells[0] > 200 * 50 / 2,
+        "the first frame fills the screen: {c:?}"
+    );
+    assert!(
+        c.cells[1] < c.cells[0] / 10,
+        "the second frame sends only changed cells: {c:?}"
+    );
+    assert_eq!(c.clears, 0, "no clear() per frame");
+    assert!(screen(&term).contains("selected: GPU 3"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn frames_are_capped_and_ctrl_l_clears_once() {
+    let start = tokio::time::Instant::now();
+    let (exit, _app, _term, counts) = run_with(app(4), 80, 24, |tx, _snaps| async move {
+        // One key every 10 ms for a second: at most one frame per FRAME_CAP.
+        for i in 0..100 {
+            tx.unbounded_send(key(if i % 2 == 0 { 'j' } else { 'k' }))
+                .unwrap();
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        tx.unbounded_send(ctrl('l')).unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        tx.unbounded_send(key('q')).unwrap();
+    })
+    .await;
+    assert_eq!(exit, Exit::Quit);
+    let elapsed = start.elapsed();
+    let c = counts.borrow();
+    let cap = (elapsed.as_millis() / FRAME_CAP.as_millis()) as usize + 2;
+    assert!(
+        c.frames <= cap,
+        "{} frames in {elapsed:?} (cap {cap})",
+        c.frames
+    );
+    assert!(c.frames >= 10, "input was drawn: {c:?}");
+    assert_eq!(c.clears, 1, "Ctrl-L clears exactly once");
+}
+
+#[tokio::test(start_paused = true)]
+async fn new_data_redraws_and_views_switch() {
+    let mut a = app(4);
+    a.data.snapshot = None;
+    let (exit, app, term, counts) = run_with(a, 200, 50, |tx, snaps| async move {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        snaps.send(snapshot_at(4, SECONDS - 1)).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        tx.unbounded_send(Ok(Event::Key(KeyEvent::new(
+            KeyCode::Tab,
+            KeyModifiers::NONE,
+        ))))
+        .unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        tx.unbounded_send(key('?')).unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        // A click outside the help does nothing while it is open; Esc closes it.
+        tx.unbounded_send(Ok(Event::Mouse(MouseEvent {
+            kind: MouseEventKind::Down(MouseButton::Left),
+            column: 5,
+            row: 2,
+            modifiers: KeyModifiers::NONE,
+        })))
+        .unwrap();
+        tx.unbounded_send(Ok(Event::Key(KeyEvent::new(
+            KeyCode::Esc,
+            KeyModifiers::NONE,
+        ))))
+        .unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        tx.unbounded_send(Ok(Event::Resize(120, 40))).unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        tx.unbounded_send(key('q')).unwrap();
+    })
+    .await;
+    assert_eq!(exit, Exit::Quit);
+    assert_eq!(app.view, ViewId::Detail);
+    assert!(!app.help.open);
+    let c = counts.borrow();
+    assert!(
+        c.frames >= 5,
+        "a frame for the data, the view, the help, its closing, the resize: {c:?}"
+    );
+    let s = screen(&term);
+    assert!(
+        s.contains("Utilization") && s.contains("gpu-node-07"),
+        "{s}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_loop_ends_when_the_input_closes() {
+    let (exit, _app, _term, counts) = run_with(app(2), 80, 24, |tx, _snaps| async move {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        drop(tx);
+    })
+    .await;
+    assert_eq!(exit, Exit::InputClosed);
+    // Nothing changed in three seconds: one frame, no redraw on the idle ticks.
+    assert_eq!(counts.borrow().frames, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_source_going_quiet_is_noticed_without_input() {
+    let (mut term, counts) = terminal(200, 50);
+    let mut a = app(4);
+    let (tx, rx) = unbounded::<std::io::Result<Event>>();
+    let (_snap_tx, snap_rx) = mpsc::channel(4);
+    let start = tokio::time::Instant::now();
+    // The clock runs with tokio's paused time, so the last snapshot ages.
+    let clock = move || T0 + SECONDS as f64 - 0.5 + start.elapsed().as_secs_f64();
+    let driver = async move {
+        tokio::time::sleep(Duration::from_secs(6)).await;
+        tx.unbounded_send(key('q')).unwrap();
+    };
+    let run = event_loop::run(
+        &mut term,
+        &mut a,
+        snap_rx,
+        rx,
+        clock,
+        Duration::from_secs(1),
+    );
+    let (exit, ()) = tokio::join!(run, driver);
+    assert_eq!(exit.unwrap(), Exit::Quit);
+    assert!(
+        screen(&term).contains("STALE: no data for"),
+        "{}",
+        screen(&term)
+    );
+    assert!(counts.borrow().frames >= 2);
+}

@@ -1,0 +1,271 @@
+//! Every view at 80×24 and 200×50 on ratatui's TestBackend, from hand-built fixtures (see
+//! `tui_common`), plus the states that must read as what they are: a lost GPU, a stale GPU,
+//! absent metrics, a stale source, a bad theme file, a terminal too small.
+
+mod tui_common;
+
+use gpupilot::config::theme::{self, Theme};
+use gpupilot::tui::{Action, App, ViewId};
+use insta::assert_snapshot;
+use ratatui::style::Color;
+use tui_common::{T0, app, app_with_theme, render, text};
+
+const SIZES: [(u16, u16); 2] = [(80, 24), (200, 50)];
+
+fn shot(name: &str, app: &mut App) {
+    for (w, h) in SIZES {
+        let term = render(app, w, h);
+        assert_snapshot!(format!("{name}_{w}x{h}"), term.backend());
+    }
+}
+
+#[test]
+fn overview() {
+    let mut a = app(4);
+    a.apply(Action::SelectGpu(1));
+    shot("overview", &mut a);
+    let screen = text(&render(&mut a, 200, 50));
+    assert!(screen.contains("gpu-node-07"), "{screen}");
+    assert!(screen.contains("driver 550.54.15") && screen.contains("CUDA 12.4"));
+    assert!(
+        screen.contains("cpu")
+            && screen.contains("38 % of 64")
+            && screen.contains("187.0/503.0 GiB")
+    );
+    // GPU 1 held by its cap: the number against the cap and the badge.
+    assert!(
+        screen.contains("449/450 W")
+            || screen.contains("448/450 W")
+            || screen.contains("447/450 W"),
+        "{screen}"
+    );
+    assert!(screen.contains(" pwr-cap "));
+    // GPU 2: thermal badges, stale, and absent PCIe as N/A (not 0).
+    assert!(
+        screen.contains(" stale ") && screen.contains(" thermal ") && screen.contains(" hw-therm ")
+    );
+    assert!(screen.contains("PCIe ↓N/A ↑N/A"), "{screen}");
+    assert!(screen.contains("fan N/A"));
+    // GPU 3 is lost, and says so instead of showing zeros.
+    assert!(screen.contains(" LOST ") && screen.contains("fell off the bus"));
+    assert!(!screen.contains("0/0 W"));
+}
+
+#[test]
+fn overview_eight_gpus() {
+    let mut a = app(8);
+    a.apply(Action::SelectGpu(6));
+    shot("overview_8gpus", &mut a);
+    let small = text(&render(&mut a, 80, 24));
+    assert!(
+        small.contains("GPUs 6–8 of 8: the page follows the selection"),
+        "paged to the selection:\n{small}"
+    );
+    let big = text(&render(&mut a, 200, 50));
+    assert!(
+        big.contains(" 7 NVIDIA H100 80GB HBM3 "),
+        "all eight fit at 200×50"
+    );
+}
+
+#[test]
+fn detail() {
+    let mut a = app(4);
+    a.apply(Action::SelectGpu(1));
+    a.apply(Action::ShowView(ViewId::Detail));
+    shot("detail", &mut a);
+    let screen = text(&render(&mut a, 200, 50));
+    for title in [
+        "Utilization",
+        "Memory",
+        "Temperature",
+        "Power",
+        "SM clock",
+        "Processes (1)",
+    ] {
+        assert!(screen.contains(title), "{title} missing:\n{screen}");
+    }
+    assert!(screen.contains("── cap 450 W"), "cap line keyed:\n{screen}");
+    assert!(screen.contains("── slowdown 87 °C"));
+    assert!(screen.contains("held by power cap (software)"));
+    assert!(screen.contains("40001") && screen.contains("python train.py --model resnet50"));
+    assert!(screen.contains("window 1m") && screen.contains("-1m"));
+    assert!(
+        screen.contains('⠀')
+            || screen
+                .chars()
+                .any(|c| ('\u{2801}'..='\u{28FF}').contains(&c)),
+        "braille charts"
+    );
+}
+
+#[test]
+fn detail_zoomed_out() {
+    let mut a = app(4);
+    a.apply(Action::ShowView(ViewId::Detail));
+    a.apply(Action::ZoomOut);
+    let screen = text(&render(&mut a, 200, 50));
+    assert!(
+        screen.contains("window 10m") && screen.contains("-10m"),
+        "{screen}"
+    );
+    assert_snapshot!("detail_10m_200x50", render(&mut a, 200, 50).backend());
+}
+
+#[test]
+fn detail_of_a_lost_gpu_and_of_absent_metrics() {
+    let mut a = app(4);
+    a.apply(Action::ShowView(ViewId::Detail));
+    a.apply(Action::SelectGpu(3));
+    let lost = text(&render(&mut a, 200, 50));
+    assert!(lost.contains(" LOST "), "{lost}");
+    assert!(
+        lost.matches("LOST").count() >= 5,
+        "every chart says LOST, not 0:\n{lost}"
+    );
+    assert_snapshot!("detail_lost_80x24", render(&mut a, 80, 24).backend());
+
+    a.apply(Action::SelectGpu(2));
+    let v100 = text(&render(&mut a, 200, 50));
+    assert!(v100.contains("Tesla V100-SXM2-32GB"));
+    assert!(
+        v100.contains("energy N/A") && v100.contains("N/A: the driver does not list processes"),
+        "{v100}"
+    );
+    assert!(v100.contains(" stale "));
+}
+
+#[test]
+fn run_and_events_placeholders() {
+    for (view, name, words) in [
+        (ViewId::Run, "run", "supervised training run"),
+        (ViewId::Events, "events", "events.jsonl"),
+    ] {
+        let mut a = app(4);
+        a.apply(Action::ShowView(view));
+        shot(name, &mut a);
+        let screen = text(&render(&mut a, 200, 50));
+        assert!(
+            screen.contains("Not available yet") && screen.contains(words),
+            "{screen}"
+        );
+    }
+}
+
+#[test]
+fn help_is_generated_from_the_keymap() {
+    let mut a = app(4);
+    a.apply(Action::Help);
+    shot("help", &mut a);
+    let screen = text(&render(&mut a, 200, 50));
+    for b in gpupilot::config::keymap::Keymap::defaults()
+        .bindings(gpupilot::config::keymap::Context::Global)
+    {
+        assert!(screen.contains(&b.desc), "{} missing from help", b.desc);
+    }
+    // Scrolled to the end at 80×24 the last lines show.
+    for _ in 0..100 {
+        a.apply(Action::ScrollDown);
+    }
+    let small = text(&render(&mut a, 80, 24));
+    assert!(small.contains("Mouse: click a GPU"), "{small}");
+}
+
+#[test]
+fn stale_source_and_bad_theme_are_shown() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("themes")).unwrap();
+    std::fs::write(
+        dir.path().join("themes/dark.toml"),
+        "[border]\nfg = \"purple\"\n",
+    )
+    .unwrap();
+    let (t, err) = theme::load("dark", &dir.path().join("themes"));
+    let mut a = app_with_theme(4, t);
+    // The message names the file; the temporary directory is replaced so the frame is stable.
+    let msg = format!("theme: {} (using dark)", err.unwrap())
+        .replace(&dir.path().display().to_string(), "~/.config/gpupilot");
+    a.data.set_status(gpupilot::tui::data::Level::Error, msg);
+    a.data.now = T0 + 129.0;
+    let term = render(&mut a, 200, 50);
+    let screen = text(&term);
+    assert!(screen.contains("STALE: no data for 10 s"), "{screen}");
+    assert!(
+        screen.contains("dark.toml: line 2, column 6: unknown colour \"purple\""),
+        "{screen}"
+    );
+    assert_snapshot!(
+        "stale_and_theme_error_80x24",
+        render(&mut a, 80, 24).backend()
+    );
+}
+
+#[test]
+fn tiny_terminal_says_so() {
+    let mut a = app(4);
+    for view in ViewId::ALL {
+        a.apply(Action::ShowView(view));
+        let screen = text(&render(&mut a, 30, 10));
+        assert!(screen.contains("too small"), "{screen}");
+    }
+    a.apply(Action::Help);
+    assert_snapshot!("too_small_30x10", render(&mut a, 30, 10).backend());
+    for (w, h) in [(1, 1), (0, 0), (39, 11), (40, 12), (41, 13)] {
+        render(&mut a, w, h);
+    }
+}
+
+#[test]
+fn waiting_for_the_first_sample() {
+    let mut a = App::new(
+        Default::default(),
+        Theme::default(),
+        std::time::Duration::from_secs(1),
+    );
+    let screen = text(&render(&mut a, 80, 24));
+    assert!(screen.contains("waiting for the first sample"), "{screen}");
+    a.apply(Action::ShowView(ViewId::Detail));
+    render(&mut a, 80, 24);
+}
+
+#[test]
+fn colours_come_from_the_theme() {
+    // Dark: the LOST badge has the theme's background; mono: no colour anywhere.
+    let mut a = app_with_theme(4, Theme::default());
+    let term = render(&mut a, 200, 50);
+    let buf = term.backend().buffer();
+    let lost_bg = Theme::default().lost.bg;
+    let found = buf
+        .content()
+        .iter()
+        .any(|c| c.symbol() == "L" && Some(c.bg) == lost_bg);
+    assert!(found, "the LOST badge is drawn in the theme's lost style");
+
+    let (mono, err) = theme::load("mono", std::path::Path::new("/nonexistent"));
+    assert!(err.is_none());
+    let mut a = app_with_theme(4, mono);
+    for view in ViewId::ALL {
+        a.apply(Action::ShowView(view));
+        let term = render(&mut a, 200, 50);
+        for c in term.backend().buffer().content() {
+            assert!(
+                matches!(c.fg, Color::Reset) && matches!(c.bg, Color::Reset),
+                "mono drew a colour: {c:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn every_theme_renders_every_view() {
+    for (name, _) in theme::PRESETS {
+        let (t, err) = theme::load(name, std::path::Path::new("/nonexistent"));
+        assert!(err.is_none(), "{name}: {err:?}");
+        let mut a = app_with_theme(4, t);
+        for view in ViewId::ALL {
+            a.apply(Action::ShowView(view));
+            let screen = text(&render(&mut a, 80, 24));
+            assert!(screen.contains("gpu-node-07"), "{name}/{view:?}");
+        }
+    }
+}
