@@ -169,7 +169,9 @@ impl Series {
     }
 
     fn push(&mut self, t: f64, v: f32) {
-        if self.raw.back().is_some_and(|&(last, _)| t < last) {
+        // A reading already recorded (a snapshot that repeats a GPU's last reading) or an older
+        // one adds nothing: counting it twice would weigh it double in bucket means.
+        if self.raw.back().is_some_and(|&(last, _)| t <= last) {
             return;
         }
         if self.raw.len() == self.raw_capacity {
@@ -295,8 +297,8 @@ impl History {
         }
     }
 
-    /// Append one value. Samples older than the series' newest are dropped (time only runs
-    /// forward in a series).
+    /// Append one value. A sample no newer than the series' newest is dropped (time only runs
+    /// forward in a series, and a repeated reading must not count twice).
     pub fn push(&mut self, gpu: usize, metric: Metric, t: f64, value: f64) {
         if !value.is_finite() {
             return;
@@ -423,6 +425,19 @@ mod tests {
         let pts = h.window(0, Metric::Power, 1002.0 - 60.0, 1003.0, 2);
         assert_eq!(pts.len(), 1, "{pts:?}");
         assert_eq!((pts[0].min, pts[0].max), (5.0, 5.0));
+    }
+
+    #[test]
+    fn a_repeated_reading_counts_once() {
+        let mut h = History::new(small());
+        h.push(0, Metric::Power, 10.0, 100.0);
+        h.push(0, Metric::Power, 10.0, 100.0);
+        h.push(0, Metric::Power, 10.5, 300.0);
+        h.push(0, Metric::Power, 10.2, 999.0);
+        let pts = h.window(0, Metric::Power, 10.0, 11.0, 1);
+        assert_eq!(pts.len(), 1);
+        assert_eq!((pts[0].min, pts[0].max), (100.0, 300.0));
+        assert!((pts[0].mean - 200.0).abs() < 1e-6, "{:?}", pts[0]);
     }
 
     #[test]

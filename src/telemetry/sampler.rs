@@ -60,6 +60,7 @@ impl Sampler {
         // wakes every worker blocked in `select!` at once.
         let (stop_tx, stop_rx) = bounded::<()>(0);
         let node = source.node_info();
+        let started = std::time::Instant::now();
 
         for index in 0..count {
             let source = Arc::clone(&source);
@@ -89,6 +90,15 @@ impl Sampler {
             thread::Builder::new()
                 .name("sample-coord".into())
                 .spawn(move || {
+                    // Workers read at start + k·period; assembling half a period later keeps
+                    // each snapshot between two readings, so none is taken twice or skipped.
+                    let p = config.period.as_secs_f64();
+                    let since = started.elapsed().as_secs_f64();
+                    let next = p / 2.0 + ((since - p / 2.0) / p).ceil().max(0.0) * p;
+                    select! {
+                        recv(stop_rx) -> _ => return,
+                        recv(crossbeam_channel::after(Duration::from_secs_f64(next - since))) -> _ => {}
+                    }
                     let ticker = tick(config.period);
                     loop {
                         select! {
