@@ -164,8 +164,23 @@ fn run_follows_output_and_passes_the_exit_code_on() {
 fn sighup_to_the_run_client_leaves_the_run_running() {
     let home = Home::new();
     let _d = home.daemon(&[]);
-    let mut client = home
-        .gpupilot(&["run", "--", "sh", "-c", &counter_script(20)])
+    // An SSH drop delivers SIGHUP with its default action. A test run under nohup (or any
+    // parent that ignores SIGHUP) would pass the ignore on through exec, so the client is
+    // started through coreutils' `env --default-signal=HUP` to get the real disposition back.
+    let plain = home.gpupilot(&["run", "--", "sh", "-c", &counter_script(20)]);
+    let mut cmd = std::process::Command::new("env");
+    cmd.arg("--default-signal=HUP")
+        .arg(plain.get_program())
+        .args(plain.get_args())
+        .current_dir(plain.get_current_dir().unwrap());
+    for (k, v) in plain.get_envs() {
+        match v {
+            Some(v) => cmd.env(k, v),
+            None => cmd.env_remove(k),
+        };
+    }
+    let mut client = cmd
+        .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -184,7 +199,16 @@ fn sighup_to_the_run_client_leaves_the_run_running() {
         .unwrap();
     assert_eq!(&first, b"1\n", "the client follows the output");
     send(client.id(), Signal::HUP);
-    let status = client.wait().unwrap();
+    let mut status = None;
+    wait_for(
+        "the client to end on SIGHUP",
+        Duration::from_secs(10),
+        || {
+            status = client.try_wait().unwrap();
+            status.is_some()
+        },
+    );
+    let status = status.unwrap();
     assert!(!status.success(), "SIGHUP ended the client: {status}");
     let before = std::fs::read_to_string(home.run_dir(&id).stdout_path())
         .unwrap()
