@@ -135,8 +135,12 @@ impl Tier {
         self.done.front().or(self.open.as_ref()).map(|b| b.start)
     }
 
-    fn buckets(&self) -> impl Iterator<Item = &Bucket> {
-        self.done.iter().chain(self.open.iter())
+    /// Buckets whose centre may fall in `[from, to)` (binary search; the caller filters the
+    /// edges exactly).
+    fn buckets_between(&self, from: f64, to: f64) -> impl Iterator<Item = &Bucket> {
+        let lo = self.done.partition_point(|b| b.start + self.width <= from);
+        let hi = self.done.partition_point(|b| b.start < to);
+        self.done.range(lo..hi.max(lo)).chain(self.open.iter())
     }
 }
 
@@ -231,7 +235,7 @@ impl Series {
         let raw_oldest = self.raw.front().map(|&(t, _)| t);
         let raw_complete = self.raw.len() < self.raw_capacity;
         if raw_oldest.is_some_and(|o| o <= from) || raw_complete || self.tiers.is_empty() {
-            for &(t, v) in &self.raw {
+            for &(t, v) in self.raw_between(from, to) {
                 put(&mut bins, t, Bucket::new(t, v));
             }
         } else {
@@ -241,7 +245,7 @@ impl Series {
                 .find(|t| t.oldest().is_some_and(|o| o <= from))
                 .or_else(|| self.tiers.last())
                 .expect("tiers is not empty");
-            for b in tier.buckets() {
+            for b in tier.buckets_between(from, to) {
                 // A bucket counts at its centre.
                 put(&mut bins, b.start + tier.width / 2.0, *b);
             }
@@ -256,10 +260,8 @@ impl Series {
                 {
                     *bin = None;
                 }
-                for &(t, v) in &self.raw {
-                    if t >= cut {
-                        put(&mut bins, t, Bucket::new(t, v));
-                    }
+                for &(t, v) in self.raw_between(cut, to) {
+                    put(&mut bins, t, Bucket::new(t, v));
                 }
             }
         }
@@ -274,6 +276,14 @@ impl Series {
                 })
             })
             .collect()
+    }
+
+    /// Raw samples with `from <= t < to`, found by binary search: the ring is sorted by time,
+    /// and a chart asks for a few hundred of its thousands of samples every frame.
+    fn raw_between(&self, from: f64, to: f64) -> impl Iterator<Item = &(f64, f32)> {
+        let lo = self.raw.partition_point(|&(t, _)| t < from);
+        let hi = self.raw.partition_point(|&(t, _)| t < to);
+        self.raw.range(lo..hi.max(lo))
     }
 
     fn last(&self) -> Option<(f64, f64)> {
@@ -559,6 +569,35 @@ mod tests {
                 prop_assert!(p.min >= vmin - 1e-3 && p.max <= vmax + 1e-3);
                 prop_assert!(p.t >= from && p.t < to);
             }
+        }
+
+        #[test]
+        fn window_matches_a_naive_reference(
+            times in proptest::collection::vec(0.0f64..100.0, 1..300),
+            from in 0.0f64..100.0,
+            span in 0.1f64..100.0,
+            cols in 1usize..50,
+        ) {
+            let mut times = times;
+            times.sort_by(f64::total_cmp);
+            times.dedup();
+            let mut h = History::new(HistoryConfig { raw_capacity: 1000, tiers: vec![(1.0, 10)] });
+            for (i, t) in times.iter().enumerate() {
+                h.push(0, Metric::Power, *t, i as f64);
+            }
+            let to = from + span;
+            let width = span / cols as f64;
+            let mut naive: Vec<Vec<f64>> = vec![Vec::new(); cols];
+            for (i, t) in times.iter().enumerate() {
+                if *t >= from && *t < to {
+                    naive[(((t - from) / width) as usize).min(cols - 1)].push(i as f64);
+                }
+            }
+            let want: Vec<(f64, f64)> = naive.iter().filter(|b| !b.is_empty())
+                .map(|b| (b[0], *b.last().unwrap())).collect();
+            let got: Vec<(f64, f64)> = h.window(0, Metric::Power, from, to, cols)
+                .iter().map(|p| (p.min, p.max)).collect();
+            prop_assert_eq!(got, want);
         }
 
         #[test]
