@@ -160,10 +160,29 @@ impl Client {
             },
         };
         writer.set_read_timeout(Some(DEFAULT_TIMEOUT))?;
-        writer.write_all(protocol::encode(&hello).as_bytes())?;
+        // A daemon that refuses this peer says why and closes at once, possibly before the
+        // hello is written: the write then fails (EPIPE), but the refusal is still waiting to
+        // be read, and it is the message the user needs.
+        let wrote = writer.write_all(protocol::encode(&hello).as_bytes());
+        match &wrote {
+            Err(e)
+                if !matches!(
+                    e.kind(),
+                    std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset
+                ) =>
+            {
+                return Err(wrote.unwrap_err().into());
+            }
+            _ => {}
+        }
         let frame = match read_frame(&mut reader) {
             Ok(Some(f)) => f,
-            Ok(None) => return Err(ClientError::Closed),
+            Ok(None) => {
+                return Err(match wrote {
+                    Err(e) => e.into(),
+                    Ok(()) => ClientError::Closed,
+                });
+            }
             Err(e) if is_timeout(&e) => {
                 return Err(ClientError::Timeout {
                     what: "hello",
