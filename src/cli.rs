@@ -25,6 +25,10 @@ pub struct GlobalArgs {
     /// Colour theme: dark, light, high-contrast, mono, or one of yours in the config dir.
     #[arg(long, global = true, value_name = "NAME", env = "GPUPILOT_THEME")]
     pub theme: Option<String>,
+    /// Seconds between console redraws (and polls of the daemon; samples in `demo`); raise it
+    /// on slow links.
+    #[arg(long, global = true, value_name = "SECONDS", default_value_t = 1.0, value_parser = parse_refresh)]
+    pub refresh: f64,
     #[command(flatten)]
     pub sim: SimArgs,
 }
@@ -67,8 +71,8 @@ pub enum SourceKind {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// The console on a simulated node with a synthetic training run (no GPU needed).
-    Demo(TuiArgs),
+    /// The console on a simulated node with a synthetic training run (no GPU, no daemon needed).
+    Demo,
     /// One-shot snapshot of every GPU (like gpustat; --json for scripts).
     Status(StatusArgs),
     /// The background daemon: GPU sampling, history, runs, event log (one per GPUPILOT_HOME).
@@ -84,7 +88,7 @@ and the next daemon adopts them. See docs/operations.md."
     Run(RunArgs),
     /// List runs: id, status, pid, uptime, restarts, exit, GPUs, command.
     Ps(PsArgs),
-    /// Follow a run's output (the newest live run unless RUN is given); Ctrl-C detaches.
+    /// Open the console on a run (the newest live run unless RUN is given); q detaches.
     #[command(long_about = ATTACH_ABOUT)]
     Attach(AttachArgs),
     /// Print a run's output; -f follows it until the run ends.
@@ -101,17 +105,20 @@ const RUN_ABOUT: &str =
 command line after `--`. The run starts in its own session with its output written to files, so it \
 outlives this terminal, the console and the daemon.
 
-Prints the run's id. Without --detach it then follows the run's output (like `gpupilot logs -f`) \
-until the run ends, and exits with the run's exit code; Ctrl-C (or a dropped SSH session) only \
-detaches: the run goes on, and `gpupilot attach` follows it again. (Attaching the console's Run \
-view here comes with that view.)
+Without --detach it then opens the console on the run's Run view (its state and the end of its \
+log, followed live); quitting the console (q), or a dropped SSH session, only detaches: the run \
+goes on, and `gpupilot attach` shows it again. With --detach it prints the run's id and returns. \
+When stdout is not a terminal it follows the run's output instead (like `gpupilot logs -f`) until \
+the run ends, and exits with the run's exit code; Ctrl-C detaches.
 
 `run -- CMD…` sets PYTHONUNBUFFERED=1 unless you have set it, so that Python's output reaches the \
 log as it is printed. A daemon is started in the background when none answers.";
 
-const ATTACH_ABOUT: &str = "Follow a run's output: the last lines, then everything new, until the run \
-ends. Ctrl-C detaches and leaves the run running. RUN is an id, a unique id prefix, a run name, or \
-`last`; without it, the newest live run. (Attaching the console's Run view comes with that view.)";
+const ATTACH_ABOUT: &str = "Open the console on a run's Run view: its state, how each attempt \
+ended, and the end of its log, followed live. Quitting (q) detaches and leaves the run running. RUN \
+is an id, a unique id prefix, a run name, or `last`; without it, the newest live run (else the \
+newest). When stdout is not a terminal it prints the run's last lines and then everything new until \
+the run ends; Ctrl-C detaches. A daemon is started in the background when none answers.";
 
 /// Options of `gpupilot daemon`.
 #[derive(Debug, Args, Clone)]
@@ -141,7 +148,7 @@ pub struct RunArgs {
     /// The command to run instead of a profile, after `--`: `gpupilot run -- python3 train.py`.
     #[arg(last = true, value_name = "CMD", conflicts_with = "profile")]
     pub command: Vec<String>,
-    /// Print the run's id and return at once instead of following its output.
+    /// Print the run's id and return at once instead of opening the console on it.
     #[arg(long, short = 'd')]
     pub detach: bool,
     /// The run's name (part of its id) instead of the profile's or the command's.
@@ -199,14 +206,6 @@ pub enum ProfileCommand {
     },
 }
 
-/// Options of the console.
-#[derive(Debug, Args, Clone)]
-pub struct TuiArgs {
-    /// Seconds between samples and redraws; raise it on slow links.
-    #[arg(long, value_name = "SECONDS", default_value_t = 1.0, value_parser = parse_refresh)]
-    pub refresh: f64,
-}
-
 #[derive(Debug, Args, Clone)]
 pub struct StatusArgs {
     /// Print JSON instead of the table.
@@ -256,7 +255,19 @@ mod tests {
         let cli =
             Cli::try_parse_from(["gpupilot", "demo", "--refresh", "2", "--gpus", "8"]).unwrap();
         assert_eq!(cli.global.sim.gpus, 8);
-        assert!(matches!(cli.command, Some(Command::Demo(TuiArgs { refresh })) if refresh == 2.0));
+        assert!(matches!(cli.command, Some(Command::Demo)));
+        assert_eq!(cli.global.refresh, 2.0);
+        // The console's other ways in take it too.
+        let cli = Cli::try_parse_from(["gpupilot", "--refresh", "0.5"]).unwrap();
+        assert!(cli.command.is_none() && cli.global.refresh == 0.5);
+        let cli = Cli::try_parse_from(["gpupilot", "attach", "--refresh", "3", "last"]).unwrap();
+        assert!(matches!(cli.command, Some(Command::Attach(_))) && cli.global.refresh == 3.0);
+        let cli = Cli::try_parse_from(["gpupilot", "run", "--refresh", "3", "--", "x"]).unwrap();
+        assert!(matches!(cli.command, Some(Command::Run(_))) && cli.global.refresh == 3.0);
+        assert_eq!(
+            Cli::try_parse_from(["gpupilot"]).unwrap().global.refresh,
+            1.0
+        );
         assert!(Cli::try_parse_from(["gpupilot", "status", "--gpus", "0"]).is_err());
     }
 

@@ -2,11 +2,11 @@
 
 use anyhow::Context;
 use clap::Parser;
-use gpupilot::cli::{Cli, Command, GlobalArgs, ProfileCommand, SourceKind, StatusArgs, TuiArgs};
+use gpupilot::cli::{Cli, Command, GlobalArgs, ProfileCommand, StatusArgs};
 use gpupilot::commands;
-use gpupilot::telemetry::open::{open_sim, open_source};
+use gpupilot::status;
+use gpupilot::telemetry::open::open_source;
 use gpupilot::telemetry::{Sampler, SamplerConfig};
-use gpupilot::{status, tui};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -24,8 +24,8 @@ fn main() -> ExitCode {
 fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     let g = cli.global;
     match cli.command {
-        None => console(&g, TuiArgs { refresh: 1.0 }, false),
-        Some(Command::Demo(args)) => console(&g, args, true),
+        None => commands::console::console(&g),
+        Some(Command::Demo) => commands::console::demo(&g),
         Some(Command::Status(args)) => status(&g, &args),
         Some(Command::Daemon(args)) => commands::daemon::daemon(&g, &args),
         Some(Command::Run(args)) => commands::runs::run(&g, &args),
@@ -35,20 +35,6 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Some(Command::Stop(args)) => commands::runs::stop(&args),
         Some(Command::Profile(ProfileCommand::Check { file })) => commands::profile::check(&file),
     }
-}
-
-fn console(g: &GlobalArgs, args: TuiArgs, demo: bool) -> anyhow::Result<ExitCode> {
-    let source = if demo || g.source == SourceKind::Sim {
-        open_sim(&g.sim)?
-    } else {
-        open_source(g.source, g.nvml_lib.as_deref(), &g.sim)?
-    };
-    tui::run(tui::TuiOptions {
-        source,
-        theme: g.theme.clone(),
-        refresh: Duration::from_secs_f64(args.refresh),
-    })?;
-    Ok(ExitCode::SUCCESS)
 }
 
 fn status(g: &GlobalArgs, args: &StatusArgs) -> anyhow::Result<ExitCode> {

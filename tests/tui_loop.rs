@@ -8,7 +8,9 @@ use crossterm::event::{
     Event, KeyCode, KeyEvent, KeyModifiers, MouseButton, MouseEvent, MouseEventKind,
 };
 use futures::channel::mpsc::{UnboundedSender, unbounded};
+use gpupilot::supervisor::RunStatus;
 use gpupilot::tui::event_loop::{self, Exit, FRAME_CAP};
+use gpupilot::tui::feed::{Request, Update};
 use gpupilot::tui::{App, ViewId};
 use ratatui::Terminal;
 use ratatui::backend::{Backend, ClearType, TestBackend, WindowSize};
@@ -18,7 +20,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::Duration;
 use tokio::sync::mpsc;
-use tui_common::{SECONDS, T0, app, snapshot_at};
+use tui_common::{SECONDS, T0, app, run_info, snapshot_at};
 
 /// What reached the "terminal".
 #[derive(Debug, Default)]
@@ -139,6 +141,7 @@ where
         rx,
         clock,
         Duration::from_secs(1),
+        |_| {},
     );
     let (exit, ()) = tokio::join!(run, driver);
     (exit.unwrap(), app, term, counts)
@@ -268,7 +271,7 @@ async fn a_source_going_quiet_is_noticed_without_input() {
     let (mut term, counts) = terminal(200, 50);
     let mut a = app(4);
     let (tx, rx) = unbounded::<std::io::Result<Event>>();
-    let (_snap_tx, snap_rx) = mpsc::channel(4);
+    let (_snap_tx, snap_rx) = mpsc::channel::<gpupilot::telemetry::Snapshot>(4);
     let start = tokio::time::Instant::now();
     // The clock runs with tokio's paused time, so the last snapshot ages.
     let clock = move || T0 + SECONDS as f64 - 0.5 + start.elapsed().as_secs_f64();
@@ -283,6 +286,7 @@ async fn a_source_going_quiet_is_noticed_without_input() {
         rx,
         clock,
         Duration::from_secs(1),
+        |_| {},
     );
     let (exit, ()) = tokio::join!(run, driver);
     assert_eq!(exit.unwrap(), Exit::Quit);
@@ -292,4 +296,55 @@ async fn a_source_going_quiet_is_noticed_without_input() {
         screen(&term)
     );
     assert!(counts.borrow().frames >= 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn requests_reach_the_feed_and_answers_reach_the_footer() {
+    let (mut term, _counts) = terminal(120, 30);
+    let mut a = app(4);
+    let (tx, rx) = unbounded::<std::io::Result<Event>>();
+    let (up_tx, up_rx) = mpsc::channel::<Update>(8);
+    let sent = Rc::new(RefCell::new(Vec::new()));
+    let id = "20231114-220820-train";
+    let driver = async move {
+        up_tx
+            .send(Update::Runs(vec![run_info(id, RunStatus::Running)]))
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        for c in ['3', 's'] {
+            tx.unbounded_send(key(c)).unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        tx.unbounded_send(key('y')).unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        up_tx
+            .send(Update::Answer {
+                ok: true,
+                text: format!("run {id}: stopping"),
+            })
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        tx.unbounded_send(key('q')).unwrap();
+    };
+    let log = Rc::clone(&sent);
+    let run = event_loop::run(
+        &mut term,
+        &mut a,
+        up_rx,
+        rx,
+        clock,
+        Duration::from_secs(1),
+        move |r| log.borrow_mut().push(r),
+    );
+    let (exit, ()) = tokio::join!(run, driver);
+    assert_eq!(exit.unwrap(), Exit::Quit);
+    assert_eq!(
+        *sent.borrow(),
+        [Request::Watch(id.into()), Request::Stop(id.into())],
+        "the run's log was asked for, then the stop after y"
+    );
+    let s = screen(&term);
+    assert!(s.contains("stopping"), "the answer is in the footer: {s}");
 }

@@ -8,7 +8,7 @@ use gpupilot::config::theme::{self, Theme};
 use gpupilot::tui::{Action, App, ViewId};
 use insta::assert_snapshot;
 use ratatui::style::Color;
-use tui_common::{T0, app, app_with_theme, render, text};
+use tui_common::{T0, app, app_with_runs, app_with_theme, render, text};
 
 const SIZES: [(u16, u16); 2] = [(80, 24), (200, 50)];
 
@@ -135,21 +135,163 @@ fn detail_of_a_lost_gpu_and_of_absent_metrics() {
     assert!(v100.contains(" stale "));
 }
 
+/// The Run view at `w`×`h`: three runs, the training run's log, a search for `checkpoint`
+/// walked one match back from the newest (so the current match and the others differ).
+fn run_app(w: u16, h: u16) -> App {
+    let mut a = app_with_runs();
+    a.size = ratatui::layout::Rect::new(0, 0, w, h);
+    a.apply(Action::ShowView(ViewId::Run));
+    a.apply(Action::Search);
+    for c in "checkpoint".chars() {
+        a.apply(Action::PromptChar(c));
+    }
+    a.apply(Action::PromptSubmit);
+    a.apply(Action::SearchPrev);
+    a
+}
+
 #[test]
-fn run_and_events_placeholders() {
-    for (view, name, words) in [
-        (ViewId::Run, "run", "supervised training run"),
-        (ViewId::Events, "events", "events.jsonl"),
-    ] {
-        let mut a = app(4);
-        a.apply(Action::ShowView(view));
-        shot(name, &mut a);
-        let screen = text(&render(&mut a, 200, 50));
+fn run_view_with_a_log_tail_a_search_and_a_run_list() {
+    for (w, h) in SIZES {
+        let mut a = run_app(w, h);
+        assert_eq!(
+            a.run.current,
+            Some(34),
+            "line 35 (step 35) is the current match"
+        );
+        let term = render(&mut a, w, h);
+        assert_snapshot!(format!("run_{w}x{h}"), term.backend());
+        let screen = text(&term);
+        for s in [
+            "Run 20231114-220820-train",
+            " running ",
+            "restarts 1",
+            "GPUs 0,1",
+            "exits: exit 1 · now attempt 2",
+            "$ python3 train.py --model resnet50",
+            "stdout",
+            "/checkpoint",
+            "match on line 35",
+            "step   35 checkpoint saved",
+            // The list, newest first, with the shown run marked.
+            "▶ 20231114-220820-train",
+            "20231114-215000-eval",
+            "failed",
+            "3 runs",
+        ] {
+            assert!(screen.contains(s), "{s:?} missing at {w}×{h}:\n{screen}");
+        }
+        // The hints are the Run view's, without the global ones it shadows.
         assert!(
-            screen.contains("Not available yet") && screen.contains(words),
+            screen.contains("/ search") && screen.contains("s stop"),
             "{screen}"
         );
+        assert!(!screen.contains("j gpu"), "{screen}");
+        let buf = term.backend().buffer();
+        let t = &a.theme;
+        let styled = |bg| {
+            buf.content()
+                .iter()
+                .filter(|c| Some(c.bg) == bg && c.symbol() == "k")
+                .count()
+        };
+        assert_eq!(styled(t.search_current.bg), 1, "one current match");
+        assert!(
+            styled(t.search_match.bg) >= 1,
+            "the other matches are marked"
+        );
     }
+    let big = text(&render(&mut run_app(200, 50), 200, 50));
+    assert!(
+        big.contains("20231114-210000-prep") && big.contains("succeeded"),
+        "all three runs fit at 200×50:\n{big}"
+    );
+}
+
+#[test]
+fn run_view_asks_before_stopping() {
+    let mut a = app_with_runs();
+    a.apply(Action::ShowView(ViewId::Run));
+    a.apply(Action::StopRun);
+    let term = render(&mut a, 80, 24);
+    assert_snapshot!("run_confirm_stop_80x24", term.backend());
+    let screen = text(&term);
+    assert!(
+        screen.contains("Stop run 20231114-220820-train? y stops it"),
+        "{screen}"
+    );
+    assert!(a.take_requests().is_empty());
+}
+
+#[test]
+fn run_view_without_runs_says_how_to_start_one() {
+    let mut a = app(4);
+    a.apply(Action::ShowView(ViewId::Run));
+    let waiting = text(&render(&mut a, 80, 24));
+    assert!(waiting.contains("Waiting for the daemon"), "{waiting}");
+    a.on_update(gpupilot::tui::feed::Update::Runs(Vec::new()));
+    let none = text(&render(&mut a, 200, 50));
+    assert!(
+        none.contains("No runs yet") && none.contains("gpupilot run"),
+        "{none}"
+    );
+    a.on_update(gpupilot::tui::feed::Update::Link(
+        gpupilot::tui::feed::Link::Local,
+    ));
+    let demo = text(&render(&mut a, 200, 50));
+    assert!(demo.contains("the demo has no daemon"), "{demo}");
+}
+
+#[test]
+fn events_view_lists_who_what_and_why_newest_first() {
+    let mut a = app_with_runs();
+    a.apply(Action::ShowView(ViewId::Events));
+    shot("events", &mut a);
+    let screen = text(&render(&mut a, 200, 50));
+    for s in [
+        "Events (6)",
+        "TIME (UTC)",
+        "11-14 22:08:00",
+        "alice (uid 1000) via gpupilot (pid 4242)",
+        "20231114-220820-train",
+        "running → backoff",
+        "exit 1; restart 1 of 3 in 1 s",
+        "uid 1001 (pid 777)",
+        "connection refused",
+        "daemon started (pid 4100, 0.1.0)",
+    ] {
+        assert!(screen.contains(s), "{s:?} missing:\n{screen}");
+    }
+    let refused = screen.find("connection refused").unwrap();
+    let started = screen.find("daemon started").unwrap();
+    assert!(refused < started, "newest first");
+    let small = text(&render(&mut a, 80, 24));
+    assert!(
+        small.contains("22:08:52 alice        20231114-215000-eval      running → paused"),
+        "narrow: time of day, the user's name, the run, the change:\n{small}"
+    );
+}
+
+#[test]
+fn a_daemon_that_went_away_is_shown_and_its_data_kept() {
+    let mut a = app_with_runs();
+    a.on_update(gpupilot::tui::feed::Update::Link(
+        gpupilot::tui::feed::Link::Gone {
+            reason: "the connection closed".into(),
+        },
+    ));
+    a.apply(Action::ShowView(ViewId::Run));
+    let screen = text(&render(&mut a, 200, 50));
+    assert!(
+        screen.contains("daemon gone — runs continue; restart with `gpupilot daemon --detach`"),
+        "{screen}"
+    );
+    assert!(
+        screen.contains("step   40 checkpoint saved"),
+        "the last log is kept"
+    );
+    assert!(a.data.source_stale(), "the last data is marked stale");
+    assert_snapshot!("daemon_gone_80x24", render(&mut a, 80, 24).backend());
 }
 
 #[test]
@@ -226,6 +368,25 @@ fn waiting_for_the_first_sample() {
     assert!(screen.contains("waiting for the first sample"), "{screen}");
     a.apply(Action::ShowView(ViewId::Detail));
     render(&mut a, 80, 24);
+    // A daemon without telemetry says why, and that runs are supervised all the same.
+    a.on_update(gpupilot::tui::feed::Update::Link(
+        gpupilot::tui::feed::Link::Daemon {
+            pid: 1234,
+            readonly: false,
+            telemetry_error: Some("NVML library not found".into()),
+            rate_hz: 1.0,
+        },
+    ));
+    for view in [ViewId::Overview, ViewId::Detail] {
+        a.apply(Action::ShowView(view));
+        let screen = text(&render(&mut a, 120, 30));
+        assert!(
+            screen.contains("gpupilot  no GPU telemetry")
+                && screen.contains("No GPU telemetry: NVML library not found.")
+                && screen.contains("supervises runs all the same"),
+            "{screen}"
+        );
+    }
 }
 
 #[test]

@@ -1,11 +1,12 @@
-//! The run-related commands of the command line: `daemon`, `run`, `ps`, `attach`, `logs`,
-//! `stop` and `profile check`. Each takes its parsed arguments and returns the exit code;
-//! `main.rs` only dispatches here.
+//! The commands of the command line: the console (`gpupilot`, `demo`), `daemon`, `run`, `ps`,
+//! `attach`, `logs`, `stop` and `profile check`. Each takes its parsed arguments and returns
+//! the exit code; `main.rs` only dispatches here.
 //!
-//! They are clients of the daemon ([`crate::client`]). `run` and `attach` start a daemon in the
-//! background when none answers; `ps`, `logs` and `stop` do not (there is nothing to list,
-//! follow or stop without one) and say how to start one.
+//! They are clients of the daemon ([`crate::client`]) — all but `demo`. The console, `run` and
+//! `attach` start a daemon in the background when none answers; `ps`, `logs` and `stop` do not
+//! (there is nothing to list, follow or stop without one) and say how to start one.
 
+pub mod console;
 pub mod daemon;
 mod follow;
 pub mod profile;

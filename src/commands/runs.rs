@@ -1,4 +1,5 @@
-//! `run`, `attach`, `ps`, `logs` and `stop`.
+//! `run`, `attach`, `ps`, `logs` and `stop`. On a terminal `run` and `attach` open the console
+//! on the run; otherwise they follow its output as text.
 
 use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
@@ -48,6 +49,9 @@ pub fn run(g: &GlobalArgs, args: &RunArgs) -> anyhow::Result<ExitCode> {
         out(&format!("{}\n", info.id))?;
         return Ok(ExitCode::SUCCESS);
     }
+    if crate::tui::on_terminal() {
+        return super::console::attach(g, &paths, client, &info.id);
+    }
     let stop = ctrl_c_flag();
     eprintln!(
         "gpupilot: started run {} (pid {}); following its output: Ctrl-C detaches, the run goes on",
@@ -84,6 +88,9 @@ pub fn attach(g: &GlobalArgs, args: &AttachArgs) -> anyhow::Result<ExitCode> {
                 .context("there are no runs yet: start one with `gpupilot run`")?
         }
     };
+    if crate::tui::on_terminal() {
+        return super::console::attach(g, &paths, client, &info.id);
+    }
     let stop = ctrl_c_flag();
     let mut tails = [
         Tail {

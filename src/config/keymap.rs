@@ -2,7 +2,7 @@
 //! (`<config>/keymap.toml`) merged over them.
 //!
 //! The file has one array of bindings per context (`[[global]]`, `[[overview]]`, `[[detail]]`,
-//! `[[help]]`); each binding lists the keys that do the same thing (`on`), the action it runs
+//! `[[run]]`, `[[events]]`, `[[help]]`); each binding lists the keys that do the same thing (`on`), the action it runs
 //! (`run`), the words the help screen shows (`desc`) and, optionally, a short word for the
 //! footer (`hint`). A key the user binds replaces its default binding in that context;
 //! `run = "noop"` unbinds it. The help screen is generated from this, so it is never out of step
@@ -158,15 +158,19 @@ pub enum Context {
     Global,
     Overview,
     Detail,
+    Run,
+    Events,
     /// While the help screen is open (nothing else applies then).
     Help,
 }
 
 impl Context {
-    pub const ALL: [Context; 4] = [
+    pub const ALL: [Context; 6] = [
         Context::Global,
         Context::Overview,
         Context::Detail,
+        Context::Run,
+        Context::Events,
         Context::Help,
     ];
 
@@ -176,6 +180,8 @@ impl Context {
             Context::Global => "Everywhere",
             Context::Overview => "Overview",
             Context::Detail => "GPU detail",
+            Context::Run => "Run",
+            Context::Events => "Events",
             Context::Help => "This help",
         }
     }
@@ -185,7 +191,8 @@ impl Context {
         match view {
             ViewId::Overview => Some(Context::Overview),
             ViewId::Detail => Some(Context::Detail),
-            ViewId::Run | ViewId::Events => None,
+            ViewId::Run => Some(Context::Run),
+            ViewId::Events => Some(Context::Events),
         }
     }
 }
@@ -203,7 +210,7 @@ pub struct Binding {
 /// Every binding, by context, in file order.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Keymap {
-    sections: [Vec<Binding>; 4],
+    sections: [Vec<Binding>; 6],
 }
 
 impl Keymap {
@@ -215,17 +222,14 @@ impl Keymap {
     /// The action `key` runs: in help only the help bindings; elsewhere the view's own, then
     /// the global ones.
     pub fn lookup(&self, view: ViewId, help_open: bool, key: Key) -> Option<Action> {
-        let contexts: &[Context] = if help_open {
-            &[Context::Help]
+        let contexts = if help_open {
+            [Some(Context::Help), None]
         } else {
-            match Context::of_view(view) {
-                Some(Context::Overview) => &[Context::Overview, Context::Global],
-                Some(Context::Detail) => &[Context::Detail, Context::Global],
-                _ => &[Context::Global],
-            }
+            [Context::of_view(view), Some(Context::Global)]
         };
         contexts
             .iter()
+            .flatten()
             .flat_map(|c| self.bindings(*c))
             .find(|b| b.keys.contains(&key))
             .map(|b| b.action)
@@ -245,6 +249,8 @@ impl Keymap {
                 conv(f.global),
                 conv(f.overview),
                 conv(f.detail),
+                conv(f.run),
+                conv(f.events),
                 conv(f.help),
             ],
         }
@@ -283,6 +289,10 @@ struct KeymapFile {
     overview: Vec<BindingSpec>,
     #[serde(default)]
     detail: Vec<BindingSpec>,
+    #[serde(default)]
+    run: Vec<BindingSpec>,
+    #[serde(default)]
+    events: Vec<BindingSpec>,
     #[serde(default)]
     help: Vec<BindingSpec>,
 }
@@ -455,6 +465,21 @@ mod tests {
         assert_eq!(at(ViewId::Detail, "+"), Some(Action::ZoomIn));
         assert_eq!(at(ViewId::Detail, "-"), Some(Action::ZoomOut));
         assert_eq!(at(ViewId::Events, "<C-l>"), Some(Action::Redraw));
+        assert_eq!(at(ViewId::Run, "/"), Some(Action::Search));
+        assert_eq!(at(ViewId::Run, "n"), Some(Action::SearchNext));
+        assert_eq!(at(ViewId::Run, "N"), Some(Action::SearchPrev));
+        assert_eq!(at(ViewId::Run, "s"), Some(Action::StopRun));
+        assert_eq!(at(ViewId::Run, "p"), Some(Action::PauseRun));
+        assert_eq!(at(ViewId::Run, "f"), Some(Action::Follow));
+        assert_eq!(at(ViewId::Run, "j"), Some(Action::RunNext));
+        assert_eq!(at(ViewId::Run, "<Enter>"), Some(Action::RunOpen));
+        assert_eq!(at(ViewId::Run, "q"), Some(Action::Quit));
+        assert_eq!(at(ViewId::Events, "j"), Some(Action::ScrollDown));
+        assert_eq!(
+            at(ViewId::Overview, "s"),
+            None,
+            "stop only where a run is shown"
+        );
         assert_eq!(
             km.lookup(ViewId::Overview, true, k("q")),
             Some(Action::Close)

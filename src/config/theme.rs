@@ -246,6 +246,10 @@ theme_slots! {
     selected,
     /// Help screen section titles.
     help_section,
+    /// A match of the log search.
+    search_match,
+    /// The current match of the log search.
+    search_current,
 }
 
 /// Why a theme could not be used.

@@ -78,6 +78,40 @@ pub enum Action {
     ZoomOut,
     ScrollUp,
     ScrollDown,
+    /// A page up or down (the run's log, the events).
+    PageUp,
+    PageDown,
+    /// The start or the end (the end of a log also turns following on).
+    Top,
+    Bottom,
+    /// Select the next or previous run in the run list.
+    RunNext,
+    RunPrev,
+    /// Show the selected run's page.
+    RunOpen,
+    /// Start typing a search in the log.
+    Search,
+    /// The next (newer) or previous (older) match of the search.
+    SearchNext,
+    SearchPrev,
+    /// Forget the search.
+    SearchClear,
+    /// Follow the log's end (tail) on or off.
+    Follow,
+    /// Show the run's stderr instead of its stdout, or back.
+    LogStream,
+    /// Stop the run shown (asks y/n first).
+    StopRun,
+    /// Pause the run shown, or resume it.
+    PauseRun,
+    /// A character typed into the footer prompt (the search), and the prompt's keys. Not in
+    /// keymaps: while a prompt is open every key goes to it.
+    PromptChar(char),
+    PromptBackspace,
+    PromptSubmit,
+    PromptCancel,
+    /// The answer to a y/n question in the footer.
+    Confirm(bool),
     /// Does nothing: a user keymap binds a key to it to unbind a default.
     Noop,
 }
@@ -85,7 +119,7 @@ pub enum Action {
 /// An action name in a keymap that means nothing.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "unknown action {0:?}: one of quit, help, close, redraw, view_next, view_prev, view overview|detail|run|events, gpu_next, gpu_prev, gpu_first, gpu_last, zoom_in, zoom_out, scroll_up, scroll_down, noop"
+    "unknown action {0:?}: one of quit, help, close, redraw, view_next, view_prev, view overview|detail|run|events, gpu_next, gpu_prev, gpu_first, gpu_last, zoom_in, zoom_out, scroll_up, scroll_down, page_up, page_down, top, bottom, run_next, run_prev, run_open, search, search_next, search_prev, search_clear, follow, log_stream, stop_run, pause_run, noop"
 )]
 pub struct UnknownAction(pub String);
 
@@ -115,6 +149,21 @@ impl FromStr for Action {
             ["zoom_out"] => Action::ZoomOut,
             ["scroll_up"] => Action::ScrollUp,
             ["scroll_down"] => Action::ScrollDown,
+            ["page_up"] => Action::PageUp,
+            ["page_down"] => Action::PageDown,
+            ["top"] => Action::Top,
+            ["bottom"] => Action::Bottom,
+            ["run_next"] => Action::RunNext,
+            ["run_prev"] => Action::RunPrev,
+            ["run_open"] => Action::RunOpen,
+            ["search"] => Action::Search,
+            ["search_next"] => Action::SearchNext,
+            ["search_prev"] => Action::SearchPrev,
+            ["search_clear"] => Action::SearchClear,
+            ["follow"] => Action::Follow,
+            ["log_stream"] => Action::LogStream,
+            ["stop_run"] => Action::StopRun,
+            ["pause_run"] => Action::PauseRun,
             ["noop"] => Action::Noop,
             _ => return Err(UnknownAction(s.to_string())),
         };
@@ -141,6 +190,26 @@ impl fmt::Display for Action {
             Action::ZoomOut => "zoom_out",
             Action::ScrollUp => "scroll_up",
             Action::ScrollDown => "scroll_down",
+            Action::PageUp => "page_up",
+            Action::PageDown => "page_down",
+            Action::Top => "top",
+            Action::Bottom => "bottom",
+            Action::RunNext => "run_next",
+            Action::RunPrev => "run_prev",
+            Action::RunOpen => "run_open",
+            Action::Search => "search",
+            Action::SearchNext => "search_next",
+            Action::SearchPrev => "search_prev",
+            Action::SearchClear => "search_clear",
+            Action::Follow => "follow",
+            Action::LogStream => "log_stream",
+            Action::StopRun => "stop_run",
+            Action::PauseRun => "pause_run",
+            Action::PromptChar(c) => return write!(f, "prompt_char {c:?}"),
+            Action::PromptBackspace => "prompt_backspace",
+            Action::PromptSubmit => "prompt_submit",
+            Action::PromptCancel => "prompt_cancel",
+            Action::Confirm(yes) => return write!(f, "confirm {yes}"),
             Action::Noop => "noop",
         };
         f.write_str(s)
@@ -158,6 +227,9 @@ mod tests {
             Action::ShowView(ViewId::Events),
             Action::NextView,
             Action::ZoomOut,
+            Action::Search,
+            Action::StopRun,
+            Action::PageDown,
             Action::Noop,
         ] {
             assert_eq!(a.to_string().parse::<Action>(), Ok(a));

@@ -5,14 +5,19 @@
 
 use super::action::{Action, ViewId};
 use super::data::Data;
+use super::feed::{Request, Update};
 use super::ui;
 use super::views::detail::DetailState;
+use super::views::events::{self, EventsState};
 use super::views::help::HelpState;
 use super::views::overview;
+use super::views::run::{self, state::RunState};
 use crate::config::keymap::{Key, Keymap};
 use crate::config::theme::Theme;
 use crate::telemetry::Snapshot;
-use crossterm::event::{KeyEvent, KeyEventKind, MouseButton, MouseEvent, MouseEventKind};
+use crossterm::event::{
+    KeyCode, KeyEvent, KeyEventKind, KeyModifiers, MouseButton, MouseEvent, MouseEventKind,
+};
 use ratatui::layout::{Position, Rect};
 use std::time::Duration;
 
@@ -26,12 +31,16 @@ pub struct App {
     /// The GPU the overview highlights and the detail view shows (a position in the snapshot).
     pub selected: usize,
     pub detail: DetailState,
+    pub run: RunState,
+    pub events: EventsState,
     pub help: HelpState,
     /// The size of the last frame: mouse positions are resolved against it.
     pub size: Rect,
     pub quit: bool,
     /// Set by `Redraw`: the loop clears the terminal once before the next frame.
     pub full_redraw: bool,
+    /// Requests for the feed (stop a run, tail another), taken by the event loop.
+    pub outbox: Vec<Request>,
 }
 
 impl App {
@@ -43,10 +52,13 @@ impl App {
             view: ViewId::Overview,
             selected: 0,
             detail: DetailState::default(),
+            run: RunState::default(),
+            events: EventsState::default(),
             help: HelpState::default(),
             size: Rect::new(0, 0, 80, 24),
             quit: false,
             full_redraw: false,
+            outbox: Vec::new(),
         }
     }
 
@@ -55,10 +67,57 @@ impl App {
         self.clamp_selection();
     }
 
-    /// The action a key runs in the current view, if any.
+    /// Take in an update from the feed.
+    pub fn on_update(&mut self, u: Update) {
+        let runs = matches!(u, Update::Runs(_));
+        self.data.on_update(u);
+        self.clamp_selection();
+        if runs {
+            self.run.on_runs(&self.data);
+        }
+        self.watch_current_run();
+    }
+
+    /// The requests made since the last call, oldest first.
+    pub fn take_requests(&mut self) -> Vec<Request> {
+        std::mem::take(&mut self.outbox)
+    }
+
+    /// Ask the feed for the shown run's log when the shown run changed.
+    fn watch_current_run(&mut self) {
+        let Some(id) = self.run.current(&self.data).map(|r| r.id.clone()) else {
+            return;
+        };
+        if self.run.watching.as_ref() != Some(&id) {
+            self.run.watching = Some(id.clone());
+            self.outbox.push(Request::Watch(id));
+        }
+    }
+
+    /// The action a key runs in the current view, if any. While the footer asks something
+    /// (a search being typed, a y/n question) every key goes to it.
     pub fn action_for_key(&self, ev: &KeyEvent) -> Option<Action> {
         if ev.kind == KeyEventKind::Release {
             return None;
+        }
+        let ctrl = ev.modifiers.contains(KeyModifiers::CONTROL);
+        if self.run.confirm.is_some() {
+            return Some(Action::Confirm(matches!(
+                ev.code,
+                KeyCode::Char('y' | 'Y') if !ctrl
+            )));
+        }
+        if self.run.prompt.is_some() {
+            return match ev.code {
+                KeyCode::Enter => Some(Action::PromptSubmit),
+                KeyCode::Esc => Some(Action::PromptCancel),
+                KeyCode::Char('c') if ctrl => Some(Action::PromptCancel),
+                KeyCode::Backspace => Some(Action::PromptBackspace),
+                KeyCode::Char(c) if !ctrl && !ev.modifiers.contains(KeyModifiers::ALT) => {
+                    Some(Action::PromptChar(c))
+                }
+                _ => None,
+            };
         }
         self.keymap
             .lookup(self.view, self.help.open, Key::from_event(ev))
@@ -73,7 +132,7 @@ impl App {
             MouseEventKind::ScrollDown | MouseEventKind::ScrollUp => {
                 let down = ev.kind == MouseEventKind::ScrollDown;
                 Some(match (self.help.open, self.view) {
-                    (true, _) | (false, ViewId::Detail) => {
+                    (true, _) | (false, ViewId::Detail | ViewId::Run | ViewId::Events) => {
                         if down {
                             Action::ScrollDown
                         } else {
@@ -126,14 +185,61 @@ impl App {
             Action::ScrollDown if self.help.open => {
                 self.help.scroll = self.help.scroll.saturating_add(1)
             }
+            a if RunState::handles(a) && (self.view == ViewId::Run || self.modal()) => {
+                let body = ui::Areas::of_app(self, self.size).body;
+                let page = run::Layout::new(body, self.data.run_list().len()).log_rows();
+                if let Some(r) = self.run.apply(a, &mut self.data, page) {
+                    self.outbox.push(r);
+                }
+                self.watch_current_run();
+            }
+            a @ (Action::ScrollUp
+            | Action::ScrollDown
+            | Action::PageUp
+            | Action::PageDown
+            | Action::Top
+            | Action::Bottom)
+                if self.view == ViewId::Events =>
+            {
+                let body = ui::Areas::of_app(self, self.size).body;
+                let n = self.data.events.len();
+                self.events.apply(a, n, events::page_rows(body));
+            }
             Action::ScrollUp => {
                 self.detail.process_scroll = self.detail.process_scroll.saturating_sub(1)
             }
             Action::ScrollDown => {
                 self.detail.process_scroll = self.detail.process_scroll.saturating_add(1)
             }
-            Action::NextGpu | Action::SelectGpu(_) | Action::Noop => {}
+            Action::NextGpu
+            | Action::SelectGpu(_)
+            | Action::PageUp
+            | Action::PageDown
+            | Action::Top
+            | Action::Bottom
+            | Action::RunNext
+            | Action::RunPrev
+            | Action::RunOpen
+            | Action::Search
+            | Action::SearchNext
+            | Action::SearchPrev
+            | Action::SearchClear
+            | Action::Follow
+            | Action::LogStream
+            | Action::StopRun
+            | Action::PauseRun
+            | Action::PromptChar(_)
+            | Action::PromptBackspace
+            | Action::PromptSubmit
+            | Action::PromptCancel
+            | Action::Confirm(_)
+            | Action::Noop => {}
         }
+    }
+
+    /// The footer is asking something: keys go to it whatever the view.
+    pub fn modal(&self) -> bool {
+        self.run.prompt.is_some() || self.run.confirm.is_some()
     }
 
     fn select(&mut self, i: usize) {
@@ -150,6 +256,9 @@ impl App {
         }
     }
 }
+
+#[cfg(test)]
+pub(crate) mod run_tests;
 
 #[cfg(test)]
 mod tests {

@@ -1,11 +1,19 @@
-//! What the views draw from: the newest snapshot, the history of every series, the time of the
-//! frame and the status message. Filled by the event loop (or by tests, by hand); read by
-//! render. Nothing here reads a clock: `now` is set from outside so that frames are
+//! What the views draw from: the newest snapshot, the history of every series, the runs, the
+//! shown run's log, the node's events, who is on the other end, the time of the frame and the
+//! status message. Filled from the feed's updates by the event loop (or by tests, by hand);
+//! read by render. Nothing here reads a clock: `now` is set from outside so that frames are
 //! reproducible.
 
+use super::feed::{Link, Update};
+use super::log::LogBuffer;
 use crate::history::History;
+use crate::protocol::{LogStream, NodeEventRecord, RunInfo};
 use crate::telemetry::{GpuSample, Snapshot};
+use std::collections::VecDeque;
 use std::time::Duration;
+
+/// Node events kept (newest).
+const EVENTS_KEPT: usize = super::feed::daemon::EVENTS_KEPT;
 
 /// How long an info message stays in the footer; errors stay longer, they matter more.
 const INFO_TTL_S: f64 = 5.0;
@@ -44,6 +52,52 @@ pub struct Data {
     /// The last name each GPU reported: a lost GPU reports none, but is still "the H100 in
     /// slot 3" to the person looking.
     names: Vec<Option<String>>,
+    /// Who is on the other end (the demo's sampler, a daemon, a daemon that went away).
+    pub link: Link,
+    /// Every run the daemon knows, oldest first; None until the first list came.
+    pub runs: Option<Vec<RunInfo>>,
+    /// The node's events, oldest first.
+    pub events: VecDeque<NodeEventRecord>,
+    /// The log of the run being watched.
+    pub log: RunLog,
+}
+
+/// The output and exits of the run the console watches.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RunLog {
+    /// The run's full id; None until its first chunk came.
+    pub run: Option<String>,
+    pub stdout: LogBuffer,
+    pub stderr: LogBuffer,
+    /// How each attempt ended, oldest first (`exit 1`, `killed by SIGTERM`).
+    pub exits: Vec<String>,
+}
+
+impl RunLog {
+    pub fn stream(&self, s: LogStream) -> &LogBuffer {
+        match s {
+            LogStream::Stdout => &self.stdout,
+            LogStream::Stderr => &self.stderr,
+        }
+    }
+
+    fn stream_mut(&mut self, s: LogStream) -> &mut LogBuffer {
+        match s {
+            LogStream::Stdout => &mut self.stdout,
+            LogStream::Stderr => &mut self.stderr,
+        }
+    }
+
+    /// Make this the log of `run` (emptied when it was another run's).
+    fn of(&mut self, run: &str) -> &mut RunLog {
+        if self.run.as_deref() != Some(run) {
+            *self = RunLog {
+                run: Some(run.to_string()),
+                ..RunLog::default()
+            };
+        }
+        self
+    }
 }
 
 impl Data {
@@ -56,7 +110,91 @@ impl Data {
             status: None,
             since: None,
             names: Vec::new(),
+            link: Link::Unknown,
+            runs: None,
+            events: VecDeque::new(),
+            log: RunLog::default(),
         }
+    }
+
+    /// Take in one update from the feed (snapshots through [`Data::on_snapshot`]).
+    pub fn on_update(&mut self, u: Update) {
+        match u {
+            Update::Snapshot(s) => self.on_snapshot(*s),
+            Update::History {
+                gpu,
+                metric,
+                points,
+            } => {
+                for p in &points {
+                    self.history.push(gpu, metric, p.t, p.mean);
+                }
+                if let Some(first) = points.first() {
+                    self.since = Some(self.since.map_or(first.t, |s| s.min(first.t)));
+                }
+            }
+            Update::Link(link) => {
+                if let Link::Daemon { rate_hz, .. } = link {
+                    // A daemon sampling slower than the console refreshes sets the pace:
+                    // otherwise every snapshot would look late.
+                    if rate_hz > 0.0 {
+                        self.refresh = self.refresh.max(Duration::from_secs_f64(1.0 / rate_hz));
+                    }
+                }
+                self.link = link;
+            }
+            Update::Runs(runs) => self.runs = Some(runs),
+            Update::Events { events, reset } => {
+                if reset {
+                    self.events.clear();
+                }
+                self.events.extend(events);
+                while self.events.len() > EVENTS_KEPT {
+                    self.events.pop_front();
+                }
+            }
+            Update::Log {
+                run,
+                stream,
+                data,
+                reset,
+                from_start,
+            } => {
+                let log = self.log.of(&run);
+                if reset {
+                    *log.stream_mut(stream) = LogBuffer::tail(&data, from_start);
+                } else {
+                    log.stream_mut(stream).push_str(&data);
+                }
+            }
+            Update::Exits { run, exits } => self.log.of(&run).exits = exits,
+            Update::Answer { ok, text } => {
+                let level = if ok { Level::Info } else { Level::Error };
+                self.set_status(level, text);
+            }
+        }
+    }
+
+    /// What the GPU views say while there is no snapshot.
+    pub fn no_snapshot_text(&self) -> String {
+        match &self.link {
+            Link::Daemon {
+                telemetry_error: Some(e),
+                ..
+            } => format!(
+                "No GPU telemetry: {e}. The daemon supervises runs all the same (3: Run)."
+            ),
+            Link::Gone { .. } => {
+                "The daemon is gone: `gpupilot daemon --detach` starts it again; this console reconnects."
+                    .into()
+            }
+            _ => "Waiting for the first sample…".into(),
+        }
+    }
+
+    /// The runs, or none before the first list came.
+    pub fn run_list(&self) -> &[RunInfo] {
+        self.runs.as_deref().unwrap_or(&[])
     }
 
     /// Take in a new snapshot.
@@ -104,6 +242,9 @@ impl Data {
     /// The source has sent nothing for three intervals (at least 2 s): whatever is on screen
     /// is old.
     pub fn source_stale(&self) -> bool {
+        if matches!(self.link, Link::Gone { .. }) {
+            return self.snapshot.is_some();
+        }
         match &self.snapshot {
             None => false,
             Some(s) => self.now - s.time_s > (3.0 * self.refresh_s()).max(2.0),

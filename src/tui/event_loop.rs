@@ -1,15 +1,18 @@
-//! The event loop: terminal input, new snapshots and a slow tick, on one tokio task.
+//! The event loop: terminal input, the feed's updates and a slow tick, on one tokio task.
 //!
 //! It redraws only when something changed (new data, an action, a resize, staleness or a
 //! status expiring), after draining every queued event, and never more often than the frame
 //! cap. ratatui diffs each frame against the last, so only changed cells reach the terminal;
 //! the whole screen is cleared and redrawn only when the user asks (`Ctrl-L`).
 //!
-//! The loop is generic over the backend, the input stream and the clock so that tests drive it
-//! with `TestBackend`, a channel of events and paused tokio time.
+//! Requests the app makes (stop a run, tail another one) are handed to `send` as soon as the
+//! action or update that made them is applied.
+//!
+//! The loop is generic over the backend, the input stream, the updates and the clock so that
+//! tests drive it with `TestBackend`, channels and paused tokio time.
 
 use super::app::App;
-use crate::telemetry::Snapshot;
+use super::feed::{Request, Update};
 use crossterm::event::Event;
 use futures::{Stream, StreamExt, future::poll_immediate};
 use ratatui::Terminal;
@@ -53,27 +56,33 @@ pub fn handle_event(app: &mut App, ev: &Event) -> bool {
     }
 }
 
-/// Run until the user quits or the input closes. `clock` gives the time of each frame (seconds
-/// since the epoch); `tick` is how often staleness is re-checked when nothing else happens.
-pub async fn run<B, S>(
+/// Run until the user quits or the input closes. `updates` are the feed's (snapshots, runs,
+/// logs, …); `clock` gives the time of each frame (seconds since the epoch); `tick` is how
+/// often staleness is re-checked when nothing else happens; `send` takes the app's requests.
+pub async fn run<B, S, U>(
     terminal: &mut Terminal<B>,
     app: &mut App,
-    mut snapshots: mpsc::Receiver<Snapshot>,
+    mut updates: mpsc::Receiver<U>,
     mut events: S,
     clock: impl Fn() -> f64,
     tick: Duration,
+    mut send: impl FnMut(Request),
 ) -> anyhow::Result<Exit>
 where
     B: Backend,
     B::Error: Send + Sync + 'static,
     S: Stream<Item = std::io::Result<Event>> + Unpin,
+    U: Into<Update>,
 {
     let mut ticker = interval(tick.max(Duration::from_millis(100)));
     ticker.set_missed_tick_behavior(MissedTickBehavior::Skip);
     let mut dirty = true;
     let mut last_frame: Option<Instant> = None;
-    let mut snapshots_open = true;
+    let mut updates_open = true;
     loop {
+        for r in app.take_requests() {
+            send(r);
+        }
         if app.quit {
             return Ok(Exit::Quit);
         }
@@ -112,15 +121,16 @@ where
                     dirty |= handle_event(app, &ev?);
                 }
             }
-            snap = snapshots.recv(), if snapshots_open => match snap {
-                Some(s) => {
-                    app.on_snapshot(s);
-                    while let Ok(s) = snapshots.try_recv() {
-                        app.on_snapshot(s);
+            u = updates.recv(), if updates_open => match u {
+                Some(u) => {
+                    app.data.now = clock();
+                    app.on_update(u.into());
+                    while let Ok(u) = updates.try_recv() {
+                        app.on_update(u.into());
                     }
                     dirty = true;
                 }
-                None => snapshots_open = false,
+                None => updates_open = false,
             },
             _ = ticker.tick() => {
                 let before = (app.data.source_stale(), app.data.visible_status().cloned());

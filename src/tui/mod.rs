@@ -4,21 +4,29 @@
 //! - [`action`]: the one `Action` enum; keys map to actions through `config::keymap`.
 //! - [`app`]: the state (`App`, holding each view's own state) and `App::apply`, the only place
 //!   it changes.
-//! - [`data`]: the snapshot, history, frame time and status the views read.
+//! - [`data`]: what the views read: snapshot, history, runs, the shown run's log, events,
+//!   the link to the daemon, frame time and status.
+//! - [`feed`]: where data comes from, on threads of their own: an in-process sampler (the
+//!   demo) or a client of the daemon (everything else). Both send the same [`feed::Update`]s;
+//!   the app asks for what needs the daemon with [`feed::Request`]s.
+//! - [`log`]: a run's log as lines, cleaned for a terminal, with search.
 //! - [`ui`] and [`views`]: render. They borrow the app and change nothing; no I/O, no locks.
 //! - [`widgets`], [`format`]: gauges, sparklines, badges, compact numbers (`N/A` for absent).
-//! - [`event_loop`]: input, snapshots and a tick on one tokio task; draws once per burst of
+//! - [`event_loop`]: input, updates and a tick on one tokio task; draws once per burst of
 //!   events, capped at 20 frames per second.
 //!
-//! Samplers run on their own threads (`telemetry::Sampler`) and never block drawing. Nothing is
-//! printed to stdout while the console owns the terminal, and the terminal is restored on quit
-//! and on panic.
+//! Data flows one way: daemon → subscription and polls (feed thread) → updates → app state →
+//! render. Nothing is printed to stdout while the console owns the terminal, and the terminal
+//! is restored on quit and on panic. Quitting the console ends the feed; the daemon and its
+//! runs go on.
 
 pub mod action;
 pub mod app;
 pub mod data;
 pub mod event_loop;
+pub mod feed;
 pub mod format;
+pub mod log;
 pub mod ui;
 pub mod views;
 pub mod widgets;
@@ -27,24 +35,26 @@ pub use action::{Action, ViewId};
 pub use app::App;
 
 use crate::config::{Paths, keymap, theme};
-use crate::telemetry::{Sampler, SamplerConfig, Snapshot, Source, now_s};
+use crate::telemetry::now_s;
 use anyhow::Context as _;
 use crossterm::event::{DisableMouseCapture, EnableMouseCapture, EventStream};
 use crossterm::execute;
 use data::Level;
+pub use feed::DataSource;
 use std::io::IsTerminal;
-use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::mpsc;
+use views::run::state::RunState;
 
 /// What the console shows and how.
 pub struct TuiOptions {
-    /// Where GPU samples come from.
-    pub source: Arc<dyn Source>,
+    /// Where data comes from: an in-process sampler (demo) or the daemon.
+    pub source: DataSource,
     /// Theme name from `--theme` (None: `NO_COLOR` → mono, else the default).
     pub theme: Option<String>,
-    /// Sampling and redraw interval.
+    /// Redraw interval (and the demo's sampling interval).
     pub refresh: Duration,
+    /// Open on this run's Run view (a full run id).
+    pub open_run: Option<String>,
 }
 
 /// Build the app the console starts with: theme and keymap from the config directory (the
@@ -72,6 +82,11 @@ pub fn build_app(theme_flag: Option<&str>, refresh: Duration, paths: &Paths, now
     app
 }
 
+/// Whether the console can run here: stdin and stdout are terminals.
+pub fn on_terminal() -> bool {
+    std::io::stdout().is_terminal() && std::io::stdin().is_terminal()
+}
+
 /// Run the console until the user quits.
 pub fn run(opts: TuiOptions) -> anyhow::Result<()> {
     if !std::io::stdout().is_terminal() {
@@ -85,6 +100,10 @@ pub fn run(opts: TuiOptions) -> anyhow::Result<()> {
         &Paths::from_env(),
         now_s(),
     );
+    if let Some(id) = opts.open_run {
+        app.run = RunState::opened(id);
+        app.view = ViewId::Run;
+    }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .build()
@@ -110,16 +129,18 @@ pub fn run(opts: TuiOptions) -> anyhow::Result<()> {
     let result = (|| -> anyhow::Result<()> {
         // A first frame at once, before the first sample (which may take a period).
         terminal.draw(|f| f.render_widget(&app, f.area()))?;
-        let sampler = Sampler::start(Arc::clone(&opts.source), SamplerConfig::every(opts.refresh));
-        app.on_snapshot(sampler.latest());
-        let snapshots = bridge(&sampler);
+        let feed = opts.source.start(opts.refresh);
+        let requests = feed.requests.clone();
         rt.block_on(event_loop::run(
             &mut terminal,
             &mut app,
-            snapshots,
+            feed.updates,
             EventStream::new(),
             now_s,
             opts.refresh,
+            |r| {
+                let _ = requests.send(r);
+            },
         ))?;
         Ok(())
     })();
@@ -127,24 +148,6 @@ pub fn run(opts: TuiOptions) -> anyhow::Result<()> {
     let _ = execute!(std::io::stdout(), DisableMouseCapture);
     ratatui::restore();
     result
-}
-
-/// Forward the sampler's snapshots into the tokio loop. The thread ends when the sampler is
-/// dropped (its channel disconnects) or the loop is gone.
-fn bridge(sampler: &Sampler) -> mpsc::Receiver<Snapshot> {
-    let from = sampler.subscribe();
-    let (tx, rx) = mpsc::channel(4);
-    std::thread::Builder::new()
-        .name("tui-snapshots".into())
-        .spawn(move || {
-            for snap in from.iter() {
-                if tx.blocking_send(snap).is_err() {
-                    break;
-                }
-            }
-        })
-        .expect("spawning the snapshot bridge");
-    rx
 }
 
 #[cfg(test)]

@@ -5,9 +5,11 @@
 use super::action::{Action, ViewId};
 use super::app::App;
 use super::data::Level;
+use super::feed::Link;
 use super::format;
+use super::views::run::state::Confirm;
 use super::views::{
-    detail::DetailView, help::HelpView, overview::OverviewView, placeholder::Placeholder,
+    detail::DetailView, events::EventsView, help::HelpView, overview::OverviewView, run::RunView,
 };
 use super::widgets::bar;
 use crate::config::keymap::{Context, Keymap};
@@ -67,6 +69,9 @@ impl Areas {
 
 /// An error message wraps onto up to three footer rows; everything else fits in one.
 pub fn footer_height(app: &App, width: u16) -> u16 {
+    if app.modal() {
+        return 1;
+    }
     match app.data.visible_status() {
         Some(s) if s.level == Level::Error => {
             let len = s.text.chars().count() as u16 + 2;
@@ -129,11 +134,8 @@ impl Widget for &App {
         match self.view {
             ViewId::Overview => OverviewView { app: self }.render(a.body, buf),
             ViewId::Detail => DetailView { app: self }.render(a.body, buf),
-            ViewId::Run | ViewId::Events => Placeholder {
-                view: self.view,
-                theme: t,
-            }
-            .render(a.body, buf),
+            ViewId::Run => RunView { app: self }.render(a.body, buf),
+            ViewId::Events => EventsView { app: self }.render(a.body, buf),
         }
         render_footer(self, a.footer, buf);
         if self.help.open {
@@ -150,9 +152,17 @@ fn render_header(app: &App, area: Rect, buf: &mut Buffer) {
     let t = &app.theme;
     buf.set_style(area, t.header);
     let mut spans = vec![Span::styled(" gpupilot", t.header)];
-    match &app.data.snapshot {
-        None => spans.push(Span::styled("  waiting for the first sample…", t.dim)),
-        Some(s) => {
+    match (&app.data.snapshot, &app.data.link) {
+        (
+            None,
+            Link::Daemon {
+                telemetry_error: Some(_),
+                ..
+            },
+        ) => spans.push(Span::styled("  no GPU telemetry", t.warn)),
+        (None, Link::Gone { .. }) => {}
+        (None, _) => spans.push(Span::styled("  waiting for the first sample…", t.dim)),
+        (Some(s), _) => {
             let n = &s.node;
             let na = || format::NA.to_string();
             spans.extend([
@@ -182,7 +192,12 @@ fn render_header(app: &App, area: Rect, buf: &mut Buffer) {
         }
     }
     let stale = app.data.source_stale();
-    let right = if stale {
+    let right = if let Link::Gone { .. } = app.data.link {
+        Line::styled(
+            " daemon gone — runs continue; restart with `gpupilot daemon --detach` ",
+            t.stale,
+        )
+    } else if stale {
         let age = app
             .data
             .snapshot
@@ -198,7 +213,8 @@ fn render_header(app: &App, area: Rect, buf: &mut Buffer) {
             t.dim,
         )
     };
-    split_line(Line::from(spans), right, stale, area, buf);
+    let gone = matches!(app.data.link, Link::Gone { .. });
+    split_line(Line::from(spans), right, stale || gone, area, buf);
 }
 
 /// `left` and, right-aligned, `right` on one row. When both do not fit, `right` is dropped,
@@ -264,8 +280,13 @@ fn render_tabs(app: &App, area: Rect, buf: &mut Buffer) {
         let style = if v == app.view { t.tab_active } else { t.tab };
         spans.push(Span::styled(tab_label(&app.keymap, v), style));
     }
+    let runs = app.data.run_list().len();
     let right = match (app.view, app.data.gpu(app.selected)) {
         (ViewId::Detail, _) => format!("window {} ", app.detail.window.label()),
+        (ViewId::Run, _) if runs > 0 => {
+            format!("{runs} run{} ", if runs == 1 { "" } else { "s" })
+        }
+        (ViewId::Run, _) => String::new(),
         (_, Some(g)) => format!("selected: GPU {} ", g.index),
         (_, None) => String::new(),
     };
@@ -294,6 +315,10 @@ fn hints(app: &App) -> Vec<Span<'static>> {
         let (Some(hint), Some(key)) = (&b.hint, b.keys.first()) else {
             continue;
         };
+        // A global key the view binds to something else would be a wrong hint.
+        if app.keymap.lookup(app.view, app.help.open, *key) != Some(b.action) {
+            continue;
+        }
         spans.push(Span::styled(key.to_string(), t.key));
         spans.push(Span::styled(format!(" {hint}  "), t.footer));
     }
@@ -303,6 +328,27 @@ fn hints(app: &App) -> Vec<Span<'static>> {
 fn render_footer(app: &App, area: Rect, buf: &mut Buffer) {
     let t = &app.theme;
     buf.set_style(area, t.footer);
+    if let Some(Confirm::Stop(id)) = &app.run.confirm {
+        Line::from(vec![
+            Span::styled(format!(" Stop run {id}? "), t.warn),
+            Span::styled("y", t.key),
+            Span::styled(
+                " stops it (SIGTERM, SIGKILL after 10 s) · any other key: no",
+                t.footer,
+            ),
+        ])
+        .render(area, buf);
+        return;
+    }
+    if let Some(q) = &app.run.prompt {
+        Line::from(vec![
+            Span::styled(" /", t.key),
+            Span::styled(format!("{q}█"), t.text),
+            Span::styled("   Enter: search · Esc: cancel", t.dim),
+        ])
+        .render(area, buf);
+        return;
+    }
     match app.data.visible_status() {
         Some(s) if s.level == Level::Error => {
             buf.set_style(area, t.status_error);

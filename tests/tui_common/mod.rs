@@ -5,8 +5,11 @@
 
 use gpupilot::config::keymap::Keymap;
 use gpupilot::config::theme::Theme;
+use gpupilot::protocol::{LogStream, NodeEvent, NodeEventRecord, RunInfo};
+use gpupilot::supervisor::RunStatus;
 use gpupilot::telemetry::{GpuProcess, GpuSample, HostSample, NodeInfo, Snapshot, throttle};
 use gpupilot::tui::App;
+use gpupilot::tui::feed::{Link, Update};
 use ratatui::Terminal;
 use ratatui::backend::TestBackend;
 use std::time::Duration;
@@ -173,4 +176,157 @@ pub fn text(term: &Terminal<TestBackend>) -> String {
         out.push('\n');
     }
     out
+}
+
+/// A run as the daemon lists it.
+pub fn run_info(id: &str, status: RunStatus) -> RunInfo {
+    RunInfo {
+        id: id.into(),
+        name: id.splitn(3, '-').nth(2).unwrap_or(id).into(),
+        status,
+        pid: Some(51_234),
+        attempt: 0,
+        restarts: 0,
+        started_at: "2023-11-14T22:13:20.000Z".into(),
+        ended_at: None,
+        uptime_s: Some(303.0),
+        exit_code: None,
+        signal_name: None,
+        description: None,
+        command: vec![
+            "python3".into(),
+            "train.py".into(),
+            "--model".into(),
+            "resnet50".into(),
+        ],
+        cwd: "/home/alice/exp".into(),
+        gpus: "0,1".into(),
+        adopted: false,
+        dir: "/home/alice/.local/state/gpupilot/runs/x".into(),
+    }
+}
+
+/// Three runs, oldest first: a data prep that succeeded, an evaluation that failed after two
+/// restarts, and the training run, live.
+pub fn runs() -> Vec<RunInfo> {
+    let mut prep = run_info("20231114-210000-prep", RunStatus::Succeeded);
+    prep.command = vec!["sh".into(), "prep.sh".into()];
+    prep.exit_code = Some(0);
+    prep.description = Some("exit 0".into());
+    prep.uptime_s = Some(1260.0);
+    prep.ended_at = Some("2023-11-14T21:21:00.000Z".into());
+    let mut eval = run_info("20231114-215000-eval", RunStatus::Failed);
+    eval.command = vec!["python3".into(), "eval.py".into()];
+    eval.restarts = 2;
+    eval.attempt = 2;
+    eval.exit_code = Some(1);
+    eval.description = Some("exit 1".into());
+    eval.uptime_s = Some(95.0);
+    let mut train = run_info("20231114-220820-train", RunStatus::Running);
+    train.restarts = 1;
+    train.attempt = 1;
+    vec![prep, eval, train]
+}
+
+/// Forty lines of a training log; every fifth is a checkpoint.
+pub fn train_log() -> String {
+    (1..=40)
+        .map(|i| {
+            if i % 5 == 0 {
+                format!("epoch 1 step {i:>4} checkpoint saved to ckpt/step{i}.pt\n")
+            } else {
+                format!(
+                    "epoch 1 step {i:>4} loss {:.3} lr 0.100 throughput {} img/s\n",
+                    2.5 - i as f64 * 0.03,
+                    2400 + i * 7
+                )
+            }
+        })
+        .collect()
+}
+
+/// The node's events, oldest first.
+pub fn events() -> Vec<NodeEventRecord> {
+    let by = "alice (uid 1000) via gpupilot (pid 4242)".to_string();
+    let at = |s: u32| format!("2023-11-14T22:{:02}:{:02}.000Z", s / 60, s % 60);
+    let events = vec![
+        NodeEvent::DaemonStarted {
+            pid: 4100,
+            version: "0.1.0".into(),
+            readonly: false,
+            telemetry: "nvml, 4 GPUs at 1 Hz".into(),
+            adopted: 0,
+        },
+        NodeEvent::RunStarted {
+            run: "20231114-220820-train".into(),
+            by: by.clone(),
+            command: vec!["python3".into(), "train.py".into()],
+            why: Some("gpupilot run -- …".into()),
+        },
+        NodeEvent::RunStatus {
+            run: "20231114-220820-train".into(),
+            old: RunStatus::Running,
+            new: RunStatus::Backoff,
+            by: "daemon".into(),
+            why: "exit 1; restart 1 of 3 in 1 s".into(),
+        },
+        NodeEvent::RunStatus {
+            run: "20231114-220820-train".into(),
+            old: RunStatus::Backoff,
+            new: RunStatus::Running,
+            by: "daemon".into(),
+            why: "restart 1".into(),
+        },
+        NodeEvent::RunStatus {
+            run: "20231114-215000-eval".into(),
+            old: RunStatus::Running,
+            new: RunStatus::Paused,
+            by: by.clone(),
+            why: "gpupilot console".into(),
+        },
+        NodeEvent::PeerRefused {
+            uid: 1001,
+            pid: Some(777),
+            reason: "another user".into(),
+        },
+    ];
+    events
+        .into_iter()
+        .enumerate()
+        .map(|(i, event)| NodeEventRecord {
+            seq: i as u64 + 1,
+            time: at(8 * 60 + i as u32 * 13),
+            event,
+        })
+        .collect()
+}
+
+/// The 4-GPU fixture app connected to a daemon with [`runs`], the training run's log, and
+/// [`events`].
+pub fn app_with_runs() -> App {
+    let mut app = app(4);
+    app.on_update(Update::Link(Link::Daemon {
+        pid: 4100,
+        readonly: false,
+        telemetry_error: None,
+        rate_hz: 1.0,
+    }));
+    app.on_update(Update::Runs(runs()));
+    app.on_update(Update::Log {
+        run: "20231114-220820-train".into(),
+        stream: LogStream::Stdout,
+        data: train_log(),
+        reset: true,
+        from_start: true,
+    });
+    app.on_update(Update::Exits {
+        run: "20231114-220820-train".into(),
+        exits: vec!["exit 1".into()],
+    });
+    app.on_update(Update::Events {
+        events: events(),
+        reset: true,
+    });
+    app.take_requests();
+    app
 }

@@ -88,11 +88,14 @@ impl Widget for DetailView<'_> {
         let t = &app.theme;
         let Some(g) = app.data.gpu(app.selected) else {
             let msg = if app.data.snapshot.is_none() {
-                "Waiting for the first sample…"
+                app.data.no_snapshot_text()
             } else {
-                "No GPU to show."
+                "No GPU to show.".into()
             };
-            Paragraph::new(msg).style(t.dim).render(area, buf);
+            Paragraph::new(msg)
+                .style(t.dim)
+                .wrap(Wrap { trim: true })
+                .render(area, buf);
             return;
         };
         let [info, grid] =

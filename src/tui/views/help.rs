@@ -56,6 +56,10 @@ pub fn lines(app: &App) -> Vec<Line<'static>> {
     }
     out.push(Line::raw(""));
     out.push(Line::styled(
+        "In the search: Enter finds, Esc cancels. At y/n: y confirms, other keys say no.",
+        t.dim,
+    ));
+    out.push(Line::styled(
         format!(
             "Mouse: click a GPU to select it, a tab to switch; the wheel scrolls. Theme: {}.",
             app.theme.name

@@ -2,6 +2,7 @@
 //! that implements `Widget`: render reads the app and changes nothing.
 
 pub mod detail;
+pub mod events;
 pub mod help;
 pub mod overview;
-pub mod placeholder;
+pub mod run;

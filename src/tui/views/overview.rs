@@ -132,8 +132,9 @@ impl Widget for OverviewView<'_> {
         let t = &app.theme;
         let gpus = app.data.gpus();
         if app.data.snapshot.is_none() {
-            Paragraph::new("Waiting for the first sample…")
+            Paragraph::new(app.data.no_snapshot_text())
                 .style(t.dim)
+                .wrap(Wrap { trim: true })
                 .render(area, buf);
             return;
         }

@@ -1,0 +1,429 @@
+//! The console's feed from the daemon, on a thread of its own.
+//!
+//! On connect it says who answers ([`Link::Daemon`]), back-fills the charts from the daemon's
+//! history, catches up on node events, subscribes to snapshots and events, and lists the runs.
+//! Then, at the refresh rate and at once after any event, it polls the run list and the
+//! watched run's logs and exits. Snapshots are passed on at most once per refresh (the newest
+//! wins), so a daemon sampling at 10 Hz does not make a 1 s console redraw ten times a second.
+//!
+//! When the daemon goes away it says so ([`Link::Gone`]) and tries to connect again every two
+//! seconds: a daemon restarted with `gpupilot daemon --detach` is picked up, and the runs
+//! (which never depended on it) are shown again. Nothing here panics on what the daemon sends.
+
+use super::{Feed, Link, Request, Update, channels};
+use crate::client::{Client, ClientError};
+use crate::history::Metric;
+use crate::protocol::{ErrorCode, LogStream, MAX_LOG_CHUNK, RunSignal};
+use crate::supervisor::Event as RunEvent;
+use crate::telemetry::Snapshot;
+use crossbeam_channel::{Receiver, after, select, tick};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+
+/// How long a request may take before the feed gives up on it (the console stays live
+/// meanwhile: this is the feed's thread, not the event loop's).
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often a gone daemon is looked for again.
+const RECONNECT_EVERY: Duration = Duration::from_secs(2);
+/// How much of a log a newly watched run shows.
+const TAIL_BYTES: u64 = 64 * 1024;
+/// Log chunks read per poll and stream: a run that prints faster than this is caught up over
+/// several polls instead of stalling the feed.
+const CHUNKS_PER_POLL: usize = 8;
+/// The most node events the console keeps.
+pub const EVENTS_KEPT: usize = 1000;
+/// History back-filled on connect: the last hour, at 10 s, then the last ten minutes at 1 s.
+const BACKFILL: [(f64, f64, u32); 2] = [(3600.0, 600.0, 300), (600.0, 0.0, 600)];
+
+/// Start the feed from `client`'s daemon. See the module doc.
+pub fn start(client: Client, refresh: Duration) -> Feed {
+    let (tx, requests, feed) = channels();
+    let socket = client.socket().to_path_buf();
+    let mut worker = Worker {
+        client: None,
+        socket,
+        tx,
+        refresh,
+        watch: None,
+        last_seq: None,
+        pending: None,
+        last_forward: None,
+    };
+    std::thread::Builder::new()
+        .name("tui-daemon-feed".into())
+        .spawn(move || {
+            if worker.connected(client).is_ok() {
+                worker.run(&requests);
+            }
+        })
+        .expect("spawning the console's daemon thread");
+    feed
+}
+
+/// The run whose logs are tailed.
+struct Watch {
+    run: String,
+    /// Next byte to read, per stream (stdout, stderr); None until the tail was read.
+    offsets: [Option<u64>; 2],
+    /// Next line of the run's events.jsonl.
+    events_next: u64,
+    exits: Vec<String>,
+}
+
+/// The event loop is gone: stop.
+struct Done;
+
+struct Worker {
+    client: Option<Client>,
+    socket: PathBuf,
+    tx: mpsc::Sender<Update>,
+    refresh: Duration,
+    watch: Option<Watch>,
+    /// The newest node event seen (to catch up after a lag or a reconnect).
+    last_seq: Option<u64>,
+    /// A snapshot held back until a refresh has passed since the last one passed on.
+    pending: Option<Box<Snapshot>>,
+    last_forward: Option<Instant>,
+}
+
+impl Worker {
+    fn send(&self, u: Update) -> Result<(), Done> {
+        self.tx.blocking_send(u).map_err(|_| Done)
+    }
+
+    fn run(&mut self, requests: &Receiver<Request>) {
+        let ticker = tick(self.refresh);
+        loop {
+            let step = match &self.client {
+                Some(c) => {
+                    let updates = c.updates().clone();
+                    select! {
+                        recv(updates) -> u => self.on_push(u.unwrap_or(crate::client::Update::Closed)),
+                        recv(requests) -> r => match r {
+                            Ok(r) => self.on_request(r),
+                            Err(_) => return,
+                        },
+                        recv(ticker) -> _ => self.poll(),
+                    }
+                }
+                None => select! {
+                    recv(requests) -> r => match r {
+                        Ok(r) => self.on_request(r),
+                        Err(_) => return,
+                    },
+                    recv(after(RECONNECT_EVERY)) -> _ => self.reconnect(),
+                },
+            };
+            if step.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Take in a new connection: who answers, the past, the present.
+    fn connected(&mut self, client: Client) -> Result<(), Done> {
+        let client = client.with_timeout(REQUEST_TIMEOUT);
+        let status = match client.status() {
+            Ok(s) => s,
+            Err(e) => return self.gone(&e.to_string()),
+        };
+        self.send(Update::Link(Link::Daemon {
+            pid: status.daemon.pid,
+            readonly: status.daemon.readonly,
+            telemetry_error: status.telemetry.error.clone(),
+            rate_hz: status.telemetry.rate_hz,
+        }))?;
+        if let Some(snap) = status.snapshot {
+            self.backfill(&client, &snap)?;
+            self.forward(Box::new(snap))?;
+        }
+        if let Err(e) = client.subscribe(true, true) {
+            return self.gone(&e.to_string());
+        }
+        self.client = Some(client);
+        self.catch_up_events()?;
+        self.poll()
+    }
+
+    fn reconnect(&mut self) -> Result<(), Done> {
+        let name = format!("gpupilot-console {}", env!("CARGO_PKG_VERSION"));
+        match Client::connect_to(&self.socket, &name) {
+            Ok(c) => self.connected(c),
+            Err(_) => Ok(()),
+        }
+    }
+
+    /// The daemon is unreachable: say so once, drop the connection, look for it again later.
+    fn gone(&mut self, reason: &str) -> Result<(), Done> {
+        self.client = None;
+        self.pending = None;
+        self.send(Update::Link(Link::Gone {
+            reason: reason.to_string(),
+        }))
+    }
+
+    /// A request failed: a closed connection means the daemon is gone, anything else is an
+    /// answer for the footer.
+    fn failed(&mut self, e: ClientError) -> Result<(), Done> {
+        match e {
+            ClientError::Closed | ClientError::Io(_) => self.gone(&e.to_string()),
+            e => self.send(Update::Answer {
+                ok: false,
+                text: e.to_string(),
+            }),
+        }
+    }
+
+    fn backfill(&self, client: &Client, snap: &Snapshot) -> Result<(), Done> {
+        let now = snap.time_s;
+        for g in &snap.gpus {
+            for metric in Metric::ALL {
+                let mut points = Vec::new();
+                for (from, to, n) in BACKFILL {
+                    match client.history(g.index, metric, now - from, now - to, n) {
+                        Ok(p) => points.extend(p),
+                        // History is a nicety: charts fill from live data without it.
+                        Err(_) => return Ok(()),
+                    }
+                }
+                if !points.is_empty() {
+                    self.send(Update::History {
+                        gpu: g.index as usize,
+                        metric,
+                        points,
+                    })?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Pass a snapshot on, or hold it until a refresh has passed since the last one.
+    fn forward(&mut self, snap: Box<Snapshot>) -> Result<(), Done> {
+        let due = self
+            .last_forward
+            .is_none_or(|t| t.elapsed() >= self.refresh.mul_f64(0.8));
+        if !due {
+            self.pending = Some(snap);
+            return Ok(());
+        }
+        self.pending = None;
+        self.last_forward = Some(Instant::now());
+        match self.tx.try_send(Update::Snapshot(snap)) {
+            Err(mpsc::error::TrySendError::Closed(_)) => Err(Done),
+            // A console that is behind skips a snapshot; the next supersedes it.
+            _ => Ok(()),
+        }
+    }
+
+    fn on_push(&mut self, u: crate::client::Update) -> Result<(), Done> {
+        use crate::client::Update as U;
+        match u {
+            U::Telemetry(s) => self.forward(s),
+            U::Event(e) => {
+                self.last_seq = Some(e.seq);
+                self.send(Update::Events {
+                    events: vec![e],
+                    reset: false,
+                })?;
+                self.poll()
+            }
+            U::Lagged(_) => self.catch_up_events(),
+            U::Shutdown(reason) => self.gone(&format!("the daemon stopped ({reason})")),
+            U::Error { message, .. } => self.gone(&message),
+            U::Closed => self.gone("the connection closed"),
+        }
+    }
+
+    /// Events after the last one seen (all the daemon keeps, on the first connect).
+    fn catch_up_events(&mut self) -> Result<(), Done> {
+        let Some(client) = &self.client else {
+            return Ok(());
+        };
+        let first = self.last_seq.is_none();
+        let mut since = self.last_seq.unwrap_or(0);
+        let mut events = Vec::new();
+        loop {
+            match client.events(since) {
+                Ok((batch, next)) if !batch.is_empty() && next > since => {
+                    since = next;
+                    events.extend(batch);
+                    if events.len() > 2 * EVENTS_KEPT {
+                        events.drain(..events.len() - EVENTS_KEPT);
+                    }
+                }
+                Ok(_) => break,
+                Err(e) => return self.failed(e),
+            }
+        }
+        if events.len() > EVENTS_KEPT {
+            events.drain(..events.len() - EVENTS_KEPT);
+        }
+        if let Some(e) = events.last() {
+            self.last_seq = Some(e.seq);
+        } else if first {
+            self.last_seq = Some(since);
+        }
+        if first || !events.is_empty() {
+            self.send(Update::Events {
+                events,
+                reset: first,
+            })?;
+        }
+        Ok(())
+    }
+
+    fn on_request(&mut self, r: Request) -> Result<(), Done> {
+        let (run, act) = match r {
+            Request::Watch(run) => return self.watch(run),
+            Request::Stop(run) => (run, None),
+            Request::Pause(run) => (run, Some(RunSignal::Pause)),
+            Request::Resume(run) => (run, Some(RunSignal::Resume)),
+        };
+        let Some(client) = &self.client else {
+            return self.send(Update::Answer {
+                ok: false,
+                text: "the daemon is gone: start it again with `gpupilot daemon --detach`".into(),
+            });
+        };
+        let why = Some("gpupilot console".to_string());
+        let (result, done) = match act {
+            None => (
+                client.stop_run(&run, false, None, why),
+                "stopping: SIGTERM now, SIGKILL if it has not ended within 10 s",
+            ),
+            Some(RunSignal::Pause) => (client.signal_run(&run, RunSignal::Pause, why), "paused"),
+            Some(RunSignal::Resume) => (client.signal_run(&run, RunSignal::Resume, why), "resumed"),
+        };
+        match result {
+            Ok(info) => {
+                self.send(Update::Answer {
+                    ok: true,
+                    text: format!("run {}: {done}", info.id),
+                })?;
+                self.poll()
+            }
+            Err(e) => self.failed(e),
+        }
+    }
+
+    /// Tail `run` from now on (a new tail unless it is the run already tailed).
+    fn watch(&mut self, run: String) -> Result<(), Done> {
+        if self.watch.as_ref().is_none_or(|w| w.run != run) {
+            self.watch = Some(Watch {
+                run,
+                offsets: [None, None],
+                events_next: 0,
+                exits: Vec::new(),
+            });
+        }
+        self.poll()
+    }
+
+    /// The run list, the watched run's new log bytes and exits, and a held-back snapshot.
+    fn poll(&mut self) -> Result<(), Done> {
+        if let Some(s) = self.pending.take() {
+            self.forward(s)?;
+        }
+        let Some(client) = &self.client else {
+            return Ok(());
+        };
+        let runs = match client.runs() {
+            Ok(r) => r,
+            Err(e) => return self.failed(e),
+        };
+        self.send(Update::Runs(runs))?;
+        let Some(mut w) = self.watch.take() else {
+            return Ok(());
+        };
+        let result = self.poll_watch(&mut w);
+        match result {
+            // The run is no more (its directory went): stop asking.
+            Ok(Err(e)) if e.code() == Some(ErrorCode::UnknownRun) => Ok(()),
+            Ok(Err(e)) => {
+                self.watch.get_or_insert(w);
+                self.failed(e)
+            }
+            Ok(Ok(())) => {
+                self.watch.get_or_insert(w);
+                Ok(())
+            }
+            Err(Done) => Err(Done),
+        }
+    }
+
+    fn poll_watch(&self, w: &mut Watch) -> Result<Result<(), ClientError>, Done> {
+        let Some(client) = &self.client else {
+            return Ok(Ok(()));
+        };
+        for (i, stream) in [LogStream::Stdout, LogStream::Stderr]
+            .into_iter()
+            .enumerate()
+        {
+            let reset = w.offsets[i].is_none();
+            let mut offset = match w.offsets[i] {
+                Some(o) => o,
+                None => match client.logs(&w.run, stream, 0, 0) {
+                    Ok(c) => c.size.saturating_sub(TAIL_BYTES),
+                    Err(e) => return Ok(Err(e)),
+                },
+            };
+            let from_start = offset == 0;
+            let mut data = String::new();
+            for _ in 0..CHUNKS_PER_POLL {
+                let chunk = match client.logs(&w.run, stream, offset, MAX_LOG_CHUNK) {
+                    Ok(c) => c,
+                    Err(e) => return Ok(Err(e)),
+                };
+                let more = chunk.next_offset < chunk.size;
+                let advanced = chunk.next_offset > offset;
+                offset = chunk.next_offset;
+                data.push_str(&chunk.data);
+                if !more || !advanced {
+                    break;
+                }
+            }
+            w.offsets[i] = Some(offset);
+            if reset || !data.is_empty() {
+                self.send(Update::Log {
+                    run: w.run.clone(),
+                    stream,
+                    data,
+                    reset,
+                    from_start,
+                })?;
+            }
+        }
+        let (events, next) = match client.run_events(&w.run, w.events_next) {
+            Ok(e) => e,
+            Err(e) => return Ok(Err(e)),
+        };
+        let fresh = w.events_next == 0;
+        w.events_next = next;
+        let before = w.exits.len();
+        w.exits
+            .extend(events.into_iter().filter_map(|e| match e.event {
+                RunEvent::Exited { description, .. } => Some(description),
+                _ => None,
+            }));
+        if fresh || w.exits.len() != before {
+            self.send(Update::Exits {
+                run: w.run.clone(),
+                exits: w.exits.clone(),
+            })?;
+        }
+        Ok(Ok(()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backfill_covers_the_last_hour_without_overlap() {
+        assert_eq!(BACKFILL[0].1, BACKFILL[1].0, "the windows meet");
+        assert_eq!(BACKFILL[1].1, 0.0, "and reach now");
+    }
+}

@@ -1,0 +1,235 @@
+//! The Events view: the node's `events.jsonl` as the daemon keeps it, newest first: when, who,
+//! what, old → new, and why. Scrolls with the keys of the `[[events]]` keymap section.
+
+use crate::protocol::{NodeEvent, NodeEventRecord};
+use crate::tui::action::Action;
+use crate::tui::app::App;
+use crate::tui::feed::Link;
+use ratatui::buffer::Buffer;
+use ratatui::layout::{Constraint, Rect};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Cell, Padding, Paragraph, Row, Table, Widget, Wrap};
+
+/// How far the list is scrolled: the number of newer events above the first row shown.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EventsState {
+    pub scroll: usize,
+}
+
+impl EventsState {
+    /// Carry out a scrolling action over `n` events with `page` rows on screen.
+    pub fn apply(&mut self, a: Action, n: usize, page: usize) {
+        let step = page.saturating_sub(1).max(1);
+        let last = n.saturating_sub(page.max(1));
+        self.scroll = match a {
+            Action::ScrollDown => self.scroll + 1,
+            Action::ScrollUp => self.scroll.saturating_sub(1),
+            Action::PageDown => self.scroll + step,
+            Action::PageUp => self.scroll.saturating_sub(step),
+            Action::Top => 0,
+            Action::Bottom => last,
+            _ => self.scroll,
+        }
+        .min(last);
+    }
+}
+
+/// Rows of events the view shows in `body` (a bordered table with a header row).
+pub fn page_rows(body: Rect) -> usize {
+    body.height.saturating_sub(3) as usize
+}
+
+/// One event in the view's columns: who, what (the run, for a run's events), old → new, why.
+pub fn columns(e: &NodeEvent) -> [String; 4] {
+    let or_dash = |s: &Option<String>| s.clone().unwrap_or_default();
+    match e {
+        NodeEvent::DaemonStarted {
+            pid,
+            version,
+            telemetry,
+            adopted,
+            readonly,
+        } => [
+            "daemon".into(),
+            format!("daemon started (pid {pid}, {version})"),
+            String::new(),
+            format!(
+                "{telemetry}; {adopted} run{} adopted{}",
+                if *adopted == 1 { "" } else { "s" },
+                if *readonly { "; read-only" } else { "" }
+            ),
+        ],
+        NodeEvent::DaemonStopped { pid, reason } => [
+            "daemon".into(),
+            format!("daemon stopped (pid {pid})"),
+            String::new(),
+            reason.clone(),
+        ],
+        NodeEvent::RunStarted { run, by, why, .. } => {
+            [by.clone(), run.clone(), "→ running".into(), or_dash(why)]
+        }
+        NodeEvent::RunAdopted { run, pid, status } => [
+            "daemon".into(),
+            run.clone(),
+            format!("adopted, {}", status.as_str()),
+            pid.map_or(String::new(), |p| format!("pid {p}")),
+        ],
+        NodeEvent::RunStatus {
+            run,
+            old,
+            new,
+            by,
+            why,
+        } => [
+            by.clone(),
+            run.clone(),
+            format!("{} → {}", old.as_str(), new.as_str()),
+            why.clone(),
+        ],
+        NodeEvent::PeerRefused { uid, pid, reason } => [
+            match pid {
+                Some(p) => format!("uid {uid} (pid {p})"),
+                None => format!("uid {uid}"),
+            },
+            "connection refused".into(),
+            String::new(),
+            reason.clone(),
+        ],
+    }
+}
+
+/// `2026-11-30T04:07:55.652Z` as `11-30 04:07:55` (the column says UTC).
+fn short_time(rfc3339: &str) -> String {
+    match (rfc3339.get(5..10), rfc3339.get(11..19)) {
+        (Some(d), Some(t)) => format!("{d} {t}"),
+        _ => rfc3339.to_string(),
+    }
+}
+
+/// The Events view, borrowed for one frame.
+pub struct EventsView<'a> {
+    pub app: &'a App,
+}
+
+impl Widget for EventsView<'_> {
+    fn render(self, area: Rect, buf: &mut Buffer) {
+        let app = self.app;
+        let t = &app.theme;
+        let events = &app.data.events;
+        let title = Span::styled(format!(" Events ({}) ", events.len()), t.title);
+        let block = Block::bordered()
+            .border_style(t.border)
+            .title(title)
+            .title(Line::styled(" newest first ", t.dim).right_aligned());
+        if events.is_empty() {
+            let text = match &app.data.link {
+                Link::Local => {
+                    "The demo has no daemon, so no event log. On a real node this lists the \
+                     node's events.jsonl: runs started and stopped, daemons started, refused \
+                     connections — who, when, old → new, and why."
+                }
+                Link::Gone { .. } => "The daemon is gone; its events come back when it does.",
+                _ => "No events yet.",
+            };
+            Paragraph::new(text)
+                .style(t.dim)
+                .wrap(Wrap { trim: true })
+                .block(block.padding(Padding::horizontal(1)))
+                .render(area, buf);
+            return;
+        }
+        let page = page_rows(area);
+        let scroll = app
+            .events
+            .scroll
+            .min(events.len().saturating_sub(page.max(1)));
+        // Narrow terminals get the time of day and the user's name; wide ones everything.
+        let (narrow, wide) = (area.width < 120, area.width >= 160);
+        let rows: Vec<Row> = events
+            .iter()
+            .rev()
+            .skip(scroll)
+            .take(page)
+            .map(|e: &NodeEventRecord| {
+                let [who, what, change, why] = columns(&e.event);
+                let (time, who) = if narrow {
+                    let name = who.split(" (uid").next().unwrap_or(&who).to_string();
+                    (e.time.get(11..19).unwrap_or(&e.time).to_string(), name)
+                } else {
+                    (short_time(&e.time), who)
+                };
+                Row::new(vec![
+                    Cell::from(Span::styled(time, t.dim)),
+                    Cell::from(who),
+                    Cell::from(what),
+                    Cell::from(change),
+                    Cell::from(Span::styled(why, t.dim)),
+                ])
+            })
+            .collect();
+        let widths = match (narrow, wide) {
+            (true, _) => [8, 12, 25, 19],
+            (false, false) => [14, 24, 30, 20],
+            (false, true) => [14, 42, 34, 22],
+        }
+        .map(Constraint::Length);
+        let widths = [
+            widths[0],
+            widths[1],
+            widths[2],
+            widths[3],
+            Constraint::Fill(1),
+        ];
+        let mut block = block;
+        if events.len() > page {
+            let more = format!(
+                " {}–{} of {}  j/k PgUp/PgDn ",
+                scroll + 1,
+                (scroll + page).min(events.len()),
+                events.len()
+            );
+            block = block.title_bottom(Line::styled(more, t.dim).right_aligned());
+        }
+        Table::new(rows, widths)
+            .header(
+                Row::new(vec![
+                    if narrow { "UTC" } else { "TIME (UTC)" },
+                    "WHO",
+                    "RUN / WHAT",
+                    "CHANGE",
+                    "WHY",
+                ])
+                .style(t.dim),
+            )
+            .column_spacing(1)
+            .block(block)
+            .render(area, buf);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scrolling_stays_within_the_list() {
+        let mut s = EventsState::default();
+        s.apply(Action::ScrollUp, 30, 10);
+        assert_eq!(s.scroll, 0);
+        s.apply(Action::PageDown, 30, 10);
+        assert_eq!(s.scroll, 9);
+        s.apply(Action::PageDown, 30, 10);
+        s.apply(Action::PageDown, 30, 10);
+        assert_eq!(s.scroll, 20, "the last page is full");
+        s.apply(Action::Top, 30, 10);
+        assert_eq!(s.scroll, 0);
+        s.apply(Action::Bottom, 5, 10);
+        assert_eq!(s.scroll, 0, "all fit");
+    }
+
+    #[test]
+    fn times_are_short() {
+        assert_eq!(short_time("2026-11-30T04:07:55.652Z"), "11-30 04:07:55");
+        assert_eq!(short_time("odd"), "odd");
+    }
+}

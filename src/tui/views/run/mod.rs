@@ -1,0 +1,302 @@
+//! The Run view: the list of runs (when there are several), the shown run's state (status,
+//! pid, uptime, restarts, how each attempt ended, command, GPUs), and the end of its log with
+//! the search's matches marked. The log follows new output unless scrolled or searched.
+
+pub mod state;
+
+use crate::commands::format_duration;
+use crate::config::theme::Theme;
+use crate::protocol::{LogStream, RunInfo};
+use crate::supervisor::RunStatus;
+use crate::tui::app::App;
+use crate::tui::feed::{Link, local::NO_RUNS};
+use crate::tui::log::{LogBuffer, matches};
+use ratatui::buffer::Buffer;
+use ratatui::layout::{Constraint, Rect};
+use ratatui::style::Style;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Cell, Padding, Paragraph, Row, Table, Widget, Wrap};
+use state::{RunState, list, window};
+
+/// Where each part of the view goes: a pure function of the body and the number of runs,
+/// shared by render and by the app (a page of log is as many lines as fit).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Layout {
+    /// The run list (a header row and the runs), when there are several runs.
+    pub list: Option<Rect>,
+    pub info: Rect,
+    pub log: Rect,
+}
+
+impl Layout {
+    pub fn new(body: Rect, runs: usize) -> Layout {
+        // The list gets up to a third of what the run's own panels leave.
+        let list_rows = if runs >= 2 {
+            let cap = (body.height.saturating_sub(10) / 3).max(1);
+            (runs as u16).min(cap) + 1
+        } else {
+            0
+        };
+        let [list, info, log] = ratatui::layout::Layout::vertical([
+            Constraint::Length(list_rows),
+            Constraint::Length(5),
+            Constraint::Min(3),
+        ])
+        .areas(body);
+        Layout {
+            list: (runs >= 2).then_some(list),
+            info,
+            log,
+        }
+    }
+
+    /// Log lines on screen.
+    pub fn log_rows(&self) -> usize {
+        self.log.height.saturating_sub(2) as usize
+    }
+}
+
+/// The Run view, borrowed for one frame.
+pub struct RunView<'a> {
+    pub app: &'a App,
+}
+
+impl Widget for RunView<'_> {
+    fn render(self, area: Rect, buf: &mut Buffer) {
+        let app = self.app;
+        let t = &app.theme;
+        let d = &app.data;
+        let Some(run) = app.run.current(d) else {
+            let text = match (&d.link, &d.runs) {
+                (Link::Local, _) => NO_RUNS.to_string(),
+                (Link::Gone { .. }, _) => {
+                    "The daemon is gone, and with it the list of runs (the runs themselves go on). \
+                     `gpupilot daemon --detach` starts it again; this console reconnects."
+                        .to_string()
+                }
+                (_, None) => "Waiting for the daemon's list of runs…".to_string(),
+                (_, Some(_)) => "No runs yet. Start one with `gpupilot run -- python3 train.py` \
+                                 or `gpupilot run PROFILE.toml`: it shows here, and keeps running \
+                                 when this console quits."
+                    .to_string(),
+            };
+            let block = Block::bordered()
+                .border_style(t.border)
+                .title(Span::styled(" Run ", t.title))
+                .padding(Padding::horizontal(1));
+            Paragraph::new(text)
+                .style(t.dim)
+                .block(block)
+                .wrap(Wrap { trim: true })
+                .render(area, buf);
+            return;
+        };
+        let layout = Layout::new(area, d.run_list().len());
+        if let Some(list_area) = layout.list {
+            render_list(app, run, list_area, buf);
+        }
+        render_info(app, run, layout.info, buf);
+        render_log(app, &app.run, app.run.buffer(d), layout.log, buf);
+    }
+}
+
+/// The style a status is shown in.
+fn status_style(s: RunStatus, t: &Theme) -> Style {
+    match s {
+        RunStatus::Running | RunStatus::Succeeded => t.ok,
+        RunStatus::Paused | RunStatus::Stopping | RunStatus::Backoff => t.warn,
+        RunStatus::Failed => t.crit,
+        RunStatus::Stopped | RunStatus::Unknown => t.dim,
+    }
+}
+
+/// How a run ended, short: `exit 1`, `SIGTERM`, `?`; `-` while it runs.
+fn exit_cell(r: &RunInfo) -> String {
+    match (r.exit_code, &r.signal_name) {
+        (Some(c), _) => format!("exit {c}"),
+        (None, Some(s)) => s.clone(),
+        (None, None) if r.is_final() => "?".into(),
+        (None, None) => "-".into(),
+    }
+}
+
+fn render_list(app: &App, shown: &RunInfo, area: Rect, buf: &mut Buffer) {
+    let t = &app.theme;
+    let rows_fit = area.height.saturating_sub(1) as usize;
+    let skip = app.run.selected.saturating_sub(rows_fit.saturating_sub(1));
+    let rows: Vec<Row> = list(&app.data)
+        .enumerate()
+        .skip(skip)
+        .take(rows_fit)
+        .map(|(i, r)| {
+            let mark = if r.id == shown.id { "▶" } else { " " };
+            let row = Row::new(vec![
+                Cell::from(mark),
+                Cell::from(r.id.clone()),
+                Cell::from(Span::styled(r.status.as_str(), status_style(r.status, t))),
+                Cell::from(r.uptime_s.map_or("-".into(), format_duration)),
+                Cell::from(r.restarts.to_string()),
+                Cell::from(exit_cell(r)),
+                Cell::from(shell_words::join(&r.command)),
+            ]);
+            if i == app.run.selected {
+                row.style(t.selected)
+            } else {
+                row
+            }
+        })
+        .collect();
+    let n = app.data.run_list().len();
+    let header = Row::new(vec![
+        "",
+        "RUN",
+        "STATUS",
+        "UPTIME",
+        "RESTARTS",
+        "EXIT",
+        if n > rows_fit {
+            "COMMAND  (j/k more)"
+        } else {
+            "COMMAND"
+        },
+    ])
+    .style(t.dim);
+    Table::new(
+        rows,
+        [
+            Constraint::Length(1),
+            Constraint::Length(24),
+            Constraint::Length(9),
+            Constraint::Length(7),
+            Constraint::Length(8),
+            Constraint::Length(10),
+            Constraint::Fill(1),
+        ],
+    )
+    .header(header)
+    .column_spacing(1)
+    .render(area, buf);
+}
+
+fn render_info(app: &App, r: &RunInfo, area: Rect, buf: &mut Buffer) {
+    let t = &app.theme;
+    let dim = |s: &str| Span::styled(s.to_string(), t.dim);
+    let sep = || Span::styled(" · ", t.dim);
+    let mut first = vec![dim("pid ")];
+    first.push(Span::raw(match r.pid {
+        Some(p) if !r.is_final() => p.to_string(),
+        _ => "-".into(),
+    }));
+    first.extend([sep(), dim(if r.is_final() { "ran " } else { "up " })]);
+    first.push(Span::raw(r.uptime_s.map_or("-".into(), format_duration)));
+    first.extend([sep(), dim("restarts "), Span::raw(r.restarts.to_string())]);
+    first.extend([sep(), dim("GPUs "), Span::raw(r.gpus.clone())]);
+    if r.adopted {
+        first.extend([sep(), dim("adopted")]);
+    }
+    let log = &app.data.log;
+    let exits = if log.run.as_deref() == Some(r.id.as_str()) && !log.exits.is_empty() {
+        log.exits.join(" · ")
+    } else if r.is_final() {
+        r.description.clone().unwrap_or_else(|| exit_cell(r))
+    } else {
+        "none yet".into()
+    };
+    let mut second = vec![dim("exits: "), Span::raw(exits)];
+    if !r.is_final() && r.attempt > 0 {
+        second.push(dim(&format!(" · now attempt {}", r.attempt + 1)));
+    }
+    let second = Line::from(second);
+    let third = Line::from(vec![
+        Span::styled("$ ", t.dim),
+        Span::raw(shell_words::join(&r.command)),
+        Span::styled(format!("   in {}", r.cwd.display()), t.dim),
+    ]);
+    let status = Span::styled(
+        format!(" {} ", r.status.as_str()),
+        status_style(r.status, t),
+    );
+    let block = Block::bordered()
+        .border_style(t.border)
+        .title(Span::styled(format!(" Run {} ", r.id), t.title))
+        .title(Line::from(status).right_aligned())
+        .padding(Padding::horizontal(1));
+    Paragraph::new(vec![Line::from(first), second, third])
+        .block(block)
+        .render(area, buf);
+}
+
+fn render_log(app: &App, st: &RunState, log: Option<&LogBuffer>, area: Rect, buf: &mut Buffer) {
+    let t = &app.theme;
+    let name = st.stream.as_str();
+    let other = match st.stream {
+        LogStream::Stdout => "stderr",
+        LogStream::Stderr => "stdout",
+    };
+    let mut block = Block::bordered()
+        .border_style(t.border)
+        .title(Line::from(vec![
+            Span::styled(format!(" {name} "), t.title),
+            Span::styled(format!("(e: {other}) "), t.dim),
+        ]));
+    let rows = area.height.saturating_sub(2) as usize;
+    let Some(b) = log else {
+        Paragraph::new(Line::styled("reading the log…", t.dim))
+            .block(block)
+            .render(area, buf);
+        return;
+    };
+    let (first, end) = window(st, b, rows);
+    let right = if st.follow {
+        Span::styled(" following ", t.ok)
+    } else {
+        Span::styled(
+            format!(" lines {}–{} of {}  G: follow ", first + 1, end, b.end()),
+            t.dim,
+        )
+    };
+    block = block.title(Line::from(right).right_aligned());
+    if !st.query.is_empty() {
+        let at = match st.current {
+            Some(c) => format!(" /{}  match on line {}  n/N ", st.query, c + 1),
+            None => format!(" /{}  n/N ", st.query),
+        };
+        block = block.title_bottom(Line::styled(at, t.key).right_aligned());
+    }
+    if b.truncated && first == b.start() {
+        block = block.title_bottom(Line::styled(" earlier output: gpupilot logs RUN ", t.dim));
+    }
+    let lines: Vec<Line> = if b.is_empty() {
+        vec![Line::styled("(no output yet)", t.dim)]
+    } else {
+        (first..end)
+            .map(|n| {
+                let text = b.line(n).unwrap_or_default();
+                let style = if st.current == Some(n) {
+                    t.search_current
+                } else {
+                    t.search_match
+                };
+                highlight(&text, &st.query, style)
+            })
+            .collect()
+    };
+    Paragraph::new(lines).block(block).render(area, buf);
+}
+
+/// `text` with every match of `query` in `style`.
+fn highlight(text: &str, query: &str, style: Style) -> Line<'static> {
+    let mut spans = Vec::new();
+    let mut at = 0;
+    for (s, e) in matches(text, query) {
+        if s > at {
+            spans.push(Span::raw(text[at..s].to_string()));
+        }
+        spans.push(Span::styled(text[s..e].to_string(), style));
+        at = e;
+    }
+    if at < text.len() {
+        spans.push(Span::raw(text[at..].to_string()));
+    }
+    Line::from(spans)
+}

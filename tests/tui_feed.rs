@@ -1,0 +1,209 @@
+//! The console's data source against a real daemon (`--source sim`, a temporary
+//! GPUPILOT_HOME) and a real child run, without a terminal: what the feed sends is what the
+//! views would draw. Snapshots, history, the run list, node events, the run's log lines and
+//! exits, a stop through the request channel, the daemon going away and coming back.
+
+mod daemon_common;
+
+use std::time::{Duration, Instant};
+
+use daemon_common::Home;
+use gpupilot::protocol::{LogStream, NodeEvent};
+use gpupilot::supervisor::RunStatus;
+use gpupilot::tui::feed::{DataSource, Feed, Link, Request, Update};
+use rustix::process::Signal;
+
+const WAIT: Duration = Duration::from_secs(15);
+
+/// Reads a feed's updates with a bound on every wait.
+struct Reader {
+    rt: tokio::runtime::Runtime,
+    feed: Feed,
+    /// Everything received, in order.
+    seen: Vec<Update>,
+}
+
+impl Reader {
+    fn new(feed: Feed) -> Reader {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        Reader {
+            rt,
+            feed,
+            seen: Vec::new(),
+        }
+    }
+
+    /// Receive until `done` holds for one update (at most [`WAIT`]); that update.
+    fn until(&mut self, what: &str, mut done: impl FnMut(&Update) -> bool) -> Update {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let updates = &mut self.feed.updates;
+            let got = self
+                .rt
+                .block_on(async { tokio::time::timeout(left, updates.recv()).await });
+            match got {
+                Ok(Some(u)) => {
+                    self.seen.push(u.clone());
+                    if done(&u) {
+                        return u;
+                    }
+                }
+                Ok(None) => panic!("the feed ended while waiting for {what}"),
+                Err(_) => panic!(
+                    "timed out after {WAIT:?} waiting for {what}; got {} updates, the last: {:?}",
+                    self.seen.len(),
+                    self.seen.iter().rev().take(5).collect::<Vec<_>>()
+                ),
+            }
+        }
+    }
+
+    fn send(&self, r: Request) {
+        self.feed.requests.send(r).unwrap();
+    }
+
+    /// All log text received for `run`'s `stream`.
+    fn log(&self, run: &str, stream: LogStream) -> String {
+        self.seen
+            .iter()
+            .filter_map(|u| match u {
+                Update::Log {
+                    run: r,
+                    stream: s,
+                    data,
+                    ..
+                } if r == run && *s == stream => Some(data.as_str()),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+fn status_of(u: &Update, id: &str) -> Option<RunStatus> {
+    match u {
+        Update::Runs(runs) => runs.iter().find(|r| r.id == id).map(|r| r.status),
+        _ => None,
+    }
+}
+
+#[test]
+fn the_feed_brings_telemetry_runs_logs_and_events_and_survives_the_daemon() {
+    let home = Home::new();
+    let mut daemon = home.daemon(&[]);
+    let script = "for i in 1 2 3; do echo feed-line-$i; done; echo feed-err >&2; sleep 60";
+    let id = home
+        .ok(&["run", "-d", "--name", "feed", "--", "bash", "-c", script])
+        .trim()
+        .to_string();
+    assert!(id.ends_with("-feed"), "{id}");
+
+    let feed = DataSource::Daemon(home.client()).start(Duration::from_millis(200));
+    let mut r = Reader::new(feed);
+
+    // Who answers, then the past (history), then the present.
+    let link = r.until("the link", |u| matches!(u, Update::Link(_)));
+    let Update::Link(Link::Daemon {
+        pid,
+        rate_hz,
+        telemetry_error,
+        readonly,
+    }) = link
+    else {
+        panic!("{link:?}")
+    };
+    assert_eq!(pid, daemon.pid());
+    assert_eq!((rate_hz, telemetry_error, readonly), (10.0, None, false));
+    let snap = r.until("a snapshot", |u| matches!(u, Update::Snapshot(_)));
+    let Update::Snapshot(snap) = snap else {
+        unreachable!()
+    };
+    assert_eq!(snap.gpus.len(), 2, "the simulated node has 2 GPUs");
+    assert_eq!(snap.node.source, "sim");
+    assert!(snap.gpus.iter().all(|g| g.power_w.is_some_and(|p| p > 0.0)));
+    let history = r.seen.iter().find_map(|u| match u {
+        Update::History { gpu: 0, points, .. } => Some(points.len()),
+        _ => None,
+    });
+    assert!(
+        history.is_some_and(|n| n >= 1),
+        "the charts are back-filled before the first snapshot: {history:?}"
+    );
+
+    // The node's events so far, and the run list with the run in it.
+    r.until("the run list", |u| {
+        status_of(u, &id) == Some(RunStatus::Running)
+    });
+    let started = r.seen.iter().any(|u| match u {
+        Update::Events {
+            events,
+            reset: true,
+        } => events
+            .iter()
+            .any(|e| matches!(&e.event, NodeEvent::RunStarted { run, .. } if *run == id)),
+        _ => false,
+    });
+    assert!(started, "the catch-up holds the run's start");
+
+    // The run's log, both streams, once it is watched.
+    r.send(Request::Watch(id.clone()));
+    r.until("the run's stdout", |_| true);
+    let deadline = Instant::now() + WAIT;
+    while !(r.log(&id, LogStream::Stdout).contains("feed-line-3")
+        && r.log(&id, LogStream::Stderr).contains("feed-err"))
+    {
+        assert!(Instant::now() < deadline, "no log lines: {:?}", r.seen);
+        r.until("more log", |u| matches!(u, Update::Log { .. }));
+    }
+    assert_eq!(
+        r.log(&id, LogStream::Stdout),
+        "feed-line-1\nfeed-line-2\nfeed-line-3\n",
+        "every line once, in order"
+    );
+
+    // Stop it through the request channel: the answer, then the run's end.
+    r.send(Request::Stop(id.clone()));
+    let answer = r.until("the answer", |u| matches!(u, Update::Answer { .. }));
+    assert!(
+        matches!(&answer, Update::Answer { ok: true, text } if text.contains("stopping")),
+        "{answer:?}"
+    );
+    r.until("the run stopped", |u| {
+        status_of(u, &id) == Some(RunStatus::Stopped)
+    });
+    r.until("its exit", |u| {
+        matches!(u, Update::Exits { run, exits } if *run == id && exits.iter().any(|e| e.contains("SIGTERM")))
+    });
+    // Stopping it again is refused with the daemon's words, not a panic.
+    r.send(Request::Stop(id.clone()));
+    let again = r.until("the refusal", |u| matches!(u, Update::Answer { .. }));
+    assert!(
+        matches!(&again, Update::Answer { ok: false, .. }),
+        "{again:?}"
+    );
+
+    // The daemon goes away: said once; it comes back: picked up again.
+    let (status, _) = daemon.signal_and_wait(Signal::TERM);
+    assert!(status.success(), "{status}");
+    let gone = r.until("the daemon gone", |u| {
+        matches!(u, Update::Link(Link::Gone { .. }))
+    });
+    assert!(
+        matches!(&gone, Update::Link(Link::Gone { reason }) if reason.contains("stopped")),
+        "{gone:?}"
+    );
+    let again = home.daemon(&[]);
+    let back = r.until("the daemon back", |u| {
+        matches!(u, Update::Link(Link::Daemon { .. }))
+    });
+    assert!(
+        matches!(back, Update::Link(Link::Daemon { pid, .. }) if pid == again.pid()),
+        "the new daemon"
+    );
+    r.until("the run list again", |u| {
+        status_of(u, &id) == Some(RunStatus::Stopped)
+    });
+}
