@@ -83,3 +83,65 @@ fn run_attach_and_stop_from_the_console() {
     assert!(end.contains(&format!("run {id} has ended")), "{end}");
     assert_eq!(ps(&home), [(id.clone(), "stopped".to_string())]);
 }
+
+/// The gpupilot process running in the pane (a child of the pane's shell).
+fn console_pid(tmux: &Tmux) -> Option<u32> {
+    let shell: u32 = tmux.flag("pane_pid").trim().parse().ok()?;
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let rest = &stat[stat.rfind(')')? + 2..];
+        let ppid: u32 = rest.split_whitespace().nth(1)?.parse().ok()?;
+        let comm = &stat[stat.find('(')? + 1..stat.rfind(')')?];
+        (ppid == shell && comm == "gpupilot").then_some(pid)
+    })
+}
+
+/// A run printing numbered lines outlives the console twice — `q`, then a hangup of the
+/// console as an SSH drop delivers it — finishes on its own, and its log holds every line
+/// exactly once.
+#[test]
+fn a_run_survives_quit_and_hangup_of_the_console() {
+    let home = Home::new();
+    let tmux = Tmux::start(&home.root());
+    tmux.wait_text(e2e_common::PROMPT);
+    let bin = env!("CARGO_BIN_EXE_gpupilot");
+    let n = 120;
+    let script = format!("for i in $(seq 1 {n}); do echo $i; sleep 0.05; done");
+    tmux.type_line(&format!(
+        "'{bin}' --source sim --gpus 2 run --name count -- bash -c '{script}'"
+    ));
+    tmux.wait_for("the Run view", |s| {
+        s.contains(" running ") && s.contains("3 Run")
+    });
+
+    // (a) quit.
+    tmux.keys(&["q"]);
+    tmux.wait_prompt();
+    assert_eq!(ps(&home)[0].1, "running");
+
+    // (b) hangup: attach again, then SIGHUP to the console process itself.
+    tmux.type_line(&format!("clear; '{bin}' attach"));
+    tmux.wait_for("the Run view again", |s| {
+        s.contains(" running ") && s.contains("3 Run")
+    });
+    let pid = console_pid(&tmux).expect("the console's pid");
+    daemon_common::send(pid, rustix::process::Signal::HUP);
+    daemon_common::wait_for("the console to end on SIGHUP", e2e_common::WAIT, || {
+        !std::path::Path::new(&format!("/proc/{pid}")).exists()
+            || std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .is_ok_and(|s| s[s.rfind(')').unwrap() + 2..].starts_with('Z'))
+    });
+    assert_eq!(
+        ps(&home)[0].1,
+        "running",
+        "the hangup reached only the console"
+    );
+
+    // The run finishes by itself; every line is there once, in order.
+    daemon_common::wait_for("the run to finish", e2e_common::WAIT, || {
+        ps(&home)[0].1 == "succeeded"
+    });
+    let id = ps(&home)[0].0.clone();
+    assert_eq!(daemon_common::counted(&home.run_dir(&id).stdout_path()), n);
+}
