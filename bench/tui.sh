@@ -105,22 +105,32 @@ done
 for s in gp nv; do
     pid[$s]=$(tmux -L "$sock" display-message -p -t "$s" '#{pane_pid}')
 done
+# The console started a daemon (the sampler lives there): its CPU counts for gpupilot too.
+keys=(gp nv)
+lockfile=$GPUPILOT_HOME/run/daemon.lock
+if [[ -s $lockfile ]]; then
+    pid[dm]=$(head -1 "$lockfile")
+    keys+=(dm)
+fi
 
 # Start-up (and the first full frame) is over after a few seconds: steady-state figures are
 # taken from there to the end.
 settle=${GPUPILOT_BENCH_SETTLE:-5}
 sleep "$settle"
 declare -A cpu0 cpu1 bytes0 cpu hwm bytes
-for s in gp nv; do
+bytes[dm]=0
+bytes0[dm]=0
+first[dm]=0
+for s in "${keys[@]}"; do
     cpu0[$s]=$(cpu_ns "${pid[$s]}")
-    bytes0[$s]=$(stat -c %s "$work/$s.bytes")
+    [[ $s == dm ]] || bytes0[$s]=$(stat -c %s "$work/$s.bytes")
 done
 sleep "$((secs - settle))"
-for s in gp nv; do
+for s in "${keys[@]}"; do
     cpu1[$s]=$(cpu_ns "${pid[$s]}")
     cpu[$s]=$(cpu_s "${pid[$s]}")
     hwm[$s]=$(hwm_kb "${pid[$s]}")
-    bytes[$s]=$(stat -c %s "$work/$s.bytes")
+    [[ $s == dm ]] || bytes[$s]=$(stat -c %s "$work/$s.bytes")
 done
 tmux -L "$sock" send-keys -t gp q
 tmux -L "$sock" send-keys -t nv q
@@ -138,6 +148,10 @@ echo "8 simulated H100s (node warmed ${warmup} s), 200x50 tmux panes, 1 s refres
 echo "| program | CPU total | CPU after ${settle} s (of a core) | peak RSS | to terminal | rate after ${settle} s | first frame |"
 echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"
 row "$gp_label" gp
+if [[ -n ${pid[dm]:-} ]]; then
+    row "  its daemon (sampling, history)" dm
+    kill -s TERM "${pid[dm]}" 2>/dev/null || true
+fi
 row "$nv_label" nv
 
 json=$out/tui-$stamp.json
@@ -145,6 +159,7 @@ cat >"$json" <<EOF
 {"seconds": $secs, "warmup_s": $warmup, "cores": $(nproc), "size": "200x50", "refresh_s": 1,
  "settle_s": $settle,
  "gpupilot": {"command": "$gp_label", "cpu_s": ${cpu[gp]}, "steady_cpu_ns": $((cpu1[gp] - cpu0[gp])), "peak_rss_kb": ${hwm[gp]}, "bytes": ${bytes[gp]}, "bytes_at_settle": ${bytes0[gp]}, "first_frame_ms": ${first[gp]}},
+ "daemon": {"cpu_s": ${cpu[dm]:-0}, "steady_cpu_ns": $(( ${cpu1[dm]:-0} - ${cpu0[dm]:-0} )), "peak_rss_kb": ${hwm[dm]:-0}},
  "nvtop": {"command": "$nv_label", "cpu_s": ${cpu[nv]}, "steady_cpu_ns": $((cpu1[nv] - cpu0[nv])), "peak_rss_kb": ${hwm[nv]}, "bytes": ${bytes[nv]}, "bytes_at_settle": ${bytes0[nv]}, "first_frame_ms": ${first[nv]}}}
 EOF
 echo
