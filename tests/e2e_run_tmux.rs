@@ -107,7 +107,7 @@ fn a_run_survives_quit_and_hangup_of_the_console() {
     tmux.wait_text(e2e_common::PROMPT);
     let bin = env!("CARGO_BIN_EXE_gpupilot");
     let n = 120;
-    let script = format!("for i in $(seq 1 {n}); do echo $i; sleep 0.05; done");
+    let script = format!("for i in $(seq 1 {n}); do echo n-$i; sleep 0.05; done");
     tmux.type_line(&format!(
         "'{bin}' --source sim --gpus 2 run --name count -- bash -c '{script}'"
     ));
@@ -122,8 +122,13 @@ fn a_run_survives_quit_and_hangup_of_the_console() {
 
     // (b) hangup: attach again, then SIGHUP to the console process itself.
     tmux.type_line(&format!("clear; '{bin}' attach"));
-    tmux.wait_for("the Run view again", |s| {
-        s.contains(" running ") && s.contains("3 Run")
+    let seen = tmux.wait_for("the Run view again", |s| {
+        s.contains(" running ") && s.contains("3 Run") && newest_line(s).is_some()
+    });
+    // The log continues on screen after attaching.
+    let before = newest_line(&seen).unwrap();
+    tmux.wait_for("newer log lines", |s| {
+        newest_line(s).is_some_and(|n| n > before)
     });
     let pid = console_pid(&tmux).expect("the console's pid");
     daemon_common::send(pid, rustix::process::Signal::HUP);
@@ -143,5 +148,19 @@ fn a_run_survives_quit_and_hangup_of_the_console() {
         ps(&home)[0].1 == "succeeded"
     });
     let id = ps(&home)[0].0.clone();
-    assert_eq!(daemon_common::counted(&home.run_dir(&id).stdout_path()), n);
+    let log = std::fs::read_to_string(home.run_dir(&id).stdout_path()).unwrap();
+    let want: Vec<String> = (1..=n).map(|i| format!("n-{i}")).collect();
+    assert_eq!(
+        log.lines().collect::<Vec<_>>(),
+        want,
+        "every line once, in order"
+    );
+}
+
+/// The highest `n-N` log line on the screen.
+fn newest_line(screen: &str) -> Option<u32> {
+    screen
+        .split(|c: char| c.is_whitespace() || c == '│')
+        .filter_map(|w| w.strip_prefix("n-")?.parse().ok())
+        .max()
 }
