@@ -255,6 +255,34 @@ async fn new_data_redraws_and_views_switch() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn data_arriving_together_costs_one_frame_and_input_does_not_wait() {
+    let start = tokio::time::Instant::now();
+    // All within the first second, before the loop's 1 s tick looks at staleness.
+    let (exit, _app, _term, counts) = run_with(app(4), 200, 50, |tx, snaps| async move {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        // A snapshot and, a few milliseconds later, more data (as the answers to the
+        // console's polls come after the daemon's snapshot): one frame.
+        snaps.send(snapshot_at(4, SECONDS - 1)).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        snaps.send(snapshot_at(4, SECONDS)).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        // A key right after data draws at once (within the frame cap), not after the settle.
+        snaps.send(snapshot_at(4, SECONDS)).await.unwrap();
+        tx.unbounded_send(key('j')).unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        tx.unbounded_send(key('q')).unwrap();
+    })
+    .await;
+    assert_eq!(exit, Exit::Quit);
+    let c = counts.borrow();
+    assert_eq!(
+        c.frames, 3,
+        "first frame, one for both pieces of data, one for data and key together: {c:?}"
+    );
+    assert!(start.elapsed() >= Duration::from_millis(600));
+}
+
+#[tokio::test(start_paused = true)]
 async fn the_loop_ends_when_the_input_closes() {
     let (exit, _app, _term, counts) = run_with(app(2), 80, 24, |tx, _snaps| async move {
         tokio::time::sleep(Duration::from_secs(3)).await;
