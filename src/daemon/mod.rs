@@ -219,6 +219,11 @@ async fn poll_runs(daemon: Arc<Daemon>, shutdown: CancellationToken) {
         tokio::select! {
             _ = shutdown.cancelled() => break,
             _ = every.tick() => {
+                // With every run finished there is nothing to poll: skip the hop to the
+                // blocking pool (ten thread wake-ups a second on an idle node).
+                if !daemon.runs_to_poll() {
+                    continue;
+                }
                 let d = Arc::clone(&daemon);
                 // /proc reads and file writes: off the async workers.
                 let _ = tokio::task::spawn_blocking(move || d.poll_runs()).await;

@@ -166,6 +166,11 @@ impl RunTable {
         (live, self.entries.len())
     }
 
+    /// Whether any run can still change by itself (a poll has something to look at).
+    pub fn any_unfinished(&self) -> bool {
+        self.entries.values().any(|e| !e.run.is_finished())
+    }
+
     /// Poll every run that has not ended; report the ones whose status changed.
     pub fn poll(&mut self, clock: &dyn Clock) -> Vec<Change> {
         let mut changes = Vec::new();

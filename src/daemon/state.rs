@@ -181,6 +181,11 @@ impl Daemon {
         self.telemetry.send_replace(Some(Arc::new(snap)));
     }
 
+    /// Whether a poll of the runs has anything to do: cheap, callable from async code.
+    pub fn runs_to_poll(&self) -> bool {
+        lock(&self.runs).any_unfinished()
+    }
+
     /// Poll every live run; record status changes in the node's log.
     pub fn poll_runs(&self) {
         let changes = lock(&self.runs).poll(&self.clock);
