@@ -266,8 +266,10 @@ async fn data_arriving_together_costs_one_frame_and_input_does_not_wait() {
         tokio::time::sleep(Duration::from_millis(20)).await;
         snaps.send(snapshot_at(4, SECONDS)).await.unwrap();
         tokio::time::sleep(Duration::from_millis(200)).await;
-        // A key right after data draws at once (within the frame cap), not after the settle.
+        // A key right after data draws at once (within the frame cap), data and all, not
+        // after the settle.
         snaps.send(snapshot_at(4, SECONDS)).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(10)).await;
         tx.unbounded_send(key('j')).unwrap();
         tokio::time::sleep(Duration::from_millis(200)).await;
         tx.unbounded_send(key('q')).unwrap();
@@ -280,6 +282,23 @@ async fn data_arriving_together_costs_one_frame_and_input_does_not_wait() {
         "first frame, one for both pieces of data, one for data and key together: {c:?}"
     );
     assert!(start.elapsed() >= Duration::from_millis(600));
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_first_snapshot_is_drawn_at_once() {
+    let mut a = app(4);
+    a.data.snapshot = None;
+    let (exit, _app, term, counts) = run_with(a, 200, 50, |tx, snaps| async move {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        snaps.send(snapshot_at(4, SECONDS - 1)).await.unwrap();
+        // Quit well before DATA_SETTLE would have let a data frame through.
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        tx.unbounded_send(key('q')).unwrap();
+    })
+    .await;
+    assert_eq!(exit, Exit::Quit);
+    assert_eq!(counts.borrow().frames, 2, "the empty frame, then the data");
+    assert!(screen(&term).contains("gpu-node-07"));
 }
 
 #[tokio::test(start_paused = true)]

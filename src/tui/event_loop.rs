@@ -28,7 +28,7 @@ pub const FRAME_CAP: Duration = Duration::from_millis(50);
 
 /// How long a frame caused by data alone waits for more data: a daemon's snapshot and the
 /// answers to the console's polls arrive a few milliseconds apart, and one frame for all of
-/// them costs half as much as one each. Input never waits.
+/// them costs half as much as one each. Input, and the first snapshot, never wait.
 pub const DATA_SETTLE: Duration = Duration::from_millis(100);
 
 /// Why the loop ended.
@@ -138,12 +138,14 @@ where
             }
             u = updates.recv(), if updates_open => match u {
                 Some(u) => {
+                    // The first data is drawn at once: it is what the user waits for.
+                    let settle = app.data.snapshot.is_some();
                     app.data.now = clock();
                     app.on_update(u.into());
                     while let Ok(u) = updates.try_recv() {
                         app.on_update(u.into());
                     }
-                    if !dirty {
+                    if !dirty && settle {
                         data_since = Some(Instant::now());
                     }
                     dirty = true;
