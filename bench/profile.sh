@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Instruction profile of the console and its daemon (BENCHMARKS.md, "Where the console's CPU
+# goes"): both under valgrind's callgrind for SECONDS (default 60) on 8 fake H100s, the console
+# in a 200x50 tmux pane. Writes bench/out/prof/{console,daemon}.cg; read them with
+# `callgrind_annotate --inclusive=yes FILE`.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+secs=${1:-60}
+out=$root/bench/out/prof
+rm -rf "$out" && mkdir -p "$out/home"
+command -v valgrind >/dev/null || { echo "bench/profile.sh needs valgrind" >&2; exit 1; }
+cargo build --release -q -p gpupilot --bin gpupilot
+cargo build --release -q -p fake-nvml
+export GPUPILOT_HOME=$out/home FAKE_NVML_SCENARIO=$root/crates/fake-nvml/scenarios/8xh100.toml
+export FAKE_NVML_STATE=$out/node.state
+lib=$root/target/release/libnvidia_ml.so
+bin=$root/target/release/gpupilot
+sock=gpupilot-prof-$$
+valgrind --tool=callgrind --callgrind-out-file="$out/daemon.cg" "$bin" --source nvml --nvml-lib "$lib" daemon >"$out/daemon.log" 2>&1 &
+daemon=$!
+trap 'tmux -L "$sock" kill-server 2>/dev/null || true; kill -s TERM "$daemon" 2>/dev/null || true' EXIT
+sleep 8
+tmux -L "$sock" -f /dev/null new-session -d -x 200 -y 50 -s p \
+    "env GPUPILOT_HOME=$GPUPILOT_HOME FAKE_NVML_SCENARIO=$FAKE_NVML_SCENARIO FAKE_NVML_STATE=$FAKE_NVML_STATE TERM=xterm-256color valgrind --tool=callgrind --callgrind-out-file=$out/console.cg $bin --source nvml --nvml-lib $lib; sleep 5"
+sleep "$secs"
+tmux -L "$sock" send-keys -t p q
+sleep 8
+kill -s TERM "$daemon"
+wait "$daemon" || true
+for f in console daemon; do
+    echo "== $f"
+    callgrind_annotate --inclusive=yes "$out/$f.cg" | grep -m 12 -E '^ *[0-9,]+ '
+done
