@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use gpupilot::profile::Profile;
 use gpupilot::supervisor::{
-    self, LaunchOptions, ManualClock, Run, RunStatus, SupervisorError, SystemClock, procfs,
+    self, Clock, LaunchOptions, ManualClock, Run, RunStatus, SupervisorError, SystemClock, procfs,
 };
 use supervisor_common::{
     KillGroupOnDrop, caller, event_names, lines, running_in_group, sh_profile, wait_for,
@@ -16,14 +16,12 @@ use supervisor_common::{
 const LONG: Duration = Duration::from_secs(10);
 
 fn start(state: &std::path::Path, p: &Profile) -> Run {
-    Run::start_new(
-        state,
-        p,
-        &caller(state),
-        &LaunchOptions::default(),
-        &SystemClock,
-    )
-    .unwrap()
+    start_at(state, p, &SystemClock)
+}
+
+/// Start `p` with time from `clock` (a ManualClock steps through backoffs without sleeping).
+fn start_at(state: &std::path::Path, p: &Profile, clock: &dyn Clock) -> Run {
+    Run::start_new(state, p, &caller(state), &LaunchOptions::default(), clock).unwrap()
 }
 
 #[test]
@@ -270,14 +268,7 @@ fn on_failure_restarts_with_backoff_then_gives_up() {
         "[run.restart]\npolicy = \"on-failure\"\nmax_restarts = 2\nbackoff_s = 60\nbackoff_factor = 2\n",
     );
     let clock = ManualClock::new();
-    let mut run = Run::start_new(
-        tmp.path(),
-        &p,
-        &caller(tmp.path()),
-        &LaunchOptions::default(),
-        &clock,
-    )
-    .unwrap();
+    let mut run = start_at(tmp.path(), &p, &clock);
     let out = run.dir().stdout_path();
     let mut backoffs = Vec::new();
     for n in 1..=2 {
@@ -345,14 +336,7 @@ fn on_failure_does_not_restart_a_success_and_stop_cancels_a_backoff() {
         "[run.restart]\npolicy = \"always\"\nbackoff_s = 3600\n",
     );
     let clock = ManualClock::new();
-    let mut run = Run::start_new(
-        tmp.path(),
-        &p,
-        &caller(tmp.path()),
-        &LaunchOptions::default(),
-        &clock,
-    )
-    .unwrap();
+    let mut run = start_at(tmp.path(), &p, &clock);
     wait_for("backoff", LONG, || {
         run.poll(&clock).unwrap() == RunStatus::Backoff
     });
