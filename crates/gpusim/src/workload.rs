@@ -26,6 +26,10 @@ pub struct ModelSpec {
     /// Share of compute time (at max clock) bound by memory bandwidth, which does not speed up
     /// with the SM clock.
     pub memory_bound_fraction: f64,
+    /// GPU time every step costs whatever the batch (optimizer update over all parameters,
+    /// kernel launches), seconds; memory-bound, so it does not speed up with the SM clock. It
+    /// is why a larger batch trains faster per sample.
+    pub step_overhead_s: f64,
     /// CPU data-pipeline time (decode, augment, collate) per sample per worker process, seconds.
     pub data_s_per_sample: f64,
     /// Loss falls from `initial_loss` towards `final_loss`, halving the gap every
@@ -52,6 +56,7 @@ pub const MODELS: &[ModelSpec] = &[
         static_memory_bytes: 3 * GIB / 2,
         memory_per_sample_bytes: 48 * MIB, // batch 256 fits a 16 GB V100 with AMP
         memory_bound_fraction: 0.35,       // batch norm and elementwise layers
+        step_overhead_s: 0.004,            // SGD over 25M parameters, ~160 kernel launches
         data_s_per_sample: 0.001,          // fast JPEG decode + crop per core
         initial_loss: 6.9,                 // ln(1000 classes)
         final_loss: 1.2,
@@ -66,6 +71,7 @@ pub const MODELS: &[ModelSpec] = &[
         static_memory_bytes: 13 * GIB / 2, // fp32 master weights + Adam state + workspace
         memory_per_sample_bytes: 768 * MIB,
         memory_bound_fraction: 0.3,
+        step_overhead_s: 0.012,    // Adam over 340M parameters
         data_s_per_sample: 0.0004, // pre-tokenized shards
         initial_loss: 10.4,        // ln(30522 tokens)
         final_loss: 1.6,
@@ -80,6 +86,7 @@ pub const MODELS: &[ModelSpec] = &[
         static_memory_bytes: 22 * GIB, // 16 bytes/param mixed-precision Adam + workspace
         memory_per_sample_bytes: 3 * GIB, // flash attention, no activation checkpointing
         memory_bound_fraction: 0.2,
+        step_overhead_s: 0.03, // Adam over 1.3B parameters
         data_s_per_sample: 0.0002,
         initial_loss: 10.9, // ln(50257 tokens)
         final_loss: 2.8,
@@ -107,12 +114,13 @@ impl ModelSpec {
     }
 
     /// GPU time of one step of `batch` samples at SM clock `clock_mhz`, seconds:
-    /// `t = gflop·B / (TFLOPS·eff·1000) · (m + (1 − m)·f_max/f)`.
+    /// `t = overhead + gflop·B / (TFLOPS·eff·1000) · (m + (1 − m)·f_max/f)`.
     pub fn compute_time_s(&self, spec: &GpuSpec, batch: u32, clock_mhz: f64) -> f64 {
         let at_max_clock = self.gflop_per_sample * f64::from(batch)
             / (spec.fp16_tflops * self.tensor_efficiency * 1e3);
         let m = self.memory_bound_fraction;
-        at_max_clock * (m + (1.0 - m) * f64::from(spec.sm_clock_max_mhz) / clock_mhz)
+        self.step_overhead_s
+            + at_max_clock * (m + (1.0 - m) * f64::from(spec.sm_clock_max_mhz) / clock_mhz)
     }
 
     /// Throughput at `clock_mhz` relative to max clock, 0..=1: `1 / (m + (1 − m)·f_max/f)`.
@@ -307,12 +315,16 @@ mod tests {
         let spec = find("h100").unwrap();
         let m = find_model("resnet50").unwrap();
         let full = m.compute_time_s(spec, 256, 1980.0);
-        // 256 · 12.3 GFLOP / (989.4 TFLOPS · 0.09) = 35.36 ms
-        assert!((full - 0.035_36).abs() < 1e-4, "{full}");
+        // 4 ms per step + 256 · 12.3 GFLOP / (989.4 TFLOPS · 0.09) = 4 + 35.36 ms
+        assert!((full - 0.039_36).abs() < 1e-4, "{full}");
         let half = m.compute_time_s(spec, 256, 990.0);
-        // m + 2(1 − m) = 0.35 + 1.3 = 1.65x, not 2x
-        assert!((half / full - 1.65).abs() < 1e-9);
+        // The batch's part takes m + 2(1 − m) = 0.35 + 1.3 = 1.65x, not 2x; the overhead none.
+        let batch_part = full - m.step_overhead_s;
+        assert!((half - m.step_overhead_s - 1.65 * batch_part).abs() < 1e-12);
         assert!((m.relative_rate(spec, 990.0) - 1.0 / 1.65).abs() < 1e-12);
+        // Per sample, a larger batch is cheaper: the overhead is spread thinner.
+        let per_sample = |b: u32| m.compute_time_s(spec, b, 1980.0) / f64::from(b);
+        assert!(per_sample(32) > 1.2 * per_sample(256));
     }
 
     #[test]
