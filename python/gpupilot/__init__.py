@@ -1,0 +1,534 @@
+"""gpupilot: let a training script report metrics to gpupilot and follow its knob changes.
+
+    import gpupilot
+
+    gp = gpupilot.connect(knobs={"batch_size": 64, "prefetch": 2})
+    for step, batch in enumerate(loader):
+        ...
+        gp.report(step=step, loss=loss, samples_per_s=rate)
+
+Under gpupilot (``GPUPILOT_SOCKET`` and ``GPUPILOT_RUN_ID`` set by the daemon for a supervised
+run) a background thread attaches to the run, sends the reports and applies the knob changes the
+operator asks for. Anywhere else ``connect`` returns a trainer that does nothing over the wire but
+still holds the knobs, so the same script runs unchanged. Nothing here raises into the training
+loop or waits on the daemon. Standard library only; PyTorch helpers live in ``gpupilot.torch``.
+"""
+
+import atexit
+import logging
+import math
+import numbers
+import os
+import threading
+
+from ._channel import Channel
+
+__version__ = "0.1.0"
+__all__ = ["connect", "Trainer", "Watch", "PROTOCOL_KNOBS", "__version__"]
+
+log = logging.getLogger("gpupilot")
+
+# The knobs the daemon knows (docs/protocol.md, `knob_set`). Other knobs ("workers", ...) work
+# within the script (``Trainer.set``) but are not announced to the daemon.
+PROTOCOL_KNOBS = ("batch_size", "prefetch")
+# The smallest value that makes sense for a knob; any other knob is a whole number >= 0.
+_KNOB_MIN = {"batch_size": 1}
+
+_INT_FIELDS = ("step", "epoch", "batch_size", "prefetch")
+_FLOAT_FIELDS = ("loss", "samples_per_s", "step_time_s", "data_wait_s")
+_MAX_TEXT = 8192
+
+_live = set()
+
+
+def connect(knobs=None, ranges=None, queue_size=1024, env=None):
+    """The ``Trainer`` for this process (call it once: each trainer holds its own connection).
+
+    ``knobs`` maps knob names to the script's defaults (whole numbers); ``GPUPILOT_BATCH_SIZE``,
+    ``GPUPILOT_PREFETCH`` (any ``GPUPILOT_<KNOB>``) in the environment win over them, since the
+    operator's profile and restarts set those. ``ranges`` bounds knobs, as ``{"batch_size": (1,
+    1024)}`` or ``{"batch_size": {"min": 1, "max": 1024}}``; the daemon uses it for knobs its
+    profile does not bound. ``queue_size`` bounds the reports waiting for the daemon (the oldest
+    are dropped). ``env`` replaces ``os.environ`` (tests).
+
+    Without ``GPUPILOT_SOCKET`` and ``GPUPILOT_RUN_ID`` the trainer is local: every method works
+    and nothing is sent.
+    """
+    env = os.environ if env is None else env
+    values = _initial_knobs(knobs, env)
+    socket_path = env.get("GPUPILOT_SOCKET") or None
+    run_id = env.get("GPUPILOT_RUN_ID") or None
+    if socket_path is None or run_id is None:
+        return Trainer(values, ranges)
+    trainer = Trainer(values, ranges, run_id=run_id, socket_path=socket_path, queue_size=queue_size)
+    trainer._start()
+    return trainer
+
+
+class Trainer(object):
+    """One training process's side of gpupilot: knobs, reports, errors.
+
+    Methods are safe from any thread. ``on_change`` callbacks run on the SDK's background thread.
+    """
+
+    def __init__(self, knobs=None, ranges=None, run_id=None, socket_path=None, queue_size=1024):
+        self.run_id = run_id
+        self.socket_path = socket_path
+        self._lock = threading.RLock()
+        # Serialises knob changes (pushes and ``set``) so callbacks see them one at a time.
+        self._change_lock = threading.RLock()
+        self._knobs = {}
+        for name, value in (knobs or {}).items():
+            self._knobs[name] = _script_value(name, value)
+        self._ranges = _normalize_ranges(ranges)
+        self._generation = dict((name, 0) for name in self._knobs)
+        # Knobs the script reads or declared: a change to any other would have no effect, so it
+        # is refused rather than acknowledged.
+        self._used = set(self._knobs)
+        self._callbacks = {}
+        self._pending_watches = {}
+        self._closed = False
+        self._channel = None
+        if socket_path is not None and run_id is not None:
+            self._channel = Channel(
+                socket_path,
+                run_id,
+                _Handler(self),
+                "gpupilot-python {}".format(__version__),
+                queue_size=queue_size,
+            )
+
+    def _start(self):
+        try:
+            self._channel.start()
+            _live.add(self)
+        except Exception as exc:  # no thread, no channel: carry on locally
+            log.warning("gpupilot: cannot start the background thread (%s); not reporting", exc)
+            self._channel = None
+
+    # --- state -------------------------------------------------------------------------------
+
+    @property
+    def enabled(self):
+        """True under gpupilot (there is a daemon to talk to), False for a local trainer."""
+        return self._channel is not None
+
+    @property
+    def connected(self):
+        """True while attached to the run through the daemon."""
+        return self._channel is not None and self._channel.connected
+
+    @property
+    def knobs(self):
+        """A copy of every knob's current value."""
+        with self._lock:
+            return dict(self._knobs)
+
+    @property
+    def dropped(self):
+        """Reports dropped so far (the queue was full, or they waited too long for the daemon)."""
+        return self._channel.metrics.dropped if self._channel is not None else 0
+
+    @property
+    def queued(self):
+        """Reports waiting to be sent."""
+        return len(self._channel.metrics) if self._channel is not None else 0
+
+    def knob(self, name, default=None):
+        """The knob's current value, or ``default`` when it has none. Reading a knob marks it used."""
+        with self._lock:
+            self._used.add(name)
+            return self._knobs.get(name, default)
+
+    def watch(self, name):
+        """A ``Watch`` on one knob, with its own memory of which change it saw last."""
+        return Watch(self, name)
+
+    def pending(self, name):
+        """The knob's new value if it changed since the last ``pending(name)``, else None.
+
+        Call it at a batch boundary to apply a change there; the first call reports any change
+        made since ``connect``. One consumer per knob: others should use their own ``watch``.
+        """
+        with self._lock:
+            watch = self._pending_watches.get(name)
+            if watch is None:
+                watch = Watch(self, name, since_start=True)
+                self._pending_watches[name] = watch
+        return watch.take()
+
+    def on_change(self, name, callback=None):
+        """Call ``callback(new, old)`` before a change of ``name`` takes effect.
+
+        It runs on the background thread, before the daemon gets its acknowledgement, so it must
+        be quick. Raising, or returning False, refuses the change: the knob keeps its value and the
+        daemon is told why (the exception's text). Usable as a decorator.
+        """
+        if callback is None:
+            return lambda cb: self.on_change(name, cb)
+        with self._lock:
+            self._used.add(name)
+            self._callbacks.setdefault(name, []).append(callback)
+        return callback
+
+    def set(self, name, value):
+        """Change a knob from the script (the same checks and callbacks as a daemon push).
+
+        Returns True when it took effect; a refusal is logged with its reason.
+        """
+        with self._lock:
+            self._used.add(name)
+        applied, reason = self._change(name, value)
+        if not applied:
+            log.warning("gpupilot: knob %s stays as it is: %s", name, reason)
+        return applied
+
+    # --- reporting ---------------------------------------------------------------------------
+
+    def report(
+        self,
+        step=None,
+        epoch=None,
+        loss=None,
+        samples_per_s=None,
+        step_time_s=None,
+        data_wait_s=None,
+        batch_size=None,
+        prefetch=None,
+        **extra
+    ):
+        """Queue a metrics report; never blocks, never raises.
+
+        Every field is optional. ``batch_size`` and ``prefetch`` default to the knobs' current
+        values. ``extra`` maps names to numbers (anything else is left out). NaN and infinite
+        values are left out too: they are not JSON.
+        """
+        channel = self._channel
+        if channel is None or self._closed:
+            return
+        try:
+            if batch_size is None:
+                batch_size = self._knobs.get("batch_size")
+            if prefetch is None:
+                prefetch = self._knobs.get("prefetch")
+            given = {
+                "step": step,
+                "epoch": epoch,
+                "loss": loss,
+                "samples_per_s": samples_per_s,
+                "step_time_s": step_time_s,
+                "data_wait_s": data_wait_s,
+                "batch_size": batch_size,
+                "prefetch": prefetch,
+            }
+            frame = {"type": "metrics"}
+            for key in _INT_FIELDS:
+                value = _as_count(given[key])
+                if value is not None:
+                    frame[key] = value
+            for key in _FLOAT_FIELDS:
+                value = _as_number(given[key])
+                if value is not None:
+                    frame[key] = value
+            numbers_only = {}
+            for key, value in extra.items():
+                value = _as_number(value)
+                if value is not None:
+                    numbers_only[key] = value
+            if numbers_only:
+                frame["extra"] = numbers_only
+            channel.send(frame)
+        except Exception:
+            log.debug("gpupilot: report failed", exc_info=True)
+
+    def error(self, kind, message, **fields):
+        """Tell the daemon the training failed: ``kind`` is "oom" or "other". Never raises.
+
+        ``fields`` adds numbers or short texts (``batch_size`` defaults to the knob's value). The
+        report goes ahead of queued metrics; ``close`` (also run at exit) waits briefly for it.
+        """
+        channel = self._channel
+        if channel is None or self._closed:
+            return
+        try:
+            if kind not in ("oom", "other"):
+                log.warning("gpupilot: error kind %r is neither 'oom' nor 'other'; sending 'other'", kind)
+                kind = "other"
+            frame = {"type": "trainer_error", "kind": kind, "message": str(message)[:_MAX_TEXT]}
+            if "batch_size" not in fields and self._knobs.get("batch_size") is not None:
+                fields["batch_size"] = self._knobs.get("batch_size")
+            for key, value in fields.items():
+                if key in ("type", "id", "kind", "message"):
+                    continue
+                if isinstance(value, str):
+                    frame[key] = value[:_MAX_TEXT]
+                    continue
+                number = _as_count(value) if key in _INT_FIELDS else _as_number(value)
+                if number is not None:
+                    frame[key] = number
+            channel.send(frame, priority=True)
+        except Exception:
+            log.debug("gpupilot: error report failed", exc_info=True)
+
+    def flush(self, timeout=1.0):
+        """Wait up to ``timeout`` s for queued frames to be written; True if they were."""
+        if self._channel is None:
+            return True
+        return self._channel.flush(timeout)
+
+    def close(self, timeout=1.0):
+        """Send what is queued (waiting up to ``timeout`` s) and stop the background thread."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._channel is not None:
+            try:
+                self._channel.close(timeout)
+            except Exception:
+                log.debug("gpupilot: close failed", exc_info=True)
+        _live.discard(self)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()
+        return False
+
+    def __repr__(self):
+        if self._channel is None:
+            where = "local"
+        else:
+            where = "run {} ({})".format(self.run_id, "connected" if self.connected else "connecting")
+        return "<gpupilot.Trainer {} knobs={}>".format(where, self.knobs)
+
+    # --- knob changes ------------------------------------------------------------------------
+
+    def _generation_of(self, name):
+        with self._lock:
+            return self._generation.get(name, 0), self._knobs.get(name)
+
+    def _change(self, name, value):
+        """Check, run the callbacks, then commit; returns (applied, reason)."""
+        if not isinstance(name, str) or not name:
+            return False, "a knob push without a knob name"
+        with self._change_lock:
+            with self._lock:
+                used = name in self._used
+                old = self._knobs.get(name)
+                callbacks = list(self._callbacks.get(name, ()))
+                bounds = self._ranges.get(name)
+            if not used:
+                return False, "this script does not use the knob {}".format(name)
+            new, reason = _check_value(name, value, bounds)
+            if reason is not None:
+                return False, reason
+            if new == old:
+                return True, None
+            for callback in callbacks:
+                try:
+                    verdict = callback(new, old)
+                except Exception as exc:
+                    text = str(exc) or type(exc).__name__
+                    return False, text
+                if verdict is False:
+                    return False, "the script refused {} = {}".format(name, new)
+            with self._lock:
+                self._knobs[name] = new
+                self._generation[name] = self._generation.get(name, 0) + 1
+            log.info("gpupilot: knob %s %s -> %s", name, old, new)
+            return True, None
+
+
+class Watch(object):
+    """Follows one knob for one consumer: ``take()`` hands each change over once."""
+
+    def __init__(self, trainer, name, since_start=False):
+        self.name = name
+        self._trainer = trainer
+        with trainer._lock:
+            trainer._used.add(name)
+        self._seen = 0 if since_start else trainer._generation_of(name)[0]
+
+    @property
+    def value(self):
+        """The knob's current value (None when it has none)."""
+        return self._trainer._generation_of(self.name)[1]
+
+    def changed(self):
+        """True when the knob changed since this watch last looked (``take``/``read``)."""
+        return self._trainer._generation_of(self.name)[0] != self._seen
+
+    def read(self):
+        """The current value, marking it seen."""
+        generation, value = self._trainer._generation_of(self.name)
+        self._seen = generation
+        return value
+
+    def take(self):
+        """The new value if the knob changed since this watch last looked, else None."""
+        generation, value = self._trainer._generation_of(self.name)
+        if generation == self._seen:
+            return None
+        self._seen = generation
+        return value
+
+
+class _Handler(object):
+    """What the channel asks of its trainer (a connected trainer lives until ``close`` or exit)."""
+
+    def __init__(self, trainer):
+        self._trainer = trainer
+
+    def attach_payload(self):
+        trainer = self._trainer
+        with trainer._lock:
+            knobs = dict((k, v) for k, v in trainer._knobs.items() if k in PROTOCOL_KNOBS)
+            ranges = {}
+            for name, bounds in trainer._ranges.items():
+                if name in PROTOCOL_KNOBS:
+                    # The daemon's range always has a minimum; the knob's own floor stands in.
+                    entry = {"min": bounds.get("min", _KNOB_MIN.get(name, 0))}
+                    if "max" in bounds:
+                        entry["max"] = bounds["max"]
+                    ranges[name] = entry
+        return knobs, ranges
+
+    def apply_pushed_knob(self, name, value):
+        trainer = self._trainer
+        applied, reason = trainer._change(name, value)
+        if not applied:
+            log.warning("gpupilot: refused knob %s = %r: %s", name, value, reason)
+        return applied, reason
+
+
+# --- values ------------------------------------------------------------------------------------
+
+
+def _whole(value):
+    """``value`` as an int when it is a whole number (not a bool), else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        value = float(value)
+        if math.isfinite(value) and value == int(value):
+            return int(value)
+    return None
+
+
+def _as_count(value):
+    """A JSON-safe whole number >= 0, or None."""
+    if value is None:
+        return None
+    if not isinstance(value, (numbers.Number, str, bytes)) and hasattr(value, "__index__"):
+        try:
+            value = value.__index__()
+        except Exception:
+            return None
+    number = _whole(value)
+    if number is None:
+        number = _whole(_as_number(value))
+    if number is None or number < 0:
+        return None
+    return number
+
+
+def _as_number(value):
+    """A JSON-safe finite int or float, or None (0-d tensors and numpy scalars are numbers)."""
+    if value is None or isinstance(value, (bool, str, bytes)):
+        return None
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        value = float(value)
+    elif hasattr(value, "__float__"):
+        try:
+            value = float(value)
+        except Exception:
+            return None
+    else:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _check_value(name, value, bounds):
+    """(whole number, None) when ``value`` suits the knob, else (None, why not)."""
+    number = _whole(value)
+    if number is None:
+        return None, "{} must be a whole number, not {!r}".format(name, value)
+    low = _KNOB_MIN.get(name, 0)
+    if number < low:
+        return None, "{} must be at least {}, not {}".format(name, low, number)
+    if bounds:
+        if "min" in bounds and number < bounds["min"]:
+            return None, "{} = {} is below this script's minimum {}".format(name, number, bounds["min"])
+        if "max" in bounds and number > bounds["max"]:
+            return None, "{} = {} is above this script's maximum {}".format(name, number, bounds["max"])
+    return number, None
+
+
+def _script_value(name, value):
+    number, reason = _check_value(name, value, None)
+    if reason is not None:
+        raise ValueError("gpupilot.connect: knob " + reason)
+    return number
+
+
+def _initial_knobs(knobs, env):
+    if knobs is not None and not isinstance(knobs, dict):
+        raise TypeError("gpupilot.connect: knobs must be a dict of knob names to whole numbers")
+    values = {}
+    for name, value in (knobs or {}).items():
+        if not isinstance(name, str):
+            raise TypeError("gpupilot.connect: knob names must be strings, not {!r}".format(name))
+        values[name] = _script_value(name, value)
+    for name in sorted(set(values) | set(PROTOCOL_KNOBS)):
+        var = "GPUPILOT_" + name.upper()
+        raw = env.get(var)
+        if raw is None or raw.strip() == "":
+            continue
+        try:
+            number = int(raw.strip())
+        except ValueError:
+            number = None
+        number, reason = _check_value(name, number, None) if number is not None else (None, "not a whole number")
+        if reason is not None:
+            log.warning("gpupilot: ignoring %s=%r (%s)", var, raw, reason)
+            continue
+        values[name] = number
+    return values
+
+
+def _normalize_ranges(ranges):
+    if not ranges:
+        return {}
+    if not isinstance(ranges, dict):
+        raise TypeError('gpupilot.connect: ranges must be a dict like {"batch_size": (1, 1024)}')
+    out = {}
+    for name, bounds in ranges.items():
+        if isinstance(bounds, dict):
+            low, high = bounds.get("min"), bounds.get("max")
+        elif isinstance(bounds, (tuple, list)) and len(bounds) == 2:
+            low, high = bounds
+        else:
+            raise TypeError(
+                "gpupilot.connect: the range of {} must be (min, max) or {{'min': .., 'max': ..}}".format(name)
+            )
+        entry = {}
+        if low is not None:
+            entry["min"] = _script_value(name, low)
+        if high is not None:
+            entry["max"] = _script_value(name, high)
+        if "min" in entry and "max" in entry and entry["min"] > entry["max"]:
+            raise ValueError("gpupilot.connect: the range of {} has min > max".format(name))
+        out[name] = entry
+    return out
+
+
+@atexit.register
+def _close_all():
+    # Runs before daemon threads stop, so a last `error` or report still reaches the daemon.
+    for trainer in list(_live):
+        trainer.close(timeout=1.0)
