@@ -91,17 +91,22 @@ fn demo_in_tmux() {
     });
     tmux.keys(&["-"]);
     tmux.wait_text("window 10m");
-    // The demo has no daemon: the Run and Events views say where runs come from.
+    // The demo supervises a synthetic training run: the Run view shows it training, with its
+    // trainer's reports in the log; the Events view shows it starting.
     tmux.keys(&["3"]);
-    tmux.wait_text("the demo has no daemon and no runs");
-    tmux.keys(&["s"]);
-    tmux.wait_for("the footer to say so", |s| {
-        s.lines()
-            .rfind(|l| !l.trim().is_empty())
-            .is_some_and(|l| l.contains("starts a supervised run"))
+    let run = tmux.wait_for("the demo's run", |s| {
+        s.contains("demo-train") && s.contains("running") && s.contains("samples_per_s")
     });
+    let demo_dir = run
+        .split_whitespace()
+        .find(|w| w.contains("gpupilot-demo-"))
+        .map(|w| std::path::PathBuf::from(w.trim_end_matches(['│', ' '])))
+        .expect("the run's directory on screen");
+    assert!(demo_dir.is_dir(), "{}", demo_dir.display());
     tmux.keys(&["4"]);
-    tmux.wait_text("no event log");
+    tmux.wait_for("the run's start in the events", |s| {
+        s.contains("demo-train") && s.contains("→ running")
+    });
     tmux.keys(&["1"]);
     tmux.wait_text("selected: GPU 0");
     tmux.keys(&["j"]);
@@ -156,5 +161,11 @@ fn demo_in_tmux() {
     assert!(
         !after.contains("NVIDIA H100"),
         "the console's screen is gone:\n{after}"
+    );
+    // The demo's daemon and run are gone with it, and so is their directory.
+    assert!(
+        !demo_dir.exists(),
+        "the demo left {} behind",
+        demo_dir.display()
     );
 }

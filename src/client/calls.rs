@@ -4,7 +4,8 @@ use super::{Client, ClientError, LogChunk};
 use crate::history::{Metric, Point};
 use crate::profile::Profile;
 use crate::protocol::{
-    LogStream, NodeEventRecord, Request, Response, RunInfo, RunSignal, StatusReply,
+    KnobName, KnobVia, LogStream, MetricsPoint, NodeEventRecord, Request, Response, RunInfo,
+    RunSignal, StatusReply, TrainerInfo,
 };
 use crate::supervisor::{Caller, EventRecord, KnobValues};
 
@@ -179,6 +180,73 @@ impl Client {
         match self.request(request)? {
             Response::RunEvents { events, next, .. } => Ok((events, next)),
             other => Err(unexpected("run_events", other)),
+        }
+    }
+}
+
+/// What `knob_set` answered: the change is on its way.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KnobPending {
+    pub run: String,
+    pub seq: u64,
+    pub old: Option<i64>,
+    pub via: KnobVia,
+}
+
+/// What `run_metrics` answered.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunMetrics {
+    pub run: String,
+    pub points: Vec<MetricsPoint>,
+    pub next: u64,
+    pub trainer: TrainerInfo,
+}
+
+impl Client {
+    /// Ask for a knob change on a run (`restart`: allow a restart when no trainer listens).
+    pub fn knob_set(
+        &self,
+        spec: &str,
+        knob: KnobName,
+        value: i64,
+        restart: bool,
+        why: Option<String>,
+    ) -> Result<KnobPending, ClientError> {
+        let request = Request::KnobSet {
+            run: spec.into(),
+            knob,
+            value,
+            restart,
+            why,
+        };
+        match self.request(request)? {
+            Response::KnobPending {
+                run, seq, old, via, ..
+            } => Ok(KnobPending { run, seq, old, via }),
+            other => Err(unexpected("knob_set", other)),
+        }
+    }
+
+    /// A run's metrics reports from number `since` on, its knobs and its trainer.
+    pub fn run_metrics(&self, spec: &str, since: u64) -> Result<RunMetrics, ClientError> {
+        let request = Request::RunMetrics {
+            run: spec.into(),
+            since,
+            max: None,
+        };
+        match self.request(request)? {
+            Response::RunMetrics {
+                run,
+                points,
+                next,
+                trainer,
+            } => Ok(RunMetrics {
+                run,
+                points,
+                next,
+                trainer,
+            }),
+            other => Err(unexpected("run_metrics", other)),
         }
     }
 }

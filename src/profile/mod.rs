@@ -54,6 +54,28 @@ pub struct Profile {
     pub power: PowerSettings,
     pub thermal: ThermalSettings,
     pub alerts: AlertSettings,
+    #[serde(default)]
+    pub metrics: MetricsSettings,
+}
+
+/// `[metrics]`: how training metrics are read from a run's output (for scripts that do not
+/// use the SDK).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MetricsSettings {
+    /// Lines of stdout that are JSON objects are read as metrics reports (default true).
+    pub json: bool,
+    /// Regular expressions whose named groups (`loss`, `step`, `samples_per_s`, … or any name,
+    /// kept as an extra) are read from each line of stdout: `loss=(?P<loss>[0-9.]+)`.
+    pub patterns: Vec<String>,
+}
+
+impl Default for MetricsSettings {
+    fn default() -> Self {
+        MetricsSettings {
+            json: true,
+            patterns: Vec::new(),
+        }
+    }
 }
 
 /// `[run]`: what to start and how.
@@ -69,6 +91,10 @@ pub struct RunSpec {
     pub gpus: GpuSelection,
     pub launcher: Launcher,
     pub restart: RestartPolicy,
+    /// Arguments added to the command on every restart (`--resume {run_dir}/last.ckpt`), so a
+    /// restarted run continues from its checkpoint. Placeholders as in the command.
+    #[serde(default)]
+    pub resume_args: Vec<String>,
 }
 
 /// The command: an argv (run directly, no shell), or a script for `sh -c` (`shell = true`).
@@ -109,6 +135,33 @@ pub enum Launcher {
     Local,
     /// `torchrun … COMMAND…`: the command is the training script and its arguments.
     Torchrun(TorchrunSpec),
+    /// A Slurm batch job running `srun torchrun … COMMAND…` (see `supervisor::slurm`).
+    Slurm(SlurmSpec),
+}
+
+/// `[run.slurm]`: the job gpupilot submits with `sbatch` (see `docs/slurm.md`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SlurmSpec {
+    /// `--nodes`.
+    pub nodes: u32,
+    /// `--gpus-per-node` (left out when 0: a CPU-only partition).
+    pub gpus_per_node: u32,
+    /// torchrun's `--nproc-per-node`; defaults to `gpus_per_node` (1 when that is 0).
+    pub nproc_per_node: u32,
+    /// `--partition`; absent: the cluster's default partition.
+    pub partition: Option<String>,
+    /// `--time` (`"01:00:00"`, `"2-00:00:00"`, minutes); absent: the partition's default.
+    pub time_limit: Option<String>,
+    /// `--account`.
+    pub account: Option<String>,
+    /// More `#SBATCH` options, one a line (`"--constraint=h100"`, `"--exclusive"`).
+    pub sbatch_args: Vec<String>,
+    /// The port of the c10d rendezvous on the job's first node (default 29500).
+    pub rdzv_port: u16,
+    /// How to call torchrun inside the job; default `["torchrun"]`.
+    pub program: Vec<String>,
+    /// More torchrun flags, placed before the script.
+    pub args: Vec<String>,
 }
 
 /// `[run.torchrun]`: the torchrun options gpupilot passes (see `supervisor::launch`).
@@ -155,6 +208,21 @@ pub struct RestartPolicy {
     pub backoff_s: f64,
     pub backoff_factor: f64,
     pub backoff_max_s: f64,
+    /// What an out-of-memory end does (the trainer said `oom`, or the output says so).
+    #[serde(default)]
+    pub on_oom: OnOom,
+}
+
+/// `[run.restart] on_oom`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnOom {
+    /// Treated like any other failure (the restart policy decides).
+    #[default]
+    Fail,
+    /// Restart at once with half the batch size (not below the knob's min), whatever the
+    /// policy's mode; counts against `max_restarts`.
+    HalveBatch,
 }
 
 impl Default for RestartPolicy {
@@ -165,6 +233,7 @@ impl Default for RestartPolicy {
             backoff_s: 1.0,
             backoff_factor: 2.0,
             backoff_max_s: 300.0,
+            on_oom: OnOom::Fail,
         }
     }
 }
@@ -192,7 +261,8 @@ impl Knob {
     }
 }
 
-/// `[power]` (placeholder for the control work: parsed and checked, not yet acted on).
+/// `[power]`: `cap_w` is set on the run's GPUs while it lives (`daemon::run_power`);
+/// `node_budget_w` is the control loops' budget while it lives.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PowerSettings {
     /// Power cap for the run's GPUs, in watts.
@@ -254,11 +324,13 @@ impl Profile {
                 gpus: GpuSelection::Inherit,
                 launcher: Launcher::Local,
                 restart: RestartPolicy::default(),
+                resume_args: Vec::new(),
             },
             knobs: Knobs::default(),
             power: PowerSettings::default(),
             thermal: ThermalSettings::default(),
             alerts: AlertSettings::default(),
+            metrics: MetricsSettings::default(),
         }
     }
 

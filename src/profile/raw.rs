@@ -164,6 +164,24 @@ pub(crate) struct RawProfile {
     pub thermal: Option<RawThermal>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub alerts: Option<RawAlerts>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<RawMetrics>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawMetrics {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub json: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub patterns: Option<Vec<At<String>>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum RawOnOom {
+    Fail,
+    HalveBatch,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
@@ -171,6 +189,7 @@ pub(crate) struct RawProfile {
 pub(crate) enum LauncherKind {
     Local,
     Torchrun,
+    Slurm,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
@@ -199,7 +218,11 @@ pub(crate) struct RawRun {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub torchrun: Option<At<RawTorchrun>>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    pub slurm: Option<At<RawSlurm>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub restart: Option<RawRestart>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resume_args: Option<Vec<String>>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
@@ -229,6 +252,32 @@ pub(crate) struct RawTorchrun {
     pub args: Option<Vec<String>>,
 }
 
+/// `[run.slurm]`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawSlurm {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nodes: Option<At<i64>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpus_per_node: Option<At<i64>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nproc_per_node: Option<At<i64>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub partition: Option<At<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub time_limit: Option<At<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub account: Option<At<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sbatch_args: Option<At<Vec<String>>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rdzv_port: Option<At<i64>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub program: Option<At<CommandValue>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub args: Option<Vec<String>>,
+}
+
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawRestart {
@@ -242,6 +291,8 @@ pub(crate) struct RawRestart {
     pub backoff_factor: Option<At<f64>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub backoff_max_s: Option<At<f64>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub on_oom: Option<At<RawOnOom>>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
@@ -352,6 +403,10 @@ impl RawProfile {
                 stalled_after_s: pick(c.stalled_after_s, p.stalled_after_s),
                 hook: pick(c.hook, p.hook),
             }),
+            metrics: nested(self.metrics, parent.metrics, |c, p| RawMetrics {
+                json: pick(c.json, p.json),
+                patterns: pick(c.patterns, p.patterns),
+            }),
         }
     }
 }
@@ -381,13 +436,27 @@ impl RawRun {
                 program: pick(c.program, p.program),
                 args: pick(c.args, p.args),
             }),
+            slurm: nested_at(self.slurm, p.slurm, |c, p| RawSlurm {
+                nodes: pick(c.nodes, p.nodes),
+                gpus_per_node: pick(c.gpus_per_node, p.gpus_per_node),
+                nproc_per_node: pick(c.nproc_per_node, p.nproc_per_node),
+                partition: pick(c.partition, p.partition),
+                time_limit: pick(c.time_limit, p.time_limit),
+                account: pick(c.account, p.account),
+                sbatch_args: pick(c.sbatch_args, p.sbatch_args),
+                rdzv_port: pick(c.rdzv_port, p.rdzv_port),
+                program: pick(c.program, p.program),
+                args: pick(c.args, p.args),
+            }),
             restart: nested(self.restart, p.restart, |c, p| RawRestart {
                 policy: pick(c.policy, p.policy),
                 max_restarts: pick(c.max_restarts, p.max_restarts),
                 backoff_s: pick(c.backoff_s, p.backoff_s),
                 backoff_factor: pick(c.backoff_factor, p.backoff_factor),
                 backoff_max_s: pick(c.backoff_max_s, p.backoff_max_s),
+                on_oom: pick(c.on_oom, p.on_oom),
             }),
+            resume_args: pick(self.resume_args, p.resume_args),
         }
     }
 }

@@ -2,10 +2,12 @@
 //! so a run's `run.toml` says exactly what ran and `gpupilot profile check` accepts it.
 
 use super::raw::{
-    At, CommandValue, GpusValue, LauncherKind, RawAlerts, RawKnob, RawKnobs, RawPower, RawProfile,
-    RawRestart, RawRestartMode, RawRun, RawThermal, RawTorchrun,
+    At, CommandValue, GpusValue, LauncherKind, RawAlerts, RawKnob, RawKnobs, RawMetrics, RawOnOom,
+    RawPower, RawProfile, RawRestart, RawRestartMode, RawRun, RawSlurm, RawThermal, RawTorchrun,
 };
-use super::{CommandSpec, GpuSelection, Knob, Launcher, Profile, RestartMode, ThermalTarget};
+use super::{
+    CommandSpec, GpuSelection, Knob, Launcher, OnOom, Profile, RestartMode, ThermalTarget,
+};
 
 pub(crate) fn to_toml(p: &Profile) -> String {
     let r = &p.run;
@@ -18,8 +20,24 @@ pub(crate) fn to_toml(p: &Profile) -> String {
         GpuSelection::All => Some(GpusValue::All),
         GpuSelection::List(l) => Some(GpusValue::List(l.iter().map(|&i| i64::from(i)).collect())),
     };
+    let slurm = match &r.launcher {
+        Launcher::Slurm(s) => Some(At::bare(RawSlurm {
+            nodes: Some(At::bare(i64::from(s.nodes))),
+            gpus_per_node: Some(At::bare(i64::from(s.gpus_per_node))),
+            nproc_per_node: Some(At::bare(i64::from(s.nproc_per_node))),
+            partition: s.partition.clone().map(At::bare),
+            time_limit: s.time_limit.clone().map(At::bare),
+            account: s.account.clone().map(At::bare),
+            sbatch_args: Some(At::bare(s.sbatch_args.clone())),
+            rdzv_port: Some(At::bare(i64::from(s.rdzv_port))),
+            program: Some(At::bare(CommandValue::Argv(s.program.clone()))),
+            args: Some(s.args.clone()),
+        })),
+        _ => None,
+    };
     let (launcher, torchrun) = match &r.launcher {
         Launcher::Local => (LauncherKind::Local, None),
+        Launcher::Slurm(_) => (LauncherKind::Slurm, None),
         Launcher::Torchrun(t) => (
             LauncherKind::Torchrun,
             Some(At::bare(RawTorchrun {
@@ -74,13 +92,19 @@ pub(crate) fn to_toml(p: &Profile) -> String {
                     .collect(),
             ),
             torchrun,
+            slurm,
             restart: Some(RawRestart {
                 policy: Some(At::bare(policy)),
                 max_restarts: Some(At::bare(i64::from(r.restart.max_restarts))),
                 backoff_s: Some(At::bare(r.restart.backoff_s)),
                 backoff_factor: Some(At::bare(r.restart.backoff_factor)),
                 backoff_max_s: Some(At::bare(r.restart.backoff_max_s)),
+                on_oom: Some(At::bare(match r.restart.on_oom {
+                    OnOom::Fail => RawOnOom::Fail,
+                    OnOom::HalveBatch => RawOnOom::HalveBatch,
+                })),
             }),
+            resume_args: (!r.resume_args.is_empty()).then(|| r.resume_args.clone()),
         }),
         knobs: Some(RawKnobs {
             batch_size: p.knobs.batch_size.as_ref().map(knob),
@@ -101,6 +125,10 @@ pub(crate) fn to_toml(p: &Profile) -> String {
                 .hook
                 .clone()
                 .map(|h| At::bare(CommandValue::Argv(h))),
+        }),
+        metrics: Some(RawMetrics {
+            json: Some(p.metrics.json),
+            patterns: Some(p.metrics.patterns.iter().cloned().map(At::bare).collect()),
         }),
     };
     let body = toml::to_string(&raw).expect("a profile always serializes to TOML");

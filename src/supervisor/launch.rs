@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 
 use super::procfs;
 use super::rundir::RunDir;
-use crate::profile::{CommandSpec, GpuSelection, Knob, Launcher, Profile, TorchrunSpec};
+use crate::profile::{CommandSpec, GpuSelection, Knob, Launcher, Profile, SlurmSpec, TorchrunSpec};
 
 /// The working directory and environment a run inherits: the caller's, as for any command the
 /// user types (an activated venv, PYTHONPATH, CUDA variables).
@@ -69,6 +69,97 @@ pub struct LaunchPlan {
     pub argv: Vec<String>,
     pub cwd: PathBuf,
     pub env: BTreeMap<String, String>,
+    /// The command before its knob placeholders were filled in, so that a knob change or an
+    /// out-of-memory restart can start it again with other values. Absent in plans written by
+    /// older versions (they restart with the same argv).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub template: Option<PlanTemplate>,
+    /// `launcher = "slurm"`: each attempt is a batch job running `argv` (see
+    /// `supervisor::slurm`), not a local process.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slurm: Option<SlurmSpec>,
+}
+
+/// What [`LaunchPlan::with_knobs`] needs to fill the command in again.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlanTemplate {
+    /// The argv with `{batch_size}` / `{prefetch}` still in it (`{run_id}` and `{run_dir}` are
+    /// filled in).
+    pub argv: Vec<String>,
+    /// Added on every restart (the profile's `resume_args`), filled in the same way.
+    #[serde(default)]
+    pub resume_args: Vec<String>,
+    /// The knob values the argv and environment carry now.
+    pub knobs: KnobValues,
+}
+
+impl LaunchPlan {
+    /// The knob values this plan starts the run with.
+    pub fn knobs(&self) -> KnobValues {
+        self.template.as_ref().map(|t| t.knobs).unwrap_or_default()
+    }
+
+    /// Whether the command line carries `knob` (so a restart can change it).
+    pub fn command_uses(&self, knob: &str) -> bool {
+        let needle = format!("{{{knob}}}");
+        self.template
+            .as_ref()
+            .is_some_and(|t| t.argv.iter().any(|w| w.contains(&needle)))
+    }
+
+    /// This plan with other knob values: the argv filled in again and `GPUPILOT_BATCH_SIZE` /
+    /// `GPUPILOT_PREFETCH` set to match.
+    pub fn with_knobs(&self, knobs: KnobValues) -> LaunchPlan {
+        let Some(t) = &self.template else {
+            return self.clone();
+        };
+        let fill = |w: &String| fill_knobs(w, knobs);
+        let mut env = self.env.clone();
+        set_knob_env(&mut env, knobs);
+        LaunchPlan {
+            argv: t.argv.iter().map(fill).collect(),
+            cwd: self.cwd.clone(),
+            env,
+            template: Some(PlanTemplate {
+                argv: t.argv.clone(),
+                resume_args: t.resume_args.clone(),
+                knobs,
+            }),
+            slurm: self.slurm.clone(),
+        }
+    }
+
+    /// The argv of a restart: the command and then the resume arguments, if any.
+    pub fn restart_argv(&self) -> Vec<String> {
+        let mut argv = self.argv.clone();
+        if let Some(t) = &self.template {
+            argv.extend(t.resume_args.iter().map(|w| fill_knobs(w, t.knobs)));
+        }
+        argv
+    }
+}
+
+fn fill_knobs(word: &str, knobs: KnobValues) -> String {
+    let mut out = word.to_string();
+    if let Some(b) = knobs.batch_size {
+        out = out.replace("{batch_size}", &b.to_string());
+    }
+    if let Some(p) = knobs.prefetch {
+        out = out.replace("{prefetch}", &p.to_string());
+    }
+    out
+}
+
+fn set_knob_env(env: &mut BTreeMap<String, String>, knobs: KnobValues) {
+    for (name, value) in [
+        ("GPUPILOT_BATCH_SIZE", knobs.batch_size),
+        ("GPUPILOT_PREFETCH", knobs.prefetch),
+    ] {
+        match value {
+            Some(v) => env.insert(name.into(), v.to_string()),
+            None => env.remove(name),
+        };
+    }
 }
 
 /// Why a profile cannot be started by this caller.
@@ -130,17 +221,22 @@ pub fn plan(
         env.insert("GPUPILOT_SOCKET".into(), s.display().to_string());
     }
 
-    let values = Substitutions {
+    let knobs = KnobValues {
         batch_size: knob_value(
             "batch_size",
             profile.knobs.batch_size,
             opts.knobs.batch_size,
         )?,
         prefetch: knob_value("prefetch", profile.knobs.prefetch, opts.knobs.prefetch)?,
+    };
+    // Run id and directory now; knob values through the template, so they can change later.
+    let values = Substitutions {
+        batch_size: None,
+        prefetch: None,
         run_id,
         run_dir,
     };
-    let argv = match (&run.command, &run.launcher) {
+    let template: Vec<String> = match (&run.command, &run.launcher) {
         (CommandSpec::Argv(words), Launcher::Local) => {
             words.iter().map(|w| values.apply(w)).collect()
         }
@@ -148,13 +244,39 @@ pub fn plan(
             let words: Vec<String> = words.iter().map(|w| values.apply(w)).collect();
             torchrun_argv(spec, &words)
         }
+        (CommandSpec::Argv(words), Launcher::Slurm(spec)) => {
+            let words: Vec<String> = words.iter().map(|w| values.apply(w)).collect();
+            super::slurm::srun_argv(spec, &words)
+        }
         // The profile check refuses a shell command with torchrun; run it locally regardless.
         (CommandSpec::Shell(script), _) => {
             vec!["/bin/sh".into(), "-c".into(), values.apply(script)]
         }
     };
-    check_program(&argv[0], env.get("PATH").map(String::as_str), &cwd)?;
-    Ok(LaunchPlan { argv, cwd, env })
+    let resume_args = run.resume_args.iter().map(|w| values.apply(w)).collect();
+    let slurm = match &run.launcher {
+        Launcher::Slurm(spec) => Some(spec.clone()),
+        _ => None,
+    };
+    // A Slurm run starts `sbatch` here; its command runs on the job's nodes.
+    let program = if slurm.is_some() {
+        "sbatch"
+    } else {
+        &template[0]
+    };
+    check_program(program, env.get("PATH").map(String::as_str), &cwd)?;
+    let shell = LaunchPlan {
+        argv: Vec::new(),
+        cwd,
+        env,
+        template: Some(PlanTemplate {
+            argv: template,
+            resume_args,
+            knobs,
+        }),
+        slurm,
+    };
+    Ok(shell.with_knobs(knobs))
 }
 
 fn knob_value(

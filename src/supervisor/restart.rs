@@ -103,6 +103,7 @@ mod tests {
             backoff_s: 1.0,
             backoff_factor: 2.0,
             backoff_max_s: 5.0,
+            on_oom: Default::default(),
         }
     }
 

@@ -3,6 +3,7 @@
 //! sections in `sections`.
 
 mod sections;
+mod slurm;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -11,7 +12,7 @@ use super::error::{Diagnostic, ProfileError};
 use super::load::SourceFile;
 use super::raw::{At, CommandValue, GpusValue, LauncherKind, RawProfile};
 use super::{CommandSpec, GpuSelection, Launcher, Profile, RunSpec, TorchrunSpec, is_name_char};
-use sections::{alerts, knobs, placeholders, power, restart, thermal};
+use sections::{alerts, knobs, metrics, placeholders, power, restart, thermal};
 
 /// Environment variables gpupilot sets for every run; a profile may not set them.
 const RESERVED_ENV: [&str; 3] = ["GPUPILOT_RUN_ID", "GPUPILOT_SOCKET", "GPUPILOT_RUN_DIR"];
@@ -71,6 +72,7 @@ pub(crate) fn resolve(
     let power = power(&mut cx, raw.power.unwrap_or_default());
     let thermal = thermal(&mut cx, raw.thermal.unwrap_or_default());
     let alerts = alerts(&mut cx, raw.alerts.unwrap_or_default());
+    let metrics = metrics(&mut cx, raw.metrics.unwrap_or_default());
 
     if !cx.problems.is_empty() || run.is_none() {
         let mut problems = cx.problems;
@@ -89,6 +91,7 @@ pub(crate) fn resolve(
         power,
         thermal,
         alerts,
+        metrics,
     })
 }
 
@@ -157,6 +160,7 @@ fn run_spec(cx: &mut Ctx, run: super::raw::RawRun) -> Option<(RunSpec, At<()>)> 
     }
     let launcher = launcher(cx, &run, shell, &gpus, command.as_ref());
     let restart = restart(cx, run.restart.unwrap_or_default());
+    let resume_args = run.resume_args.unwrap_or_default();
     let (command, at) = command?;
     Some((
         RunSpec {
@@ -166,6 +170,7 @@ fn run_spec(cx: &mut Ctx, run: super::raw::RawRun) -> Option<(RunSpec, At<()>)> 
             gpus,
             launcher: launcher?,
             restart,
+            resume_args,
         },
         at,
     ))
@@ -292,6 +297,10 @@ fn launcher(
         .launcher
         .as_ref()
         .map_or(LauncherKind::Local, |l| l.value);
+    slurm::misplaced(cx, run, kind);
+    if kind == LauncherKind::Slurm {
+        return slurm::launcher(cx, run, shell, command);
+    }
     if kind == LauncherKind::Local {
         if let Some(t) = &run.torchrun {
             cx.err(t, "[run.torchrun] is set but launcher is \"local\": add launcher = \"torchrun\" under [run], or remove [run.torchrun]");

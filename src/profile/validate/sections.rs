@@ -2,11 +2,12 @@
 
 use super::{Ctx, argv_value};
 use crate::profile::raw::{
-    At, RawAlerts, RawKnob, RawKnobs, RawPower, RawRestart, RawRestartMode, RawThermal,
+    At, RawAlerts, RawKnob, RawKnobs, RawMetrics, RawOnOom, RawPower, RawRestart, RawRestartMode,
+    RawThermal,
 };
 use crate::profile::{
-    AlertSettings, CommandSpec, Knob, Knobs, PowerSettings, RestartMode, RestartPolicy,
-    ThermalSettings, ThermalTarget,
+    AlertSettings, CommandSpec, Knob, Knobs, MetricsSettings, OnOom, PowerSettings, RestartMode,
+    RestartPolicy, ThermalSettings, ThermalTarget,
 };
 
 /// Knobs a command may mention as `{batch_size}` / `{prefetch}`, and the other placeholders.
@@ -61,6 +62,12 @@ pub(super) fn restart(cx: &mut Ctx, r: RawRestart) -> RestartPolicy {
         } else {
             p.backoff_factor = f.value;
         }
+    }
+    if let Some(o) = &r.on_oom {
+        p.on_oom = match o.value {
+            RawOnOom::Fail => OnOom::Fail,
+            RawOnOom::HalveBatch => OnOom::HalveBatch,
+        };
     }
     if r.backoff_max_s.is_none() {
         // The default ceiling never undercuts a first wait that was asked for.
@@ -229,4 +236,23 @@ pub(super) fn alerts(cx: &mut Ctx, a: RawAlerts) -> AlertSettings {
             .as_ref()
             .and_then(|h| argv_value(cx, h, "alerts.hook")),
     }
+}
+
+/// `[metrics]`: each pattern must compile and name at least one group.
+pub(super) fn metrics(cx: &mut Ctx, m: RawMetrics) -> MetricsSettings {
+    let mut out = MetricsSettings::default();
+    if let Some(j) = m.json {
+        out.json = j;
+    }
+    for at in m.patterns.iter().flatten() {
+        match regex::Regex::new(&at.value) {
+            Err(e) => cx.err(at, format!("metrics pattern does not compile: {e}")),
+            Ok(re) if re.capture_names().flatten().next().is_none() => cx.err(
+                at,
+                "metrics pattern has no named group: write it like loss=(?P<loss>[0-9.]+)",
+            ),
+            Ok(_) => out.patterns.push(at.value.clone()),
+        }
+    }
+    out
 }

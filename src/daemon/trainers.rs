@@ -1,0 +1,843 @@
+//! The trainer channel on the daemon's side: which connection is which run's trainer, the
+//! knob changes asked of each run and their acknowledgements, and each run's metrics (from the
+//! SDK, or parsed from the output of a script that does not use it).
+//!
+//! Per run, the daemon keeps the knob values the run uses as far as it knows, the changes in
+//! flight (by sequence number, with the instant they were asked, for the round trip), and the
+//! newest metrics reports (every report is also in the run's `metrics.jsonl`). The sequence
+//! number is kept in the run directory (`knobs.json`), so it goes on across daemon restarts.
+//!
+//! Locks: the run table before the channels, never the other way round.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
+
+use super::auth::Peer;
+use super::ops::append_run_event;
+use super::state::{Daemon, RequestError, lock};
+use crate::profile::{Knob, MetricsSettings};
+use crate::protocol::{
+    self, ErrorCode, KnobName, KnobRange, KnobState, KnobVia, MetricsPoint, MetricsReport,
+    NodeEvent, Response, ServerFrame, TrainerInfo,
+};
+use crate::supervisor::{DEFAULT_GRACE, Event, KnobValues, Run};
+use crate::telemetry::now_s;
+
+/// Metrics reports kept in memory per run (all of them are in `metrics.jsonl`).
+pub const KEEP_POINTS: usize = 20_000;
+/// The most reports one `run_metrics` answer carries.
+pub const MAX_METRICS: u32 = 5_000;
+/// The end of `metrics.jsonl` read when a daemon first looks at a run (enough for
+/// [`KEEP_POINTS`] reports of typical size).
+const TAIL_BYTES: u64 = 8 << 20;
+/// A run's output read for metrics per poll, at most.
+const PARSE_CHUNK: u64 = 256 * 1024;
+
+/// A trainer's connection: where to push knob changes.
+pub struct Link {
+    pub conn: u64,
+    pub tx: mpsc::Sender<String>,
+    pub pid: Option<u32>,
+}
+
+struct Pending {
+    knob: KnobName,
+    value: i64,
+    asked: Instant,
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Persisted {
+    seq: u64,
+}
+
+/// Reading metrics from a run's stdout.
+#[derive(Default)]
+struct OutputParser {
+    offset: u64,
+    partial: Vec<u8>,
+    patterns: Option<Vec<regex::Regex>>,
+}
+
+/// One run's side of the channel.
+struct Channel {
+    dir: PathBuf,
+    link: Option<Link>,
+    values: BTreeMap<KnobName, i64>,
+    pending: BTreeMap<u64, Pending>,
+    trainer_ranges: BTreeMap<KnobName, KnobRange>,
+    last_rtt_ms: BTreeMap<KnobName, f64>,
+    last_outcome: BTreeMap<KnobName, String>,
+    points: VecDeque<MetricsPoint>,
+    next_n: u64,
+    seq: u64,
+    metrics_file: Option<File>,
+    parser: OutputParser,
+}
+
+impl Channel {
+    /// Load what the run directory holds: the sequence number and the newest reports.
+    fn load(dir: &Path) -> Channel {
+        let seq = std::fs::read(dir.join("knobs.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Persisted>(&b).ok())
+            .map_or(0, |p| p.seq);
+        let points = read_tail(&dir.join("metrics.jsonl"));
+        // Reports carry their number: the next one follows the newest.
+        let next_n = points.back().map_or(0, |p| p.n + 1);
+        // The output already there was read by an earlier daemon (or is from before metrics
+        // parsing): start at its end.
+        let offset = std::fs::metadata(dir.join("stdout.log")).map_or(0, |m| m.len());
+        Channel {
+            dir: dir.to_path_buf(),
+            link: None,
+            values: BTreeMap::new(),
+            pending: BTreeMap::new(),
+            trainer_ranges: BTreeMap::new(),
+            last_rtt_ms: BTreeMap::new(),
+            last_outcome: BTreeMap::new(),
+            points,
+            next_n,
+            seq,
+            metrics_file: None,
+            parser: OutputParser {
+                offset,
+                ..OutputParser::default()
+            },
+        }
+    }
+
+    fn next_seq(&mut self) -> u64 {
+        self.seq += 1;
+        let body = serde_json::to_vec(&Persisted { seq: self.seq }).expect("serializes");
+        let path = self.dir.join("knobs.json");
+        let tmp = self.dir.join("knobs.json.tmp");
+        if let Err(e) = std::fs::write(&tmp, body).and_then(|_| std::fs::rename(&tmp, &path)) {
+            tracing::warn!("writing {}: {e}", path.display());
+        }
+        self.seq
+    }
+
+    /// Stamp, keep and append one report.
+    fn record(&mut self, report: MetricsReport, from: &str) {
+        for (knob, v) in [
+            (KnobName::BatchSize, report.batch_size),
+            (KnobName::Prefetch, report.prefetch),
+        ] {
+            if let Some(v) = v {
+                self.values.insert(knob, v);
+            }
+        }
+        let point = MetricsPoint {
+            n: self.next_n,
+            t: now_s(),
+            from: from.into(),
+            report,
+        };
+        self.next_n += 1;
+        if self.metrics_file.is_none() {
+            let path = self.dir.join("metrics.jsonl");
+            match OpenOptions::new().create(true).append(true).open(&path) {
+                Ok(f) => self.metrics_file = Some(f),
+                Err(e) => tracing::warn!("opening {}: {e}", path.display()),
+            }
+        }
+        if let Some(f) = &mut self.metrics_file {
+            let mut line = serde_json::to_string(&point).expect("serializes");
+            line.push('\n');
+            if let Err(e) = f.write_all(line.as_bytes()) {
+                tracing::warn!("writing {}/metrics.jsonl: {e}", self.dir.display());
+                self.metrics_file = None;
+            }
+        }
+        if self.points.len() == KEEP_POINTS {
+            self.points.pop_front();
+        }
+        self.points.push_back(point);
+    }
+
+    fn range(&self, knob: KnobName, profile: Option<Knob>) -> Option<KnobRange> {
+        profile
+            .map(|k| KnobRange {
+                min: k.min,
+                max: k.max,
+            })
+            .or_else(|| self.trainer_ranges.get(&knob).copied())
+    }
+
+    fn info(&self, profile: &crate::profile::Knobs, plan: KnobValues) -> TrainerInfo {
+        let knobs = KnobName::ALL
+            .into_iter()
+            .filter_map(|knob| {
+                let (prof, planned) = match knob {
+                    KnobName::BatchSize => (profile.batch_size, plan.batch_size),
+                    KnobName::Prefetch => (profile.prefetch, plan.prefetch),
+                };
+                let value = self.values.get(&knob).copied().or(planned);
+                let range = self.range(knob, prof);
+                let pending = self
+                    .pending
+                    .values()
+                    .rfind(|p| p.knob == knob)
+                    .map(|p| p.value);
+                (value.is_some() || range.is_some()).then(|| KnobState {
+                    knob,
+                    value,
+                    pending,
+                    range,
+                    last_rtt_ms: self.last_rtt_ms.get(&knob).copied(),
+                    last_outcome: self.last_outcome.get(&knob).cloned(),
+                })
+            })
+            .collect();
+        TrainerInfo {
+            attached: self.link.is_some(),
+            pid: self.link.as_ref().and_then(|l| l.pid),
+            last: self.points.back().cloned(),
+            knobs,
+        }
+    }
+}
+
+/// The newest reports of a `metrics.jsonl` (at most [`KEEP_POINTS`]), read from its end so that a
+/// long run's file costs no more than what is kept.
+fn read_tail(path: &Path) -> VecDeque<MetricsPoint> {
+    let mut points = VecDeque::new();
+    let Ok(mut f) = File::open(path) else {
+        return points;
+    };
+    let len = f.metadata().map_or(0, |m| m.len());
+    let start = len.saturating_sub(TAIL_BYTES);
+    if f.seek(SeekFrom::Start(start)).is_err() {
+        return points;
+    }
+    let mut lines = BufReader::new(f).lines().map_while(Result::ok);
+    if start > 0 {
+        // Most likely the middle of a line.
+        lines.next();
+    }
+    for line in lines {
+        if let Ok(p) = serde_json::from_str::<MetricsPoint>(&line) {
+            if points.len() == KEEP_POINTS {
+                points.pop_front();
+            }
+            points.push_back(p);
+        }
+    }
+    points
+}
+
+/// Every run's channel, by run id.
+#[derive(Default)]
+pub struct Channels {
+    runs: HashMap<String, Channel>,
+}
+
+impl Channels {
+    fn get(&mut self, id: &str, dir: &Path) -> &mut Channel {
+        self.runs
+            .entry(id.to_string())
+            .or_insert_with(|| Channel::load(dir))
+    }
+}
+
+fn knob_push(run: &str, seq: u64, knob: KnobName, value: i64) -> String {
+    protocol::encode(&ServerFrame {
+        id: None,
+        response: Response::Knob {
+            run: run.to_string(),
+            seq,
+            knob,
+            value,
+        },
+    })
+}
+
+fn profile_knob(run: &Run, knob: KnobName) -> Option<Knob> {
+    match knob {
+        KnobName::BatchSize => run.knob_ranges().batch_size,
+        KnobName::Prefetch => run.knob_ranges().prefetch,
+    }
+}
+
+fn planned(values: KnobValues, knob: KnobName) -> Option<i64> {
+    match knob {
+        KnobName::BatchSize => values.batch_size,
+        KnobName::Prefetch => values.prefetch,
+    }
+}
+
+fn with_value(mut values: KnobValues, knob: KnobName, v: i64) -> KnobValues {
+    match knob {
+        KnobName::BatchSize => values.batch_size = Some(v),
+        KnobName::Prefetch => values.prefetch = Some(v),
+    }
+    values
+}
+
+impl Daemon {
+    /// `trainer_attach` on connection `conn`: the answer, and the knob pushes to send after it.
+    pub fn trainer_attach(
+        &self,
+        conn: u64,
+        tx: mpsc::Sender<String>,
+        spec: &str,
+        pid: Option<u32>,
+        knobs: &BTreeMap<String, i64>,
+        ranges: &BTreeMap<String, KnobRange>,
+    ) -> Result<(String, Response, Vec<String>), RequestError> {
+        let table = lock(&self.runs);
+        let id = table.resolve(spec)?;
+        let entry = table.get(&id).expect("resolved");
+        if entry.run.is_finished() {
+            return Err(RequestError::new(
+                ErrorCode::BadState,
+                format!(
+                    "run {id} has ended ({}): a trainer cannot attach to it",
+                    entry.run.status().as_str()
+                ),
+            ));
+        }
+        let mut channels = lock(&self.channels);
+        let ch = channels.get(&id, entry.run.dir().path());
+        drop(table);
+        if let Some(old) = &ch.link {
+            tracing::info!(
+                "run {id}: a new trainer connection replaces connection {}",
+                old.conn
+            );
+        }
+        ch.link = Some(Link { conn, tx, pid });
+        for (name, v) in knobs {
+            if let Some(k) = KnobName::parse(name) {
+                ch.values.insert(k, *v);
+            }
+        }
+        for (name, r) in ranges {
+            if let Some(k) = KnobName::parse(name) {
+                ch.trainer_ranges.insert(k, *r);
+            }
+        }
+        // Changes asked while no trainer listened (or before a daemon restart) go out now.
+        let pushes = ch
+            .pending
+            .iter()
+            .map(|(seq, p)| knob_push(&id, *seq, p.knob, p.value))
+            .collect();
+        let values = ch
+            .values
+            .iter()
+            .map(|(k, v)| (k.as_str().to_string(), *v))
+            .collect();
+        drop(channels);
+        self.events.record(NodeEvent::Trainer {
+            run: id.clone(),
+            attached: true,
+            pid,
+        });
+        Ok((
+            id.clone(),
+            Response::TrainerAttached {
+                run: id,
+                knobs: values,
+            },
+            pushes,
+        ))
+    }
+
+    /// Connection `conn` closed: if it was a trainer, its run has none now.
+    pub fn trainer_detached(&self, conn: u64) {
+        let mut channels = lock(&self.channels);
+        let gone: Vec<(String, Option<u32>)> = channels
+            .runs
+            .iter_mut()
+            .filter(|(_, ch)| ch.link.as_ref().is_some_and(|l| l.conn == conn))
+            .map(|(id, ch)| (id.clone(), ch.link.take().and_then(|l| l.pid)))
+            .collect();
+        drop(channels);
+        for (run, pid) in gone {
+            self.events.record(NodeEvent::Trainer {
+                run,
+                attached: false,
+                pid,
+            });
+        }
+    }
+
+    /// A metrics report from `run`'s trainer.
+    pub fn trainer_metrics(&self, run: &str, report: MetricsReport) -> Response {
+        let mut channels = lock(&self.channels);
+        match channels.runs.get_mut(run) {
+            Some(ch) => {
+                ch.record(report, "trainer");
+                Response::Ok {}
+            }
+            None => RequestError::new(ErrorCode::BadState, "attach first").into_response(),
+        }
+    }
+
+    /// `knob_ack` from `run`'s trainer.
+    pub fn knob_ack(&self, run: &str, seq: u64, applied: bool, reason: Option<String>) -> Response {
+        let mut channels = lock(&self.channels);
+        let Some(ch) = channels.runs.get_mut(run) else {
+            return Response::Ok {};
+        };
+        let Some(p) = ch.pending.remove(&seq) else {
+            tracing::debug!("run {run}: knob_ack for seq {seq}, which is not pending");
+            return Response::Ok {};
+        };
+        let rtt_ms = p.asked.elapsed().as_secs_f64() * 1000.0;
+        let kept = ch.values.get(&p.knob).copied();
+        ch.last_rtt_ms.insert(p.knob, rtt_ms);
+        let reason = reason.unwrap_or_else(|| "the trainer gave no reason".into());
+        if applied {
+            ch.values.insert(p.knob, p.value);
+            ch.last_outcome.insert(p.knob, "applied".into());
+        } else {
+            ch.last_outcome
+                .insert(p.knob, format!("rejected: {reason}"));
+        }
+        drop(channels);
+        // Keep the applied value for restarts, and record the round trip.
+        let mut table = lock(&self.runs);
+        if let Some(entry) = table.get_mut(run) {
+            if applied {
+                let values = with_value(entry.run.plan().knobs(), p.knob, p.value);
+                if let Err(e) = entry.run.set_knobs(values) {
+                    tracing::warn!("run {run}: {e}");
+                }
+            }
+            append_run_event(
+                &entry.run,
+                Event::KnobAcked {
+                    seq,
+                    knob: p.knob.as_str().into(),
+                    value: p.value,
+                    applied,
+                    reason: (!applied).then(|| reason.clone()),
+                    rtt_ms,
+                },
+            );
+        }
+        drop(table);
+        self.events.record(if applied {
+            NodeEvent::KnobApplied {
+                run: run.into(),
+                change: seq,
+                knob: p.knob,
+                value: p.value,
+                rtt_ms,
+            }
+        } else {
+            NodeEvent::KnobRejected {
+                run: run.into(),
+                change: seq,
+                knob: p.knob,
+                value: p.value,
+                kept,
+                reason,
+                rtt_ms,
+            }
+        });
+        Response::Ok {}
+    }
+
+    /// `trainer_error` from `run`'s trainer: recorded; an out-of-memory marks the attempt.
+    pub fn trainer_error(&self, run: &str, kind: String, message: Option<String>) -> Response {
+        let mut table = lock(&self.runs);
+        if let Some(entry) = table.get_mut(run) {
+            if kind == "oom" {
+                entry.run.mark_oom();
+            }
+            append_run_event(
+                &entry.run,
+                Event::TrainerError {
+                    kind: kind.clone(),
+                    message: message.clone(),
+                },
+            );
+        }
+        drop(table);
+        self.events.record(NodeEvent::TrainerError {
+            run: run.into(),
+            kind,
+            message,
+        });
+        Response::Ok {}
+    }
+
+    /// `knob_set`: check the value against the run's range, then push it to the trainer or
+    /// restart the run with it.
+    pub(super) fn knob_set(
+        &self,
+        peer: &Peer,
+        spec: &str,
+        knob: KnobName,
+        value: i64,
+        restart: bool,
+        why: Option<String>,
+    ) -> Result<Response, RequestError> {
+        let mut table = lock(&self.runs);
+        let id = table.resolve(spec)?;
+        let entry = table.get_mut(&id).expect("resolved");
+        let run = &mut entry.run;
+        if run.is_finished() {
+            return Err(RequestError::new(
+                ErrorCode::BadState,
+                format!(
+                    "run {id} has ended ({}); nothing changed",
+                    run.status().as_str()
+                ),
+            ));
+        }
+        let mut channels = lock(&self.channels);
+        let ch = channels.get(&id, run.dir().path());
+        let Some(range) = ch.range(knob, profile_knob(run, knob)) else {
+            return Err(RequestError::new(
+                ErrorCode::BadRequest,
+                format!(
+                    "run {id} has no {knob} knob: give its profile a [knobs.{knob}] section \
+                     (initial, min, max), or let its trainer declare a range; nothing changed"
+                ),
+            ));
+        };
+        if !range.allows(value) {
+            return Err(RequestError::new(
+                ErrorCode::BadRequest,
+                format!(
+                    "{knob} = {value} is outside run {id}'s allowed range {range}; nothing changed"
+                ),
+            ));
+        }
+        let old = ch
+            .values
+            .get(&knob)
+            .copied()
+            .or_else(|| planned(run.plan().knobs(), knob));
+        let by = peer.describe();
+        let via = if ch.link.is_some() {
+            KnobVia::Trainer
+        } else if run.plan().command_uses(knob.as_str()) {
+            if !restart {
+                return Err(RequestError::new(
+                    ErrorCode::BadState,
+                    format!(
+                        "no trainer is attached to run {id}, and its command takes {{{knob}}}: \
+                         the change needs a restart with the new value (ask again allowing it: \
+                         `gpupilot set {id} {} {value} --restart`); nothing changed",
+                        knob.cli_name()
+                    ),
+                ));
+            }
+            KnobVia::Restart
+        } else {
+            return Err(RequestError::new(
+                ErrorCode::BadState,
+                format!(
+                    "no trainer is attached to run {id} (it does not use the gpupilot SDK, or has \
+                     not connected yet) and its command has no {{{knob}}} placeholder, so {knob} \
+                     cannot reach it; nothing changed"
+                ),
+            ));
+        };
+        let seq = ch.next_seq();
+        let line = knob_push(&id, seq, knob, value);
+        match via {
+            KnobVia::Trainer => {
+                ch.pending.insert(
+                    seq,
+                    Pending {
+                        knob,
+                        value,
+                        asked: Instant::now(),
+                    },
+                );
+                let link = ch.link.as_ref().expect("checked above");
+                if let Err(e) = link.tx.try_send(line) {
+                    // Still pending: it goes out again when the trainer attaches next.
+                    tracing::warn!("run {id}: knob change {seq} not sent now: {e}");
+                }
+                ch.last_outcome.insert(knob, "pending".into());
+            }
+            KnobVia::Restart => {
+                ch.values.insert(knob, value);
+                ch.last_outcome.insert(knob, "restarted".into());
+                drop(channels);
+                let values = with_value(run.plan().knobs(), knob, value);
+                run.set_knobs(values)?;
+                run.restart_now(DEFAULT_GRACE, &self.clock)?;
+                channels = lock(&self.channels);
+            }
+        }
+        drop(channels);
+        append_run_event(
+            run,
+            Event::Changed {
+                by: by.clone(),
+                what: knob.as_str().into(),
+                old: old.map(|o| o.to_string()),
+                new: Some(value.to_string()),
+                why: why.clone(),
+            },
+        );
+        drop(table);
+        self.events.record(NodeEvent::KnobChanged {
+            run: id.clone(),
+            change: seq,
+            knob,
+            old,
+            new: value,
+            via,
+            by,
+            why,
+        });
+        Ok(Response::KnobPending {
+            run: id,
+            seq,
+            knob,
+            old,
+            value,
+            via,
+        })
+    }
+
+    /// `run_metrics`: reports from number `since` on, and the run's knobs and trainer.
+    pub(super) fn run_metrics(
+        &self,
+        spec: &str,
+        since: u64,
+        max: Option<u32>,
+    ) -> Result<Response, RequestError> {
+        let table = lock(&self.runs);
+        let id = table.resolve(spec)?;
+        let run = &table.get(&id).expect("resolved").run;
+        let ranges = run.knob_ranges().clone();
+        let plan = run.plan().knobs();
+        let mut channels = lock(&self.channels);
+        let ch = channels.get(&id, run.dir().path());
+        drop(table);
+        let max = max.unwrap_or(MAX_METRICS).min(MAX_METRICS) as usize;
+        let points: Vec<MetricsPoint> = ch
+            .points
+            .iter()
+            .filter(|p| p.n >= since)
+            .take(max)
+            .cloned()
+            .collect();
+        let next = points.last().map_or(since.min(ch.next_n), |p| p.n + 1);
+        Ok(Response::RunMetrics {
+            run: id,
+            points,
+            next,
+            trainer: ch.info(&ranges, plan),
+        })
+    }
+
+    /// Every live run with its trainer side, read-only (the `/metrics` exporter reads it).
+    pub(super) fn live_trainers(&self) -> Vec<(protocol::RunInfo, TrainerInfo)> {
+        let table = lock(&self.runs);
+        let mut channels = lock(&self.channels);
+        table
+            .list(std::time::SystemTime::now())
+            .into_iter()
+            .filter(|info| !info.is_final())
+            .filter_map(|info| {
+                let run = &table.get(&info.id)?.run;
+                let ch = channels.get(&info.id, run.dir().path());
+                let trainer = ch.info(run.knob_ranges(), run.plan().knobs());
+                Some((info, trainer))
+            })
+            .collect()
+    }
+
+    /// Read new output of live runs whose trainer is not attached, for metrics (JSON lines
+    /// and the profile's patterns). Called from the run poll.
+    pub(super) fn parse_outputs(&self) {
+        let table = lock(&self.runs);
+        let live: Vec<(String, PathBuf, MetricsSettings)> = table
+            .live()
+            .map(|r| {
+                (
+                    r.id().to_string(),
+                    r.dir().path().to_path_buf(),
+                    r.metrics_settings().clone(),
+                )
+            })
+            .collect();
+        let mut channels = lock(&self.channels);
+        drop(table);
+        for (id, dir, settings) in live {
+            if !settings.json && settings.patterns.is_empty() {
+                continue;
+            }
+            let ch = channels.get(&id, &dir);
+            let lines = read_new_lines(&dir.join("stdout.log"), &mut ch.parser);
+            if ch.link.is_some() {
+                // The SDK reports; what the script prints is not read twice.
+                continue;
+            }
+            let patterns = ch.parser.patterns.get_or_insert_with(|| {
+                settings
+                    .patterns
+                    .iter()
+                    .filter_map(|p| regex::Regex::new(p).ok())
+                    .collect()
+            });
+            let reports: Vec<MetricsReport> = lines
+                .iter()
+                .filter_map(|l| parse_line(l, settings.json, patterns))
+                .collect();
+            for r in reports {
+                ch.record(r, "stdout");
+            }
+        }
+    }
+}
+
+/// Complete lines appended to `path` since the parser's offset (at most [`PARSE_CHUNK`] bytes
+/// a call; a line cut at the end waits for its newline).
+fn read_new_lines(path: &Path, parser: &mut OutputParser) -> Vec<String> {
+    let Ok(mut f) = File::open(path) else {
+        return Vec::new();
+    };
+    let len = f.metadata().map_or(0, |m| m.len());
+    if len < parser.offset {
+        // Truncated or replaced: start again.
+        parser.offset = 0;
+        parser.partial.clear();
+    }
+    if len == parser.offset || f.seek(SeekFrom::Start(parser.offset)).is_err() {
+        return Vec::new();
+    }
+    let mut buf = Vec::new();
+    let n = f
+        .take(PARSE_CHUNK)
+        .read_to_end(&mut buf)
+        .unwrap_or_default();
+    parser.offset += n as u64;
+    parser.partial.extend_from_slice(&buf[..n]);
+    let mut lines = Vec::new();
+    while let Some(i) = parser.partial.iter().position(|&b| b == b'\n') {
+        let line: Vec<u8> = parser.partial.drain(..=i).collect();
+        lines.push(String::from_utf8_lossy(&line[..i]).into_owned());
+    }
+    if parser.partial.len() > 64 * 1024 {
+        // A "line" that never ends is not a metrics line.
+        parser.partial.clear();
+    }
+    lines
+}
+
+/// One line of output as a metrics report: a JSON object (known names to their fields, other
+/// numbers to `extra`), else the first pattern that matches (named groups the same way).
+pub fn parse_line(line: &str, json: bool, patterns: &[regex::Regex]) -> Option<MetricsReport> {
+    let trimmed = line.trim();
+    if json && trimmed.starts_with('{') {
+        if let Ok(serde_json::Value::Object(map)) = serde_json::from_str(trimmed) {
+            let mut r = MetricsReport::default();
+            for (k, v) in &map {
+                if let Some(x) = v.as_f64() {
+                    set_field(&mut r, k, x);
+                }
+            }
+            return (!r.is_empty()).then_some(r);
+        }
+    }
+    for re in patterns {
+        if let Some(caps) = re.captures(line) {
+            let mut r = MetricsReport::default();
+            for name in re.capture_names().flatten() {
+                if let Some(x) = caps.name(name).and_then(|m| m.as_str().parse::<f64>().ok()) {
+                    set_field(&mut r, name, x);
+                }
+            }
+            if !r.is_empty() {
+                return Some(r);
+            }
+        }
+    }
+    None
+}
+
+fn set_field(r: &mut MetricsReport, name: &str, x: f64) {
+    if !x.is_finite() {
+        return;
+    }
+    let whole = |x: f64| (x >= 0.0 && x.fract() == 0.0).then_some(x as u64);
+    match name {
+        "step" | "global_step" | "iteration" => r.step = whole(x),
+        "epoch" => r.epoch = whole(x),
+        "loss" | "train_loss" => r.loss = Some(x),
+        "samples_per_s" | "samples_per_sec" | "throughput" => r.samples_per_s = Some(x),
+        "step_time_s" | "step_time" => r.step_time_s = Some(x),
+        "data_wait_s" | "data_time" | "data_wait" => r.data_wait_s = Some(x),
+        "batch_size" => r.batch_size = whole(x).map(|v| v as i64),
+        "prefetch" | "prefetch_factor" => r.prefetch = whole(x).map(|v| v as i64),
+        other => {
+            r.extra.insert(other.to_string(), x);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_lines_and_patterns_become_reports() {
+        let r = parse_line(
+            r#"{"step": 12, "loss": 0.5, "lr": 0.001, "name": "x"}"#,
+            true,
+            &[],
+        )
+        .unwrap();
+        assert_eq!(r.step, Some(12));
+        assert_eq!(r.loss, Some(0.5));
+        assert_eq!(r.extra.get("lr"), Some(&0.001));
+        assert_eq!(r.extra.len(), 1, "strings are not metrics");
+        assert!(parse_line(r#"{"step": 12}"#, false, &[]).is_none());
+        let re = [regex::Regex::new(r"step (?P<step>\d+) loss=(?P<loss>[0-9.]+)").unwrap()];
+        let r = parse_line("epoch 1 step 40 loss=2.25 lr=0.1", true, &re).unwrap();
+        assert_eq!((r.step, r.loss), (Some(40), Some(2.25)));
+        assert!(parse_line("nothing to see", true, &re).is_none());
+        assert!(parse_line("{not json", true, &re).is_none());
+    }
+
+    #[test]
+    fn a_new_daemon_numbers_reports_on_from_the_file() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut ch = Channel::load(tmp.path());
+        for step in 0..3 {
+            ch.record(
+                MetricsReport {
+                    step: Some(step),
+                    ..MetricsReport::default()
+                },
+                "trainer",
+            );
+        }
+        let again = Channel::load(tmp.path());
+        assert_eq!(again.next_n, 3);
+        let steps: Vec<_> = again.points.iter().map(|p| p.report.step).collect();
+        assert_eq!(steps, [Some(0), Some(1), Some(2)]);
+    }
+
+    #[test]
+    fn lines_are_read_whole_and_once() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("stdout.log");
+        let mut p = OutputParser::default();
+        std::fs::write(&path, "a\nb").unwrap();
+        assert_eq!(read_new_lines(&path, &mut p), ["a"]);
+        let mut f = OpenOptions::new().append(true).open(&path).unwrap();
+        f.write_all(b"c\nd\n").unwrap();
+        assert_eq!(read_new_lines(&path, &mut p), ["bc", "d"]);
+        assert!(read_new_lines(&path, &mut p).is_empty());
+    }
+}

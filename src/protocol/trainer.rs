@@ -1,0 +1,152 @@
+//! The trainer channel's values: what a training script reports, the knobs it is asked to
+//! change, and how a client asks for a change (see "The trainer channel" in docs/protocol.md).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// A knob a trainer may be asked to change while it runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KnobName {
+    BatchSize,
+    Prefetch,
+}
+
+impl KnobName {
+    pub const ALL: [KnobName; 2] = [KnobName::BatchSize, KnobName::Prefetch];
+
+    /// The wire and profile name: `batch_size`, `prefetch`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KnobName::BatchSize => "batch_size",
+            KnobName::Prefetch => "prefetch",
+        }
+    }
+
+    /// The command-line spelling: `batch-size`, `prefetch`.
+    pub fn cli_name(self) -> &'static str {
+        match self {
+            KnobName::BatchSize => "batch-size",
+            KnobName::Prefetch => "prefetch",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<KnobName> {
+        match s {
+            "batch_size" | "batch-size" | "batch" => Some(KnobName::BatchSize),
+            "prefetch" | "prefetch_factor" | "prefetch-depth" => Some(KnobName::Prefetch),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for KnobName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An inclusive range a trainer declares for a knob the profile does not bound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KnobRange {
+    pub min: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max: Option<i64>,
+}
+
+impl KnobRange {
+    pub fn allows(&self, v: i64) -> bool {
+        v >= self.min && self.max.is_none_or(|m| v <= m)
+    }
+}
+
+impl std::fmt::Display for KnobRange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.max {
+            Some(max) => write!(f, "{}..={max}", self.min),
+            None => write!(f, "{}.. (no upper bound)", self.min),
+        }
+    }
+}
+
+/// One metrics report from a trainer (every field optional), as sent and as kept.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct MetricsReport {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epoch: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loss: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub samples_per_s: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_time_s: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_wait_s: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch_size: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefetch: Option<i64>,
+    /// Any other named scalars (learning rate, accuracy, …).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub extra: BTreeMap<String, f64>,
+}
+
+impl MetricsReport {
+    /// Nothing in it (a parsed line that matched no pattern).
+    pub fn is_empty(&self) -> bool {
+        *self == MetricsReport::default()
+    }
+}
+
+/// A report as the daemon keeps it: stamped with the daemon's time and where it came from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MetricsPoint {
+    /// Index in the run's `metrics.jsonl` (0-based); ask `run_metrics` with `since` = last + 1.
+    pub n: u64,
+    /// Unix seconds when the daemon received it.
+    pub t: f64,
+    /// `trainer` (the SDK) or `stdout` (parsed from the run's output).
+    pub from: String,
+    #[serde(flatten)]
+    pub report: MetricsReport,
+}
+
+/// How a knob change reaches the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KnobVia {
+    /// Pushed to the attached trainer, which acknowledges it.
+    Trainer,
+    /// The run is restarted with the new value in its command line.
+    Restart,
+}
+
+/// Where one knob of a run stands.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KnobState {
+    pub knob: KnobName,
+    /// The value the run uses now, as far as the daemon knows.
+    pub value: Option<i64>,
+    /// A change asked and not yet acknowledged.
+    pub pending: Option<i64>,
+    /// The allowed range (the profile's, else the trainer's), if any.
+    pub range: Option<KnobRange>,
+    /// The last change's round trip, milliseconds (asked → acknowledged).
+    pub last_rtt_ms: Option<f64>,
+    /// The last change's outcome in words: `applied`, `rejected: …`, `restarted`.
+    pub last_outcome: Option<String>,
+}
+
+/// A run's trainer side as `runs` and the console show it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TrainerInfo {
+    /// A trainer is attached over the channel now.
+    pub attached: bool,
+    pub pid: Option<u32>,
+    /// The newest report.
+    pub last: Option<MetricsPoint>,
+    pub knobs: Vec<KnobState>,
+}

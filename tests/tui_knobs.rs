@@ -1,0 +1,333 @@
+//! The Run view's training band (charts of loss, samples/s, step time and data wait, with marks
+//! where knobs and power caps changed, and the knob panel) and the knob dialog, on ratatui's
+//! TestBackend from hand-built fixtures (see `tui_common`).
+
+mod tui_common;
+
+use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+use gpupilot::protocol::{
+    KnobName, KnobRange, KnobState, KnobVia, MetricsPoint, MetricsReport, NodeEvent,
+    NodeEventRecord, TrainerInfo,
+};
+use gpupilot::supervisor::clock::rfc3339;
+use gpupilot::tui::feed::{Request, Update};
+use gpupilot::tui::{App, ViewId};
+use insta::assert_snapshot;
+use std::time::{Duration, UNIX_EPOCH};
+use tui_common::{T0, app_with_runs, events, render, text};
+
+const RUN: &str = "20231114-220820-train";
+/// Reports: one every 0.4 s over the fixture's two minutes.
+const REPORTS: u64 = 300;
+
+fn t_of(n: u64) -> f64 {
+    T0 + n as f64 * 0.4
+}
+
+fn at(t: f64) -> String {
+    rfc3339(UNIX_EPOCH + Duration::from_secs_f64(t))
+}
+
+/// A run whose batch size went 256 → 512 at report 150 (throughput up, step time up) and
+/// whose prefetch went 2 → 4 at report 220 (data wait down); the power cap of GPU 1 went
+/// down at report 100.
+fn points() -> Vec<MetricsPoint> {
+    (0..REPORTS)
+        .map(|n| {
+            let x = n as f64;
+            let big = n >= 150;
+            let deep = n >= 220;
+            let batch = if big { 512.0 } else { 256.0 };
+            let wait = if deep { 0.004 } else { 0.021 } + 0.002 * (x / 7.0).sin();
+            let step = if big { 0.142 } else { 0.079 } + wait;
+            MetricsPoint {
+                n,
+                t: t_of(n),
+                from: "trainer".into(),
+                report: MetricsReport {
+                    step: Some(1000 + n),
+                    loss: Some(0.4 + 2.1 * (-x / 90.0).exp() + 0.03 * (x / 3.0).sin()),
+                    samples_per_s: Some(batch / step),
+                    step_time_s: Some(step),
+                    data_wait_s: Some(wait),
+                    batch_size: Some(batch as i64),
+                    prefetch: Some(if deep { 4 } else { 2 }),
+                    ..MetricsReport::default()
+                },
+            }
+        })
+        .collect()
+}
+
+fn trainer() -> TrainerInfo {
+    TrainerInfo {
+        attached: true,
+        pid: Some(5120),
+        last: None,
+        knobs: vec![
+            KnobState {
+                knob: KnobName::BatchSize,
+                value: Some(512),
+                pending: None,
+                range: Some(KnobRange {
+                    min: 1,
+                    max: Some(1024),
+                }),
+                last_rtt_ms: Some(7.46),
+                last_outcome: Some("applied".into()),
+            },
+            KnobState {
+                knob: KnobName::Prefetch,
+                value: Some(4),
+                pending: Some(8),
+                range: Some(KnobRange {
+                    min: 1,
+                    max: Some(8),
+                }),
+                last_rtt_ms: Some(3.1),
+                last_outcome: Some("pending".into()),
+            },
+        ],
+    }
+}
+
+/// The fixture's events, and the knob and power changes of the run above.
+fn events_with_changes() -> Vec<NodeEventRecord> {
+    let mut all = events();
+    let by = "alice (uid 1000) via gpupilot (pid 4242)".to_string();
+    let changes = [
+        (
+            t_of(100),
+            NodeEvent::GpuChanged {
+                gpu: 1,
+                what: "power_limit".into(),
+                old: Some("700 W".into()),
+                new: Some("450 W".into()),
+                by: by.clone(),
+                why: None,
+            },
+        ),
+        (
+            t_of(150),
+            NodeEvent::KnobChanged {
+                run: RUN.into(),
+                change: 1,
+                knob: KnobName::BatchSize,
+                old: Some(256),
+                new: 512,
+                via: KnobVia::Trainer,
+                by: by.clone(),
+                why: Some("gpupilot console".into()),
+            },
+        ),
+        (
+            t_of(150),
+            NodeEvent::KnobApplied {
+                run: RUN.into(),
+                change: 1,
+                knob: KnobName::BatchSize,
+                value: 512,
+                rtt_ms: 7.46,
+            },
+        ),
+        (
+            t_of(220),
+            NodeEvent::KnobApplied {
+                run: RUN.into(),
+                change: 2,
+                knob: KnobName::Prefetch,
+                value: 4,
+                rtt_ms: 3.1,
+            },
+        ),
+    ];
+    let seq = all.len() as u64;
+    all.extend(
+        changes
+            .into_iter()
+            .enumerate()
+            .map(|(i, (t, event))| NodeEventRecord {
+                seq: seq + 1 + i as u64,
+                time: at(t),
+                event,
+            }),
+    );
+    all
+}
+
+/// The Run view of the fixture's training run with its metrics, knobs and changes.
+fn app() -> App {
+    let mut a = app_with_runs();
+    a.view = ViewId::Run;
+    a.on_update(Update::Events {
+        events: events_with_changes(),
+        reset: true,
+    });
+    a.on_update(Update::Metrics {
+        run: RUN.into(),
+        points: points(),
+        reset: true,
+        trainer: Box::new(trainer()),
+    });
+    a.take_requests();
+    a
+}
+
+fn press(app: &mut App, code: KeyCode) {
+    let ev = KeyEvent::new(code, KeyModifiers::NONE);
+    if let Some(a) = app.action_for_key(&ev) {
+        app.apply(a);
+    }
+}
+
+#[test]
+fn the_run_view_charts_the_run_and_shows_its_knobs() {
+    for (w, h) in [(80, 24), (200, 50)] {
+        let mut a = app();
+        let term = render(&mut a, w, h);
+        assert_snapshot!(format!("run_metrics_{w}x{h}"), term.backend());
+        let screen = text(&term);
+        for s in ["loss", "samples/s", "step time", "data wait"] {
+            assert!(screen.contains(s), "{s} at {w}×{h}:\n{screen}");
+        }
+        assert!(screen.contains("Knobs"), "{screen}");
+        assert!(screen.contains("trainer pid 5120"), "{screen}");
+        assert!(screen.contains("batch_size 512"), "{screen}");
+        assert!(screen.contains("prefetch   4 → 8"), "pending: {screen}");
+        assert!(screen.contains("1–1024"), "the range: {screen}");
+        assert!(screen.contains("applied in 7.5 ms"), "{screen}");
+        assert!(screen.contains("waiting for the trainer"), "{screen}");
+        // The newest values in the titles.
+        assert!(screen.contains("2.1 ms"), "{screen}");
+        // The log is still there.
+        assert!(
+            screen.contains("checkpoint saved"),
+            "the log at {w}×{h}:\n{screen}"
+        );
+        assert!(
+            screen.contains("┊ knob"),
+            "the marks' legend at {w}×{h}:\n{screen}"
+        );
+    }
+    // At 200×50 there is room for braille charts.
+    let big = text(&render(&mut app(), 200, 50));
+    assert!(
+        big.chars().any(|c| ('\u{2801}'..='\u{28ff}').contains(&c)),
+        "braille charts:\n{big}"
+    );
+    assert!(big.contains("┊ power"), "{big}");
+}
+
+#[test]
+fn without_metrics_or_knobs_the_run_view_is_unchanged() {
+    let mut plain = app_with_runs();
+    plain.view = ViewId::Run;
+    let before = text(&render(&mut plain, 80, 24));
+    // A trainer with nothing to show adds nothing.
+    plain.on_update(Update::Metrics {
+        run: RUN.into(),
+        points: vec![],
+        reset: true,
+        trainer: Box::default(),
+    });
+    assert_eq!(text(&render(&mut plain, 80, 24)), before);
+    // Another run's metrics do not show on this one.
+    plain.on_update(Update::Metrics {
+        run: "20231114-215000-eval".into(),
+        points: points(),
+        reset: true,
+        trainer: Box::new(trainer()),
+    });
+    assert_eq!(text(&render(&mut plain, 80, 24)), before);
+}
+
+#[test]
+fn small_terminals_keep_the_log_and_never_panic() {
+    for (w, h) in [
+        (30, 10),
+        (40, 12),
+        (60, 16),
+        (80, 20),
+        (100, 30),
+        (120, 40),
+        (150, 35),
+    ] {
+        let mut a = app();
+        let screen = text(&render(&mut a, w, h));
+        if w >= 40 && h >= 12 {
+            assert!(
+                screen.contains("stdout"),
+                "the log's panel at {w}×{h}:\n{screen}"
+            );
+        }
+        // And with the dialog open.
+        press(&mut a, KeyCode::Char('b'));
+        render(&mut a, w, h);
+    }
+}
+
+#[test]
+fn the_knob_dialog_checks_the_range_before_sending() {
+    let mut a = app();
+    press(&mut a, KeyCode::Char('b'));
+    assert_snapshot!("knob_dialog_80x24", render(&mut a, 80, 24).backend());
+    for c in "2048".chars() {
+        press(&mut a, KeyCode::Char(c));
+    }
+    press(&mut a, KeyCode::Enter);
+    let term = render(&mut a, 80, 24);
+    assert_snapshot!("knob_dialog_out_of_range_80x24", term.backend());
+    let screen = text(&term);
+    assert!(
+        screen.contains("2048 is outside the allowed range 1–1024"),
+        "{screen}"
+    );
+    assert!(a.take_requests().is_empty(), "nothing sent");
+
+    for _ in 0..4 {
+        press(&mut a, KeyCode::Backspace);
+    }
+    for c in "768".chars() {
+        press(&mut a, KeyCode::Char(c));
+    }
+    press(&mut a, KeyCode::Enter);
+    assert_eq!(
+        a.take_requests(),
+        [Request::SetKnob {
+            run: RUN.into(),
+            knob: KnobName::BatchSize,
+            value: 768,
+            restart: false,
+        }]
+    );
+    let screen = text(&render(&mut a, 80, 24));
+    assert!(
+        screen.contains("asking the daemon: batch_size = 768"),
+        "{screen}"
+    );
+
+    // The daemon says a restart is needed: the console asks.
+    a.on_update(Update::KnobNeedsRestart {
+        run: RUN.into(),
+        knob: KnobName::BatchSize,
+        value: 768,
+        text: format!(
+            "no trainer is attached to run {RUN}, and its command takes {{batch_size}}: the \
+             change needs a restart with the new value (ask again allowing it: `gpupilot set \
+             {RUN} batch-size 768 --restart`); nothing changed"
+        ),
+    });
+    let term = render(&mut a, 80, 24);
+    assert_snapshot!("knob_dialog_restart_80x24", term.backend());
+    assert!(text(&term).contains("Restart run 20231114-220820-train with batch_size = 768? y/n"));
+    press(&mut a, KeyCode::Char('y'));
+    assert_eq!(
+        a.take_requests(),
+        [Request::SetKnob {
+            run: RUN.into(),
+            knob: KnobName::BatchSize,
+            value: 768,
+            restart: true,
+        }]
+    );
+}
