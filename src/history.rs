@@ -8,7 +8,7 @@
 //!
 //! Absent values are never recorded as zeros: a metric the GPU did not report leaves a gap.
 
-use crate::telemetry::Snapshot;
+use crate::telemetry::{Snapshot, throttle};
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 
@@ -26,10 +26,15 @@ pub enum Metric {
     Fan,
     PcieRx,
     PcieTx,
+    /// 1 while the clock is held down by power (cap or brake), else 0: a bucket's mean is the
+    /// share of its time spent power-limited.
+    PowerLimited,
+    /// 1 while the clock is held down by temperature, else 0.
+    ThermalLimited,
 }
 
 impl Metric {
-    pub const ALL: [Metric; 10] = [
+    pub const ALL: [Metric; 12] = [
         Metric::UtilGpu,
         Metric::UtilMem,
         Metric::MemoryUsed,
@@ -40,6 +45,8 @@ impl Metric {
         Metric::Fan,
         Metric::PcieRx,
         Metric::PcieTx,
+        Metric::PowerLimited,
+        Metric::ThermalLimited,
     ];
 
     fn slot(self) -> usize {
@@ -341,6 +348,16 @@ impl History {
                 (Metric::Fan, g.fan_pct),
                 (Metric::PcieRx, g.pcie_rx_kbps.map(|v| v as f64)),
                 (Metric::PcieTx, g.pcie_tx_kbps.map(|v| v as f64)),
+                (
+                    Metric::PowerLimited,
+                    g.throttle_reasons
+                        .map(|b| f64::from(u8::from(throttle::power_limited(b)))),
+                ),
+                (
+                    Metric::ThermalLimited,
+                    g.throttle_reasons
+                        .map(|b| f64::from(u8::from(throttle::thermal_limited(b)))),
+                ),
             ];
             for (m, v) in values {
                 if let Some(v) = v {
@@ -363,6 +380,27 @@ impl History {
         self.series(gpu, metric)
             .map(|s| s.window(from, to, max_points))
             .unwrap_or_default()
+    }
+
+    /// For a 0/1 series ([`Metric::PowerLimited`], [`Metric::ThermalLimited`]): seconds spent
+    /// at 1 within `[from, to)` and seconds the series covers there, estimated over `bins`
+    /// equal spans (a span with no samples counts as neither). None without samples.
+    pub fn time_at_one(
+        &self,
+        gpu: usize,
+        metric: Metric,
+        from: f64,
+        to: f64,
+        bins: usize,
+    ) -> Option<(f64, f64)> {
+        let bins = bins.max(1);
+        let width = (to - from) / bins as f64;
+        let points = self.window(gpu, metric, from, to, bins);
+        if points.is_empty() {
+            return None;
+        }
+        let on: f64 = points.iter().map(|p| p.mean.clamp(0.0, 1.0) * width).sum();
+        Some((on, points.len() as f64 * width))
     }
 
     /// The newest value of a series and its time.
@@ -398,6 +436,30 @@ impl Default for History {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn time_limited_is_the_share_of_samples_at_one() {
+        let mut h = History::default();
+        // 60 s at 1 Hz: power-limited for the last 15 s only.
+        for i in 0..60 {
+            let v = if i >= 45 { 1.0 } else { 0.0 };
+            h.push(0, Metric::PowerLimited, 1000.0 + i as f64, v);
+        }
+        let (on, covered) = h
+            .time_at_one(0, Metric::PowerLimited, 1000.0, 1060.0, 60)
+            .unwrap();
+        assert!((on - 15.0).abs() < 1e-6, "{on}");
+        assert!((covered - 60.0).abs() < 1e-6, "{covered}");
+        // Coarser bins give the same total.
+        let (on, _) = h
+            .time_at_one(0, Metric::PowerLimited, 1000.0, 1060.0, 4)
+            .unwrap();
+        assert!((on - 15.0).abs() < 1e-3, "{on}");
+        assert_eq!(
+            h.time_at_one(0, Metric::ThermalLimited, 1000.0, 1060.0, 4),
+            None
+        );
+    }
     use proptest::prelude::*;
 
     fn small() -> HistoryConfig {

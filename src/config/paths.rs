@@ -3,8 +3,33 @@
 //! `GPUPILOT_HOME=DIR` puts everything under DIR (tests use it to isolate); otherwise the XDG
 //! directories: `$XDG_CONFIG_HOME/gpupilot`, `$XDG_STATE_HOME/gpupilot`, and
 //! `$XDG_RUNTIME_DIR/gpupilot` (fallback `/tmp/gpupilot-$UID`, which is created mode 0700).
+//!
+//! The system daemon (`gpupilot daemon --system`, root's, one per node) has its own:
+//! `/etc/gpupilot`, `/var/lib/gpupilot` and `/run/gpupilot`, or `DIR/{config,state,run}` with
+//! `GPUPILOT_SYSTEM_DIR=DIR` (tests). A client told `--system` (or `GPUPILOT_SYSTEM=1`) talks
+//! to the system daemon's socket and keeps its own config and state.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// The system daemon's directories when `GPUPILOT_SYSTEM_DIR` is not set.
+pub const SYSTEM_CONFIG: &str = "/etc/gpupilot";
+pub const SYSTEM_STATE: &str = "/var/lib/gpupilot";
+pub const SYSTEM_RUNTIME: &str = "/run/gpupilot";
+
+/// Set once by `--system` / `GPUPILOT_SYSTEM=1` (see [`use_system_daemon`]).
+static SYSTEM_DAEMON: AtomicBool = AtomicBool::new(false);
+
+/// From now on, [`Paths::from_env`] names the system daemon's socket: every command of this
+/// process talks to root's daemon instead of the user's (the global `--system`).
+pub fn use_system_daemon() {
+    SYSTEM_DAEMON.store(true, Ordering::Relaxed);
+}
+
+/// Whether this process talks to the system daemon (`--system`).
+pub fn system_daemon_selected() -> bool {
+    SYSTEM_DAEMON.load(Ordering::Relaxed)
+}
 
 /// The three directories gpupilot uses.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -15,13 +40,39 @@ pub struct Paths {
 }
 
 impl Paths {
-    /// Resolve from the environment (see the module doc).
+    /// Resolve from the environment (see the module doc). After [`use_system_daemon`], the
+    /// runtime directory (the socket's) is the system daemon's; config and state stay ours.
     pub fn from_env() -> Paths {
-        Self::resolve(|k| {
-            std::env::var_os(k)
-                .filter(|v| !v.is_empty())
-                .map(PathBuf::from)
-        })
+        let mut paths = Self::resolve(env_path);
+        if system_daemon_selected() {
+            paths.runtime = Self::system_from_env().runtime;
+        }
+        paths
+    }
+
+    /// The system daemon's directories, from `GPUPILOT_SYSTEM_DIR` or the defaults.
+    pub fn system_from_env() -> Paths {
+        Self::resolve_system(env_path)
+    }
+
+    /// The system daemon's directories with a custom environment lookup (tests). A relative
+    /// `GPUPILOT_SYSTEM_DIR` is made absolute: the daemon works from `/`.
+    pub fn resolve_system(env: impl Fn(&str) -> Option<PathBuf>) -> Paths {
+        match env("GPUPILOT_SYSTEM_DIR") {
+            Some(dir) => {
+                let dir = std::path::absolute(&dir).unwrap_or(dir);
+                Paths {
+                    config: dir.join("config"),
+                    state: dir.join("state"),
+                    runtime: dir.join("run"),
+                }
+            }
+            None => Paths {
+                config: PathBuf::from(SYSTEM_CONFIG),
+                state: PathBuf::from(SYSTEM_STATE),
+                runtime: PathBuf::from(SYSTEM_RUNTIME),
+            },
+        }
     }
 
     /// Resolve with a custom environment lookup (tests).
@@ -50,6 +101,12 @@ impl Paths {
     pub fn config_file(&self, rel: impl AsRef<Path>) -> PathBuf {
         self.config.join(rel)
     }
+}
+
+fn env_path(k: &str) -> Option<PathBuf> {
+    std::env::var_os(k)
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
 }
 
 /// The real user id of this process (from /proc, so no unsafe call is needed).
@@ -94,5 +151,22 @@ mod tests {
         let p = Paths::resolve(env(&[("HOME", "/h")]));
         assert!(p.runtime.starts_with("/tmp"));
         assert!(p.runtime.to_string_lossy().starts_with("/tmp/gpupilot-"));
+    }
+
+    #[test]
+    fn the_system_daemon_has_system_places_or_one_directory() {
+        let p = Paths::resolve_system(env(&[("GPUPILOT_HOME", "/x")]));
+        assert_eq!(p.config, PathBuf::from("/etc/gpupilot"));
+        assert_eq!(p.state, PathBuf::from("/var/lib/gpupilot"));
+        assert_eq!(p.runtime, PathBuf::from("/run/gpupilot"));
+        let p = Paths::resolve_system(env(&[("GPUPILOT_SYSTEM_DIR", "/s")]));
+        assert_eq!(p.config, PathBuf::from("/s/config"));
+        assert_eq!(p.state, PathBuf::from("/s/state"));
+        assert_eq!(p.runtime, PathBuf::from("/s/run"));
+        let p = Paths::resolve_system(env(&[("GPUPILOT_SYSTEM_DIR", "rel")]));
+        assert!(
+            p.runtime.is_absolute() && p.runtime.ends_with("rel/run"),
+            "{p:?}"
+        );
     }
 }

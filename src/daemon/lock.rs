@@ -44,6 +44,48 @@ pub fn prepare_private_dir(dir: &Path) -> Result<(), DaemonError> {
     Ok(())
 }
 
+/// The system daemon's runtime directory: made if needed, root's, and 0755 so that every
+/// local user reaches the socket in it (and nobody but root can put a file there).
+pub fn prepare_shared_dir(dir: &Path) -> Result<(), DaemonError> {
+    DirBuilder::new()
+        .recursive(true)
+        .mode(0o755)
+        .create(dir)
+        .map_err(io_err(format!("creating {}", dir.display())))?;
+    let meta = fs::metadata(dir).map_err(io_err(format!("reading {}", dir.display())))?;
+    let me = rustix::process::getuid().as_raw();
+    if meta.uid() != me {
+        return Err(DaemonError::Unsafe(format!(
+            "{} belongs to uid {}, not to uid {me}: refusing to serve the system socket from it; \
+             remove it, or set GPUPILOT_SYSTEM_DIR to a directory of root's",
+            dir.display(),
+            meta.uid()
+        )));
+    }
+    if meta.mode() & 0o777 != 0o755 {
+        fs::set_permissions(dir, fs::Permissions::from_mode(0o755))
+            .map_err(io_err(format!("making {} 0755", dir.display())))?;
+    }
+    Ok(())
+}
+
+/// The first directory above `dir` (itself included) that other users cannot pass through
+/// (no `o+x`): a system socket under it is out of their reach.
+pub fn closed_ancestor(dir: &Path) -> Option<PathBuf> {
+    dir.ancestors()
+        .find(|d| fs::metadata(d).is_ok_and(|m| m.mode() & 0o001 == 0))
+        .map(Path::to_path_buf)
+}
+
+/// Open the system daemon's socket to every local user (0666): who may do what is decided per
+/// connection and per request (`auth`), not by the file's mode.
+pub fn share_socket(socket: &Path) -> Result<(), DaemonError> {
+    fs::set_permissions(socket, fs::Permissions::from_mode(0o666)).map_err(io_err(format!(
+        "opening {} to every local user (0666)",
+        socket.display()
+    )))
+}
+
 /// The lock a running daemon holds for its whole life; dropping it releases the lock.
 #[derive(Debug)]
 pub struct DaemonLock {
@@ -171,6 +213,32 @@ mod tests {
         drop(first);
         assert_eq!(lock_holder(&p), None);
         DaemonLock::acquire(&p).unwrap();
+    }
+
+    #[test]
+    fn shared_dir_is_0755_and_ours() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path().join("run");
+        prepare_shared_dir(&d).unwrap();
+        assert_eq!(fs::metadata(&d).unwrap().mode() & 0o777, 0o755);
+        fs::set_permissions(&d, fs::Permissions::from_mode(0o777)).unwrap();
+        prepare_shared_dir(&d).unwrap();
+        assert_eq!(
+            fs::metadata(&d).unwrap().mode() & 0o777,
+            0o755,
+            "not world-writable"
+        );
+    }
+
+    #[test]
+    fn a_closed_directory_on_the_way_is_found() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path().join("a/b");
+        prepare_shared_dir(&d).unwrap();
+        fs::set_permissions(tmp.path(), fs::Permissions::from_mode(0o700)).unwrap();
+        assert_eq!(closed_ancestor(&d).as_deref(), Some(tmp.path()));
+        fs::set_permissions(tmp.path(), fs::Permissions::from_mode(0o755)).unwrap();
+        assert_eq!(closed_ancestor(&d), None);
     }
 
     #[test]

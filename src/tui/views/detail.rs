@@ -302,7 +302,17 @@ fn render_chart(app: &App, g: &GpuSample, spec: &ChartSpec, area: Rect, buf: &mu
             .fold(f64::NEG_INFINITY, f64::max);
         let stats = format!(" min {} · max {} {} ", num(lo), num(hi), spec.unit);
         if stats.chars().count() < room {
+            room -= stats.chars().count();
             block = block.title_bottom(Line::styled(stats, t.dim).right_aligned());
+        }
+    }
+    if spec.metric == Metric::SmClock {
+        // Under the clock, where there is room: how long it was held down by power and by
+        // heat in this window.
+        if let Some(key) = limited_summary(app, from) {
+            if key.chars().count() < room {
+                block = block.title_bottom(Line::styled(key, t.warn));
+            }
         }
     }
     block.render(area, buf);
@@ -374,6 +384,24 @@ fn render_chart(app: &App, g: &GpuSample, spec: &ChartSpec, area: Rect, buf: &mu
         );
         Line::styled(msg, t.na).centered().render(r, buf);
     }
+}
+
+/// ` power-limited 3m24s · thermal 0s ` over the shown window, from the history's 0/1 series;
+/// None when the history has neither.
+fn limited_summary(app: &App, from: f64) -> Option<String> {
+    let d = &app.data;
+    let time = |m| d.history.time_at_one(app.selected, m, from, d.now, 120);
+    let (p, th) = (time(Metric::PowerLimited), time(Metric::ThermalLimited));
+    if p.is_none() && th.is_none() {
+        return None;
+    }
+    let s = |v: Option<(f64, f64)>| {
+        v.map_or_else(
+            || format::NA.to_string(),
+            |(on, _)| crate::commands::format_duration(on),
+        )
+    };
+    Some(format!(" power-limited {} · thermal {} ", s(p), s(th)))
 }
 
 fn render_processes(app: &App, g: &GpuSample, area: Rect, buf: &mut Buffer) {

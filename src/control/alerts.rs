@@ -1,0 +1,561 @@
+//! Alerts: thresholds on GPU temperature and power, uncorrected ECC errors, lost GPUs and
+//! stalled runs, with hysteresis so that one hot GPU is one alert, not one per sample.
+//!
+//! The caller turns each snapshot (and each live run's progress) into [`Observation`]s, one per
+//! thing watched, and [`Alerts::observe`] answers with what changed: an alert raised, or one
+//! cleared. An alert is keyed by what it is about (`temperature:gpu0`, `stalled:RUN`), and is
+//! raised once when its condition starts and cleared once when the condition is clearly over:
+//!
+//! | kind | raised when | cleared when |
+//! | --- | --- | --- |
+//! | temperature | temp ≥ limit | temp < limit − 3 °C |
+//! | power | draw ≥ limit | draw < 95% of limit |
+//! | ecc | uncorrected count above the first one seen | never (a GPU with uncorrected errors needs a reset) |
+//! | lost | the GPU fell off the bus | it answers again |
+//! | stalled | no log output or metrics for `stalled_after_s` | output again |
+//!
+//! A thing no longer observed (a run ended, a rule removed) has its alert cleared.
+//!
+//! [`run_hook`] runs the user's hook (an argv, never a shell) with the alert as JSON on its
+//! stdin, on a thread of its own, killed after a timeout: a slow or hung hook never holds up the
+//! daemon, and at most [`MAX_HOOKS`] run at once (more are skipped and logged).
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+/// Temperature alerts clear this far below their limit, °C.
+pub const TEMP_HYSTERESIS_C: f64 = 3.0;
+/// Power alerts clear below this fraction of their limit.
+pub const POWER_CLEAR_FRAC: f64 = 0.95;
+/// A hook still running after this long is killed.
+pub const HOOK_TIMEOUT: Duration = Duration::from_secs(10);
+/// Hooks running at once, at most.
+pub const MAX_HOOKS: usize = 4;
+
+/// What an alert is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AlertKind {
+    Temperature,
+    Power,
+    Ecc,
+    Lost,
+    Stalled,
+}
+
+impl AlertKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AlertKind::Temperature => "temperature",
+            AlertKind::Power => "power",
+            AlertKind::Ecc => "ecc",
+            AlertKind::Lost => "lost",
+            AlertKind::Stalled => "stalled",
+        }
+    }
+}
+
+/// One active (or just cleared) alert: what the status bar, the event log and the hook see.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Alert {
+    /// `temperature:gpu0`, `stalled:20261130-041500-train`.
+    pub key: String,
+    pub kind: AlertKind,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<String>,
+    /// The value that raised it (°C, W, errors, seconds idle).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threshold: Option<f64>,
+    /// In words: `GPU 0 at 91 °C (alert at 85 °C)`.
+    pub message: String,
+    /// When it was raised, seconds since the epoch.
+    pub since_s: f64,
+}
+
+/// One thing watched, as seen now.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Observation {
+    Temperature {
+        gpu: u32,
+        temp_c: Option<f64>,
+        limit_c: f64,
+    },
+    Power {
+        gpu: u32,
+        power_w: Option<f64>,
+        limit_w: f64,
+    },
+    Ecc {
+        gpu: u32,
+        uncorrected: Option<u64>,
+    },
+    Lost {
+        gpu: u32,
+        lost: bool,
+    },
+    Stalled {
+        run: String,
+        /// Seconds since its last output or metrics report.
+        idle_s: f64,
+        limit_s: f64,
+    },
+}
+
+impl Observation {
+    fn key(&self) -> String {
+        match self {
+            Observation::Temperature { gpu, .. } => format!("temperature:gpu{gpu}"),
+            Observation::Power { gpu, .. } => format!("power:gpu{gpu}"),
+            Observation::Ecc { gpu, .. } => format!("ecc:gpu{gpu}"),
+            Observation::Lost { gpu, .. } => format!("lost:gpu{gpu}"),
+            Observation::Stalled { run, .. } => format!("stalled:{run}"),
+        }
+    }
+}
+
+/// What changed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "change", rename_all = "snake_case")]
+pub enum AlertChange {
+    Raised(Alert),
+    Cleared(Alert),
+}
+
+/// The alert state of a node. See the module doc.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Alerts {
+    active: BTreeMap<String, Alert>,
+    /// First uncorrected-ECC count seen per GPU (the baseline new errors are counted from).
+    ecc_baseline: BTreeMap<u32, u64>,
+}
+
+impl Alerts {
+    pub fn new() -> Alerts {
+        Alerts::default()
+    }
+
+    /// Active alerts, by key.
+    pub fn active(&self) -> impl Iterator<Item = &Alert> {
+        self.active.values()
+    }
+
+    /// Take this round's observations (everything watched now) at `now_s` (epoch seconds).
+    pub fn observe(&mut self, observations: &[Observation], now_s: f64) -> Vec<AlertChange> {
+        let mut changes = Vec::new();
+        let mut seen = std::collections::BTreeSet::new();
+        for o in observations {
+            let key = o.key();
+            seen.insert(key.clone());
+            let active = self.active.contains_key(&key);
+            match self.judge(o, active, now_s) {
+                Verdict::Raise(alert) if !active => {
+                    self.active.insert(key, alert.clone());
+                    changes.push(AlertChange::Raised(alert));
+                }
+                Verdict::Raise(alert) => {
+                    // Still on: keep when it started, refresh the figures.
+                    if let Some(a) = self.active.get_mut(&key) {
+                        a.value = alert.value;
+                        a.message = alert.message;
+                    }
+                }
+                Verdict::Clear if active => {
+                    let alert = self.active.remove(&key).expect("active");
+                    changes.push(AlertChange::Cleared(alert));
+                }
+                Verdict::Clear | Verdict::Keep => {}
+            }
+        }
+        let gone: Vec<String> = self
+            .active
+            .keys()
+            .filter(|k| !seen.contains(*k))
+            .cloned()
+            .collect();
+        for k in gone {
+            let alert = self.active.remove(&k).expect("listed");
+            changes.push(AlertChange::Cleared(alert));
+        }
+        changes
+    }
+
+    fn judge(&mut self, o: &Observation, active: bool, now_s: f64) -> Verdict {
+        let alert = |kind, gpu, run: Option<&String>, value, threshold, message| Alert {
+            key: o.key(),
+            kind,
+            gpu,
+            run: run.cloned(),
+            value: Some(value),
+            threshold,
+            message,
+            since_s: now_s,
+        };
+        match o {
+            Observation::Temperature {
+                gpu,
+                temp_c,
+                limit_c,
+            } => match *temp_c {
+                Some(t) if t >= *limit_c => Verdict::Raise(alert(
+                    AlertKind::Temperature,
+                    Some(*gpu),
+                    None,
+                    t,
+                    Some(*limit_c),
+                    format!("GPU {gpu} at {t:.0} °C (alert at {limit_c:.0} °C)"),
+                )),
+                Some(t) if t < limit_c - TEMP_HYSTERESIS_C => Verdict::Clear,
+                // No reading: neither proof of heat nor of cooling.
+                _ => Verdict::Keep,
+            },
+            Observation::Power {
+                gpu,
+                power_w,
+                limit_w,
+            } => match *power_w {
+                Some(p) if p >= *limit_w => Verdict::Raise(alert(
+                    AlertKind::Power,
+                    Some(*gpu),
+                    None,
+                    p,
+                    Some(*limit_w),
+                    format!("GPU {gpu} draws {p:.0} W (alert at {limit_w:.0} W)"),
+                )),
+                Some(p) if p < POWER_CLEAR_FRAC * limit_w => Verdict::Clear,
+                _ => Verdict::Keep,
+            },
+            Observation::Ecc { gpu, uncorrected } => {
+                let Some(n) = *uncorrected else {
+                    return Verdict::Keep;
+                };
+                let base = *self.ecc_baseline.entry(*gpu).or_insert(n);
+                if n > base {
+                    let new = n - base;
+                    let plural = if new == 1 { "" } else { "s" };
+                    Verdict::Raise(alert(
+                        AlertKind::Ecc,
+                        Some(*gpu),
+                        None,
+                        new as f64,
+                        None,
+                        format!(
+                            "GPU {gpu}: {new} new uncorrected ECC error{plural} \
+                             (reset the GPU when it is free)"
+                        ),
+                    ))
+                } else if active {
+                    Verdict::Keep
+                } else {
+                    Verdict::Clear
+                }
+            }
+            Observation::Lost { gpu, lost } => {
+                if *lost {
+                    Verdict::Raise(alert(
+                        AlertKind::Lost,
+                        Some(*gpu),
+                        None,
+                        1.0,
+                        None,
+                        format!("GPU {gpu} fell off the bus (lost); its runs may have failed"),
+                    ))
+                } else {
+                    Verdict::Clear
+                }
+            }
+            Observation::Stalled {
+                run,
+                idle_s,
+                limit_s,
+            } => {
+                if idle_s >= limit_s {
+                    Verdict::Raise(alert(
+                        AlertKind::Stalled,
+                        None,
+                        Some(run),
+                        *idle_s,
+                        Some(*limit_s),
+                        format!(
+                            "run {run} shows no progress for {} (alert after {})",
+                            crate::commands::format_duration(*idle_s),
+                            crate::commands::format_duration(*limit_s)
+                        ),
+                    ))
+                } else {
+                    Verdict::Clear
+                }
+            }
+        }
+    }
+}
+
+enum Verdict {
+    Raise(Alert),
+    Clear,
+    Keep,
+}
+
+/// What a hook reads on stdin: the change, the alert, and the node.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HookPayload {
+    /// `raised` or `cleared`.
+    pub change: String,
+    pub node: String,
+    /// RFC 3339, UTC.
+    pub time: String,
+    #[serde(flatten)]
+    pub alert: Alert,
+}
+
+static HOOKS_RUNNING: AtomicUsize = AtomicUsize::new(0);
+
+/// Run `argv` with `payload` as JSON on stdin, on its own thread, killed after `timeout`.
+/// Returns the thread (tests join it; the daemon does not wait), or None when the hook was not
+/// started (empty argv, or [`MAX_HOOKS`] already running: logged).
+pub fn run_hook(
+    argv: &[String],
+    payload: &HookPayload,
+    timeout: Duration,
+) -> Option<std::thread::JoinHandle<HookOutcome>> {
+    let (program, args) = argv.split_first()?;
+    if HOOKS_RUNNING.fetch_add(1, Ordering::SeqCst) >= MAX_HOOKS {
+        HOOKS_RUNNING.fetch_sub(1, Ordering::SeqCst);
+        tracing::warn!(
+            "alert hook {program} not run for {}: {MAX_HOOKS} hooks are still running",
+            payload.alert.key
+        );
+        return None;
+    }
+    let mut json = serde_json::to_string(payload).expect("an alert always serializes");
+    json.push('\n');
+    let (program, args) = (program.clone(), args.to_vec());
+    let spawned = std::thread::Builder::new()
+        .name("alert-hook".into())
+        .spawn(move || {
+            let outcome = hook_body(&program, &args, &json, timeout);
+            HOOKS_RUNNING.fetch_sub(1, Ordering::SeqCst);
+            match &outcome {
+                HookOutcome::Exited(0) => {}
+                o => tracing::warn!("alert hook {program}: {o:?}"),
+            }
+            outcome
+        });
+    match spawned {
+        Ok(h) => Some(h),
+        Err(e) => {
+            HOOKS_RUNNING.fetch_sub(1, Ordering::SeqCst);
+            tracing::warn!("alert hook: no thread: {e}");
+            None
+        }
+    }
+}
+
+/// How a hook ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HookOutcome {
+    Exited(i32),
+    /// Ended by a signal (no exit code).
+    Signalled,
+    /// Ran past the timeout and was killed.
+    TimedOut,
+    /// Could not be started.
+    Failed(String),
+}
+
+fn hook_body(program: &str, args: &[String], json: &str, timeout: Duration) -> HookOutcome {
+    let mut child = match Command::new(program)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+    {
+        Ok(c) => c,
+        Err(e) => return HookOutcome::Failed(format!("could not start {program}: {e}")),
+    };
+    if let Some(mut stdin) = child.stdin.take() {
+        // A hook that does not read its stdin is fine (EPIPE is not an error here).
+        let _ = stdin.write_all(json.as_bytes());
+    }
+    let deadline = Instant::now() + timeout;
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => {
+                return status
+                    .code()
+                    .map_or(HookOutcome::Signalled, HookOutcome::Exited);
+            }
+            Ok(None) if Instant::now() >= deadline => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return HookOutcome::TimedOut;
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => return HookOutcome::Failed(e.to_string()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn temp(gpu: u32, t: f64) -> Observation {
+        Observation::Temperature {
+            gpu,
+            temp_c: Some(t),
+            limit_c: 85.0,
+        }
+    }
+
+    #[test]
+    fn one_hot_gpu_is_one_alert_not_one_per_sample() {
+        let mut a = Alerts::new();
+        let mut raised = 0;
+        let mut cleared = 0;
+        // Up through the limit, hovering around it (84–87), then cooling off.
+        let temps = [
+            80.0, 84.0, 85.5, 86.0, 84.5, 86.5, 83.0, 85.2, 84.0, 81.0, 79.0,
+        ];
+        for (i, t) in temps.iter().enumerate() {
+            for c in a.observe(&[temp(0, *t)], i as f64) {
+                match c {
+                    AlertChange::Raised(al) => {
+                        raised += 1;
+                        assert_eq!(al.key, "temperature:gpu0");
+                        assert_eq!(al.message, "GPU 0 at 86 °C (alert at 85 °C)");
+                        assert_eq!(al.since_s, 2.0);
+                    }
+                    AlertChange::Cleared(al) => {
+                        cleared += 1;
+                        assert_eq!(al.since_s, 2.0);
+                    }
+                }
+            }
+            if i == 8 {
+                assert_eq!(a.active().count(), 1, "84 °C is within the hysteresis");
+            }
+        }
+        assert_eq!((raised, cleared), (1, 1));
+    }
+
+    #[test]
+    fn power_ecc_lost_and_stalled() {
+        let mut a = Alerts::new();
+        let obs = |p: f64, ecc: u64, lost: bool, idle: f64| {
+            vec![
+                Observation::Power {
+                    gpu: 1,
+                    power_w: Some(p),
+                    limit_w: 600.0,
+                },
+                Observation::Ecc {
+                    gpu: 1,
+                    uncorrected: Some(ecc),
+                },
+                Observation::Lost { gpu: 2, lost },
+                Observation::Stalled {
+                    run: "r1".into(),
+                    idle_s: idle,
+                    limit_s: 600.0,
+                },
+            ]
+        };
+        assert!(a.observe(&obs(500.0, 4, false, 10.0), 0.0).is_empty());
+        let c = a.observe(&obs(610.0, 5, true, 700.0), 1.0);
+        let kinds: Vec<AlertKind> = c
+            .iter()
+            .map(|c| match c {
+                AlertChange::Raised(a) => a.kind,
+                AlertChange::Cleared(_) => panic!("{c:?}"),
+            })
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                AlertKind::Power,
+                AlertKind::Ecc,
+                AlertKind::Lost,
+                AlertKind::Stalled
+            ]
+        );
+        // 580 W is above 95% of 600: the power alert holds; ECC stays; the rest clear.
+        let c = a.observe(&obs(580.0, 5, false, 1.0), 2.0);
+        assert_eq!(c.len(), 2, "{c:?}");
+        assert_eq!(a.active().count(), 2);
+        // The run ended: its observation is gone, and so is anything about it.
+        let c = a.observe(&obs(500.0, 5, false, 700.0)[..2], 3.0);
+        assert_eq!(c.len(), 1, "{c:?}");
+        assert!(matches!(&c[0], AlertChange::Cleared(a) if a.kind == AlertKind::Power));
+        let ecc = a.active().next().unwrap();
+        assert!(
+            ecc.message.contains("1 new uncorrected ECC error "),
+            "{}",
+            ecc.message
+        );
+    }
+
+    fn payload() -> HookPayload {
+        HookPayload {
+            change: "raised".into(),
+            node: "n1".into(),
+            time: "2026-11-30T03:15:00.000Z".into(),
+            alert: Alert {
+                key: "temperature:gpu0".into(),
+                kind: AlertKind::Temperature,
+                gpu: Some(0),
+                run: None,
+                value: Some(91.0),
+                threshold: Some(85.0),
+                message: "GPU 0 at 91 °C (alert at 85 °C)".into(),
+                since_s: 1.0,
+            },
+        }
+    }
+
+    #[test]
+    fn the_hook_reads_the_alert_as_json_on_stdin() {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("alert.json");
+        let argv = vec![
+            "sh".to_string(),
+            "-c".into(),
+            format!("cat > {}", out.display()),
+        ];
+        let h = run_hook(&argv, &payload(), HOOK_TIMEOUT).unwrap();
+        assert_eq!(h.join().unwrap(), HookOutcome::Exited(0));
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+        assert_eq!(v["change"], "raised");
+        assert_eq!(v["kind"], "temperature");
+        assert_eq!(v["gpu"], 0);
+        assert_eq!(v["value"], 91.0);
+        assert_eq!(v["node"], "n1");
+    }
+
+    #[test]
+    fn a_hung_hook_is_killed_and_a_missing_one_is_reported() {
+        let t = Instant::now();
+        let argv = vec!["sleep".to_string(), "30".into()];
+        let h = run_hook(&argv, &payload(), Duration::from_millis(200)).unwrap();
+        assert!(
+            t.elapsed() < Duration::from_millis(150),
+            "run_hook must not block"
+        );
+        assert_eq!(h.join().unwrap(), HookOutcome::TimedOut);
+        assert!(t.elapsed() < Duration::from_secs(5));
+        let argv = vec!["/no/such/hook".to_string()];
+        let h = run_hook(&argv, &payload(), HOOK_TIMEOUT).unwrap();
+        assert!(matches!(h.join().unwrap(), HookOutcome::Failed(_)));
+        assert!(run_hook(&[], &payload(), HOOK_TIMEOUT).is_none());
+    }
+}

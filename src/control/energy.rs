@@ -1,0 +1,375 @@
+//! Energy: per GPU from NVML's total-energy counter, integrating power where the counter is
+//! absent; per run, the energy of its GPUs while it lives, in joules, kWh, joules per sample and
+//! money at a price per kWh.
+//!
+//! [`GpuMeter`] turns successive samples of one GPU into energy increments. With the counter
+//! (millijoules since the driver loaded, read as joules) an increment is the counter's
+//! difference, exact whatever the sample rate. Without it, or when the counter went backwards
+//! (a driver reload resets it), the increment is the trapezoid of the two power readings over the
+//! time between them. A gap longer than [`MAX_GAP_S`] with no counter is not bridged (nothing
+//! is known about what the GPU drew meanwhile).
+//!
+//! [`RunEnergy`] is what `ps --json`, `summary.json` and the Run view show. Samples come from
+//! the trainer's metrics (`metrics.jsonl`) when the run reports them.
+//!
+//! Pure: no clock, no files; the daemon's control loop feeds it.
+
+use serde::{Deserialize, Serialize};
+
+/// Joules in a kilowatt-hour.
+pub const J_PER_KWH: f64 = 3.6e6;
+
+/// Without a counter, power readings further apart than this are not integrated, seconds.
+pub const MAX_GAP_S: f64 = 30.0;
+
+/// How an increment was measured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EnergySource {
+    /// NVML's total-energy counter.
+    Counter,
+    /// Power integrated over time.
+    Power,
+}
+
+/// One GPU's energy since the meter started.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct GpuMeter {
+    last: Option<Reading>,
+    total_j: f64,
+    /// Seconds covered by the counter and by integration, for saying which one measured.
+    counter_s: f64,
+    power_s: f64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Reading {
+    time_s: f64,
+    counter_j: Option<f64>,
+    power_w: Option<f64>,
+}
+
+impl GpuMeter {
+    pub fn new() -> GpuMeter {
+        GpuMeter::default()
+    }
+
+    /// Take a sample at `time_s` (seconds; only differences matter); returns the joules since
+    /// the previous sample (0 for the first, or for a sample that does not move time forward).
+    pub fn update(&mut self, time_s: f64, counter_j: Option<f64>, power_w: Option<f64>) -> f64 {
+        let now = Reading {
+            time_s,
+            counter_j: counter_j.filter(|c| c.is_finite() && *c >= 0.0),
+            power_w: power_w.filter(|p| p.is_finite() && *p >= 0.0),
+        };
+        let Some(prev) = self.last else {
+            self.last = Some(now);
+            return 0.0;
+        };
+        let dt = time_s - prev.time_s;
+        if dt <= 0.0 {
+            // A repeated (or older) sample: keep the newest counter, add nothing.
+            return 0.0;
+        }
+        self.last = Some(now);
+        let delta = match (prev.counter_j, now.counter_j) {
+            (Some(a), Some(b)) if b >= a => {
+                self.counter_s += dt;
+                b - a
+            }
+            _ => match (prev.power_w, now.power_w) {
+                _ if dt > MAX_GAP_S => 0.0,
+                (Some(a), Some(b)) => {
+                    self.power_s += dt;
+                    (a + b) / 2.0 * dt
+                }
+                (None, Some(p)) | (Some(p), None) => {
+                    self.power_s += dt;
+                    p * dt
+                }
+                (None, None) => 0.0,
+            },
+        };
+        self.total_j += delta;
+        delta
+    }
+
+    pub fn total_j(&self) -> f64 {
+        self.total_j
+    }
+
+    /// What measured most of the time covered so far (None before two samples).
+    pub fn source(&self) -> Option<EnergySource> {
+        if self.counter_s == 0.0 && self.power_s == 0.0 {
+            None
+        } else if self.counter_s >= self.power_s {
+            Some(EnergySource::Counter)
+        } else {
+            Some(EnergySource::Power)
+        }
+    }
+}
+
+/// The price of energy: money per kWh, in a currency named for display.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Price {
+    pub per_kwh: f64,
+    /// `EUR`, `USD`, `$` … shown after the figure.
+    #[serde(default)]
+    pub currency: String,
+}
+
+/// A run's energy: `ps --json`'s `energy`, `summary.json`'s `energy_j` and `energy`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunEnergy {
+    pub energy_j: f64,
+    pub kwh: f64,
+    /// Per GPU the run sees: `(index, joules)`.
+    pub per_gpu: Vec<GpuEnergy>,
+    /// Training samples the run reported, when it reports them.
+    pub samples: Option<u64>,
+    pub j_per_sample: Option<f64>,
+    /// `kwh × price`, when a price is configured.
+    pub cost: Option<f64>,
+    pub currency: Option<String>,
+    /// What measured it (counter, or power integrated where the counter is absent).
+    pub source: Option<EnergySource>,
+}
+
+/// One GPU's share of a run's energy.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct GpuEnergy {
+    pub gpu: u32,
+    pub energy_j: f64,
+}
+
+impl RunEnergy {
+    /// The figures for `per_gpu` joules, `samples` reported, at `price`.
+    pub fn new(
+        per_gpu: Vec<GpuEnergy>,
+        samples: Option<u64>,
+        price: Option<&Price>,
+        source: Option<EnergySource>,
+    ) -> RunEnergy {
+        let energy_j: f64 = per_gpu.iter().map(|g| g.energy_j).sum();
+        let kwh = energy_j / J_PER_KWH;
+        RunEnergy {
+            energy_j,
+            kwh,
+            per_gpu,
+            samples,
+            j_per_sample: samples.filter(|&s| s > 0).map(|s| energy_j / s as f64),
+            cost: price.map(|p| kwh * p.per_kwh),
+            currency: price.map(|p| p.currency.clone()).filter(|c| !c.is_empty()),
+            source,
+        }
+    }
+
+    /// One line for people: `1.23 kWh (4.43 MJ) · 2.1 J/sample · 0.18 EUR`.
+    pub fn describe(&self) -> String {
+        let mut s = format!("{} ({})", kwh_text(self.kwh), joules_text(self.energy_j));
+        if let Some(j) = self.j_per_sample {
+            s.push_str(&format!(" · {j:.3} J/sample"));
+        }
+        if let Some(c) = self.cost {
+            match &self.currency {
+                Some(cur) => s.push_str(&format!(" · {c:.2} {cur}")),
+                None => s.push_str(&format!(" · {c:.2}")),
+            }
+        }
+        s
+    }
+}
+
+/// `0.042 kWh`, `12.3 kWh`.
+pub fn kwh_text(kwh: f64) -> String {
+    if kwh < 10.0 {
+        format!("{kwh:.3} kWh")
+    } else {
+        format!("{kwh:.1} kWh")
+    }
+}
+
+/// `812 J`, `4.43 MJ`.
+pub fn joules_text(j: f64) -> String {
+    match j {
+        j if j >= 1e6 => format!("{:.2} MJ", j / 1e6),
+        j if j >= 1e3 => format!("{:.1} kJ", j / 1e3),
+        j => format!("{j:.0} J"),
+    }
+}
+
+/// Counts training samples from a run's metrics lines (`metrics.jsonl`), fed line by line.
+///
+/// A line with a cumulative count (`samples` or `samples_seen`) gives it directly; otherwise
+/// `samples_per_s` is integrated over the time between reports (`t` or `time_s`, Unix seconds —
+/// the daemon stamps `t` on every report — or `time` as RFC 3339), the way a trainer that only
+/// reports its throughput is counted.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SampleCounter {
+    counted: f64,
+    cumulative: Option<f64>,
+    last: Option<(f64, f64)>,
+}
+
+impl SampleCounter {
+    /// Take one metrics line (a JSON object); lines that are not are ignored.
+    pub fn line(&mut self, line: &str) {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+            return;
+        };
+        if let Some(n) = ["samples", "samples_seen"]
+            .iter()
+            .find_map(|k| v.get(*k).and_then(serde_json::Value::as_f64))
+        {
+            self.cumulative = Some(self.cumulative.map_or(n, |c| c.max(n)));
+            return;
+        }
+        let time = ["t", "time_s"]
+            .iter()
+            .find_map(|k| v.get(*k).and_then(serde_json::Value::as_f64))
+            .or_else(|| {
+                let t = v.get("time")?.as_str()?;
+                let t = crate::supervisor::clock::parse_rfc3339(t)?;
+                Some(t.duration_since(std::time::UNIX_EPOCH).ok()?.as_secs_f64())
+            });
+        let rate = v.get("samples_per_s").and_then(serde_json::Value::as_f64);
+        if let (Some(t), Some(r)) = (time, rate) {
+            if let Some((t0, r0)) = self.last {
+                let dt = t - t0;
+                if dt > 0.0 && dt <= 600.0 {
+                    self.counted += (r0 + r) / 2.0 * dt;
+                }
+            }
+            self.last = Some((t, r));
+        }
+    }
+
+    /// Samples so far (None when no line said anything about samples).
+    pub fn samples(&self) -> Option<u64> {
+        match (self.cumulative, self.last) {
+            (Some(c), _) => Some(c as u64),
+            (None, Some(_)) => Some(self.counted as u64),
+            (None, None) => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpusim::{Node, NodeConfig};
+
+    /// Run a busy simulated node for `secs`, sampling every `every_s`, and meter GPU 0 with or
+    /// without its counter. Returns (metered J, gpusim's own counter J over the same span).
+    fn meter_sim(secs: f64, every_s: f64, with_counter: bool) -> (f64, f64) {
+        let mut node = Node::new(&NodeConfig::default()).unwrap();
+        node.advance_to(30.0);
+        let counter = |n: &Node| n.gpu(0).unwrap().reading().energy_mj as f64 / 1000.0;
+        let mut meter = GpuMeter::new();
+        let start = counter(&node);
+        let mut t = node.time_s();
+        let t_end = t + secs;
+        // Caps move during the span, so power is not constant.
+        let mut k = 0;
+        loop {
+            let r = node.gpu(0).unwrap().reading();
+            let c = with_counter.then_some(r.energy_mj as f64 / 1000.0);
+            meter.update(node.time_s(), c, Some(r.power_w));
+            if t >= t_end - 1e-9 {
+                break;
+            }
+            t += every_s;
+            node.advance_to(t);
+            k += 1;
+            if k % 20 == 0 {
+                let cap = if k % 40 == 0 { 450.0 } else { 650.0 };
+                node.gpu_mut(0).unwrap().set_power_limit_w(cap).unwrap();
+            }
+        }
+        (meter.total_j(), counter(&node) - start)
+    }
+
+    #[test]
+    fn the_counter_path_matches_gpusims_counter() {
+        let (metered, truth) = meter_sim(600.0, 1.0, true);
+        // Whole-mJ flooring only.
+        assert!((metered - truth).abs() < 0.01, "{metered} vs {truth}");
+    }
+
+    #[test]
+    fn integrating_power_at_1hz_is_within_1_percent_of_gpusims_counter() {
+        let (metered, truth) = meter_sim(600.0, 1.0, false);
+        let err = (metered - truth).abs() / truth;
+        eprintln!(
+            "integrated {metered:.0} J, counter {truth:.0} J, error {:.4}%",
+            100.0 * err
+        );
+        assert!(err < 0.01, "{metered} vs {truth}: {:.3}%", 100.0 * err);
+        let (metered, truth) = meter_sim(600.0, 0.5, false);
+        assert!((metered - truth).abs() / truth < 0.01);
+    }
+
+    #[test]
+    fn a_counter_reset_is_bridged_by_power() {
+        let mut m = GpuMeter::new();
+        assert_eq!(m.update(0.0, Some(1000.0), Some(100.0)), 0.0);
+        assert_eq!(m.update(1.0, Some(1100.0), Some(100.0)), 100.0);
+        // The driver reloaded: the counter restarts near zero.
+        assert_eq!(m.update(2.0, Some(5.0), Some(300.0)), 200.0);
+        assert_eq!(m.update(3.0, Some(305.0), Some(300.0)), 300.0);
+        assert_eq!(m.total_j(), 600.0);
+        assert_eq!(m.source(), Some(EnergySource::Counter));
+        // No counter at all, and a gap too long to bridge.
+        let mut m = GpuMeter::new();
+        m.update(0.0, None, Some(200.0));
+        assert_eq!(m.update(2.0, None, Some(300.0)), 500.0);
+        assert_eq!(m.update(100.0, None, Some(300.0)), 0.0);
+        assert_eq!(m.update(100.0, None, Some(300.0)), 0.0);
+        assert_eq!(m.source(), Some(EnergySource::Power));
+    }
+
+    #[test]
+    fn run_figures_and_words() {
+        let e = RunEnergy::new(
+            vec![
+                GpuEnergy {
+                    gpu: 0,
+                    energy_j: 2.0e6,
+                },
+                GpuEnergy {
+                    gpu: 1,
+                    energy_j: 1.6e6,
+                },
+            ],
+            Some(1_000_000),
+            Some(&Price {
+                per_kwh: 0.25,
+                currency: "EUR".into(),
+            }),
+            Some(EnergySource::Counter),
+        );
+        assert!((e.kwh - 1.0).abs() < 1e-12);
+        assert_eq!(e.j_per_sample, Some(3.6));
+        assert_eq!(e.cost, Some(0.25));
+        assert_eq!(
+            e.describe(),
+            "1.000 kWh (3.60 MJ) · 3.600 J/sample · 0.25 EUR"
+        );
+        let e = RunEnergy::new(vec![], Some(0), None, None);
+        assert_eq!((e.j_per_sample, e.cost), (None, None));
+    }
+
+    #[test]
+    fn samples_from_metrics_lines() {
+        let mut c = SampleCounter::default();
+        assert_eq!(c.samples(), None);
+        c.line(r#"{"time_s":100.0,"samples_per_s":1000.0}"#);
+        c.line(r#"{"t":110.0,"samples_per_s":1000.0}"#);
+        c.line("not json");
+        c.line(r#"{"time":"2026-11-30T03:15:00.000Z","loss":1.0}"#);
+        assert_eq!(c.samples(), Some(10_000));
+        c.line(r#"{"samples":123456}"#);
+        assert_eq!(c.samples(), Some(123_456));
+    }
+}

@@ -1,0 +1,28 @@
+//! The energy-optimal power-cap search (Zeus's cost), as a pure state machine.
+//!
+//! While a run trains, [`Tuner`] tries power caps from the maximum downward, each for a warm-up
+//! and then a measured window (in trainer steps, or in seconds for runs that report no steps),
+//! and scores each cap by Zeus's cost per sample (You, Chung, Chowdhury, NSDI 2023):
+//!
+//! `cost = eta · energy + (1 − eta) · max_power · time`, joules per sample,
+//!
+//! where `max_power` is the sum of the tuned GPUs' maximum power limits, so that `eta = 1` is
+//! energy alone and `eta = 0` time alone, in the same unit. It stops early once the cost has
+//! clearly risen (`patience` caps in a row above the best by `rise_margin`, and never before the
+//! default cap has been measured, which every saving is reported against), then asks for the
+//! best cap. Cancelling asks for the cap the run started with.
+//!
+//! Nothing here reads a clock, a GPU or a file: the caller feeds [`Observation`]s (cumulative
+//! energy, samples, steps, time) and carries out the [`Action`]s. [`live`] drives it on a run
+//! (`gpupilot tune energy`, through the daemon); [`sim`] drives it on a gpusim
+//! node in simulated time and runs the exhaustive sweep it is compared with (`cargo bench
+//! --bench tuner`, BENCHMARKS.md).
+
+pub mod live;
+mod search;
+pub mod sim;
+
+pub use search::{
+    Action, CapPoint, Observation, Phase, Progress, TuneResult, Tuner, TunerConfig, TunerError,
+    Unit, Window, zeus_cost,
+};

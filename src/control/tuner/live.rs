@@ -1,0 +1,306 @@
+//! Driving a [`Tuner`] on a live run: poll the run's counters, carry out the actions, and put
+//! the starting caps back when the run ends or the search is interrupted mid-way.
+//!
+//! The run is behind [`LiveRun`] (the daemon client in `commands::tune`, a fake in tests), and
+//! waiting between polls is the caller's `wait`, so this file neither sleeps nor does I/O.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use super::search::{Action, Observation, Progress, TuneResult, Tuner};
+
+/// A run being tuned, as the driver needs it.
+pub trait LiveRun {
+    /// The counters now; `Ok(None)` when nothing new has arrived since the last call.
+    fn observe(&mut self) -> Result<Option<Observation>, String>;
+    /// Set this cap on every GPU of the run.
+    fn set_cap(&mut self, watts: f64) -> Result<(), String>;
+    /// Put back each GPU's cap from before the search.
+    fn restore(&mut self) -> Result<(), String>;
+    /// Whether the run is still training.
+    fn alive(&mut self) -> Result<bool, String>;
+}
+
+/// How a search on a live run ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// Finished: the best cap is set.
+    Done(Box<TuneResult>),
+    /// Stopped before the end; the starting caps were put back (`restored`), or putting them
+    /// back failed with the message.
+    Cancelled {
+        why: String,
+        restored: Result<(), String>,
+    },
+}
+
+/// Polls that may pass without a first observation (the trainer has not reported yet).
+pub const FIRST_OBSERVATION_POLLS: u32 = 120;
+
+/// Run `tuner` on `run` until it finishes, `stop` turns true, or the run ends. `wait` is
+/// called between polls; `progress` after each one.
+pub fn drive(
+    tuner: &mut Tuner,
+    run: &mut impl LiveRun,
+    stop: &AtomicBool,
+    mut wait: impl FnMut(),
+    mut progress: impl FnMut(&Progress),
+) -> Result<Outcome, String> {
+    let mut polls = 0;
+    let first = loop {
+        if stop.load(Ordering::SeqCst) {
+            return Ok(cancelled(tuner, run, "interrupted before the first cap"));
+        }
+        if !run.alive()? {
+            return Err("the run is not running: nothing to tune".into());
+        }
+        if let Some(o) = run.observe()? {
+            break o;
+        }
+        polls += 1;
+        if polls >= FIRST_OBSERVATION_POLLS {
+            return Err(
+                "the run reports no training metrics (steps, samples/s): the tuner needs its throughput; report metrics with the gpupilot SDK or print them (see docs/profiles.md)".into(),
+            );
+        }
+        wait();
+    };
+    let mut action = Some(tuner.start(&first));
+    let mut changed = false;
+    loop {
+        match action.take() {
+            Some(Action::SetCap(w)) => {
+                if let Err(e) = run.set_cap(w) {
+                    if !changed {
+                        tuner.cancel();
+                        return Err(format!("setting {w:.0} W: {e} (nothing was changed)"));
+                    }
+                    let out = cancelled(tuner, run, "");
+                    let restored = match out {
+                        Outcome::Cancelled { restored, .. } => restored,
+                        Outcome::Done(_) => Ok(()),
+                    };
+                    return Err(match restored {
+                        Ok(()) => format!("setting {w:.0} W: {e} (the starting caps are back)"),
+                        Err(r) => format!(
+                            "setting {w:.0} W: {e}; putting the starting caps back failed too: {r}"
+                        ),
+                    });
+                }
+                changed = true;
+            }
+            Some(Action::Finish { apply_w, result }) => {
+                run.set_cap(apply_w)
+                    .map_err(|e| format!("setting the best cap {apply_w:.0} W: {e}"))?;
+                progress(&tuner.progress());
+                return Ok(Outcome::Done(result));
+            }
+            Some(Action::Restore(_)) | None => {}
+        }
+        progress(&tuner.progress());
+        if stop.load(Ordering::SeqCst) {
+            return Ok(cancelled(tuner, run, "interrupted"));
+        }
+        match run.alive() {
+            Ok(true) => {}
+            Ok(false) => return Ok(cancelled(tuner, run, "the run ended")),
+            Err(e) => return Ok(cancelled(tuner, run, &e)),
+        }
+        wait();
+        match run.observe() {
+            Ok(Some(o)) => action = tuner.observe(&o),
+            Ok(None) => {}
+            Err(e) => return Ok(cancelled(tuner, run, &e)),
+        }
+    }
+}
+
+fn cancelled(tuner: &mut Tuner, run: &mut impl LiveRun, why: &str) -> Outcome {
+    let restored = match tuner.cancel() {
+        Some(_) => run.restore(),
+        None => Ok(()),
+    };
+    Outcome::Cancelled {
+        why: why.to_string(),
+        restored,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::search::{TunerConfig, Window};
+    use super::*;
+    use std::cell::Cell;
+
+    /// A run whose energy per sample has its minimum at 450 W; it ends after `life` polls.
+    struct Fake {
+        obs: Observation,
+        cap: f64,
+        caps: Vec<f64>,
+        restored: u32,
+        polls: u32,
+        life: u32,
+        quiet_polls: u32,
+        refuse_below: f64,
+    }
+
+    impl Fake {
+        fn new() -> Fake {
+            Fake {
+                obs: Observation {
+                    time_s: 0.0,
+                    steps: Some(0.0),
+                    energy_j: 0.0,
+                    samples: 0.0,
+                },
+                cap: 600.0,
+                caps: Vec::new(),
+                restored: 0,
+                polls: 0,
+                life: u32::MAX,
+                quiet_polls: 0,
+                refuse_below: 0.0,
+            }
+        }
+    }
+
+    impl LiveRun for Fake {
+        fn observe(&mut self) -> Result<Option<Observation>, String> {
+            self.polls += 1;
+            if self.polls <= self.quiet_polls {
+                return Ok(None);
+            }
+            let x = (self.cap - 450.0) / 100.0;
+            self.obs.steps = self.obs.steps.map(|s| s + 1.0);
+            self.obs.samples += 10.0;
+            self.obs.time_s += 0.1;
+            self.obs.energy_j += 10.0 * (2.0 + x * x);
+            Ok(Some(self.obs))
+        }
+        fn set_cap(&mut self, w: f64) -> Result<(), String> {
+            if w < self.refuse_below {
+                return Err("no permission".into());
+            }
+            self.cap = w;
+            self.caps.push(w);
+            Ok(())
+        }
+        fn restore(&mut self) -> Result<(), String> {
+            self.restored += 1;
+            self.cap = 600.0;
+            Ok(())
+        }
+        fn alive(&mut self) -> Result<bool, String> {
+            Ok(self.polls < self.life)
+        }
+    }
+
+    fn tuner() -> Tuner {
+        let mut c = TunerConfig::new(200.0, 700.0, 700.0, 600.0, 1);
+        c.eta = 1.0;
+        c.window = Window {
+            unit: super::super::search::Unit::Steps,
+            warmup: 2.0,
+            measure: 5.0,
+        };
+        Tuner::new(c).unwrap()
+    }
+
+    #[test]
+    fn a_search_runs_to_the_end_and_applies_the_best_cap() {
+        let mut run = Fake::new();
+        let stop = AtomicBool::new(false);
+        let seen = Cell::new(0);
+        let out = drive(
+            &mut tuner(),
+            &mut run,
+            &stop,
+            || {},
+            |_| seen.set(seen.get() + 1),
+        )
+        .unwrap();
+        let Outcome::Done(r) = out else {
+            panic!("{out:?}")
+        };
+        assert_eq!(r.best.cap_w, 450.0);
+        assert_eq!(*run.caps.last().unwrap(), 450.0, "the best cap is applied");
+        assert_eq!(run.caps[0], 700.0);
+        assert_eq!(run.restored, 0);
+        assert!(seen.get() > 10, "progress is reported as it goes");
+    }
+
+    #[test]
+    fn the_run_ending_mid_way_restores_the_starting_caps() {
+        let mut run = Fake::new();
+        run.life = 30;
+        let stop = AtomicBool::new(false);
+        let out = drive(&mut tuner(), &mut run, &stop, || {}, |_| {}).unwrap();
+        assert_eq!(
+            out,
+            Outcome::Cancelled {
+                why: "the run ended".into(),
+                restored: Ok(())
+            }
+        );
+        assert_eq!(run.restored, 1);
+        assert_eq!(run.cap, 600.0);
+    }
+
+    #[test]
+    fn an_interrupt_restores_the_starting_caps() {
+        let mut run = Fake::new();
+        let stop = AtomicBool::new(false);
+        let polls = Cell::new(0);
+        let out = drive(
+            &mut tuner(),
+            &mut run,
+            &stop,
+            || {
+                polls.set(polls.get() + 1);
+                if polls.get() == 12 {
+                    stop.store(true, Ordering::SeqCst);
+                }
+            },
+            |_| {},
+        )
+        .unwrap();
+        assert!(
+            matches!(&out, Outcome::Cancelled { why, restored: Ok(()) } if why == "interrupted"),
+            "{out:?}"
+        );
+        assert_eq!(run.restored, 1);
+    }
+
+    #[test]
+    fn a_refused_cap_stops_the_search_and_restores() {
+        let mut run = Fake::new();
+        run.refuse_below = 650.0;
+        let stop = AtomicBool::new(false);
+        let err = drive(&mut tuner(), &mut run, &stop, || {}, |_| {}).unwrap_err();
+        assert!(err.contains("setting 625 W: no permission"), "{err}");
+        assert!(err.contains("starting caps are back"), "{err}");
+        assert_eq!(run.restored, 1);
+        // Refused from the first cap: nothing to put back.
+        let mut run = Fake::new();
+        run.refuse_below = 1000.0;
+        let err = drive(&mut tuner(), &mut run, &stop, || {}, |_| {}).unwrap_err();
+        assert!(
+            err.contains("setting 700 W: no permission (nothing was changed)"),
+            "{err}"
+        );
+        assert_eq!(run.restored, 0);
+    }
+
+    #[test]
+    fn a_run_without_metrics_is_refused_without_touching_caps() {
+        let mut run = Fake::new();
+        run.quiet_polls = u32::MAX;
+        let stop = AtomicBool::new(false);
+        let err = drive(&mut tuner(), &mut run, &stop, || {}, |_| {}).unwrap_err();
+        assert!(err.contains("no training metrics"), "{err}");
+        assert!(run.caps.is_empty());
+        // A run that is not running at all.
+        let mut run = Fake::new();
+        run.life = 0;
+        assert!(drive(&mut tuner(), &mut run, &stop, || {}, |_| {}).is_err());
+    }
+}

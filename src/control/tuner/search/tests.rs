@@ -1,0 +1,356 @@
+use super::*;
+
+/// A run whose cost per sample at each cap is a known function: one observation per step.
+struct FakeRun {
+    obs: Observation,
+    cap: f64,
+    batch: f64,
+    /// (joules, seconds) per sample at a cap.
+    curve: fn(f64) -> (f64, f64),
+}
+
+impl FakeRun {
+    fn new(curve: fn(f64) -> (f64, f64)) -> FakeRun {
+        FakeRun {
+            obs: Observation {
+                time_s: 100.0,
+                steps: Some(5000.0),
+                energy_j: 1e6,
+                samples: 8e4,
+            },
+            cap: 0.0,
+            batch: 16.0,
+            curve,
+        }
+    }
+
+    fn step(&mut self) -> Observation {
+        let (j, s) = (self.curve)(self.cap);
+        self.obs.time_s += s * self.batch;
+        self.obs.energy_j += j * self.batch;
+        self.obs.samples += self.batch;
+        self.obs.steps = self.obs.steps.map(|n| n + 1.0);
+        self.obs
+    }
+
+    /// Drive the tuner to its end; returns the caps it set and the final action.
+    fn drive(&mut self, t: &mut Tuner) -> (Vec<f64>, Action) {
+        let mut set = Vec::new();
+        let Action::SetCap(first) = t.start(&self.obs) else {
+            panic!("start sets a cap")
+        };
+        set.push(first);
+        self.cap = first;
+        for _ in 0..100_000 {
+            let obs = self.step();
+            match t.observe(&obs) {
+                Some(Action::SetCap(w)) => {
+                    set.push(w);
+                    self.cap = w;
+                }
+                Some(done) => return (set, done),
+                None => {}
+            }
+        }
+        panic!("the search never ended")
+    }
+}
+
+/// Energy per sample with a minimum at 450 W; time per sample falling with the cap.
+fn bowl(cap: f64) -> (f64, f64) {
+    let x = (cap - 450.0) / 100.0;
+    (2.0 + 0.5 * x * x, 0.01 * 700.0 / cap)
+}
+
+fn h100() -> TunerConfig {
+    let mut c = TunerConfig::new(200.0, 700.0, 700.0, 700.0, 1);
+    c.eta = 1.0;
+    c
+}
+
+#[test]
+fn the_plan_runs_from_max_down_and_includes_the_default() {
+    let c = h100();
+    let plan = c.plan();
+    assert_eq!(plan.len(), 21);
+    assert_eq!((plan[0], plan[1], plan[20]), (700.0, 675.0, 200.0));
+    let mut rtx = TunerConfig::new(150.0, 450.0, 600.0, 450.0, 1);
+    rtx.step_w = 40.0;
+    let plan = rtx.plan();
+    assert!(plan.contains(&450.0), "{plan:?}");
+    assert!(plan.windows(2).all(|w| w[0] > w[1]), "{plan:?}");
+    assert_eq!(*plan.last().unwrap(), 160.0);
+}
+
+#[test]
+fn finds_the_minimum_and_stops_after_two_clear_rises() {
+    let mut t = Tuner::new(h100()).unwrap();
+    let (set, end) = FakeRun::new(bowl).drive(&mut t);
+    let Action::Finish { apply_w, result } = end else {
+        panic!("{end:?}")
+    };
+    assert_eq!(apply_w, 450.0);
+    // 700 … 450, then 425 (+1.6%: no rise at a 2% margin), 400 (+6%) and 375 rise: stop.
+    assert_eq!(*set.last().unwrap(), 375.0, "{set:?}");
+    assert!(result.stopped_early);
+    assert_eq!(result.curve.len(), set.len());
+    assert_eq!(result.planned, 21);
+    // Against 700 W: 2 + 0.5·6.25 = 5.125 J → 2 J.
+    let e = result.energy_saving_pct.unwrap();
+    assert!((e - 100.0 * (5.125 - 2.0) / 5.125).abs() < 1e-6, "{e}");
+    let time = result.time_change_pct.unwrap();
+    assert!(
+        (time - 100.0 * (700.0 / 450.0 - 1.0)).abs() < 1e-6,
+        "{time}"
+    );
+    assert!(
+        result.summary().contains("best cap 450 W"),
+        "{}",
+        result.summary()
+    );
+    assert_eq!(t.phase(), Phase::Done);
+    assert_eq!(t.result().unwrap().best.cap_w, 450.0);
+    // Done: nothing to undo, nothing more to do.
+    assert_eq!(t.cancel(), None);
+}
+
+#[test]
+fn eta_trades_energy_for_time() {
+    // With time in the cost the optimum moves up from the energy-only 450 W.
+    let mut c = h100();
+    c.eta = 0.5;
+    let mut t = Tuner::new(c).unwrap();
+    let (_, end) = FakeRun::new(bowl).drive(&mut t);
+    let Action::Finish { apply_w, result } = end else {
+        panic!()
+    };
+    // cost = 0.5·(2 + 0.5x²) + 0.5·700·(7/cap): brute force on the plan.
+    let best = h100()
+        .plan()
+        .into_iter()
+        .min_by(|a, b| {
+            let f = |c: f64| {
+                let (j, s) = bowl(c);
+                zeus_cost(0.5, 700.0, j, s)
+            };
+            f(*a).total_cmp(&f(*b))
+        })
+        .unwrap();
+    assert!(best > 450.0, "{best}");
+    assert_eq!(apply_w, best);
+    let p = result.best;
+    assert!(
+        (p.cost - zeus_cost(0.5, 700.0, p.energy_per_sample_j, p.time_per_sample_s)).abs() < 1e-9
+    );
+}
+
+#[test]
+fn the_sweep_tries_every_cap() {
+    let mut c = h100();
+    c.early_stop = false;
+    let mut t = Tuner::new(c).unwrap();
+    let (set, end) = FakeRun::new(bowl).drive(&mut t);
+    assert_eq!(set, h100().plan());
+    let Action::Finish { apply_w, result } = end else {
+        panic!()
+    };
+    assert_eq!(apply_w, 450.0);
+    assert!(!result.stopped_early);
+}
+
+/// Flat down to the default (the cap does not bind above it), then rising.
+fn flat_then_rising(cap: f64) -> (f64, f64) {
+    let j = if cap >= 450.0 {
+        3.0
+    } else {
+        3.0 + (450.0 - cap) / 10.0
+    };
+    // The highest caps measure a touch worse: noise that would look like two rises.
+    let j = if cap > 560.0 { j * 0.9 } else { j };
+    (j, 0.01)
+}
+
+#[test]
+fn never_stops_before_the_default_cap_is_measured() {
+    let mut c = TunerConfig::new(150.0, 450.0, 600.0, 450.0, 1);
+    c.eta = 1.0;
+    let mut t = Tuner::new(c).unwrap();
+    let (set, end) = FakeRun::new(flat_then_rising).drive(&mut t);
+    assert!(set.contains(&450.0), "{set:?}");
+    let Action::Finish { result, .. } = end else {
+        panic!()
+    };
+    assert!(result.default.is_some());
+    assert_eq!(result.default.unwrap().cap_w, 450.0);
+}
+
+#[test]
+fn warm_up_is_not_scored() {
+    // Energy spent during the warm-up (and a jump in the counter there) never reaches a point.
+    let mut c = h100();
+    c.window = Window {
+        unit: Unit::Steps,
+        warmup: 3.0,
+        measure: 4.0,
+    };
+    let mut t = Tuner::new(c).unwrap();
+    let mut obs = Observation {
+        time_s: 0.0,
+        steps: Some(0.0),
+        energy_j: 0.0,
+        samples: 0.0,
+    };
+    assert_eq!(t.start(&obs), Action::SetCap(700.0));
+    for k in 1..=3 {
+        obs.steps = Some(k as f64);
+        obs.time_s = k as f64;
+        obs.energy_j += 1000.0; // warm-up: 1000 J a step
+        obs.samples += 10.0;
+        assert_eq!(t.observe(&obs), None);
+        if k < 3 {
+            assert_eq!(t.phase(), Phase::WarmUp);
+        }
+    }
+    assert_eq!(t.phase(), Phase::Measure);
+    for k in 4..=6 {
+        obs.steps = Some(k as f64);
+        obs.time_s = k as f64;
+        obs.energy_j += 100.0;
+        obs.samples += 10.0;
+        assert_eq!(t.observe(&obs), None);
+    }
+    assert!((t.progress().fraction - 0.75).abs() < 1e-9);
+    assert_eq!(t.progress().cap_w, Some(700.0));
+    obs.steps = Some(7.0);
+    obs.time_s = 7.0;
+    obs.energy_j += 100.0;
+    obs.samples += 10.0;
+    assert_eq!(t.observe(&obs), Some(Action::SetCap(675.0)));
+    let p = t.progress().curve[0];
+    assert_eq!((p.energy_j, p.samples, p.seconds), (400.0, 40.0, 4.0));
+    assert_eq!(p.energy_per_sample_j, 10.0);
+    assert_eq!(p.avg_power_w, 100.0);
+}
+
+#[test]
+fn a_counter_going_backwards_restarts_the_window() {
+    let mut c = h100();
+    c.window = Window {
+        unit: Unit::Seconds,
+        warmup: 0.0,
+        measure: 10.0,
+    };
+    let mut t = Tuner::new(c).unwrap();
+    let mut obs = Observation {
+        time_s: 0.0,
+        steps: None,
+        energy_j: 5000.0,
+        samples: 0.0,
+    };
+    t.start(&obs);
+    obs.time_s = 0.5;
+    t.observe(&obs);
+    assert_eq!(t.phase(), Phase::Measure);
+    obs.time_s = 6.0;
+    obs.energy_j = 10.0; // the GPU's counter was reset
+    obs.samples = 60.0;
+    assert_eq!(t.observe(&obs), None);
+    // 10 s after the reset, not after the start of the window.
+    obs.time_s = 12.0;
+    obs.energy_j = 610.0;
+    obs.samples = 120.0;
+    assert_eq!(t.observe(&obs), None);
+    obs.time_s = 16.0;
+    obs.energy_j = 1010.0;
+    obs.samples = 160.0;
+    assert_eq!(t.observe(&obs), Some(Action::SetCap(675.0)));
+    let p = t.progress().curve[0];
+    assert_eq!((p.energy_j, p.samples, p.seconds), (1000.0, 100.0, 10.0));
+}
+
+#[test]
+fn steps_without_samples_are_measured_again() {
+    let mut c = h100();
+    c.window = Window {
+        unit: Unit::Steps,
+        warmup: 0.0,
+        measure: 2.0,
+    };
+    let mut t = Tuner::new(c).unwrap();
+    let mut obs = Observation {
+        time_s: 0.0,
+        steps: Some(0.0),
+        energy_j: 0.0,
+        samples: 0.0,
+    };
+    t.start(&obs);
+    t.observe(&obs);
+    obs.steps = Some(2.0);
+    obs.time_s = 1.0;
+    obs.energy_j = 100.0;
+    assert_eq!(t.observe(&obs), None, "no samples: nothing to score");
+    assert!(t.progress().curve.is_empty());
+    // A steps-window observation without steps does not move the window.
+    assert_eq!(
+        t.observe(&Observation {
+            steps: None,
+            time_s: 9.0,
+            ..obs
+        }),
+        None
+    );
+}
+
+#[test]
+fn cancelling_mid_way_restores_the_starting_cap() {
+    let mut c = h100();
+    c.start_w = 550.0;
+    let mut t = Tuner::new(c).unwrap();
+    let mut run = FakeRun::new(bowl);
+    t.start(&run.obs);
+    for _ in 0..120 {
+        let o = run.step();
+        t.observe(&o);
+    }
+    assert!(matches!(t.phase(), Phase::WarmUp | Phase::Measure));
+    assert!(!t.progress().curve.is_empty());
+    assert_eq!(t.cancel(), Some(Action::Restore(550.0)));
+    assert_eq!(t.phase(), Phase::Cancelled);
+    assert_eq!(t.observe(&run.step()), None);
+    assert_eq!(t.cancel(), None);
+    // Cancelled before starting: nothing was changed, nothing to restore.
+    let mut fresh = Tuner::new(h100()).unwrap();
+    assert_eq!(fresh.cancel(), None);
+}
+
+#[test]
+fn bad_configs_are_refused_with_a_reason() {
+    let mut c = h100();
+    c.eta = 1.5;
+    assert!(Tuner::new(c).unwrap_err().to_string().contains("eta"));
+    let mut c = h100();
+    c.step_w = 0.0;
+    assert!(Tuner::new(c).is_err());
+    let mut c = h100();
+    c.default_w = 800.0;
+    assert!(Tuner::new(c).is_err());
+    let mut c = h100();
+    c.window.measure = 0.0;
+    assert!(Tuner::new(c).is_err());
+    let mut c = h100();
+    c.patience = 0;
+    assert!(Tuner::new(c).is_err());
+}
+
+#[test]
+fn results_round_trip_as_json() {
+    let mut t = Tuner::new(h100()).unwrap();
+    let (_, end) = FakeRun::new(bowl).drive(&mut t);
+    let Action::Finish { result, .. } = end else {
+        panic!()
+    };
+    let text = serde_json::to_string(&result).unwrap();
+    let back: TuneResult = serde_json::from_str(&text).unwrap();
+    assert_eq!(back.best.cap_w, result.best.cap_w);
+    assert_eq!(back.curve.len(), result.curve.len());
+}

@@ -1,0 +1,318 @@
+//! The tuner on a simulated GPU, in simulated time, and the exhaustive sweep it is judged by.
+//!
+//! One gpusim GPU trains a model; the harness sets each cap the [`Tuner`] asks for through
+//! gpusim, advances the node, and feeds back the GPU's energy counter and the training's step
+//! and sample counts. The sweep is the same search with early stopping off, on an identical
+//! node (same seed), so the two see the same measurements for the caps both try. The
+//! simulator's own optimum comes from [`gpusim::power`], which computes the steady state
+//! (no loader stalls) instead of measuring it.
+
+use gpusim::{Node, NodeConfig, SimError, TrainingConfig, find};
+
+use super::search::{
+    Action, Observation, TuneResult, Tuner, TunerConfig, TunerError, Window, zeus_cost,
+};
+
+/// Why a simulated search could not be carried out.
+#[derive(Debug, thiserror::Error)]
+pub enum HarnessError {
+    #[error("simulator: {0}")]
+    Sim(#[from] SimError),
+    #[error(transparent)]
+    Tuner(#[from] TunerError),
+    #[error("the search had not ended after {0:.0} simulated seconds")]
+    NoEnd(f64),
+}
+
+/// A GPU and a training job.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SimCase {
+    /// gpusim catalog id.
+    pub gpu: &'static str,
+    /// gpusim model id.
+    pub model: &'static str,
+    pub batch_size: u32,
+}
+
+impl SimCase {
+    pub const fn new(gpu: &'static str, model: &'static str, batch_size: u32) -> SimCase {
+        SimCase {
+            gpu,
+            model,
+            batch_size,
+        }
+    }
+}
+
+/// How the harness runs the search.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SimSettings {
+    pub eta: f64,
+    pub step_w: f64,
+    pub window: Window,
+    /// gpusim's time step, seconds.
+    pub sim_step_s: f64,
+    pub seed: u64,
+}
+
+impl Default for SimSettings {
+    /// eta 0.5, 25 W steps, Zeus's window (10 + 40 steps), 10 ms simulation steps.
+    fn default() -> SimSettings {
+        SimSettings {
+            eta: 0.5,
+            step_w: 25.0,
+            window: Window::DEFAULT_STEPS,
+            sim_step_s: 0.01,
+            seed: 1,
+        }
+    }
+}
+
+/// A search carried out on the simulator.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SimRun {
+    pub result: TuneResult,
+    /// Simulated seconds from the start to the end of the search.
+    pub sim_time_s: f64,
+}
+
+/// The tuner against the sweep and against the model's computed optimum.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Comparison {
+    pub case: SimCase,
+    pub tuner: SimRun,
+    pub sweep: SimRun,
+    /// The tuner's cap as the sweep measured it, and the sweep's best: cost per sample, J.
+    pub tuner_cost: f64,
+    pub sweep_best_cost: f64,
+    /// `(tuner_cost − sweep_best_cost) / sweep_best_cost`, percent.
+    pub gap_pct: f64,
+    /// Tuner time over sweep time.
+    pub time_fraction: f64,
+    /// gpusim's steady-state optimum of the same cost over whole watts: (cap, J/sample).
+    pub model_cost_optimum: (f64, f64),
+    /// gpusim's energy-only optimum ([`gpusim::energy_optimal_cap_w`]): (cap, J/sample).
+    pub model_energy_optimum: (f64, f64),
+}
+
+/// A one-GPU node training `case` under the default cap.
+fn node_for(case: &SimCase, s: &SimSettings) -> Result<Node, SimError> {
+    Node::new(&NodeConfig {
+        gpus: vec![case.gpu.to_string()],
+        ambient_c: 25.0,
+        seed: s.seed,
+        step_s: s.sim_step_s,
+        training: Some(TrainingConfig {
+            model: case.model.to_string(),
+            batch_size: case.batch_size,
+            prefetch_depth: 2,
+            workers: 8,
+        }),
+    })
+}
+
+fn observe(node: &Node) -> Observation {
+    let gpu = &node.gpus()[0];
+    let t = gpu.training();
+    Observation {
+        time_s: node.time_s(),
+        steps: t.map(|t| t.step as f64),
+        energy_j: gpu.reading().energy_mj as f64 / 1000.0,
+        samples: t.map_or(0.0, |t| t.samples_seen),
+    }
+}
+
+/// Run the search (or, with `early_stop` false, the sweep) on a fresh node.
+pub fn run_on_sim(
+    case: &SimCase,
+    s: &SimSettings,
+    early_stop: bool,
+) -> Result<SimRun, HarnessError> {
+    let spec = find(case.gpu).ok_or_else(|| SimError::UnknownGpu(case.gpu.to_string()))?;
+    let mut node = node_for(case, s)?;
+    let mut cfg = TunerConfig::new(
+        spec.power_min_w,
+        spec.power_default_w,
+        spec.power_max_w,
+        spec.power_default_w,
+        1,
+    );
+    cfg.eta = s.eta;
+    cfg.step_w = s.step_w;
+    cfg.window = s.window;
+    cfg.early_stop = early_stop;
+    let mut tuner = Tuner::new(cfg)?;
+    // The run has been training for a while before anyone tunes it.
+    node.advance_to(10.0);
+    let t0 = node.time_s();
+    let mut action = tuner.start(&observe(&node));
+    // Enough for any plan: a cap's window is a few minutes at most on the slowest case.
+    let limit_s = t0 + tuner.plan().len() as f64 * 3600.0;
+    loop {
+        match action {
+            Action::SetCap(w) => node.try_gpu_mut(0)?.set_power_limit_w(w)?,
+            Action::Finish { apply_w, result } => {
+                node.try_gpu_mut(0)?.set_power_limit_w(apply_w)?;
+                return Ok(SimRun {
+                    sim_time_s: node.time_s() - t0,
+                    result: *result,
+                });
+            }
+            Action::Restore(w) => node.try_gpu_mut(0)?.set_power_limit_w(w)?,
+        }
+        action = loop {
+            node.step();
+            if node.time_s() > limit_s {
+                return Err(HarnessError::NoEnd(node.time_s() - t0));
+            }
+            if let Some(a) = tuner.observe(&observe(&node)) {
+                break a;
+            }
+        };
+    }
+}
+
+/// gpusim's steady-state cost per sample at `cap_w` (no loader stalls), J.
+pub fn model_cost(case: &SimCase, eta: f64, cap_w: f64) -> Option<f64> {
+    let spec = find(case.gpu)?;
+    let (j, s) = gpusim::energy_per_sample_at_cap(spec, case.model, case.batch_size, cap_w)?;
+    Some(zeus_cost(eta, spec.power_max_w, j, s))
+}
+
+/// Tuner, sweep and the model's optimum for one case.
+pub fn compare(case: &SimCase, s: &SimSettings) -> Result<Comparison, HarnessError> {
+    let spec = find(case.gpu).ok_or_else(|| SimError::UnknownGpu(case.gpu.to_string()))?;
+    let tuner = run_on_sim(case, s, true)?;
+    // An independent run (another seed, so other loader jitter): the gap then includes the
+    // noise of measuring, not only what stopping early missed.
+    let other = SimSettings {
+        seed: s.seed.wrapping_add(1),
+        ..s.clone()
+    };
+    let sweep = run_on_sim(case, &other, false)?;
+    let chosen = tuner.result.best.cap_w;
+    let tuner_cost = sweep
+        .result
+        .curve
+        .iter()
+        .find(|p| p.cap_w == chosen)
+        .map_or(tuner.result.best.cost, |p| p.cost);
+    let sweep_best_cost = sweep.result.best.cost;
+    let no_fit = || SimError::UnknownModel(format!("{} batch {}", case.model, case.batch_size));
+    let (lo, hi) = (
+        spec.power_min_w.ceil() as u32,
+        spec.power_max_w.floor() as u32,
+    );
+    let model_cost_optimum = (lo..=hi)
+        .filter_map(|w| Some((f64::from(w), model_cost(case, s.eta, f64::from(w))?)))
+        .min_by(|a, b| a.1.total_cmp(&b.1))
+        .ok_or_else(no_fit)?;
+    let (ecap, ej, _) =
+        gpusim::energy_optimal_cap_w(spec, case.model, case.batch_size).ok_or_else(no_fit)?;
+    Ok(Comparison {
+        case: case.clone(),
+        gap_pct: 100.0 * (tuner_cost - sweep_best_cost) / sweep_best_cost,
+        time_fraction: tuner.sim_time_s / sweep.sim_time_s,
+        tuner,
+        sweep,
+        tuner_cost,
+        sweep_best_cost,
+        model_cost_optimum,
+        model_energy_optimum: (ecap, ej),
+    })
+}
+
+/// The cases of the benchmark table: five GPUs, three workloads where they fit.
+pub const BENCH_CASES: &[SimCase] = &[
+    SimCase::new("h100-sxm", "resnet50", 256),
+    SimCase::new("h100-sxm", "bert-large", 16),
+    SimCase::new("h100-sxm", "gpt-1.3b", 8),
+    SimCase::new("h200", "resnet50", 256),
+    SimCase::new("h200", "bert-large", 16),
+    SimCase::new("a100-sxm-80gb", "resnet50", 256),
+    SimCase::new("a100-sxm-80gb", "bert-large", 16),
+    SimCase::new("a100-sxm-80gb", "gpt-1.3b", 8),
+    SimCase::new("v100-sxm2", "resnet50", 256),
+    SimCase::new("v100-sxm2", "bert-large", 16),
+    SimCase::new("rtx-4090", "resnet50", 256),
+    SimCase::new("rtx-4090", "bert-large", 16),
+];
+
+/// The comparisons as a Markdown table.
+pub fn table(rows: &[Comparison]) -> String {
+    let mut out = String::from(
+        "| GPU | workload | tuner cap | sweep-best cap | model optimum (cost / energy) | cost gap | energy saved vs default | time vs default | tuner time / sweep time |\n\
+         |---|---|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for c in rows {
+        let r = &c.tuner.result;
+        out.push_str(&format!(
+            "| {} | {} (batch {}) | {:.0} W | {:.0} W | {:.0} W / {:.0} W | {:.2}% | {:.1}% | {:+.1}% | {:.0} s / {:.0} s = {:.2} |\n",
+            c.case.gpu,
+            c.case.model,
+            c.case.batch_size,
+            r.best.cap_w,
+            c.sweep.result.best.cap_w,
+            c.model_cost_optimum.0,
+            c.model_energy_optimum.0,
+            c.gap_pct,
+            r.energy_saving_pct.unwrap_or(f64::NAN),
+            r.time_change_pct.unwrap_or(f64::NAN),
+            c.tuner.sim_time_s,
+            c.sweep.sim_time_s,
+            c.time_fraction,
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The acceptance check: on three GPUs and two workloads the tuner's cap costs within 3%
+    /// of the sweep's best, never in more time, and in clearly less on average.
+    #[test]
+    fn tuner_is_within_three_percent_of_the_sweep_in_less_time() {
+        let s = SimSettings::default();
+        let mut fractions = Vec::new();
+        for gpu in ["h100-sxm", "a100-sxm-80gb", "v100-sxm2"] {
+            for (model, batch) in [("resnet50", 256), ("bert-large", 16)] {
+                let c = compare(&SimCase::new(gpu, model, batch), &s).unwrap();
+                assert!(c.gap_pct <= 3.0, "{gpu} {model}: gap {:.2}%", c.gap_pct);
+                // Never more than the sweep (the two runs differ only by loader jitter).
+                assert!(c.time_fraction < 1.02, "{gpu} {model}");
+                fractions.push(c.time_fraction);
+                let r = &c.tuner.result;
+                // The saving is real and the cap inside the range, as the model predicts.
+                assert!(r.cost_saving_pct.unwrap() > 0.0, "{gpu} {model}");
+                assert!(r.energy_saving_pct.unwrap() > 0.0, "{gpu} {model}");
+                let spec = find(gpu).unwrap();
+                assert!(r.best.cap_w < spec.power_default_w, "{gpu} {model}");
+                assert!(r.best.cap_w > spec.power_min_w, "{gpu} {model}");
+                // Within 3% of the model's own optimum too, judged by the model.
+                let (_, opt) = c.model_cost_optimum;
+                let at = model_cost(&c.case, s.eta, r.best.cap_w).unwrap();
+                assert!((at - opt) / opt < 0.03, "{gpu} {model}: {at} vs {opt}");
+            }
+        }
+        let mean = fractions.iter().sum::<f64>() / fractions.len() as f64;
+        assert!(mean < 0.75, "{fractions:?}");
+    }
+
+    #[test]
+    fn the_measured_curve_follows_the_model() {
+        // Where the loader keeps up, the measured cost at each cap is the model's steady state.
+        let case = SimCase::new("a100-sxm-80gb", "bert-large", 16);
+        let run = run_on_sim(&case, &SimSettings::default(), false).unwrap();
+        for p in &run.result.curve {
+            let m = model_cost(&case, 0.5, p.cap_w).unwrap();
+            assert!(
+                (p.cost - m).abs() / m < 0.03,
+                "{} W: measured {:.3} model {m:.3}",
+                p.cap_w,
+                p.cost
+            );
+        }
+    }
+}

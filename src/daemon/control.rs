@@ -1,0 +1,513 @@
+//! The GPU-settings requests: power caps, SM clock locks and the driver's target temperature,
+//! applied through the daemon's control handle (the same NVML or simulator object it samples).
+//!
+//! Every change is checked against the GPU's range before any setter is called, its original
+//! value is recorded (`$STATE/control/originals.json`, synced) before the setter, and the
+//! change is recorded as a `gpu_changed` node event with who, old → new and why. Changes are
+//! made one at a time (the record's lock), so two clients never interleave a record and a set.
+
+use std::sync::{Arc, Mutex, OnceLock};
+
+use super::auth::Peer;
+use super::state::{Daemon, RequestError, lock};
+use super::{DaemonError, io_err};
+use crate::control::ControlError;
+use crate::control::power::{
+    GpuControl, Originals, check_clocks, check_gpu_max, check_power, watts,
+};
+use crate::protocol::{
+    ErrorCode, GpuChange, GpuSelection, GpuSettings, NodeEvent, Request, Response,
+};
+
+/// The daemon's control handle, set once at start when it has GPUs to control.
+#[derive(Default)]
+pub struct ControlSlot(OnceLock<Controller>);
+
+struct Controller {
+    dev: Arc<dyn GpuControl>,
+    /// Also the lock that makes changes one at a time.
+    originals: Mutex<Originals>,
+    restore_on_exit: bool,
+    /// The caps runs' profiles set (`run_power`).
+    run_caps: Mutex<super::run_power::RunCaps>,
+}
+
+const POWER: &str = "power_limit";
+const CLOCKS: &str = "locked_clocks";
+const GPU_MAX: &str = "gpu_max_temp";
+
+fn mhz(v: [u32; 2]) -> String {
+    format!("{}–{} MHz", v[0], v[1])
+}
+
+fn celsius(c: f64) -> String {
+    format!("{c:.0} °C")
+}
+
+impl From<ControlError> for RequestError {
+    fn from(e: ControlError) -> RequestError {
+        let code = match &e {
+            ControlError::NoPermission(_) => ErrorCode::NoPermission,
+            ControlError::OutOfRange(_) | ControlError::NoGpu(_) => ErrorCode::BadRequest,
+            ControlError::NotSupported(_) => ErrorCode::NotSupported,
+            ControlError::Failed(_) => ErrorCode::Internal,
+        };
+        RequestError::new(code, e.to_string())
+    }
+}
+
+/// A setter failed after others had succeeded: say which were changed.
+fn failed(e: ControlError, done: &[GpuChange]) -> RequestError {
+    let mut err = RequestError::from(e);
+    if !done.is_empty() {
+        let list: Vec<String> = done
+            .iter()
+            .map(|c| format!("GPU {} {}", c.gpu, c.new.as_deref().unwrap_or("reset")))
+            .collect();
+        err.message = format!("{} (already changed: {})", err.message, list.join(", "));
+    }
+    err
+}
+
+fn record_err(path: &std::path::Path, e: std::io::Error) -> RequestError {
+    RequestError::new(
+        ErrorCode::Internal,
+        format!(
+            "recording the original value in {} failed ({e}); nothing was changed",
+            path.display()
+        ),
+    )
+}
+
+/// A value read for `power`; an error becomes a note, but not having a setting at all
+/// (NOT_SUPPORTED, e.g. no target temperature) is a fact about the GPU, shown as absent.
+fn keep<T>(r: Result<T, ControlError>, notes: &mut Vec<String>) -> Option<T> {
+    match r {
+        Ok(v) => Some(v),
+        Err(ControlError::NotSupported(_)) => None,
+        Err(e) => {
+            notes.push(e.to_string());
+            None
+        }
+    }
+}
+
+impl Daemon {
+    /// Give the daemon GPUs to control; `restore_on_exit`: restore the recorded originals
+    /// when it stops. Reads the record a previous daemon left.
+    pub fn attach_control(
+        &self,
+        dev: Arc<dyn GpuControl>,
+        restore_on_exit: bool,
+    ) -> Result<(), DaemonError> {
+        let path = Originals::path_in(&self.paths.state);
+        let originals =
+            Originals::load(path.clone()).map_err(io_err(format!("reading {}", path.display())))?;
+        let _ = self.control.0.set(Controller {
+            dev,
+            originals: Mutex::new(originals),
+            restore_on_exit,
+            run_caps: Mutex::default(),
+        });
+        Ok(())
+    }
+
+    /// The control handle, for the control loops (`control_loop`).
+    pub(super) fn gpu_control(&self) -> Option<Arc<dyn GpuControl>> {
+        self.control.0.get().map(|c| Arc::clone(&c.dev))
+    }
+
+    /// The control handle, the record of originals and the runs' caps, for `run_power`.
+    /// Lock order: the loops, then the runs' caps, then the originals.
+    #[allow(clippy::type_complexity)]
+    pub(super) fn control_parts(
+        &self,
+    ) -> Option<(
+        &Arc<dyn GpuControl>,
+        &Mutex<Originals>,
+        &Mutex<super::run_power::RunCaps>,
+    )> {
+        self.control
+            .0
+            .get()
+            .map(|c| (&c.dev, &c.originals, &c.run_caps))
+    }
+
+    fn controller(&self) -> Result<&Controller, RequestError> {
+        self.control.0.get().ok_or_else(|| {
+            RequestError::new(
+                ErrorCode::NotSupported,
+                "this daemon has no GPUs to control (no telemetry source: see `gpupilot daemon \
+                 --source`); start it on NVML or the simulator",
+            )
+        })
+    }
+
+    /// Answer one of the GPU-settings requests.
+    pub(super) fn answer_control(
+        &self,
+        peer: &Peer,
+        request: Request,
+    ) -> Result<Response, RequestError> {
+        let by = peer.describe();
+        match request {
+            Request::Power {} => self.power_settings(),
+            Request::PowerCap { gpus, watts, why } => self.power_cap(&by, &gpus, watts, why),
+            Request::PowerReset { gpus, why } => self.restore(&by, &gpus, &[POWER], why),
+            Request::ClocksLock {
+                gpus,
+                min_mhz,
+                max_mhz,
+                why,
+            } => self.clocks_lock(&by, &gpus, min_mhz, max_mhz, why),
+            Request::ClocksReset { gpus, why } => self.restore(&by, &gpus, &[CLOCKS], why),
+            Request::GpuMaxTemp { gpus, celsius, why } => self.gpu_max(&by, &gpus, celsius, why),
+            Request::GpuMaxTempReset { gpus, why } => self.restore(&by, &gpus, &[GPU_MAX], why),
+            other => Err(RequestError::new(
+                ErrorCode::BadRequest,
+                format!("{} is not a GPU-settings request", other.kind()),
+            )),
+        }
+    }
+
+    /// The GPUs `sel` names, checked against the node.
+    fn targets(&self, c: &Controller, sel: &GpuSelection) -> Result<Vec<usize>, RequestError> {
+        let n = c.dev.gpu_count();
+        let all: Vec<usize> = (0..n).collect();
+        let list = match sel {
+            GpuSelection::All => return Ok(all),
+            GpuSelection::Some(v) => v,
+        };
+        if list.is_empty() {
+            return Err(RequestError::new(
+                ErrorCode::BadRequest,
+                "no GPU named: give indices (`--gpu 0,1`) or leave --gpu out for all",
+            ));
+        }
+        let mut out = Vec::new();
+        for &g in list {
+            let g = g as usize;
+            if g >= n {
+                let have = match n {
+                    0 => "no GPUs".to_string(),
+                    1 => "GPU 0 only".to_string(),
+                    n => format!("GPUs 0–{}", n - 1),
+                };
+                return Err(RequestError::new(
+                    ErrorCode::BadRequest,
+                    format!("no GPU {g}: this node has {have}"),
+                ));
+            }
+            if !out.contains(&g) {
+                out.push(g);
+            }
+        }
+        Ok(out)
+    }
+
+    fn changed(&self, by: &str, why: &Option<String>, change: &GpuChange) {
+        self.events.record(NodeEvent::GpuChanged {
+            gpu: change.gpu,
+            what: change.what.clone(),
+            old: change.old.clone(),
+            new: change.new.clone(),
+            by: by.to_string(),
+            why: why.clone(),
+        });
+    }
+
+    fn power_settings(&self) -> Result<Response, RequestError> {
+        let c = self.controller()?;
+        let originals = lock(&c.originals);
+        let mut gpus = Vec::new();
+        for g in 0..c.dev.gpu_count() {
+            let mut notes = Vec::new();
+            let power = keep(c.dev.power_limits(g), &mut notes);
+            let clocks = keep(c.dev.clock_range(g), &mut notes);
+            let gpu_max = keep(c.dev.gpu_max_temp(g), &mut notes);
+            let original = originals.get(g as u32);
+            gpus.push(GpuSettings {
+                index: g as u32,
+                uuid: c.dev.gpu_uuid(g),
+                power,
+                clocks,
+                locked_clocks_mhz: original.locked_clocks_mhz,
+                gpu_max,
+                original,
+                notes,
+            });
+        }
+        Ok(Response::Power {
+            gpus,
+            restore_on_exit: c.restore_on_exit,
+        })
+    }
+
+    fn power_cap(
+        &self,
+        by: &str,
+        sel: &GpuSelection,
+        w: f64,
+        why: Option<String>,
+    ) -> Result<Response, RequestError> {
+        let c = self.controller()?;
+        let gpus = self.targets(c, sel)?;
+        // Every GPU is checked before any is changed: a bad value changes nothing.
+        let mut plan = Vec::new();
+        for g in gpus {
+            let limits = c.dev.power_limits(g)?;
+            check_power(g, w, &limits)?;
+            plan.push((g, limits));
+        }
+        let mut originals = lock(&c.originals);
+        let mut done: Vec<GpuChange> = Vec::new();
+        for (g, limits) in plan {
+            // A limit read as 0 W (a driver oddity) is no value to restore: fall back to the
+            // enforced, then the default limit.
+            let before = [Some(limits.current_w), limits.enforced_w]
+                .into_iter()
+                .flatten()
+                .find(|v| *v > 0.0)
+                .unwrap_or(limits.default_w);
+            let had = originals.get(g as u32).power_limit_w.is_some();
+            originals
+                .update(g as u32, c.dev.gpu_uuid(g), |r| {
+                    r.power_limit_w.get_or_insert(before);
+                })
+                .map_err(|e| record_err(originals.path(), e))?;
+            if let Err(e) = c.dev.set_power_limit_w(g, w) {
+                if !had {
+                    // Nothing changed: nothing to restore.
+                    let _ = originals.update(g as u32, None, |r| r.power_limit_w = None);
+                }
+                return Err(failed(e, &done));
+            }
+            let change = GpuChange {
+                gpu: g as u32,
+                what: POWER.into(),
+                old: Some(watts(before)),
+                new: Some(watts(w)),
+            };
+            self.changed(by, &why, &change);
+            done.push(change);
+        }
+        Ok(Response::GpuChanged {
+            changes: done,
+            notes: vec![],
+        })
+    }
+
+    fn clocks_lock(
+        &self,
+        by: &str,
+        sel: &GpuSelection,
+        min_mhz: u32,
+        max_mhz: u32,
+        why: Option<String>,
+    ) -> Result<Response, RequestError> {
+        let c = self.controller()?;
+        let gpus = self.targets(c, sel)?;
+        for &g in &gpus {
+            check_clocks(g, min_mhz, max_mhz, &c.dev.clock_range(g)?)?;
+        }
+        let mut originals = lock(&c.originals);
+        let mut done: Vec<GpuChange> = Vec::new();
+        for g in gpus {
+            let prev = originals.get(g as u32).locked_clocks_mhz;
+            // Recorded first: a daemon that dies right after the lock still knows to undo it.
+            originals
+                .update(g as u32, c.dev.gpu_uuid(g), |r| {
+                    r.locked_clocks_mhz = Some([min_mhz, max_mhz]);
+                })
+                .map_err(|e| record_err(originals.path(), e))?;
+            if let Err(e) = c.dev.lock_clocks(g, min_mhz, max_mhz) {
+                let _ = originals.update(g as u32, None, |r| r.locked_clocks_mhz = prev);
+                return Err(failed(e, &done));
+            }
+            let change = GpuChange {
+                gpu: g as u32,
+                what: CLOCKS.into(),
+                old: Some(prev.map(mhz).unwrap_or_else(|| "unlocked".into())),
+                new: Some(mhz([min_mhz, max_mhz])),
+            };
+            self.changed(by, &why, &change);
+            done.push(change);
+        }
+        Ok(Response::GpuChanged {
+            changes: done,
+            notes: vec![],
+        })
+    }
+
+    fn gpu_max(
+        &self,
+        by: &str,
+        sel: &GpuSelection,
+        target_c: f64,
+        why: Option<String>,
+    ) -> Result<Response, RequestError> {
+        let c = self.controller()?;
+        let gpus = self.targets(c, sel)?;
+        let mut plan = Vec::new();
+        for g in gpus {
+            let t = c.dev.gpu_max_temp(g)?;
+            check_gpu_max(g, target_c, &t)?;
+            plan.push((g, t));
+        }
+        let mut originals = lock(&c.originals);
+        let mut done: Vec<GpuChange> = Vec::new();
+        for (g, t) in plan {
+            let had = originals.get(g as u32).gpu_max_c.is_some();
+            originals
+                .update(g as u32, c.dev.gpu_uuid(g), |r| {
+                    r.gpu_max_c.get_or_insert(t.current_c);
+                })
+                .map_err(|e| record_err(originals.path(), e))?;
+            if let Err(e) = c.dev.set_gpu_max_temp(g, target_c as i32) {
+                if !had {
+                    let _ = originals.update(g as u32, None, |r| r.gpu_max_c = None);
+                }
+                return Err(failed(e, &done));
+            }
+            let change = GpuChange {
+                gpu: g as u32,
+                what: GPU_MAX.into(),
+                old: Some(celsius(t.current_c)),
+                new: Some(celsius(target_c)),
+            };
+            self.changed(by, &why, &change);
+            done.push(change);
+        }
+        Ok(Response::GpuChanged {
+            changes: done,
+            notes: vec![],
+        })
+    }
+
+    /// Put back what was recorded for `settings` on the GPUs `sel` names, and forget it.
+    fn restore(
+        &self,
+        by: &str,
+        sel: &GpuSelection,
+        settings: &[&str],
+        why: Option<String>,
+    ) -> Result<Response, RequestError> {
+        let c = self.controller()?;
+        let gpus = self.targets(c, sel)?;
+        let mut originals = lock(&c.originals);
+        let mut done: Vec<GpuChange> = Vec::new();
+        let mut notes = Vec::new();
+        for g in gpus {
+            let rec = originals.get(g as u32);
+            if let (Some(was), Some(now)) = (&rec.uuid, c.dev.gpu_uuid(g)) {
+                if *was != now && !rec.is_empty() {
+                    notes.push(format!(
+                        "GPU {g} is another GPU ({now}) than the one recorded ({was}): its record \
+                         is kept; remove {} if it is stale",
+                        originals.path().display()
+                    ));
+                    continue;
+                }
+            }
+            for &what in settings {
+                let change = match what {
+                    POWER => rec.power_limit_w.map(|orig| {
+                        let now = c.dev.power_limits(g).ok().map(|l| watts(l.current_w));
+                        (
+                            c.dev.set_power_limit_w(g, orig),
+                            GpuChange {
+                                gpu: g as u32,
+                                what: POWER.into(),
+                                old: now,
+                                new: Some(watts(orig)),
+                            },
+                        )
+                    }),
+                    CLOCKS => rec.locked_clocks_mhz.map(|locked| {
+                        (
+                            c.dev.reset_clocks(g),
+                            GpuChange {
+                                gpu: g as u32,
+                                what: CLOCKS.into(),
+                                old: Some(mhz(locked)),
+                                new: Some("unlocked".into()),
+                            },
+                        )
+                    }),
+                    _ => rec.gpu_max_c.map(|orig| {
+                        let now = c.dev.gpu_max_temp(g).ok().map(|t| celsius(t.current_c));
+                        (
+                            c.dev.set_gpu_max_temp(g, orig.round() as i32),
+                            GpuChange {
+                                gpu: g as u32,
+                                what: GPU_MAX.into(),
+                                old: now,
+                                new: Some(celsius(orig)),
+                            },
+                        )
+                    }),
+                };
+                let Some((result, change)) = change else {
+                    let setting = match what {
+                        POWER => "power limit",
+                        CLOCKS => "clock lock",
+                        _ => "target temperature",
+                    };
+                    // Asked of every GPU, the ones gpupilot never changed go without saying.
+                    if *sel != GpuSelection::All {
+                        notes.push(format!(
+                            "GPU {g}: no {setting} recorded (gpupilot has not changed it)"
+                        ));
+                    }
+                    continue;
+                };
+                result.map_err(|e| failed(e, &done))?;
+                originals
+                    .update(g as u32, None, |r| match what {
+                        POWER => r.power_limit_w = None,
+                        CLOCKS => r.locked_clocks_mhz = None,
+                        _ => r.gpu_max_c = None,
+                    })
+                    .map_err(|e| {
+                        RequestError::new(
+                            ErrorCode::Internal,
+                            format!(
+                                "GPU {g} was restored, but updating {} failed: {e}",
+                                originals.path().display()
+                            ),
+                        )
+                    })?;
+                self.changed(by, &why, &change);
+                done.push(change);
+            }
+        }
+        if done.is_empty() && notes.is_empty() {
+            notes.push(
+                "nothing recorded to restore: gpupilot has not changed these settings".into(),
+            );
+        }
+        Ok(Response::GpuChanged {
+            changes: done,
+            notes,
+        })
+    }
+
+    /// The daemon is stopping: restore every recorded original when told to. Failures are
+    /// logged; the record stays for the next daemon or a `reset`.
+    pub fn control_stopping(&self) {
+        let Some(c) = self.control.0.get() else {
+            return;
+        };
+        if !c.restore_on_exit {
+            return;
+        }
+        let why = Some("restore on exit (--restore-on-exit)".to_string());
+        match self.restore("daemon", &GpuSelection::All, &[POWER, CLOCKS, GPU_MAX], why) {
+            Ok(Response::GpuChanged { changes, .. }) => {
+                tracing::info!(restored = changes.len(), "restored GPU settings on exit");
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!("restoring GPU settings on exit: {}", e.message),
+        }
+    }
+}

@@ -1,0 +1,271 @@
+//! The control loops in the daemon: at every snapshot, [`crate::control::node::NodeControl`]
+//! runs the thermal governors, the node power budget, energy accounting for the runs, and
+//! alerts, through the daemon's control handle (the same NVML or simulator object it samples).
+//!
+//! Each decision becomes a node event (`governor`, `budget`, `alert`); alert hooks run on
+//! threads of their own; runs' energy goes to their `summary.json` and to `ps`. The requests
+//! `thermal`, `thermal_set`, `thermal_off` and `power_budget` are answered here. Settings are
+//! read from `$CONFIG/control.toml` at the first snapshot (a bad file is logged and ignored, and
+//! `thermal` says so).
+//!
+//! A read-only daemon measures energy and raises alerts, but moves no cap.
+
+use std::path::Path;
+use std::sync::Mutex;
+
+use super::auth::Peer;
+use super::state::{Daemon, RequestError, lock};
+use crate::control::alerts::{HOOK_TIMEOUT, run_hook};
+use crate::control::governor::Target;
+use crate::control::node::{NodeControl, RunRules, RunView};
+use crate::control::settings;
+use crate::control::status::ControlStatus;
+use crate::protocol::{ErrorCode, GpuSelection, Request, Response};
+use crate::supervisor::clock::parse_rfc3339;
+use crate::telemetry::Snapshot;
+
+/// The loops and what the daemon knows about them.
+#[derive(Default)]
+pub struct ControlLoop {
+    inner: Mutex<Option<Inner>>,
+}
+
+struct Inner {
+    node: NodeControl,
+    /// Why control.toml was not used.
+    settings_error: Option<String>,
+    /// GPUs in the newest snapshot.
+    gpus: Vec<u32>,
+}
+
+impl Daemon {
+    fn with_loops<R>(&self, f: impl FnOnce(&mut Inner) -> R) -> R {
+        let mut g = lock(&self.control_loop.inner);
+        let inner = g.get_or_insert_with(|| {
+            let (settings, settings_error) = match settings::load(&self.paths.config) {
+                Ok(s) => (s, None),
+                Err(e) => {
+                    tracing::warn!("control settings not used: {e}");
+                    (Default::default(), Some(e))
+                }
+            };
+            Inner {
+                node: NodeControl::new(settings),
+                settings_error,
+                gpus: Vec::new(),
+            }
+        });
+        f(inner)
+    }
+
+    /// The loops themselves, locked for `f` (a run's `[power] cap_w`, see `run_power`).
+    pub(super) fn with_node_control<R>(&self, f: impl FnOnce(&mut NodeControl) -> R) -> R {
+        self.with_loops(|i| f(&mut i.node))
+    }
+
+    /// One step of the loops at a new snapshot (called from `take_snapshot`).
+    pub(super) fn control_step(&self, snap: &Snapshot) {
+        self.run_caps_follow();
+        let views = self.run_views();
+        let dev = if self.readonly() {
+            None
+        } else {
+            self.gpu_control()
+        };
+        let node = self.node().to_string();
+        let out = self.with_loops(|inner| {
+            inner.gpus = snap.gpus.iter().map(|g| g.index).collect();
+            inner
+                .node
+                .step(snap, &views, &load_rules, dev.as_deref(), &node)
+        });
+        for e in out.events {
+            self.events.record(e);
+        }
+        for (argv, payload) in out.hooks {
+            // The thread is left to finish (or be killed at its timeout) on its own.
+            let _ = run_hook(&argv, &payload, HOOK_TIMEOUT);
+        }
+        if !out.energy.is_empty() {
+            let mut runs = lock(&self.runs);
+            for (id, energy, write) in out.energy {
+                if let Some(entry) = runs.get_mut(&id) {
+                    if let Err(e) = entry.run.set_energy(energy, write) {
+                        tracing::warn!("run {id}: {e}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Every run, as the loops see it.
+    fn run_views(&self) -> Vec<RunView> {
+        let runs = lock(&self.runs);
+        runs.list(std::time::SystemTime::now())
+            .into_iter()
+            .map(|info| RunView {
+                live: !info.is_final(),
+                paused: info.status == crate::supervisor::RunStatus::Paused,
+                visible: (info.gpus != "all").then(|| info.gpus.clone()),
+                started_s: parse_rfc3339(&info.started_at)
+                    .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                    .map_or(0.0, |d| d.as_secs_f64()),
+                recorded: info.energy.clone(),
+                dir: info.dir,
+                id: info.id,
+            })
+            .collect()
+    }
+
+    /// The loops for `status` and `thermal`.
+    pub(super) fn control_status(&self) -> ControlStatus {
+        self.with_loops(|inner| {
+            let mut s = inner.node.status();
+            if let Some(e) = &inner.settings_error {
+                s.notes.push(format!("control.toml not used: {e}"));
+            }
+            s
+        })
+    }
+
+    /// `thermal`, `thermal_set`, `thermal_off`, `power_budget`.
+    pub(super) fn answer_thermal(
+        &self,
+        peer: &Peer,
+        request: Request,
+    ) -> Result<Response, RequestError> {
+        let by = peer.describe();
+        let events = match request {
+            Request::Thermal {} => vec![],
+            Request::ThermalSet {
+                gpus,
+                target_c,
+                margin_c,
+                why,
+            } => {
+                let target = thermal_target(target_c, margin_c)?;
+                self.needs_control()?;
+                let list = self.gpu_list(&gpus)?;
+                let why = why.unwrap_or_else(|| format!("hold {}", target.describe()));
+                self.with_loops(|i| i.node.thermal_on(&list, target, &by, &why))
+            }
+            Request::ThermalOff { gpus, why } => {
+                let list = self.gpu_list(&gpus)?;
+                let why = why.unwrap_or_else(|| "turned off".into());
+                self.with_loops(|i| i.node.thermal_off(&list, &by, &why))
+            }
+            Request::PowerBudget { budget_w, why } => {
+                if let Some(w) = budget_w {
+                    if !(w.is_finite() && w > 0.0) {
+                        return Err(RequestError::new(
+                            ErrorCode::BadRequest,
+                            format!("a budget of {w} W makes no sense: give watts above 0"),
+                        ));
+                    }
+                    self.needs_control()?;
+                }
+                let why = why.unwrap_or_else(|| match budget_w {
+                    Some(w) => format!("node budget {w:.0} W"),
+                    None => "budget cleared".into(),
+                });
+                vec![self.with_loops(|i| i.node.set_budget(budget_w, &by, &why))]
+            }
+            other => {
+                return Err(RequestError::new(
+                    ErrorCode::BadRequest,
+                    format!("{} is not a control-loop request", other.kind()),
+                ));
+            }
+        };
+        for e in events {
+            self.events.record(e);
+        }
+        Ok(Response::Control(Box::new(self.control_status())))
+    }
+
+    fn needs_control(&self) -> Result<(), RequestError> {
+        if self.gpu_control().is_none() {
+            return Err(RequestError::new(
+                ErrorCode::NotSupported,
+                "this daemon has no GPUs to control (no telemetry source): start it on NVML or \
+                 the simulator (`gpupilot daemon --source …`)",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The GPUs `sel` names, checked against the newest snapshot.
+    fn gpu_list(&self, sel: &GpuSelection) -> Result<Vec<u32>, RequestError> {
+        let have = match self.telemetry().borrow().as_deref() {
+            Some(s) => s.gpus.iter().map(|g| g.index).collect::<Vec<_>>(),
+            None => self.with_loops(|i| i.gpus.clone()),
+        };
+        match sel {
+            GpuSelection::All => Ok(have),
+            GpuSelection::Some(list) if list.is_empty() => Err(RequestError::new(
+                ErrorCode::BadRequest,
+                "no GPU named: give indices (`--gpu 0,1`) or leave --gpu out for all",
+            )),
+            GpuSelection::Some(list) => {
+                if let Some(g) = list.iter().find(|g| !have.contains(g)) {
+                    return Err(RequestError::new(
+                        ErrorCode::BadRequest,
+                        format!(
+                            "no GPU {g}: this node has {} GPU{}",
+                            have.len(),
+                            if have.len() == 1 { "" } else { "s" }
+                        ),
+                    ));
+                }
+                Ok(list.clone())
+            }
+        }
+    }
+
+    /// The daemon is stopping: the caps the loops changed go back to the users' caps.
+    pub fn control_loop_stopping(&self) {
+        let Some(dev) = self.gpu_control() else {
+            return;
+        };
+        if self.readonly() {
+            return;
+        }
+        let events = self.with_loops(|i| i.node.release(dev.as_ref()));
+        for e in events {
+            self.events.record(e);
+        }
+    }
+}
+
+/// A target from `target_c` or `margin_c` (exactly one), checked.
+fn thermal_target(target_c: Option<f64>, margin_c: Option<f64>) -> Result<Target, RequestError> {
+    let bad = |m: String| RequestError::new(ErrorCode::BadRequest, m);
+    match (target_c, margin_c) {
+        (Some(c), None) if c.is_finite() && (20.0..=120.0).contains(&c) => Ok(Target::Celsius(c)),
+        (Some(c), None) => Err(bad(format!(
+            "a target of {c} °C makes no sense: give degrees Celsius between 20 and 120"
+        ))),
+        (None, Some(m)) if m.is_finite() && (0.0..=100.0).contains(&m) => {
+            Ok(Target::BelowSlowdown(m))
+        }
+        (None, Some(m)) => Err(bad(format!(
+            "a margin of {m} °C makes no sense: give degrees between 0 and 100"
+        ))),
+        _ => Err(bad(
+            "give a target temperature (`target_c`) or a margin below slowdown (`margin_c`), \
+             one of the two"
+                .into(),
+        )),
+    }
+}
+
+/// A run's `[thermal]`, `[power] node_budget_w` and `[alerts]`, from its `run.toml`.
+fn load_rules(dir: &Path) -> Option<RunRules> {
+    match crate::profile::check(dir.join("run.toml")) {
+        Ok(p) => Some(RunRules::from(&p)),
+        Err(e) => {
+            tracing::warn!("{}: {e}", dir.display());
+            None
+        }
+    }
+}

@@ -1,0 +1,362 @@
+//! The control loops inside a daemon (no socket): thermal and budget requests move the
+//! simulator's caps through the daemon's control handle and land in the node's event log;
+//! `status` shows them; a read-only daemon refuses them; a run's energy reaches `ps` and its
+//! `summary.json`. Simulated time is driven by hand (the simulator runs at speed 0), so nothing
+//! here waits on physics.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use gpupilot::config::Paths;
+use gpupilot::control::power::GpuControl;
+use gpupilot::daemon::{Daemon, Peer};
+use gpupilot::profile::Profile;
+use gpupilot::protocol::{ErrorCode, GpuSelection, NodeEvent, Request, Response};
+use gpupilot::supervisor::Caller;
+use gpupilot::telemetry::sim::SimSource;
+use gpupilot::telemetry::{Snapshot, Source};
+use gpusim::{NodeConfig, TrainingConfig};
+
+const T0: f64 = 1_800_000_000.0;
+
+fn sim() -> Arc<SimSource> {
+    let cfg = NodeConfig {
+        gpus: vec!["h100-sxm".into(); 2],
+        ambient_c: 35.0,
+        seed: 1,
+        step_s: 0.1,
+        training: Some(TrainingConfig {
+            model: "gpt-1.3b".into(),
+            batch_size: 8,
+            prefetch_depth: 4,
+            workers: 8,
+        }),
+    };
+    Arc::new(SimSource::new(&cfg, 300.0).unwrap().with_speed(0.0))
+}
+
+fn daemon(dir: &Path, readonly: bool, src: &Arc<SimSource>) -> Daemon {
+    let paths = Paths {
+        config: dir.join("config"),
+        state: dir.join("state"),
+        runtime: dir.join("run"),
+    };
+    std::fs::create_dir_all(&paths.state).unwrap();
+    let socket = paths.runtime.join("daemon.sock");
+    let d = Daemon::new(
+        paths,
+        socket,
+        readonly,
+        1.0,
+        Some(2),
+        Some("sim".into()),
+        None,
+    )
+    .unwrap();
+    let dev: Arc<dyn GpuControl> = src.clone();
+    d.attach_control(dev, false).unwrap();
+    d
+}
+
+fn me() -> Peer {
+    Peer {
+        uid: rustix::process::getuid().as_raw(),
+        gid: 0,
+        pid: Some(std::process::id()),
+    }
+}
+
+/// One simulated second on, and a snapshot stamped `T0 + simulated seconds`.
+fn tick(d: &Daemon, src: &SimSource) {
+    let t = src.with_node(|n| {
+        let t = n.time_s() + 1.0;
+        n.advance_to(t);
+        t
+    });
+    let gpus = (0..src.gpu_count())
+        .map(|i| {
+            let mut s = src.sample_gpu(i);
+            s.time_s = T0 + t;
+            s
+        })
+        .collect();
+    d.take_snapshot(Snapshot {
+        time_s: T0 + t,
+        gpus,
+        ..Snapshot::default()
+    });
+}
+
+fn caps(src: &SimSource) -> Vec<f64> {
+    src.with_node(|n| n.gpus().iter().map(|g| g.power_limit_w()).collect())
+}
+
+fn node_events(d: &Daemon) -> Vec<NodeEvent> {
+    let Response::Events { events, .. } = d.answer(
+        &me(),
+        Request::Events {
+            since: 0,
+            max: None,
+        },
+    ) else {
+        panic!("no events")
+    };
+    events.into_iter().map(|e| e.event).collect()
+}
+
+#[test]
+fn a_governor_asked_for_moves_its_gpus_cap_and_lets_go_when_turned_off() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = sim();
+    let d = daemon(tmp.path(), false, &src);
+    tick(&d, &src);
+    let r = d.answer(
+        &me(),
+        Request::ThermalSet {
+            gpus: GpuSelection::Some(vec![0]),
+            target_c: Some(70.0),
+            margin_c: None,
+            why: Some("test".into()),
+        },
+    );
+    let Response::Control(c) = r else {
+        panic!("{r:?}")
+    };
+    assert_eq!(c.governors.len(), 1);
+    for _ in 0..200 {
+        tick(&d, &src);
+    }
+    let c = caps(&src);
+    assert!(c[0] < 620.0, "GPU 0 is governed: {c:?}");
+    assert_eq!(c[1], 700.0, "GPU 1 is not");
+    let t0 = src.sample_gpu(0).temperature_c.unwrap();
+    assert!((t0 - 70.0).abs() <= 2.0, "{t0}");
+    let Response::Status(s) = d.answer(&me(), Request::Status {}) else {
+        panic!()
+    };
+    let control = s.control.expect("status carries the loops");
+    assert!(
+        control.governors[0]
+            .line()
+            .starts_with("governor 70 °C: cap ")
+    );
+    let events = node_events(&d);
+    assert!(events.iter().any(|e| matches!(e, NodeEvent::Governor { change, by, .. } if change == "on" && by.contains("uid"))));
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, NodeEvent::Governor { change, gpu: 0, .. } if change == "cap"))
+    );
+    // Off: the cap found when it started (700 W) comes back at the next snapshot.
+    let r = d.answer(
+        &me(),
+        Request::ThermalOff {
+            gpus: GpuSelection::All,
+            why: None,
+        },
+    );
+    assert!(
+        matches!(r, Response::Control(ref c) if c.governors.is_empty()),
+        "{r:?}"
+    );
+    tick(&d, &src);
+    assert_eq!(caps(&src), vec![700.0, 700.0]);
+    // Bad requests change nothing.
+    for bad in [
+        Request::ThermalSet {
+            gpus: GpuSelection::Some(vec![7]),
+            target_c: Some(70.0),
+            margin_c: None,
+            why: None,
+        },
+        Request::ThermalSet {
+            gpus: GpuSelection::All,
+            target_c: Some(70.0),
+            margin_c: Some(5.0),
+            why: None,
+        },
+        Request::PowerBudget {
+            budget_w: Some(-3.0),
+            why: None,
+        },
+    ] {
+        let r = d.answer(&me(), bad);
+        assert!(
+            matches!(
+                r,
+                Response::Error {
+                    code: ErrorCode::BadRequest,
+                    ..
+                }
+            ),
+            "{r:?}"
+        );
+    }
+}
+
+#[test]
+fn a_budget_holds_the_sum_of_caps() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = sim();
+    let d = daemon(tmp.path(), false, &src);
+    tick(&d, &src);
+    let r = d.answer(
+        &me(),
+        Request::PowerBudget {
+            budget_w: Some(1000.0),
+            why: None,
+        },
+    );
+    assert!(
+        matches!(r, Response::Control(ref c) if c.budget.is_some()),
+        "{r:?}"
+    );
+    for _ in 0..30 {
+        tick(&d, &src);
+        let sum: f64 = caps(&src).iter().sum();
+        assert!(sum <= 1000.0, "{sum}");
+    }
+    assert!(
+        node_events(&d)
+            .iter()
+            .any(|e| matches!(e, NodeEvent::Budget { caps, .. } if !caps.is_empty()))
+    );
+    d.answer(
+        &me(),
+        Request::PowerBudget {
+            budget_w: None,
+            why: None,
+        },
+    );
+    tick(&d, &src);
+    assert_eq!(caps(&src), vec![700.0, 700.0]);
+}
+
+#[test]
+fn a_readonly_daemon_refuses_governor_and_budget_changes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = sim();
+    let d = daemon(tmp.path(), true, &src);
+    tick(&d, &src);
+    for r in [
+        Request::ThermalSet {
+            gpus: GpuSelection::All,
+            target_c: Some(70.0),
+            margin_c: None,
+            why: None,
+        },
+        Request::ThermalOff {
+            gpus: GpuSelection::All,
+            why: None,
+        },
+        Request::PowerBudget {
+            budget_w: Some(900.0),
+            why: None,
+        },
+    ] {
+        let r = d.answer(&me(), r);
+        assert!(
+            matches!(
+                r,
+                Response::Error {
+                    code: ErrorCode::Readonly,
+                    ..
+                }
+            ),
+            "{r:?}"
+        );
+    }
+    assert!(matches!(
+        d.answer(&me(), Request::Thermal {}),
+        Response::Control(_)
+    ));
+    assert_eq!(caps(&src), vec![700.0, 700.0]);
+}
+
+#[test]
+fn a_runs_energy_reaches_ps_and_its_summary() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = sim();
+    std::fs::create_dir_all(tmp.path().join("config")).unwrap();
+    std::fs::write(
+        tmp.path().join("config/control.toml"),
+        "[energy]\nprice_per_kwh = 0.5\ncurrency = \"EUR\"\n",
+    )
+    .unwrap();
+    let d = daemon(tmp.path(), false, &src);
+    tick(&d, &src);
+    let counter = || -> f64 {
+        src.with_node(|n| {
+            n.gpus()
+                .iter()
+                .map(|g| g.reading().energy_mj as f64 / 1000.0)
+                .sum()
+        })
+    };
+    let before = counter();
+    let mut caller = Caller::current().unwrap();
+    caller.cwd = std::env::temp_dir();
+    let r = d.answer(
+        &me(),
+        Request::RunStart {
+            profile: Box::new(Profile::from_command(vec![
+                "sh".into(),
+                "-c".into(),
+                "sleep 0.5".into(),
+            ])),
+            caller,
+            knobs: Default::default(),
+            why: None,
+        },
+    );
+    let Response::RunStarted { run } = r else {
+        panic!("{r:?}")
+    };
+    for _ in 0..60 {
+        tick(&d, &src);
+    }
+    let expected = counter() - before;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        d.poll_runs();
+        let Response::Runs { runs } = d.answer(
+            &me(),
+            Request::Runs {
+                run: Some(run.id.clone()),
+            },
+        ) else {
+            panic!()
+        };
+        if runs[0].is_final() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the run did not end");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    tick(&d, &src);
+    let Response::Runs { runs } = d.answer(
+        &me(),
+        Request::Runs {
+            run: Some(run.id.clone()),
+        },
+    ) else {
+        panic!()
+    };
+    let e = runs[0].energy.clone().expect("ps shows the run's energy");
+    assert!(
+        (e.energy_j - expected).abs() <= 0.01 * expected,
+        "{} vs {expected}",
+        e.energy_j
+    );
+    assert!((e.cost.unwrap() - e.kwh * 0.5).abs() < 1e-12);
+    assert_eq!(e.currency.as_deref(), Some("EUR"));
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.dir.join("summary.json")).unwrap())
+            .unwrap();
+    assert_eq!(summary["status"], "succeeded");
+    let j = summary["energy_j"].as_f64().unwrap();
+    assert!((j - expected).abs() <= 0.01 * expected, "{j} vs {expected}");
+    assert!(summary["energy"]["kwh"].as_f64().unwrap() > 0.0);
+    assert_eq!(summary["energy"]["per_gpu"].as_array().unwrap().len(), 2);
+}

@@ -1,0 +1,182 @@
+//! The power-cap dialog: drawn over the Overview on ratatui's TestBackend from the fixture
+//! (GPU 1 capped at 450 W, default 700 W, allowed 200–700 W), and the feed's request against a
+//! real daemon on the simulator, read back through `gpupilot power --json`.
+
+mod daemon_common;
+mod tui_common;
+
+use std::time::{Duration, Instant};
+
+use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+use daemon_common::Home;
+use gpupilot::tui::feed::{DataSource, Request, Update};
+use gpupilot::tui::{App, ViewId};
+use insta::assert_snapshot;
+use tui_common::{app_with_runs, render, text};
+
+fn press(app: &mut App, code: KeyCode) {
+    let ev = KeyEvent::new(code, KeyModifiers::NONE);
+    if let Some(a) = app.action_for_key(&ev) {
+        app.apply(a);
+    }
+}
+
+fn typed(app: &mut App, s: &str) {
+    for c in s.chars() {
+        press(app, KeyCode::Char(c));
+    }
+}
+
+#[test]
+fn the_power_dialog_checks_the_range_and_asks_before_sending() {
+    let mut a = app_with_runs();
+    a.view = ViewId::Overview;
+    press(&mut a, KeyCode::Char('j'));
+    press(&mut a, KeyCode::Char('c'));
+    let term = render(&mut a, 80, 24);
+    assert_snapshot!("power_dialog_80x24", term.backend());
+    let screen = text(&term);
+    assert!(screen.contains("Power cap of GPU 1"), "{screen}");
+    assert!(
+        screen.contains("now 450 W   default 700 W   allowed 200–700 W"),
+        "{screen}"
+    );
+
+    typed(&mut a, "900");
+    press(&mut a, KeyCode::Enter);
+    let term = render(&mut a, 80, 24);
+    assert_snapshot!("power_dialog_out_of_range_80x24", term.backend());
+    assert!(
+        text(&term).contains("900 is outside the allowed range 200–700 W"),
+        "{}",
+        text(&term)
+    );
+    assert!(a.take_requests().is_empty(), "nothing sent");
+
+    for _ in 0..3 {
+        press(&mut a, KeyCode::Backspace);
+    }
+    typed(&mut a, "250");
+    press(&mut a, KeyCode::Enter);
+    let term = render(&mut a, 80, 24);
+    assert_snapshot!("power_dialog_confirm_80x24", term.backend());
+    assert!(
+        text(&term).contains("cap GPU 1 at 250 W (now 450 W)? y/n"),
+        "{}",
+        text(&term)
+    );
+    assert!(a.take_requests().is_empty(), "nothing sent before the yes");
+    press(&mut a, KeyCode::Char('y'));
+    assert_eq!(
+        a.take_requests(),
+        [Request::PowerCap { gpu: 1, watts: 250 }]
+    );
+    // The daemon's answer shows in the footer.
+    a.on_update(Update::Answer {
+        ok: true,
+        text: "GPU 1: power limit 450 W → 250 W".into(),
+    });
+    let screen = text(&render(&mut a, 80, 24));
+    assert!(
+        screen.contains("GPU 1: power limit 450 W → 250 W"),
+        "{screen}"
+    );
+    assert!(!screen.contains("Power cap of GPU"), "closed: {screen}");
+}
+
+#[test]
+fn the_dialog_never_panics_on_small_terminals() {
+    for (w, h) in [(30, 10), (40, 12), (60, 16), (80, 20), (120, 40)] {
+        let mut a = app_with_runs();
+        press(&mut a, KeyCode::Char('c'));
+        render(&mut a, w, h);
+        typed(&mut a, "12345");
+        press(&mut a, KeyCode::Enter);
+        render(&mut a, w, h);
+    }
+}
+
+/// Reads a feed's answers with a bound on every wait.
+fn answer(rt: &tokio::runtime::Runtime, feed: &mut gpupilot::tui::feed::Feed) -> (bool, String) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let got = rt.block_on(async { tokio::time::timeout(left, feed.updates.recv()).await });
+        match got {
+            Ok(Some(Update::Answer { ok, text })) => return (ok, text),
+            Ok(Some(_)) => {}
+            Ok(None) => panic!("the feed ended while waiting for an answer"),
+            Err(_) => panic!("no answer from the feed within 20 s"),
+        }
+    }
+}
+
+/// GPU `gpu`'s current power limit, as `gpupilot power --json` reads it.
+fn cap_of(home: &Home, gpu: usize) -> f64 {
+    let v: serde_json::Value = serde_json::from_str(&home.ok(&["power", "--json"])).unwrap();
+    v["gpus"][gpu]["power"]["current_w"].as_f64().unwrap()
+}
+
+#[test]
+fn the_feed_caps_one_gpu_on_a_real_daemon_and_resets_it() {
+    let home = Home::new();
+    let _daemon = home.daemon(&[]);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let mut feed = DataSource::Daemon(home.client()).start(Duration::from_millis(200));
+    let (before0, before1) = (cap_of(&home, 0), cap_of(&home, 1));
+    assert_ne!(before1, 250.0);
+
+    feed.requests
+        .send(Request::PowerCap { gpu: 1, watts: 250 })
+        .unwrap();
+    let (ok, text) = answer(&rt, &mut feed);
+    assert!(ok, "{text}");
+    assert_eq!(
+        text,
+        format!("GPU 1: power limit {before1:.0} W → 250 W"),
+        "the answer for the footer"
+    );
+    assert_eq!(cap_of(&home, 1), 250.0);
+    assert_eq!(cap_of(&home, 0), before0, "only the GPU asked for");
+
+    // The daemon refuses what is outside the range (the dialog checks first; a stale
+    // snapshot could still let one through), naming the range.
+    feed.requests
+        .send(Request::PowerCap { gpu: 1, watts: 5 })
+        .unwrap();
+    let (ok, text) = answer(&rt, &mut feed);
+    assert!(!ok);
+    assert!(
+        text.contains("power cap is unchanged") && text.contains("outside GPU 1's range"),
+        "{text}"
+    );
+    assert_eq!(cap_of(&home, 1), 250.0);
+
+    feed.requests.send(Request::PowerReset { gpu: 1 }).unwrap();
+    let (ok, text) = answer(&rt, &mut feed);
+    assert!(ok, "{text}");
+    assert_eq!(text, format!("GPU 1: power limit 250 W → {before1:.0} W"));
+    assert_eq!(cap_of(&home, 1), before1);
+}
+
+#[test]
+fn a_readonly_daemon_refuses_and_says_why() {
+    let home = Home::new();
+    let _daemon = home.daemon(&["--readonly"]);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let mut feed = DataSource::Daemon(home.client()).start(Duration::from_millis(200));
+    let before = cap_of(&home, 0);
+    feed.requests
+        .send(Request::PowerCap { gpu: 0, watts: 300 })
+        .unwrap();
+    let (ok, text) = answer(&rt, &mut feed);
+    assert!(!ok);
+    assert!(text.contains("read-only"), "{text}");
+    assert_eq!(cap_of(&home, 0), before);
+}
