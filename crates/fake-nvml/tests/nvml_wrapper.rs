@@ -475,3 +475,38 @@ ambient_c = 30.0
         );
     }
 }
+
+#[test]
+fn ecc_errors_from_the_scenario() {
+    use nvml_wrapper::enum_wrappers::device::{EccCounter, MemoryError};
+    let scenario = r#"
+gpus = ["h100-sxm", "h100-sxm", "rtx-4090"]
+[[per_gpu]]
+gpu = 1
+ecc_corrected = 7
+ecc_uncorrected = 2
+"#;
+    let Some(_) = isolate("ecc_errors_from_the_scenario", scenario) else {
+        return;
+    };
+    let nvml = nvml();
+    let count = |i: u32, e: MemoryError, c: EccCounter| {
+        nvml.device_by_index(i).unwrap().total_ecc_errors(e, c)
+    };
+    assert_eq!(
+        count(0, MemoryError::Uncorrected, EccCounter::Volatile).unwrap(),
+        0
+    );
+    assert_eq!(
+        count(1, MemoryError::Corrected, EccCounter::Volatile).unwrap(),
+        7
+    );
+    assert_eq!(
+        count(1, MemoryError::Uncorrected, EccCounter::Aggregate).unwrap(),
+        2
+    );
+    assert!(matches!(
+        count(2, MemoryError::Uncorrected, EccCounter::Volatile),
+        Err(NvmlError::NotSupported)
+    ));
+}

@@ -346,7 +346,7 @@ fn ecc_counter<T>(
     error_type: c_uint,
     counter_type: c_uint,
     out: *mut T,
-    zero: T,
+    value: impl FnOnce(u64) -> T,
 ) -> Res {
     if !identity::is_datacenter(ctx.gpu(i).spec()) {
         return Err(NVML_ERROR_NOT_SUPPORTED);
@@ -359,8 +359,14 @@ fn ecc_counter<T>(
     if !valid_error || !valid_counter {
         return Err(NVML_ERROR_INVALID_ARGUMENT);
     }
-    // A healthy simulated board: no ECC errors, volatile or aggregate.
-    put(out, zero)
+    // No errors unless the scenario says so; volatile and aggregate alike.
+    let errors = ctx.scenario.ecc_errors.get(i).copied().unwrap_or_default();
+    let count = if error_type == NVML_MEMORY_ERROR_TYPE_CORRECTED {
+        errors.corrected
+    } else {
+        errors.uncorrected
+    };
+    put(out, value(count))
 }
 
 #[unsafe(no_mangle)]
@@ -371,7 +377,7 @@ pub unsafe extern "C" fn nvmlDeviceGetTotalEccErrors(
     eccCounts: *mut c_ulonglong,
 ) -> nvmlReturn_t {
     with_device("nvmlDeviceGetTotalEccErrors", device, |ctx, i| {
-        ecc_counter(ctx, i, errorType, counterType, eccCounts, 0)
+        ecc_counter(ctx, i, errorType, counterType, eccCounts, |n| n)
     })
 }
 
@@ -384,7 +390,7 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryErrorCounter(
     count: *mut c_ulonglong,
 ) -> nvmlReturn_t {
     with_device("nvmlDeviceGetMemoryErrorCounter", device, |ctx, i| {
-        ecc_counter(ctx, i, errorType, counterType, count, 0)
+        ecc_counter(ctx, i, errorType, counterType, count, |n| n)
     })
 }
 
@@ -396,13 +402,14 @@ pub unsafe extern "C" fn nvmlDeviceGetDetailedEccErrors(
     eccCounts: *mut nvmlEccErrorCounts_t,
 ) -> nvmlReturn_t {
     with_device("nvmlDeviceGetDetailedEccErrors", device, |ctx, i| {
-        let zero = nvmlEccErrorCounts_t {
+        // Every error a scenario gives a GPU is in device memory.
+        let counts = |n| nvmlEccErrorCounts_t {
             l1Cache: 0,
             l2Cache: 0,
-            deviceMemory: 0,
+            deviceMemory: n,
             registerFile: 0,
         };
-        ecc_counter(ctx, i, errorType, counterType, eccCounts, zero)
+        ecc_counter(ctx, i, errorType, counterType, eccCounts, counts)
     })
 }
 

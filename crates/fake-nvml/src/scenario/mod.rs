@@ -41,6 +41,8 @@ pub struct Scenario {
     pub power_limit_w: Vec<Option<f64>>,
     /// Persistence mode each GPU starts with (`None`: gpusim's default).
     pub persistence: Vec<Option<bool>>,
+    /// ECC error counts each GPU reports (zero unless a scenario says otherwise).
+    pub ecc_errors: Vec<EccErrors>,
     /// `nvmlSystemGetDriverVersion`.
     pub driver_version: String,
     /// `nvmlSystemGetCudaDriverVersion`, e.g. 12040 for CUDA 12.4.
@@ -51,6 +53,14 @@ pub struct Scenario {
     pub faults: Faults,
     /// Hash of the scenario text (or of "builtin"): a changed scenario starts a new shared node.
     pub hash: u64,
+}
+
+/// ECC error counts a GPU reports, volatile and aggregate alike (the simulated board has
+/// not been reset since they happened).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EccErrors {
+    pub corrected: u64,
+    pub uncorrected: u64,
 }
 
 /// A process a scenario puts on a GPU.
@@ -108,6 +118,7 @@ impl Scenario {
             training: vec![node.training.clone(); n],
             power_limit_w: vec![None; n],
             persistence: vec![None; n],
+            ecc_errors: vec![EccErrors::default(); n],
             node,
             driver_version: DEFAULT_DRIVER_VERSION.to_string(),
             cuda_driver_version: DEFAULT_CUDA_DRIVER_VERSION,

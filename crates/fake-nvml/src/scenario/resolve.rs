@@ -8,8 +8,8 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::{
-    DEFAULT_CUDA_DRIVER_VERSION, DEFAULT_DRIVER_VERSION, MAX_GPUS, ProcessKind, Scenario,
-    ScenarioProcess, fnv1a,
+    DEFAULT_CUDA_DRIVER_VERSION, DEFAULT_DRIVER_VERSION, EccErrors, MAX_GPUS, ProcessKind,
+    Scenario, ScenarioProcess, fnv1a,
 };
 use crate::faults::{Fault, Faults};
 use crate::symbols;
@@ -64,6 +64,11 @@ struct RawPerGpu {
     training: Option<RawTraining>,
     power_limit_w: Option<Spanned<f64>>,
     persistence: Option<bool>,
+    /// Volatile ECC error counts this GPU reports (data-centre parts only).
+    #[serde(default)]
+    ecc_corrected: u64,
+    #[serde(default)]
+    ecc_uncorrected: u64,
 }
 
 #[derive(Deserialize)]
@@ -159,6 +164,7 @@ pub(super) fn resolve(raw: RawScenario, text: &str) -> Result<Scenario, Located>
     let mut training_per_gpu = vec![global_training.clone(); n];
     let mut power_limit_w = vec![None; n];
     let mut persistence = vec![None; n];
+    let mut ecc_errors = vec![EccErrors::default(); n];
     for p in raw.per_gpu {
         let i = gpu_index(&p.gpu, n)?;
         let idle = p.idle.as_ref().is_some_and(|s| *s.get_ref());
@@ -188,6 +194,12 @@ pub(super) fn resolve(raw: RawScenario, text: &str) -> Result<Scenario, Located>
             power_limit_w[i] = Some(v);
         }
         persistence[i] = p.persistence.or(persistence[i]);
+        if p.ecc_corrected > 0 || p.ecc_uncorrected > 0 {
+            ecc_errors[i] = EccErrors {
+                corrected: p.ecc_corrected,
+                uncorrected: p.ecc_uncorrected,
+            };
+        }
     }
 
     let processes = match raw.processes {
@@ -237,6 +249,7 @@ pub(super) fn resolve(raw: RawScenario, text: &str) -> Result<Scenario, Located>
         training: training_per_gpu,
         power_limit_w,
         persistence,
+        ecc_errors,
         driver_version: raw
             .driver_version
             .unwrap_or_else(|| DEFAULT_DRIVER_VERSION.to_string()),

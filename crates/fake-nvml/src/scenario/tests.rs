@@ -149,3 +149,50 @@ fn builtin_is_gpusims_default() {
     assert_eq!(s.node, NodeConfig::default());
     assert_eq!(s.training.len(), s.node.gpus.len());
 }
+
+#[test]
+fn ecc_errors_per_gpu() {
+    let s = Scenario::parse(
+        "count = 2\n[[per_gpu]]\ngpu = 1\necc_corrected = 12\necc_uncorrected = 3\n",
+        "s.toml",
+    )
+    .unwrap();
+    assert_eq!(s.ecc_errors[0], EccErrors::default());
+    assert_eq!(
+        s.ecc_errors[1],
+        EccErrors {
+            corrected: 12,
+            uncorrected: 3
+        }
+    );
+    assert!(
+        err("count = 1\n[[per_gpu]]\ngpu = 0\necc_uncorrected = -1\n")
+            .message
+            .contains("invalid value")
+    );
+}
+
+#[test]
+fn doctor_scenarios_parse() {
+    let ok = Scenario::parse(
+        include_str!("../../scenarios/doctor-compatible.toml"),
+        "doctor-compatible.toml",
+    )
+    .unwrap();
+    assert_eq!(
+        (ok.driver_version.as_str(), ok.cuda_driver_version),
+        ("550.54.15", 12040)
+    );
+    assert!(ok.persistence.iter().all(|p| *p == Some(true)));
+    let old = Scenario::parse(
+        include_str!("../../scenarios/doctor-old-driver.toml"),
+        "doctor-old-driver.toml",
+    )
+    .unwrap();
+    assert_eq!(
+        (old.driver_version.as_str(), old.cuda_driver_version),
+        ("470.57.02", 11040)
+    );
+    assert_eq!(old.power_limit_w[1], Some(250.0));
+    assert_eq!(old.ecc_errors[1].uncorrected, 2);
+}

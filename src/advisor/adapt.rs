@@ -1,0 +1,236 @@
+//! From what the daemon keeps to the advisor's input: GPU series from the history (one value
+//! per second: util, memory, power, cap, temperature, SM clock) completed with the fixed
+//! figures of the newest sample, and a run's window from its metrics reports, where a change of
+//! batch size or prefetch between two reports, or of a GPU's cap in its history, is a change.
+
+use crate::history::{Metric, Point};
+use crate::protocol::{KnobName, KnobState, MetricsPoint as Report};
+use crate::telemetry::GpuSample;
+
+use super::{GpuPoint, GpuSeries, Knob, KnobChange, MetricsPoint, RunWindow};
+
+/// The history series the advisor reads.
+pub const METRICS: [Metric; 6] = [
+    Metric::UtilGpu,
+    Metric::MemoryUsed,
+    Metric::Power,
+    Metric::PowerLimit,
+    Metric::Temperature,
+    Metric::SmClock,
+];
+
+/// One GPU's series: `series` holds, for each of [`METRICS`], its points (means per bucket);
+/// `latest` gives what history does not keep (memory total, default and max cap, slowdown
+/// temperature, max clock) and the newest throttle reasons.
+pub fn gpu_series(latest: &GpuSample, series: &[(Metric, Vec<Point>)]) -> GpuSeries {
+    let mut times: Vec<f64> = series
+        .iter()
+        .flat_map(|(_, ps)| ps.iter().map(|p| p.t))
+        .collect();
+    times.sort_by(f64::total_cmp);
+    times.dedup_by(|a, b| (*a - *b).abs() < 1e-6);
+    let at = |m: Metric, t: f64| {
+        series
+            .iter()
+            .find(|(k, _)| *k == m)
+            .and_then(|(_, ps)| ps.iter().find(|p| (p.t - t).abs() < 1e-6))
+            .map(|p| p.mean)
+    };
+    let mut points: Vec<GpuPoint> = times
+        .iter()
+        .map(|&t| GpuPoint {
+            t,
+            util_pct: at(Metric::UtilGpu, t),
+            memory_used_bytes: at(Metric::MemoryUsed, t).map(|b| b as u64),
+            memory_total_bytes: latest.memory_total_bytes,
+            power_w: at(Metric::Power, t),
+            power_limit_w: at(Metric::PowerLimit, t),
+            power_default_w: latest.power_default_w,
+            power_max_w: latest.power_max_w,
+            temperature_c: at(Metric::Temperature, t),
+            temp_slowdown_c: latest.temp_slowdown_c,
+            throttle_reasons: None,
+            sm_clock_mhz: at(Metric::SmClock, t).map(|c| c.round() as u32),
+            sm_clock_max_mhz: latest.sm_clock_max_mhz,
+        })
+        .collect();
+    if let Some(p) = GpuPoint::from_sample(latest) {
+        if points.last().is_none_or(|q| q.t < p.t) {
+            points.push(p);
+        }
+    }
+    GpuSeries {
+        index: latest.index,
+        points,
+    }
+}
+
+/// A GPU's cap changes, from its power-limit points.
+pub fn cap_changes(gpu: u32, limits: &[Point]) -> Vec<KnobChange> {
+    // A bucket that straddles a change holds neither value: only settled ones count.
+    let settled: Vec<&Point> = limits.iter().filter(|p| p.min == p.max).collect();
+    settled
+        .windows(2)
+        .filter(|w| (w[1].mean - w[0].mean).abs() >= 1.0)
+        .map(|w| KnobChange {
+            t: w[1].t,
+            knob: Knob::PowerCap,
+            old: w[0].mean,
+            new: w[1].mean,
+            gpu: Some(gpu),
+        })
+        .collect()
+}
+
+/// A run's window from its reports (oldest first) and knob states; `caps` are the cap changes
+/// of its GPUs.
+pub fn run_window(
+    run: &str,
+    gpus: Vec<u32>,
+    reports: &[Report],
+    knobs: &[KnobState],
+    caps: Vec<KnobChange>,
+) -> RunWindow {
+    let metrics: Vec<MetricsPoint> = reports
+        .iter()
+        .map(|p| {
+            let r = &p.report;
+            MetricsPoint {
+                t: p.t,
+                step: r.step,
+                samples_per_s: r.samples_per_s,
+                step_time_s: r.step_time_s,
+                data_wait_s: r.data_wait_s,
+                batch_size: r.batch_size.and_then(|b| u32::try_from(b).ok()),
+                prefetch: r.prefetch.and_then(|b| u32::try_from(b).ok()),
+            }
+        })
+        .collect();
+    let mut changes = caps;
+    for w in metrics.windows(2) {
+        for (knob, old, new) in [
+            (Knob::BatchSize, w[0].batch_size, w[1].batch_size),
+            (Knob::Prefetch, w[0].prefetch, w[1].prefetch),
+        ] {
+            if let (Some(a), Some(b)) = (old, new) {
+                if a != b {
+                    changes.push(KnobChange {
+                        t: w[1].t,
+                        knob,
+                        old: f64::from(a),
+                        new: f64::from(b),
+                        gpu: None,
+                    });
+                }
+            }
+        }
+    }
+    changes.sort_by(|a, b| a.t.total_cmp(&b.t));
+    let range = |name: KnobName| {
+        knobs.iter().find(|k| k.knob == name).and_then(|k| {
+            let r = k.range.as_ref()?;
+            let lo = u32::try_from(r.min).ok()?;
+            let hi = r.max.map_or(Some(u32::MAX), |m| u32::try_from(m).ok())?;
+            Some((lo, hi))
+        })
+    };
+    RunWindow {
+        run: run.to_string(),
+        gpus,
+        metrics,
+        changes,
+        batch_range: range(KnobName::BatchSize),
+        prefetch_range: range(KnobName::Prefetch),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::MetricsReport;
+
+    fn pt(t: f64, v: f64) -> Point {
+        Point {
+            t,
+            min: v,
+            mean: v,
+            max: v,
+        }
+    }
+
+    #[test]
+    fn history_and_the_newest_sample_make_one_series() {
+        let latest = GpuSample {
+            index: 2,
+            time_s: 103.0,
+            util_gpu_pct: Some(50.0),
+            memory_total_bytes: Some(80),
+            power_default_w: Some(700.0),
+            temp_slowdown_c: Some(87.0),
+            throttle_reasons: Some(4),
+            ..Default::default()
+        };
+        let series = vec![
+            (Metric::UtilGpu, vec![pt(100.0, 90.0), pt(101.0, 80.0)]),
+            (Metric::Power, vec![pt(100.0, 600.0), pt(101.0, 610.0)]),
+            (Metric::SmClock, vec![pt(101.0, 1979.6)]),
+        ];
+        let s = gpu_series(&latest, &series);
+        assert_eq!(s.index, 2);
+        assert_eq!(s.points.len(), 3);
+        let p = &s.points[1];
+        assert_eq!(
+            (p.t, p.util_pct, p.power_w),
+            (101.0, Some(80.0), Some(610.0))
+        );
+        assert_eq!(p.sm_clock_mhz, Some(1980));
+        assert_eq!(
+            (p.memory_total_bytes, p.temp_slowdown_c),
+            (Some(80), Some(87.0))
+        );
+        assert_eq!(p.throttle_reasons, None, "history keeps no reasons");
+        assert_eq!(s.points[2].throttle_reasons, Some(4));
+        assert_eq!(s.points[0].sm_clock_mhz, None);
+    }
+
+    #[test]
+    fn changes_come_from_reports_and_caps() {
+        let report = |t: f64, batch: i64| Report {
+            n: t as u64,
+            t,
+            from: "trainer".into(),
+            report: MetricsReport {
+                batch_size: Some(batch),
+                prefetch: Some(2),
+                ..Default::default()
+            },
+        };
+        let reports = [report(1.0, 64), report(2.0, 64), report(3.0, 128)];
+        let caps = cap_changes(0, &[pt(0.5, 700.0), pt(1.5, 700.0), pt(2.5, 500.0)]);
+        assert_eq!(caps.len(), 1);
+        let w = run_window("r", vec![0], &reports, &[], caps);
+        assert_eq!(w.metrics.len(), 3);
+        let summary: Vec<(f64, Knob, f64, f64)> = w
+            .changes
+            .iter()
+            .map(|c| (c.t, c.knob, c.old, c.new))
+            .collect();
+        assert_eq!(
+            summary,
+            [
+                (2.5, Knob::PowerCap, 700.0, 500.0),
+                (3.0, Knob::BatchSize, 64.0, 128.0)
+            ]
+        );
+        // A bucket that straddles the change holds neither value.
+        let straddle = Point {
+            t: 2.0,
+            min: 500.0,
+            mean: 600.0,
+            max: 700.0,
+        };
+        let c = cap_changes(0, &[pt(1.0, 700.0), straddle, pt(3.0, 500.0)]);
+        assert_eq!(c.len(), 1);
+        assert_eq!((c[0].t, c[0].old, c[0].new), (3.0, 700.0, 500.0));
+    }
+}

@@ -1,0 +1,496 @@
+//! One function per hint. Each looks only at points inside the window and returns `None`
+//! unless its evidence is there.
+
+use super::{
+    AdvisorInput, Evidence, GpuPoint, GpuSeries, Hint, HintKind, Knob, MetricsPoint, RunWindow,
+    Suggestion, Thresholds,
+};
+use crate::telemetry::throttle;
+
+const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
+
+/// The window: what counts as recent, and the GPUs' points within it.
+pub(super) struct Window<'a> {
+    input: &'a AdvisorInput,
+    th: &'a Thresholds,
+    from: f64,
+}
+
+impl<'a> Window<'a> {
+    pub(super) fn new(input: &'a AdvisorInput, th: &'a Thresholds) -> Window<'a> {
+        Window {
+            input,
+            th,
+            from: input.now - th.window_s,
+        }
+    }
+
+    fn recent_gpu<'p>(&self, s: &'p GpuSeries) -> Vec<&'p GpuPoint> {
+        s.points
+            .iter()
+            .filter(|p| p.t >= self.from && p.t <= self.input.now)
+            .collect()
+    }
+
+    fn recent_metrics<'p>(&self, run: &'p RunWindow) -> Vec<&'p MetricsPoint> {
+        run.metrics
+            .iter()
+            .filter(|p| p.t >= self.from && p.t <= self.input.now)
+            .collect()
+    }
+
+    /// Enough points over a long enough span to say anything.
+    fn enough(&self, times: &[f64]) -> bool {
+        times.len() >= self.th.min_points
+            && times.last().zip(times.first()).map_or(0.0, |(b, a)| b - a) >= self.th.min_span_s
+    }
+
+    /// The run's GPUs (every GPU when the run does not say).
+    fn run_gpus(&self, run: &RunWindow) -> Vec<&'a GpuSeries> {
+        self.input
+            .gpus
+            .iter()
+            .filter(|g| run.gpus.is_empty() || run.gpus.contains(&g.index))
+            .collect()
+    }
+}
+
+fn mean(values: impl IntoIterator<Item = f64>) -> Option<f64> {
+    let (n, sum) = values
+        .into_iter()
+        .fold((0usize, 0.0), |(n, s), v| (n + 1, s + v));
+    (n > 0).then(|| sum / n as f64)
+}
+
+fn ev(name: &str, value: f64, unit: &str) -> Evidence {
+    Evidence::new(name, value, unit)
+}
+
+/// The newest value of a field among the reports.
+fn latest<T: Copy>(ms: &[&MetricsPoint], f: impl Fn(&MetricsPoint) -> Option<T>) -> Option<T> {
+    ms.iter().rev().find_map(|m| f(m))
+}
+
+pub(super) fn data_stall(w: &Window, run: &RunWindow) -> Option<Hint> {
+    let th = w.th;
+    let ms = w.recent_metrics(run);
+    let timed: Vec<&&MetricsPoint> = ms
+        .iter()
+        .filter(|m| m.step_time_s.is_some_and(|s| s > 0.0) && m.data_wait_s.is_some())
+        .collect();
+    let times: Vec<f64> = timed.iter().map(|m| m.t).collect();
+    if !w.enough(&times) {
+        return None;
+    }
+    let wait = mean(timed.iter().filter_map(|m| m.data_wait_s))?;
+    let step = mean(timed.iter().filter_map(|m| m.step_time_s))?;
+    let share = wait / step;
+    if share < th.stall_wait_share {
+        return None;
+    }
+    // The GPUs must show it: utilization below the line on average.
+    let utils: Vec<f64> = w
+        .run_gpus(run)
+        .into_iter()
+        .flat_map(|g| w.recent_gpu(g))
+        .filter_map(|p| p.util_pct)
+        .collect();
+    if utils.len() < th.min_points {
+        return None;
+    }
+    let util = mean(utils.iter().copied())?;
+    let util_min = utils.iter().copied().fold(f64::INFINITY, f64::min);
+    if util >= th.stall_util_pct {
+        return None;
+    }
+    let prefetch = latest(&ms, |m| m.prefetch);
+    let max = run.prefetch_range.map_or(u32::MAX, |r| r.1);
+    let next = prefetch
+        .map(|p| (p * 2).max(p + 1).min(max))
+        .filter(|n| Some(*n) != prefetch);
+    let mut evidence = vec![
+        ev("data wait share of step", 100.0 * share, "%"),
+        ev("data wait per step", wait, "s"),
+        ev("step time", step, "s"),
+        ev("GPU utilization (mean)", util, "%"),
+        ev("GPU utilization (lowest)", util_min, "%"),
+    ];
+    if let Some(p) = prefetch {
+        evidence.push(ev("prefetch depth", f64::from(p), ""));
+    }
+    let summary = match (prefetch, next) {
+        (Some(p), Some(n)) => format!(
+            "data stalls: {:.0}% of each step waits for data, GPU {:.0}% busy; raise prefetch {p} → {n}",
+            100.0 * share,
+            util
+        ),
+        (Some(p), None) => format!(
+            "data stalls: {:.0}% of each step waits for data, GPU {:.0}% busy; prefetch is at its maximum ({p}): add loader workers",
+            100.0 * share,
+            util
+        ),
+        (None, _) => format!(
+            "data stalls: {:.0}% of each step waits for data, GPU {:.0}% busy; raise the prefetch depth or add loader workers",
+            100.0 * share,
+            util
+        ),
+    };
+    Some(Hint {
+        kind: HintKind::DataStall,
+        gpu: None,
+        run: Some(run.run.clone()),
+        summary,
+        evidence,
+        action: next.map(|n| Suggestion::SetKnob {
+            run: run.run.clone(),
+            knob: Knob::Prefetch,
+            value: f64::from(n),
+        }),
+    })
+}
+
+/// Memory use as `static + batch · per_sample`, bytes: fitted from two batch sizes seen in the
+/// window, else all of it per sample (an upper bound: static memory does not grow).
+fn memory_model(pairs: &[(u32, f64)], batch: u32, used: f64) -> (f64, f64, bool) {
+    let lo = pairs.iter().min_by_key(|p| p.0);
+    let hi = pairs.iter().max_by_key(|p| p.0);
+    if let (Some(&(b0, m0)), Some(&(b1, m1))) = (lo, hi) {
+        if b1 > b0 && m1 > m0 {
+            let per = (m1 - m0) / f64::from(b1 - b0);
+            return ((m0 - per * f64::from(b0)).max(0.0), per, true);
+        }
+    }
+    (0.0, used / f64::from(batch.max(1)), false)
+}
+
+pub(super) fn memory_headroom(w: &Window, run: &RunWindow) -> Option<Hint> {
+    let th = w.th;
+    let ms = w.recent_metrics(run);
+    let batch = latest(&ms, |m| m.batch_size)?;
+    let gpus = w.run_gpus(run);
+    let points: Vec<&GpuPoint> = gpus.iter().flat_map(|g| w.recent_gpu(g)).collect();
+    // Only points since the run has had this batch size say what it uses.
+    let since = ms
+        .iter()
+        .rev()
+        .take_while(|m| m.batch_size.is_none_or(|b| b == batch))
+        .last()
+        .map_or(w.from, |m| m.t);
+    let now_points: Vec<&&GpuPoint> = points.iter().filter(|p| p.t >= since).collect();
+    let times: Vec<f64> = now_points
+        .iter()
+        .filter(|p| p.memory_used_bytes.is_some())
+        .map(|p| p.t)
+        .collect();
+    if !w.enough(&times) || ms.is_empty() {
+        return None;
+    }
+    let used = now_points
+        .iter()
+        .filter_map(|p| p.memory_used_bytes)
+        .max()? as f64;
+    let total = points.iter().filter_map(|p| p.memory_total_bytes).min()? as f64;
+    if used <= 0.0 || used / total > th.headroom_used_share {
+        return None;
+    }
+    // (batch, peak memory) for each batch size the window saw, over the reports that had it.
+    let mut pairs: Vec<(u32, f64)> = Vec::new();
+    let mut segments: Vec<(u32, f64, f64)> = Vec::new();
+    for m in &ms {
+        let Some(b) = m.batch_size else { continue };
+        match segments.last_mut() {
+            Some(seg) if seg.0 == b => seg.2 = m.t,
+            _ => segments.push((b, m.t, m.t)),
+        }
+    }
+    for (b, t0, t1) in segments {
+        let peak = points
+            .iter()
+            .filter(|p| p.t >= t0 && p.t <= t1)
+            .filter_map(|p| p.memory_used_bytes)
+            .max();
+        if let Some(peak) = peak {
+            match pairs.iter_mut().find(|p| p.0 == b) {
+                Some(p) => p.1 = p.1.max(peak as f64),
+                None => pairs.push((b, peak as f64)),
+            }
+        }
+    }
+    let (fixed, per_sample, fitted) = memory_model(&pairs, batch, used);
+    let max = run.batch_range.map_or(u32::MAX, |r| r.1);
+    let predict = |b: u32| fixed + per_sample * f64::from(b);
+    let mut next = None;
+    let mut b = batch;
+    while let Some(n) = b.checked_mul(2).filter(|n| *n <= max) {
+        if predict(n) > th.headroom_fit_share * total {
+            break;
+        }
+        next = Some(n);
+        b = n;
+    }
+    let next = next?;
+    let predicted = predict(next);
+    Some(Hint {
+        kind: HintKind::MemoryHeadroom,
+        gpu: None,
+        run: Some(run.run.clone()),
+        summary: format!(
+            "memory headroom: {:.1} of {:.1} GiB used at batch {batch}; batch {next} is predicted to use {:.1} GiB ({:.0}%)",
+            used / GIB,
+            total / GIB,
+            predicted / GIB,
+            100.0 * predicted / total
+        ),
+        evidence: vec![
+            ev("memory used (peak)", used / GIB, "GiB"),
+            ev("memory total", total / GIB, "GiB"),
+            ev("batch size", f64::from(batch), ""),
+            ev("predicted memory at the new batch", predicted / GIB, "GiB"),
+            ev(
+                if fitted {
+                    "memory per sample (fitted from two batch sizes)"
+                } else {
+                    "memory per sample (upper bound: all memory scales)"
+                },
+                per_sample / (1024.0 * 1024.0),
+                "MiB",
+            ),
+        ],
+        action: Some(Suggestion::SetKnob {
+            run: run.run.clone(),
+            knob: Knob::BatchSize,
+            value: f64::from(next),
+        }),
+    })
+}
+
+pub(super) fn throughput_drop(w: &Window, run: &RunWindow) -> Option<Hint> {
+    let th = w.th;
+    let ms = w.recent_metrics(run);
+    // The newest change inside the window with reports on both sides.
+    let change = run
+        .changes
+        .iter()
+        .rev()
+        .find(|c| c.t >= w.from && c.t <= w.input.now)?;
+    let rate = |m: &&&MetricsPoint| m.samples_per_s;
+    let before: Vec<&&MetricsPoint> = ms.iter().filter(|m| m.t < change.t).collect();
+    let after: Vec<&&MetricsPoint> = ms
+        .iter()
+        .filter(|m| m.t >= change.t + th.drop_settle_s)
+        .collect();
+    let before_rates: Vec<f64> = before.iter().filter_map(rate).collect();
+    let after_rates: Vec<f64> = after.iter().filter_map(rate).collect();
+    let half = (th.min_points / 2).max(2);
+    if before_rates.len() < half || after_rates.len() < half {
+        return None;
+    }
+    let b = mean(before_rates)?;
+    let a = mean(after_rates)?;
+    if b <= 0.0 || (b - a) / b < th.drop_share {
+        return None;
+    }
+    let action = match change.knob {
+        Knob::PowerCap => change.gpu.map(|gpu| Suggestion::PowerCap {
+            gpu,
+            watts: change.old,
+        }),
+        knob => Some(Suggestion::SetKnob {
+            run: run.run.clone(),
+            knob,
+            value: change.old,
+        }),
+    };
+    Some(Hint {
+        kind: HintKind::ThroughputDrop,
+        gpu: change.gpu,
+        run: Some(run.run.clone()),
+        summary: format!(
+            "throughput fell {:.0}% ({b:.0} → {a:.0} samples/s) after {} {} → {}; undo it",
+            100.0 * (b - a) / b,
+            change.knob.name(),
+            change.old,
+            change.new
+        ),
+        evidence: vec![
+            ev("samples/s before", b, "samples/s"),
+            ev("samples/s after", a, "samples/s"),
+            ev("drop", 100.0 * (b - a) / b, "%"),
+            ev("seconds since the change", w.input.now - change.t, "s"),
+        ],
+        action,
+    })
+}
+
+/// The share of points with any of `bits` set (among those that report reasons).
+fn share_with(points: &[&GpuPoint], bits: u64) -> Option<f64> {
+    let reasons: Vec<u64> = points.iter().filter_map(|p| p.throttle_reasons).collect();
+    (!reasons.is_empty())
+        .then(|| reasons.iter().filter(|r| *r & bits != 0).count() as f64 / reasons.len() as f64)
+}
+
+/// The share of points held by the power cap: the reason bit where a point has reasons, else
+/// (history keeps no reasons) power within 2% of the limit.
+fn capped_share(points: &[&GpuPoint]) -> Option<f64> {
+    let held: Vec<bool> = points
+        .iter()
+        .filter_map(|p| match (p.throttle_reasons, p.power_w, p.power_limit_w) {
+            (Some(r), _, _) => Some(r & throttle::SW_POWER_CAP != 0),
+            (None, Some(w), Some(l)) if l > 0.0 => Some(w >= 0.98 * l),
+            _ => None,
+        })
+        .collect();
+    (!held.is_empty()).then(|| held.iter().filter(|h| **h).count() as f64 / held.len() as f64)
+}
+
+pub(super) fn power_cap_throttle(w: &Window, g: &GpuSeries) -> Option<Hint> {
+    let th = w.th;
+    let ps = w.recent_gpu(g);
+    let times: Vec<f64> = ps.iter().map(|p| p.t).collect();
+    if !w.enough(&times) {
+        return None;
+    }
+    let share = capped_share(&ps)?;
+    let clock = mean(ps.iter().filter_map(|p| p.sm_clock_mhz.map(f64::from)))?;
+    let max_clock = ps
+        .iter()
+        .rev()
+        .find_map(|p| p.sm_clock_max_mhz)
+        .map(f64::from)?;
+    let last = ps.last()?;
+    let (limit, default) = (last.power_limit_w?, last.power_default_w?);
+    if share < th.throttle_share || clock >= th.throttle_clock_share * max_clock {
+        return None;
+    }
+    // At or above the default the board is at its rated power: nothing to undo.
+    if limit >= default - 0.5 {
+        return None;
+    }
+    let power = mean(ps.iter().filter_map(|p| p.power_w)).unwrap_or(f64::NAN);
+    Some(Hint {
+        kind: HintKind::PowerCapThrottle,
+        gpu: Some(g.index),
+        run: None,
+        summary: format!(
+            "GPU {}: power cap {limit:.0} W (default {default:.0} W) holds the clock at {clock:.0} of {max_clock:.0} MHz {:.0}% of the time; raise it to the default",
+            g.index,
+            100.0 * share
+        ),
+        evidence: vec![
+            ev("time at the power cap", 100.0 * share, "%"),
+            ev("power cap", limit, "W"),
+            ev("default cap", default, "W"),
+            ev("power drawn (mean)", power, "W"),
+            ev("SM clock (mean)", clock, "MHz"),
+            ev("SM clock max", max_clock, "MHz"),
+        ],
+        action: Some(Suggestion::PowerCap {
+            gpu: g.index,
+            watts: default,
+        }),
+    })
+}
+
+pub(super) fn thermal_throttle(w: &Window, g: &GpuSeries) -> Option<Hint> {
+    let th = w.th;
+    let ps = w.recent_gpu(g);
+    let times: Vec<f64> = ps.iter().map(|p| p.t).collect();
+    if !w.enough(&times) {
+        return None;
+    }
+    let bits = throttle::SW_THERMAL_SLOWDOWN | throttle::HW_THERMAL_SLOWDOWN;
+    let share = share_with(&ps, bits).unwrap_or(0.0);
+    let slowdown = ps.iter().rev().find_map(|p| p.temp_slowdown_c);
+    let temps: Vec<f64> = ps.iter().filter_map(|p| p.temperature_c).collect();
+    let hottest = temps.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let near = slowdown.is_some_and(|s| hottest >= s - th.thermal_margin_c);
+    if share < th.throttle_share && !near {
+        return None;
+    }
+    let mut evidence = vec![ev("time in thermal slowdown", 100.0 * share, "%")];
+    if hottest.is_finite() {
+        evidence.push(ev("temperature (highest)", hottest, "C"));
+    }
+    if let Some(s) = slowdown {
+        evidence.push(ev("slowdown threshold", s, "C"));
+    }
+    if let Some(c) = mean(ps.iter().filter_map(|p| p.sm_clock_mhz.map(f64::from))) {
+        evidence.push(ev("SM clock (mean)", c, "MHz"));
+    }
+    let target = slowdown.map(|s| s - 5.0);
+    let summary = match (slowdown, target) {
+        (Some(s), Some(t)) => format!(
+            "GPU {}: thermal throttling ({:.0}% of the time, up to {hottest:.0} C against a {s:.0} C slowdown); hold it at {t:.0} C with the thermal governor, or improve cooling",
+            g.index,
+            100.0 * share
+        ),
+        _ => format!(
+            "GPU {}: thermal throttling {:.0}% of the time; check cooling and airflow",
+            g.index,
+            100.0 * share
+        ),
+    };
+    Some(Hint {
+        kind: HintKind::ThermalThrottle,
+        gpu: Some(g.index),
+        run: None,
+        summary,
+        evidence,
+        action: target.map(|celsius| Suggestion::ThermalTarget {
+            gpu: g.index,
+            celsius,
+        }),
+    })
+}
+
+pub(super) fn idle_drawing_power(w: &Window, g: &GpuSeries) -> Option<Hint> {
+    let th = w.th;
+    let ps = w.recent_gpu(g);
+    let utils: Vec<(f64, f64)> = ps
+        .iter()
+        .filter_map(|p| p.util_pct.map(|u| (p.t, u)))
+        .collect();
+    let times: Vec<f64> = utils.iter().map(|u| u.0).collect();
+    if !w.enough(&times) || times.last()? - times.first()? < th.idle_min_s {
+        return None;
+    }
+    if utils.iter().any(|(_, u)| *u > th.idle_util_pct) {
+        return None;
+    }
+    let power = mean(ps.iter().filter_map(|p| p.power_w))?;
+    if power < th.idle_power_w {
+        return None;
+    }
+    // Only a GPU something holds is waste one key can end: a run that has it.
+    let run = w.input.runs.iter().find(|r| r.gpus.contains(&g.index))?;
+    let minutes = (times.last()? - times.first()?) / 60.0;
+    let memory = ps
+        .iter()
+        .rev()
+        .find_map(|p| p.memory_used_bytes)
+        .map_or(0.0, |b| b as f64 / GIB);
+    Some(Hint {
+        kind: HintKind::IdleDrawingPower,
+        gpu: Some(g.index),
+        run: Some(run.run.clone()),
+        summary: format!(
+            "GPU {}: idle for {minutes:.0} min while run {} holds it ({memory:.1} GiB), drawing {power:.0} W ({:.1} kWh a day); stop the run if it is stuck",
+            g.index,
+            run.run,
+            power * 24.0 / 1000.0
+        ),
+        evidence: vec![
+            ev("minutes idle", minutes, "min"),
+            ev(
+                "utilization (highest)",
+                utils.iter().map(|u| u.1).fold(0.0, f64::max),
+                "%",
+            ),
+            ev("power drawn (mean)", power, "W"),
+            ev("memory held", memory, "GiB"),
+        ],
+        action: Some(Suggestion::StopRun {
+            run: run.run.clone(),
+        }),
+    })
+}

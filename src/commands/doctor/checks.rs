@@ -1,0 +1,627 @@
+//! The verdicts of `gpupilot doctor`, from facts already gathered. Pure, so every line of the
+//! report is tested on constructed facts.
+//!
+//! CUDA compatibility follows NVIDIA's CUDA Toolkit release notes ("CUDA Driver" tables):
+//! a driver runs every CUDA release up to the version it reports
+//! (`nvmlSystemGetCudaDriverVersion`); an application built for a newer *minor* release of the
+//! same major one still runs through minor-version compatibility when the driver is at least
+//! the minimum below (Linux), except for features that need the newer driver (kernels shipped
+//! only as PTX for the newer release, some new APIs); a newer *major* release needs a newer
+//! driver.
+
+use serde::{Deserialize, Serialize};
+
+/// Minimum Linux driver for CUDA minor-version compatibility, per CUDA major release
+/// (NVIDIA CUDA Toolkit release notes, "CUDA Toolkit and Minimum Required Driver Version for
+/// CUDA Minor Version Compatibility").
+pub const MINOR_COMPAT_MIN_DRIVER: &[(u32, &str)] = &[(11, "450.80.02"), (12, "525.60.13")];
+
+/// How a line of the report stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    Ok,
+    /// A fact, neither good nor bad (no PyTorch installed, say).
+    Info,
+    Warn,
+    Fail,
+}
+
+impl Status {
+    pub fn label(self) -> &'static str {
+        match self {
+            Status::Ok => "ok",
+            Status::Info => "info",
+            Status::Warn => "warn",
+            Status::Fail => "FAIL",
+        }
+    }
+}
+
+/// One line of the report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Check {
+    /// Stable id for scripts: `driver`, `cuda_driver`, `pytorch`, `gpus`, `persistence`,
+    /// `power_limits`, `thermal`, `ecc`, `power_cap_permission`.
+    pub name: String,
+    pub status: Status,
+    pub detail: String,
+}
+
+/// What the installed PyTorch said about itself.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum Torch {
+    /// The interpreter could not be run, or timed out.
+    NoPython {
+        python: String,
+        error: String,
+    },
+    NotInstalled {
+        python: String,
+    },
+    /// Built without CUDA.
+    CpuOnly {
+        python: String,
+        version: String,
+    },
+    Cuda {
+        python: String,
+        version: String,
+        cuda: String,
+    },
+}
+
+/// One GPU's facts. Absent: the driver does not report it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct GpuFacts {
+    pub index: u32,
+    pub name: Option<String>,
+    pub lost: bool,
+    pub persistence: Option<bool>,
+    pub power_limit_w: Option<f64>,
+    pub power_default_w: Option<f64>,
+    pub throttle_reasons: Option<u64>,
+    pub temperature_c: Option<f64>,
+    pub temp_slowdown_c: Option<f64>,
+    pub ecc_corrected: Option<u64>,
+    pub ecc_uncorrected: Option<u64>,
+}
+
+/// Whether this user may change power caps.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "answer", rename_all = "snake_case")]
+pub enum Permission {
+    /// NVML accepted a power-limit change (the current limit set again).
+    Allowed,
+    Denied,
+    NotSupported,
+    /// The probe could not be made (no GPU answered, another error).
+    Unknown {
+        reason: String,
+    },
+}
+
+/// Everything the report is made from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Facts {
+    pub driver_version: Option<String>,
+    /// As NVML reports it: `major * 1000 + minor * 10`.
+    pub cuda_driver_version: Option<i32>,
+    pub nvml_version: Option<String>,
+    pub torch: Torch,
+    pub gpus: Vec<GpuFacts>,
+    pub is_root: bool,
+    pub power_permission: Permission,
+}
+
+/// `"550.54.15"` → `[550, 54, 15]`; `None` if any part is not a number.
+pub fn parse_version(v: &str) -> Option<Vec<u32>> {
+    v.trim().split('.').map(|p| p.parse().ok()).collect()
+}
+
+/// `"12.1"` → `(12, 1)`.
+pub fn parse_cuda(v: &str) -> Option<(u32, u32)> {
+    let mut it = v.trim().split('.');
+    let major = it.next()?.parse().ok()?;
+    let minor = it.next().map_or(Some(0), |m| m.parse().ok())?;
+    Some((major, minor))
+}
+
+/// NVML's integer (12040) → `(12, 4)`.
+pub fn cuda_from_nvml(v: i32) -> (u32, u32) {
+    let v = v.max(0) as u32;
+    (v / 1000, (v % 1000) / 10)
+}
+
+/// Can a driver (`driver`, running CUDA up to `driver_cuda`) run code built for `built`?
+pub fn cuda_verdict(driver: &str, driver_cuda: (u32, u32), built: (u32, u32)) -> (Status, String) {
+    let (dm, dn) = driver_cuda;
+    let (bm, bn) = built;
+    if built <= driver_cuda {
+        return (
+            Status::Ok,
+            format!("compatible: the driver runs CUDA up to {dm}.{dn}"),
+        );
+    }
+    let min = MINOR_COMPAT_MIN_DRIVER
+        .iter()
+        .find(|(m, _)| *m == bm)
+        .map(|(_, v)| *v);
+    let newer = format!("install a driver that supports CUDA {bm}.{bn}");
+    if bm > dm {
+        let need = min.map_or(String::new(), |v| format!(" (≥ {v} on Linux)"));
+        return (
+            Status::Fail,
+            format!(
+                "incompatible: built for CUDA {bm}.{bn}, which needs a CUDA {bm} driver{need}; driver {driver} runs CUDA {dm}.{dn} at most: {newer}, or a build for CUDA {dm}.x"
+            ),
+        );
+    }
+    match (min, parse_version(driver), min.and_then(parse_version)) {
+        (Some(v), Some(have), Some(need)) if have >= need => (
+            Status::Warn,
+            format!(
+                "works through CUDA minor-version compatibility (built for {bm}.{bn}, the driver runs {dm}.{dn}; {bm}.x needs ≥ {v}): kernels shipped only as PTX for {bm}.{bn} and the newest APIs fail; {newer}"
+            ),
+        ),
+        (Some(v), ..) => (
+            Status::Fail,
+            format!(
+                "incompatible: built for CUDA {bm}.{bn}; driver {driver} runs CUDA {dm}.{dn} and is below {v}, the minimum for CUDA {bm}.x: {newer}"
+            ),
+        ),
+        (None, ..) => (
+            Status::Warn,
+            format!(
+                "built for CUDA {bm}.{bn}, newer than the {dm}.{dn} the driver runs, and no minor-version compatibility minimum is known for CUDA {bm}: {newer}"
+            ),
+        ),
+    }
+}
+
+fn list(ids: &[u32]) -> String {
+    ids.iter()
+        .map(|i| i.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn check(name: &str, status: Status, detail: String) -> Check {
+    Check {
+        name: name.to_string(),
+        status,
+        detail,
+    }
+}
+
+/// Every line of the report, in order.
+pub fn evaluate(f: &Facts) -> Vec<Check> {
+    let mut out = Vec::new();
+    let driver = f.driver_version.clone();
+    out.push(match &driver {
+        Some(v) => check("driver", Status::Ok, format!("NVIDIA driver {v}")),
+        None => check(
+            "driver",
+            Status::Warn,
+            "NVML did not report the driver version".into(),
+        ),
+    });
+    let cuda = f.cuda_driver_version.map(cuda_from_nvml);
+    out.push(match cuda {
+        Some((m, n)) => check(
+            "cuda_driver",
+            Status::Ok,
+            format!("CUDA {m}.{n}: the newest CUDA this driver runs"),
+        ),
+        None => check(
+            "cuda_driver",
+            Status::Warn,
+            "NVML did not report the CUDA version the driver supports".into(),
+        ),
+    });
+    out.push(torch_check(&f.torch, driver.as_deref(), cuda));
+
+    let live: Vec<&GpuFacts> = f.gpus.iter().filter(|g| !g.lost).collect();
+    let lost: Vec<u32> = f.gpus.iter().filter(|g| g.lost).map(|g| g.index).collect();
+    out.push(if lost.is_empty() {
+        check("gpus", Status::Ok, format!("{} GPUs answer", f.gpus.len()))
+    } else {
+        check(
+            "gpus",
+            Status::Fail,
+            format!(
+                "GPU {} fell off the bus (GPU is lost): check `dmesg` for Xid errors; it needs a reset or a reboot",
+                list(&lost)
+            ),
+        )
+    });
+
+    let off: Vec<u32> = live
+        .iter()
+        .filter(|g| g.persistence == Some(false))
+        .map(|g| g.index)
+        .collect();
+    out.push(if off.is_empty() {
+        check(
+            "persistence",
+            Status::Ok,
+            "persistence mode on (or not reported) on every GPU".into(),
+        )
+    } else {
+        check(
+            "persistence",
+            Status::Warn,
+            format!(
+                "persistence mode off on GPU {}: the driver tears down between jobs, so each start is slower and settings may be lost; `sudo nvidia-smi -pm 1` (or nvidia-persistenced)",
+                list(&off)
+            ),
+        )
+    });
+
+    let low: Vec<String> = live
+        .iter()
+        .filter_map(|g| {
+            let (l, d) = (g.power_limit_w?, g.power_default_w?);
+            (l < d - 0.5).then(|| format!("GPU {} at {l:.0} W of {d:.0} W", g.index))
+        })
+        .collect();
+    out.push(if low.is_empty() {
+        check(
+            "power_limits",
+            Status::Ok,
+            "no power limit below its default".into(),
+        )
+    } else {
+        check(
+            "power_limits",
+            Status::Warn,
+            format!(
+                "power limit below the default: {} (intended? `gpupilot power cap WATTS --gpu I` sets it back)",
+                low.join(", ")
+            ),
+        )
+    });
+
+    let thermal_bits = crate::telemetry::throttle::SW_THERMAL_SLOWDOWN
+        | crate::telemetry::throttle::HW_THERMAL_SLOWDOWN;
+    let hot: Vec<String> = live
+        .iter()
+        .filter(|g| g.throttle_reasons.is_some_and(|r| r & thermal_bits != 0))
+        .map(|g| match (g.temperature_c, g.temp_slowdown_c) {
+            (Some(t), Some(s)) => format!("GPU {} at {t:.0} C (slowdown {s:.0} C)", g.index),
+            _ => format!("GPU {}", g.index),
+        })
+        .collect();
+    out.push(if hot.is_empty() {
+        check(
+            "thermal",
+            Status::Ok,
+            "no GPU in thermal slowdown".into(),
+        )
+    } else {
+        check(
+            "thermal",
+            Status::Warn,
+            format!(
+                "thermal slowdown now: {}: check airflow and fans, or hold a target with `gpupilot thermal target`",
+                hot.join(", ")
+            ),
+        )
+    });
+
+    let unc: Vec<String> = live
+        .iter()
+        .filter(|g| g.ecc_uncorrected.is_some_and(|n| n > 0))
+        .map(|g| format!("GPU {}: {}", g.index, g.ecc_uncorrected.unwrap_or(0)))
+        .collect();
+    let cor: Vec<String> = live
+        .iter()
+        .filter(|g| g.ecc_corrected.is_some_and(|n| n > 0))
+        .map(|g| format!("GPU {}: {}", g.index, g.ecc_corrected.unwrap_or(0)))
+        .collect();
+    let reported = live
+        .iter()
+        .any(|g| g.ecc_corrected.is_some() || g.ecc_uncorrected.is_some());
+    out.push(if !unc.is_empty() {
+        check(
+            "ecc",
+            Status::Fail,
+            format!(
+                "uncorrected ECC errors since the driver loaded ({}): results on that GPU may be wrong; drain it and check `nvidia-smi -q -d ECC,PAGE_RETIREMENT`",
+                unc.join(", ")
+            ),
+        )
+    } else if !cor.is_empty() {
+        check(
+            "ecc",
+            Status::Warn,
+            format!(
+                "corrected ECC errors ({}): harmless alone, a sign of wear if they grow",
+                cor.join(", ")
+            ),
+        )
+    } else if reported {
+        check("ecc", Status::Ok, "no ECC errors".into())
+    } else {
+        check(
+            "ecc",
+            Status::Info,
+            "ECC is not reported (consumer GPUs have none)".into(),
+        )
+    });
+
+    out.push(permission_check(&f.power_permission, f.is_root));
+    out
+}
+
+fn torch_check(t: &Torch, driver: Option<&str>, cuda: Option<(u32, u32)>) -> Check {
+    match t {
+        Torch::NoPython { python, error } => check(
+            "pytorch",
+            Status::Info,
+            format!(
+                "could not ask `{python}` about PyTorch ({error}); set GPUPILOT_PYTHON to the interpreter your runs use"
+            ),
+        ),
+        Torch::NotInstalled { python } => check(
+            "pytorch",
+            Status::Info,
+            format!(
+                "PyTorch is not installed for `{python}` (GPUPILOT_PYTHON names another interpreter)"
+            ),
+        ),
+        Torch::CpuOnly { version, .. } => check(
+            "pytorch",
+            Status::Warn,
+            format!(
+                "PyTorch {version} is built without CUDA: it cannot use the GPUs; install a CUDA build"
+            ),
+        ),
+        Torch::Cuda {
+            version,
+            cuda: built,
+            ..
+        } => {
+            let Some(b) = parse_cuda(built) else {
+                return check(
+                    "pytorch",
+                    Status::Warn,
+                    format!("PyTorch {version} reports CUDA `{built}`, which is not a version"),
+                );
+            };
+            match (driver, cuda) {
+                (Some(d), Some(dc)) => {
+                    let (status, verdict) = cuda_verdict(d, dc, b);
+                    check(
+                        "pytorch",
+                        status,
+                        format!("PyTorch {version} built for CUDA {built}: {verdict}"),
+                    )
+                }
+                _ => check(
+                    "pytorch",
+                    Status::Warn,
+                    format!(
+                        "PyTorch {version} built for CUDA {built}; the driver's CUDA version is unknown, so compatibility cannot be judged"
+                    ),
+                ),
+            }
+        }
+    }
+}
+
+fn permission_check(p: &Permission, root: bool) -> Check {
+    let who = if root { "root" } else { "this user" };
+    match p {
+        Permission::Allowed => check(
+            "power_cap_permission",
+            Status::Ok,
+            format!("{who} can set power caps (NVML accepted the current limit set again)"),
+        ),
+        Permission::Denied => check(
+            "power_cap_permission",
+            Status::Warn,
+            "this user cannot set power caps (NVML's setters need root): start a root daemon, `sudo gpupilot daemon --detach`, and use it for power and thermal control".into(),
+        ),
+        Permission::NotSupported => check(
+            "power_cap_permission",
+            Status::Info,
+            "these GPUs do not support setting a power cap".into(),
+        ),
+        Permission::Unknown { reason } => check(
+            "power_cap_permission",
+            Status::Info,
+            format!("could not tell whether {who} can set power caps: {reason}"),
+        ),
+    }
+}
+
+/// 0: nothing to fix; 1: warnings only; 2: at least one failure.
+pub fn exit_code(checks: &[Check]) -> u8 {
+    match checks.iter().map(|c| c.status).max() {
+        Some(Status::Fail) => 2,
+        Some(Status::Warn) => 1,
+        _ => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn healthy() -> Facts {
+        Facts {
+            driver_version: Some("550.54.15".into()),
+            cuda_driver_version: Some(12040),
+            nvml_version: Some("12.550.54.15".into()),
+            torch: Torch::Cuda {
+                python: "python3".into(),
+                version: "2.3.1".into(),
+                cuda: "12.1".into(),
+            },
+            gpus: (0..2)
+                .map(|i| GpuFacts {
+                    index: i,
+                    name: Some("NVIDIA H100 80GB HBM3".into()),
+                    persistence: Some(true),
+                    power_limit_w: Some(700.0),
+                    power_default_w: Some(700.0),
+                    throttle_reasons: Some(0),
+                    temperature_c: Some(60.0),
+                    temp_slowdown_c: Some(87.0),
+                    ecc_corrected: Some(0),
+                    ecc_uncorrected: Some(0),
+                    ..GpuFacts::default()
+                })
+                .collect(),
+            is_root: false,
+            power_permission: Permission::Allowed,
+        }
+    }
+
+    fn status_of(f: &Facts, name: &str) -> (Status, String) {
+        let c = evaluate(f).into_iter().find(|c| c.name == name).unwrap();
+        (c.status, c.detail)
+    }
+
+    #[test]
+    fn the_cuda_table_decides_compatibility() {
+        // Older or equal: fine.
+        assert_eq!(cuda_verdict("550.54.15", (12, 4), (12, 1)).0, Status::Ok);
+        assert_eq!(cuda_verdict("550.54.15", (12, 4), (12, 4)).0, Status::Ok);
+        assert_eq!(cuda_verdict("550.54.15", (12, 4), (11, 8)).0, Status::Ok);
+        // Newer minor, driver above the 12.x minimum: minor-version compatibility.
+        let (s, why) = cuda_verdict("535.54.03", (12, 2), (12, 4));
+        assert_eq!(s, Status::Warn, "{why}");
+        assert!(why.contains("525.60.13"), "{why}");
+        // The same for 11.x.
+        assert_eq!(cuda_verdict("470.57.02", (11, 4), (11, 8)).0, Status::Warn);
+        assert_eq!(cuda_verdict("450.80.01", (11, 0), (11, 1)).0, Status::Fail);
+        assert_eq!(cuda_verdict("450.80.02", (11, 0), (11, 1)).0, Status::Warn);
+        // Newer major: needs a newer driver.
+        let (s, why) = cuda_verdict("470.57.02", (11, 4), (12, 1));
+        assert_eq!(s, Status::Fail);
+        assert!(why.contains("≥ 525.60.13") && why.contains("11.4"), "{why}");
+        // A major with no known minimum: a warning that says so.
+        assert_eq!(cuda_verdict("999.1", (13, 0), (13, 2)).0, Status::Warn);
+    }
+
+    #[test]
+    fn versions_parse() {
+        assert_eq!(parse_version("550.54.15"), Some(vec![550, 54, 15]));
+        assert_eq!(parse_version("550.x"), None);
+        assert_eq!(parse_cuda("12.1"), Some((12, 1)));
+        assert_eq!(parse_cuda("12"), Some((12, 0)));
+        assert_eq!(parse_cuda("twelve"), None);
+        assert_eq!(cuda_from_nvml(12040), (12, 4));
+        assert_eq!(cuda_from_nvml(11080), (11, 8));
+    }
+
+    #[test]
+    fn a_healthy_node_passes_every_check() {
+        let checks = evaluate(&healthy());
+        assert!(checks.iter().all(|c| c.status == Status::Ok), "{checks:#?}");
+        assert_eq!(exit_code(&checks), 0);
+        let names: Vec<&str> = checks.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "driver",
+                "cuda_driver",
+                "pytorch",
+                "gpus",
+                "persistence",
+                "power_limits",
+                "thermal",
+                "ecc",
+                "power_cap_permission"
+            ]
+        );
+    }
+
+    #[test]
+    fn each_problem_shows_on_its_line() {
+        let mut f = healthy();
+        f.gpus[1].persistence = Some(false);
+        assert_eq!(status_of(&f, "persistence").0, Status::Warn);
+        assert!(status_of(&f, "persistence").1.contains("GPU 1"));
+
+        let mut f = healthy();
+        f.gpus[0].power_limit_w = Some(500.0);
+        let (s, d) = status_of(&f, "power_limits");
+        assert_eq!(s, Status::Warn);
+        assert!(d.contains("GPU 0 at 500 W of 700 W"), "{d}");
+
+        let mut f = healthy();
+        f.gpus[1].throttle_reasons = Some(crate::telemetry::throttle::HW_THERMAL_SLOWDOWN);
+        f.gpus[1].temperature_c = Some(88.0);
+        let (s, d) = status_of(&f, "thermal");
+        assert_eq!(s, Status::Warn);
+        assert!(d.contains("GPU 1 at 88 C (slowdown 87 C)"), "{d}");
+        // A power-cap throttle is not thermal.
+        let mut f = healthy();
+        f.gpus[1].throttle_reasons = Some(crate::telemetry::throttle::SW_POWER_CAP);
+        assert_eq!(status_of(&f, "thermal").0, Status::Ok);
+
+        let mut f = healthy();
+        f.gpus[0].ecc_corrected = Some(4);
+        assert_eq!(status_of(&f, "ecc").0, Status::Warn);
+        f.gpus[1].ecc_uncorrected = Some(1);
+        let checks = evaluate(&f);
+        assert_eq!(status_of(&f, "ecc").0, Status::Fail);
+        assert_eq!(exit_code(&checks), 2);
+        // Not reported at all (consumer parts).
+        let mut f = healthy();
+        for g in &mut f.gpus {
+            g.ecc_corrected = None;
+            g.ecc_uncorrected = None;
+        }
+        assert_eq!(status_of(&f, "ecc").0, Status::Info);
+
+        let mut f = healthy();
+        f.gpus[0].lost = true;
+        f.gpus[0].persistence = Some(false);
+        assert_eq!(status_of(&f, "gpus").0, Status::Fail);
+        assert_eq!(
+            status_of(&f, "persistence").0,
+            Status::Ok,
+            "a lost GPU's other values are not current"
+        );
+
+        let mut f = healthy();
+        f.power_permission = Permission::Denied;
+        let (s, d) = status_of(&f, "power_cap_permission");
+        assert_eq!(s, Status::Warn);
+        assert!(d.contains("sudo gpupilot daemon"), "{d}");
+        assert_eq!(exit_code(&evaluate(&f)), 1);
+    }
+
+    #[test]
+    fn pytorch_lines() {
+        let mut f = healthy();
+        f.torch = Torch::NotInstalled {
+            python: "python3".into(),
+        };
+        assert_eq!(status_of(&f, "pytorch").0, Status::Info);
+        assert_eq!(exit_code(&evaluate(&f)), 0, "no PyTorch is not a problem");
+        f.torch = Torch::CpuOnly {
+            python: "python3".into(),
+            version: "2.3.1+cpu".into(),
+        };
+        assert_eq!(status_of(&f, "pytorch").0, Status::Warn);
+        f.torch = Torch::Cuda {
+            python: "python3".into(),
+            version: "2.5.0".into(),
+            cuda: "12.4".into(),
+        };
+        f.driver_version = Some("470.57.02".into());
+        f.cuda_driver_version = Some(11040);
+        let (s, d) = status_of(&f, "pytorch");
+        assert_eq!(s, Status::Fail);
+        assert!(
+            d.starts_with("PyTorch 2.5.0 built for CUDA 12.4: incompatible"),
+            "{d}"
+        );
+    }
+}

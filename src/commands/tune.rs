@@ -1,0 +1,501 @@
+//! `gpupilot tune energy RUN`: the energy-optimal power-cap search on a live run, as a client
+//! of the daemon.
+//!
+//! Every second it reads the run's metrics reports (steps, batch size, samples/s) and the
+//! energy counters of the run's GPUs from the daemon's newest snapshot, feeds them to the
+//! [`Tuner`](crate::control::tuner::Tuner), and asks the daemon for each cap (so every change
+//! lands in the node's events, and needs the rights any cap needs). When the search ends it
+//! applies the best cap, prints the curve and the saving, writes the result to the run's
+//! directory (`tune-energy.json`) and prints the `[power] cap_w` line for the profile. Ctrl-C,
+//! a hang-up, SIGTERM or the run ending before the search does put each GPU's starting cap
+//! back.
+
+use std::collections::BTreeMap;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use anyhow::Context as _;
+
+use crate::cli::{GlobalArgs, TuneEnergyArgs};
+use crate::client::Client;
+use crate::config::Paths;
+use crate::control::tuner::Window;
+use crate::control::tuner::live::{LiveRun, Outcome, drive};
+use crate::control::tuner::{Observation, Phase, Progress, TuneResult, Tuner, TunerConfig, Unit};
+use crate::protocol::{GpuSelection, MetricsPoint, Request, Response};
+use crate::supervisor::RunStatus;
+
+/// File the result is written to, in the run's directory.
+pub const RESULT_FILE: &str = "tune-energy.json";
+
+/// `gpupilot tune energy RUN …`.
+pub fn tune_energy(g: &GlobalArgs, args: &TuneEnergyArgs) -> anyhow::Result<ExitCode> {
+    let client = super::connect_or_spawn(g, &Paths::from_env())?;
+    let (mut run, mut tuner) = prepare(client, args)?;
+    let max_w = tuner.config().max_w;
+    eprintln!(
+        "gpupilot: tuning the power cap of run {} on GPU {} ({} caps from {max_w:.0} W down, {} + {} {} each, eta {}); Ctrl-C puts the caps back",
+        run.id,
+        list(&run.gpus),
+        tuner.plan().len(),
+        tuner.config().window.warmup,
+        tuner.config().window.measure,
+        unit_name(tuner.config().window.unit),
+        args.eta
+    );
+    let stop = stop_flag();
+    let mut last_line = String::new();
+    let outcome = drive(
+        &mut tuner,
+        &mut run,
+        &stop,
+        || std::thread::sleep(Duration::from_secs_f64(g.refresh.clamp(0.2, 5.0))),
+        |p| {
+            let line = progress_line(p);
+            if line != last_line && !args.json {
+                eprintln!("{line}");
+                last_line = line;
+            }
+        },
+    )
+    .map_err(|e| anyhow::anyhow!(e))?;
+    match outcome {
+        Outcome::Done(result) => {
+            let path = run.dir.join(RESULT_FILE);
+            let saved = std::fs::write(&path, serde_json::to_string_pretty(&result)? + "\n");
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&result)?);
+            } else {
+                print!("{}", render_result(&result));
+                match &saved {
+                    Ok(()) => println!("saved to {}", path.display()),
+                    Err(e) => println!("could not save to {}: {e}", path.display()),
+                }
+                println!(
+                    "to start this run's profile at this cap, add:\n\n[power]\ncap_w = {:.0}",
+                    result.best.cap_w
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Outcome::Cancelled { why, restored } => {
+            match restored {
+                Ok(()) => eprintln!(
+                    "gpupilot: tuning stopped ({why}); every GPU of the run is back at its starting cap"
+                ),
+                Err(e) => eprintln!(
+                    "gpupilot: tuning stopped ({why}) and putting the starting caps back failed: {e}; check with `gpupilot power`"
+                ),
+            }
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}
+
+/// The run `args.run` seen through `client`'s daemon, and a search on it with `args`'
+/// settings, ready to [`drive`] (the console's tuner starts the same way, with the defaults).
+pub(crate) fn prepare(client: Client, args: &TuneEnergyArgs) -> anyhow::Result<(DaemonRun, Tuner)> {
+    let mut run = DaemonRun::open(client, &args.run)?;
+    let first = &run.limits[0];
+    let (min_w, max_w, default_w) = run.limits.iter().fold(
+        (first.min_w, first.max_w, first.default_w),
+        |(lo, hi, d), l| (lo.max(l.min_w), hi.min(l.max_w), d.min(l.default_w)),
+    );
+    let mut cfg = TunerConfig::new(min_w, default_w, max_w, first.current_w, run.gpus.len());
+    cfg.max_power_w = run.limits.iter().map(|l| l.max_w).sum();
+    cfg.eta = args.eta;
+    cfg.step_w = args.step_w;
+    cfg.window = match args.seconds {
+        Some(measure) => Window {
+            unit: Unit::Seconds,
+            warmup: args.warmup.unwrap_or(Window::DEFAULT_SECONDS.warmup),
+            measure,
+        },
+        None => Window {
+            unit: Unit::Steps,
+            warmup: args.warmup.unwrap_or(Window::DEFAULT_STEPS.warmup),
+            measure: args.measure.unwrap_or(Window::DEFAULT_STEPS.measure),
+        },
+    };
+    run.unit = cfg.window.unit;
+    let tuner = Tuner::new(cfg)?;
+    Ok((run, tuner))
+}
+
+/// The options `gpupilot tune energy RUN` runs with when given none.
+pub(crate) fn default_args(run: &str) -> TuneEnergyArgs {
+    TuneEnergyArgs {
+        run: run.to_string(),
+        eta: 0.5,
+        step_w: 25.0,
+        warmup: None,
+        measure: None,
+        seconds: None,
+        json: false,
+    }
+}
+
+/// Write `result` to the run's directory ([`RESULT_FILE`]); where it went.
+pub(crate) fn save_result(
+    run: &DaemonRun,
+    result: &TuneResult,
+) -> anyhow::Result<std::path::PathBuf> {
+    let path = run.dir.join(RESULT_FILE);
+    std::fs::write(&path, serde_json::to_string_pretty(result)? + "\n")
+        .with_context(|| format!("writing {}", path.display()))?;
+    Ok(path)
+}
+
+fn unit_name(u: Unit) -> &'static str {
+    match u {
+        Unit::Steps => "steps",
+        Unit::Seconds => "s",
+    }
+}
+
+fn list(v: &[u32]) -> String {
+    v.iter()
+        .map(|i| i.to_string())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// One line of progress: the cap under test, how far through its window, the curve so far.
+pub fn progress_line(p: &Progress) -> String {
+    let phase = match p.phase {
+        Phase::WarmUp => "warming up",
+        Phase::Measure => "measuring",
+        Phase::Done => "done",
+        Phase::Cancelled => "cancelled",
+        Phase::NotStarted => "waiting",
+    };
+    let mut s = match p.cap_w {
+        Some(w) => format!(
+            "[{}/{}] {w:.0} W {phase} {:>3.0}%",
+            p.index + 1,
+            p.planned,
+            (100.0 * p.fraction / 10.0).floor() * 10.0
+        ),
+        None => phase.to_string(),
+    };
+    if !p.curve.is_empty() {
+        let curve: Vec<String> = p
+            .curve
+            .iter()
+            .map(|c| format!("{:.0} W {:.3}", c.cap_w, c.cost))
+            .collect();
+        s.push_str(&format!("  cost J/sample: {}", curve.join(", ")));
+    }
+    s
+}
+
+/// The result for people: the curve as a table, then the saving.
+pub fn render_result(r: &TuneResult) -> String {
+    let mut out = String::from("cap W   J/sample   ms/sample   mean W   cost J/sample\n");
+    for c in &r.curve {
+        out.push_str(&format!(
+            "{:>5.0} {:>10.3} {:>11.3} {:>8.0} {:>15.3}{}\n",
+            c.cap_w,
+            c.energy_per_sample_j,
+            1000.0 * c.time_per_sample_s,
+            c.avg_power_w,
+            c.cost,
+            if c.cap_w == r.best.cap_w {
+                "  ← best"
+            } else {
+                ""
+            }
+        ));
+    }
+    out.push_str(&r.summary());
+    out.push('\n');
+    out
+}
+
+/// Ctrl-C, SIGTERM and SIGHUP (the terminal went away) turn it true instead of ending the
+/// process, so the caps can be put back first.
+fn stop_flag() -> Arc<AtomicBool> {
+    let flag = Arc::new(AtomicBool::new(false));
+    let set = Arc::clone(&flag);
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let spawned = std::thread::Builder::new()
+        .name("tune-signals".into())
+        .spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_io()
+                .build()
+            else {
+                let _ = ready_tx.send(());
+                return;
+            };
+            rt.block_on(async move {
+                use tokio::signal::unix::{SignalKind, signal};
+                let kinds = [
+                    SignalKind::interrupt(),
+                    SignalKind::terminate(),
+                    SignalKind::hangup(),
+                ];
+                let mut streams = Vec::new();
+                for k in kinds {
+                    if let Ok(s) = signal(k) {
+                        streams.push(s);
+                    }
+                }
+                let _ = ready_tx.send(());
+                let waits = streams.iter_mut().map(|s| Box::pin(s.recv()));
+                let _ = futures::future::select_all(waits).await;
+                set.store(true, Ordering::SeqCst);
+            });
+        });
+    if spawned.is_ok() {
+        let _ = ready_rx.recv();
+    }
+    flag
+}
+
+/// The run, seen through the daemon.
+pub(crate) struct DaemonRun {
+    client: Client,
+    pub(crate) id: String,
+    pub(crate) dir: std::path::PathBuf,
+    pub(crate) gpus: Vec<u32>,
+    limits: Vec<crate::control::PowerLimits>,
+    /// Each GPU's cap before the search.
+    start_w: BTreeMap<u32, f64>,
+    unit: Unit,
+    since: u64,
+    /// Cumulative samples and the newest step, from the reports.
+    samples: f64,
+    last_step: Option<u64>,
+    last_t: Option<f64>,
+    /// The two newest (time, energy of the run's GPUs) from the daemon's snapshots.
+    energy: Vec<(f64, f64)>,
+}
+
+impl DaemonRun {
+    fn open(client: Client, spec: &str) -> anyhow::Result<DaemonRun> {
+        let info = client.run(spec)?;
+        let status = client.status()?;
+        let snap = status.snapshot.context(
+            "the daemon has no GPU telemetry: the tuner needs the GPUs' energy counters",
+        )?;
+        let gpus = run_gpus(&info.gpus, &snap.gpus)?;
+        let Response::Power { gpus: settings, .. } = client.request(Request::Power {})? else {
+            anyhow::bail!("the daemon answered `power` with something else");
+        };
+        let mut limits = Vec::new();
+        let mut start_w = BTreeMap::new();
+        for i in &gpus {
+            let l = settings
+                .iter()
+                .find(|s| s.index == *i)
+                .and_then(|s| s.power)
+                .with_context(|| {
+                    format!("GPU {i}'s power limits cannot be read, so its cap cannot be tuned")
+                })?;
+            start_w.insert(*i, l.current_w);
+            limits.push(l);
+        }
+        Ok(DaemonRun {
+            client,
+            id: info.id,
+            dir: info.dir,
+            gpus,
+            limits,
+            start_w,
+            unit: Unit::Steps,
+            since: 0,
+            samples: 0.0,
+            last_step: None,
+            last_t: None,
+            energy: Vec::new(),
+        })
+    }
+
+    fn cap(&self, gpus: Vec<u32>, watts: f64, why: &str) -> Result<(), String> {
+        let request = Request::PowerCap {
+            gpus: GpuSelection::Some(gpus),
+            watts,
+            why: Some(why.to_string()),
+        };
+        match self.client.request(request) {
+            Ok(_) => Ok(()),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    /// Take the reports since the last call into the sample count.
+    fn absorb(&mut self, points: &[MetricsPoint]) {
+        for p in points {
+            let r = &p.report;
+            let batch = r.batch_size.filter(|b| *b > 0).map(|b| b as f64);
+            match (r.step, self.last_step, batch) {
+                (Some(s), Some(prev), Some(b)) if s >= prev => {
+                    self.samples += (s - prev) as f64 * b;
+                }
+                // No step counter (or it went back): integrate the rate.
+                _ => {
+                    if let (Some(rate), Some(t0)) = (r.samples_per_s, self.last_t) {
+                        self.samples += rate * (p.t - t0).max(0.0);
+                    }
+                }
+            }
+            if r.step.is_some() {
+                self.last_step = r.step;
+            }
+            self.last_t = Some(p.t);
+        }
+    }
+
+    /// Energy of the run's GPUs at `t`, from the two newest snapshots.
+    fn energy_at(&self, t: f64) -> Option<f64> {
+        match self.energy.as_slice() {
+            [.., (t0, e0), (t1, e1)] if t1 > t0 => Some(e0 + (e1 - e0) * (t - t0) / (t1 - t0)),
+            [.., (_, e)] => Some(*e),
+            [] => None,
+        }
+    }
+}
+
+impl LiveRun for DaemonRun {
+    fn observe(&mut self) -> Result<Option<Observation>, String> {
+        let status = self.client.status().map_err(|e| e.to_string())?;
+        if let Some(snap) = status.snapshot {
+            let mut total = 0.0;
+            for i in &self.gpus {
+                let e = snap
+                    .gpus
+                    .iter()
+                    .find(|g| g.index == *i)
+                    .and_then(|g| g.energy_j)
+                    .ok_or_else(|| {
+                        format!("GPU {i} reports no energy counter, which the tuner needs")
+                    })?;
+                total += e;
+            }
+            if self.energy.last().is_none_or(|(t, _)| *t < snap.time_s) {
+                self.energy.push((snap.time_s, total));
+                if self.energy.len() > 2 {
+                    self.energy.remove(0);
+                }
+            }
+        }
+        let m = self
+            .client
+            .run_metrics(&self.id, self.since)
+            .map_err(|e| e.to_string())?;
+        self.since = m.next;
+        if m.points.is_empty() {
+            return Ok(None);
+        }
+        let had_steps = m.points.iter().any(|p| p.report.step.is_some());
+        self.absorb(&m.points);
+        let Some(t) = self.last_t else {
+            return Ok(None);
+        };
+        if self.unit == Unit::Steps && !had_steps {
+            return Err(
+                "the run's metrics carry no step counter: tune it with a window in seconds (--seconds N)"
+                    .into(),
+            );
+        }
+        let Some(energy_j) = self.energy_at(t) else {
+            return Ok(None);
+        };
+        Ok(Some(Observation {
+            // The daemon stamps reports with its clock; the tuner only needs differences.
+            time_s: t,
+            steps: self.last_step.map(|s| s as f64),
+            energy_j,
+            samples: self.samples,
+        }))
+    }
+
+    fn set_cap(&mut self, watts: f64) -> Result<(), String> {
+        self.cap(self.gpus.clone(), watts, "energy tuner: trying a cap")
+    }
+
+    fn restore(&mut self) -> Result<(), String> {
+        // GPUs that started at the same cap go back in one request.
+        let mut by_cap: BTreeMap<u64, Vec<u32>> = BTreeMap::new();
+        for (gpu, w) in &self.start_w {
+            by_cap.entry(w.to_bits()).or_default().push(*gpu);
+        }
+        for (bits, gpus) in by_cap {
+            self.cap(
+                gpus,
+                f64::from_bits(bits),
+                "energy tuner: search stopped, cap restored",
+            )?;
+        }
+        Ok(())
+    }
+
+    fn alive(&mut self) -> Result<bool, String> {
+        let info = self.client.run(&self.id).map_err(|e| e.to_string())?;
+        Ok(matches!(info.status, RunStatus::Running))
+    }
+}
+
+/// The GPU indices a run uses, from its `CUDA_VISIBLE_DEVICES` (indices or UUIDs; `all`).
+pub fn run_gpus(visible: &str, gpus: &[crate::telemetry::GpuSample]) -> anyhow::Result<Vec<u32>> {
+    let v = visible.trim();
+    if v.is_empty() || v == "all" {
+        return Ok(gpus.iter().map(|g| g.index).collect());
+    }
+    let mut out = Vec::new();
+    for part in v.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let found = match part.parse::<u32>() {
+            Ok(i) => gpus.iter().find(|g| g.index == i),
+            Err(_) => gpus
+                .iter()
+                .find(|g| g.uuid.as_deref().is_some_and(|u| u.starts_with(part))),
+        };
+        let g = found.with_context(|| {
+            format!(
+                "the run's CUDA_VISIBLE_DEVICES names `{part}`, which is not a GPU the daemon sees"
+            )
+        })?;
+        out.push(g.index);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::telemetry::GpuSample;
+
+    #[test]
+    fn visible_devices_name_gpus_by_index_or_uuid() {
+        let gpus: Vec<GpuSample> = (0..3)
+            .map(|i| GpuSample {
+                index: i,
+                uuid: Some(format!("GPU-{i}aaa")),
+                ..Default::default()
+            })
+            .collect();
+        assert_eq!(run_gpus("all", &gpus).unwrap(), [0, 1, 2]);
+        assert_eq!(run_gpus("", &gpus).unwrap(), [0, 1, 2]);
+        assert_eq!(run_gpus("2,0", &gpus).unwrap(), [2, 0]);
+        assert_eq!(run_gpus("GPU-1", &gpus).unwrap(), [1]);
+        let e = run_gpus("7", &gpus).unwrap_err().to_string();
+        assert!(e.contains("`7`"), "{e}");
+    }
+
+    #[test]
+    fn progress_reads_at_a_glance() {
+        let p = Progress {
+            phase: Phase::Measure,
+            cap_w: Some(650.0),
+            index: 2,
+            planned: 21,
+            fraction: 0.46,
+            curve: Vec::new(),
+            best_cap_w: None,
+        };
+        assert_eq!(progress_line(&p), "[3/21] 650 W measuring  40%");
+    }
+}

@@ -1,0 +1,399 @@
+//! The console's advisor pane: the hints of [`crate::advisor`] on the daemon's recent telemetry
+//! and the live runs' metrics, each with the numbers behind it and its action one key away.
+//!
+//! `a` opens the pane over any view (and `a`, Esc or q closes it). While it is open the feed
+//! gathers the advisor's input as `gpupilot advise` does and sends the hints every
+//! [`ADVISE_EVERY`] ([`Update::Advice`]); j/k select a hint and Enter (or its number) acts on
+//! it through what the console already has: a knob opens the Run view's knob dialog on the
+//! hint's run with the suggested value typed in, a power cap opens the power-cap dialog of the
+//! GPU with the suggested watts, stopping a run asks y/n in the footer. Nothing is sent before
+//! the user confirms there. A hint without a console action (a thermal target) puts its
+//! command in the footer.
+
+use std::time::Duration;
+
+use crate::advisor::{self, AdvisorInput, Hint, Knob, Suggestion, Thresholds};
+use crate::protocol::KnobName;
+use crate::tui::action::{Action, ViewId};
+use crate::tui::app::App;
+use crate::tui::data::Level;
+use crate::tui::feed::{Request, Update};
+use crate::tui::views::power_dialog::{self, PowerDialog};
+use crate::tui::views::run::knob_dialog::{self, KnobDialog};
+use crate::tui::views::run::state::Confirm;
+use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+
+/// How often the feed computes the hints while the pane is open.
+pub const ADVISE_EVERY: Duration = Duration::from_secs(5);
+
+/// What the feed computed last.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Advice {
+    /// The daemon's time of the newest sample it looked at (seconds since the epoch).
+    pub at: f64,
+    /// How far back the evidence may come from, seconds.
+    pub window_s: f64,
+    pub hints: Vec<Hint>,
+    /// Why there are no hints, for the pane (empty when there are).
+    pub why_none: String,
+}
+
+impl Advice {
+    /// The hints on `input`, and why there are none when there are none.
+    pub fn compute(input: &AdvisorInput, th: &Thresholds) -> Advice {
+        let hints = advisor::advise(input, th);
+        let why_none = if hints.is_empty() {
+            why_none(input, th)
+        } else {
+            String::new()
+        };
+        Advice {
+            at: input.now,
+            window_s: th.window_s,
+            hints,
+            why_none,
+        }
+    }
+
+    /// No advice could be computed: `why` (the daemon has no telemetry, a request failed).
+    pub fn unavailable(at: f64, why: String) -> Advice {
+        Advice {
+            at,
+            window_s: Thresholds::default().window_s,
+            hints: Vec::new(),
+            why_none: why,
+        }
+    }
+}
+
+/// Why `input` yields no hint, in words for the pane.
+pub fn why_none(input: &AdvisorInput, th: &Thresholds) -> String {
+    let window = crate::tui::format::span(th.window_s);
+    if input.gpus.is_empty() {
+        return "the daemon reports no GPUs, so there is nothing to advise on".into();
+    }
+    let gpus = format!("the GPUs' last {window} show no throttling and no idle GPU drawing power");
+    let from = input.now - th.window_s;
+    if input.runs.is_empty() {
+        return format!(
+            "no live run (the data-stall, memory and throughput hints are about runs), and {gpus}"
+        );
+    }
+    let reporting = input
+        .runs
+        .iter()
+        .filter(|r| r.metrics.iter().any(|m| m.t >= from))
+        .count();
+    if reporting == 0 {
+        return format!(
+            "no run reports metrics (the gpupilot SDK, or lines the daemon parses: see \
+             docs/profiles.md), so there is no evidence about data stalls, memory or \
+             throughput; and {gpus}"
+        );
+    }
+    format!("nothing in the last {window} of telemetry and metrics calls for a change")
+}
+
+/// A knob change waiting for the run's knobs to arrive before its dialog opens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingKnob {
+    pub run: String,
+    pub knob: KnobName,
+    pub value: i64,
+}
+
+/// The pane's state.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AdvisorState {
+    pub open: bool,
+    /// The hint selected (a position in the list).
+    pub selected: usize,
+    /// The newest advice from the feed; None until the first came.
+    pub advice: Option<Advice>,
+    pub pending: Option<PendingKnob>,
+}
+
+impl AdvisorState {
+    /// The hints shown.
+    pub fn hints(&self) -> &[Hint] {
+        self.advice.as_ref().map_or(&[], |a| a.hints.as_slice())
+    }
+
+    /// The action a key runs while the pane is open (every key goes to it); `close` is the
+    /// key the keymap binds to the advisor (it closes the pane too).
+    pub fn action_for_key(&self, ev: &KeyEvent, close: bool) -> Option<Action> {
+        let ctrl = ev.modifiers.contains(KeyModifiers::CONTROL);
+        if close {
+            return Some(Action::Advisor);
+        }
+        match ev.code {
+            KeyCode::Char('c') if ctrl => Some(Action::Quit),
+            KeyCode::Esc | KeyCode::Char('q') => Some(Action::Advisor),
+            KeyCode::Char('j') | KeyCode::Down => Some(Action::ScrollDown),
+            KeyCode::Char('k') | KeyCode::Up => Some(Action::ScrollUp),
+            KeyCode::Enter => Some(Action::HintAct(self.selected)),
+            KeyCode::Char(c @ '1'..='9') => Some(Action::HintAct(c as usize - '1' as usize)),
+            _ => None,
+        }
+    }
+
+    /// Whether the open pane takes `a`.
+    pub fn handles(a: Action) -> bool {
+        matches!(
+            a,
+            Action::ScrollUp | Action::ScrollDown | Action::HintAct(_)
+        )
+    }
+}
+
+/// What the footer says while the pane is open.
+pub fn footer(st: &AdvisorState) -> String {
+    match st.hints().len() {
+        0 => " Advisor · Esc: close".into(),
+        1 => " Advisor · Enter or 1: act on the hint · Esc: close".into(),
+        n => format!(
+            " Advisor · j/k: select · Enter or 1–{}: act on the hint · Esc: close",
+            n.min(9)
+        ),
+    }
+}
+
+/// Take in an update (before the data does): new advice. Returns whether a knob dialog waits
+/// for this update (the run's knobs): then call [`after_update`] once the data took it in.
+pub fn on_update(app: &mut App, u: &Update) -> bool {
+    match u {
+        Update::Advice(a) => {
+            app.advisor.advice = Some((**a).clone());
+            let n = app.advisor.hints().len();
+            app.advisor.selected = app.advisor.selected.min(n.saturating_sub(1));
+            false
+        }
+        Update::Metrics { run, .. } => app.advisor.pending.as_ref().is_some_and(|p| &p.run == run),
+        _ => false,
+    }
+}
+
+/// Open the knob dialog that waited for its run's knobs.
+pub fn after_update(app: &mut App) {
+    if let Some(p) = app.advisor.pending.take() {
+        open_knob(app, p);
+    }
+}
+
+/// Open or close the pane; the feed computes while it is open.
+pub fn toggle(app: &mut App) {
+    app.advisor.open = !app.advisor.open;
+    if app.advisor.open {
+        app.help.open = false;
+    }
+    app.outbox.push(Request::Advise(app.advisor.open));
+}
+
+/// Carry out `a` in the open pane.
+pub fn apply(app: &mut App, a: Action) {
+    let n = app.advisor.hints().len();
+    match a {
+        Action::ScrollDown => {
+            app.advisor.selected = (app.advisor.selected + 1).min(n.saturating_sub(1))
+        }
+        Action::ScrollUp => app.advisor.selected = app.advisor.selected.saturating_sub(1),
+        Action::HintAct(i) => act(app, i),
+        _ => {}
+    }
+}
+
+/// Act on hint `i`: open the dialog or question that makes its change.
+pub fn act(app: &mut App, i: usize) {
+    let Some(hint) = app.advisor.hints().get(i).cloned() else {
+        let msg = match app.advisor.hints().len() {
+            0 => "no hint to act on".to_string(),
+            n => format!("there are {n} hints: press 1–{}", n.min(9)),
+        };
+        app.data.set_status(Level::Info, msg);
+        return;
+    };
+    app.advisor.selected = i;
+    let Some(action) = hint.action.clone() else {
+        let msg = format!("this hint suggests no change: {}", hint.summary);
+        app.data.set_status(Level::Info, msg);
+        return;
+    };
+    match action.clone() {
+        Suggestion::SetKnob { run, knob, value } => {
+            let knob = match knob {
+                Knob::BatchSize => KnobName::BatchSize,
+                Knob::Prefetch => KnobName::Prefetch,
+                Knob::PowerCap => {
+                    let msg = format!("not from the console: {}", action.command());
+                    app.data.set_status(Level::Info, msg);
+                    return;
+                }
+            };
+            close(app);
+            open_knob(
+                app,
+                PendingKnob {
+                    run,
+                    knob,
+                    value: value.round() as i64,
+                },
+            );
+        }
+        Suggestion::PowerCap { gpu, watts } => {
+            let Some(pos) = app.data.gpus().iter().position(|g| g.index == gpu) else {
+                let msg = format!("GPU {gpu} is not in the newest sample: its cap cannot be set");
+                app.data.set_status(Level::Error, msg);
+                return;
+            };
+            close(app);
+            app.selected = pos;
+            app.power = power_dialog::open(&mut app.data, pos);
+            if let Some(PowerDialog::Edit { field, .. }) = &mut app.power {
+                field.text = format!("{:.0}", watts.round());
+            }
+        }
+        Suggestion::StopRun { run } => {
+            close(app);
+            app.view = ViewId::Run;
+            app.run.confirm = Some(Confirm::Stop(run));
+        }
+        Suggestion::ThermalTarget { .. } => {
+            let msg = format!(
+                "the console sets no thermal target: run `{}`",
+                action.command()
+            );
+            app.data.set_status(Level::Info, msg);
+        }
+    }
+}
+
+fn close(app: &mut App) {
+    if app.advisor.open {
+        toggle(app);
+    }
+}
+
+/// Show the hint's run in the Run view and open its knob dialog with the value typed in; when
+/// the run's knobs have not come yet, once they do.
+fn open_knob(app: &mut App, p: PendingKnob) {
+    app.view = ViewId::Run;
+    if app.run.open.as_deref() != Some(p.run.as_str()) {
+        app.run.open = Some(p.run.clone());
+        app.run.follow = true;
+    }
+    if app.run.watching.as_deref() != Some(p.run.as_str()) {
+        app.run.watching = Some(p.run.clone());
+        app.outbox.push(Request::Watch(p.run.clone()));
+    }
+    let here = app.run.current(&app.data).is_some_and(|r| r.id == p.run);
+    if !here || app.data.metrics.of(&p.run).is_none() {
+        let msg = format!("waiting for run {}'s knobs from the daemon…", p.run);
+        app.data.set_status(Level::Info, msg);
+        app.advisor.pending = Some(p);
+        return;
+    }
+    knob_dialog::open(&mut app.run, &mut app.data, p.knob);
+    if let Some(KnobDialog::Edit { field, .. }) = &mut app.run.dialog {
+        field.text = p.value.to_string();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::advisor::{GpuPoint, GpuSeries, MetricsPoint, RunWindow};
+
+    /// A busy, cool GPU over the last minute: nothing to say about it.
+    fn quiet_gpu(now: f64) -> GpuSeries {
+        GpuSeries {
+            index: 0,
+            points: (0..60)
+                .map(|i| GpuPoint {
+                    t: now - 60.0 + f64::from(i),
+                    util_pct: Some(99.0),
+                    power_w: Some(600.0),
+                    power_limit_w: Some(700.0),
+                    power_default_w: Some(700.0),
+                    temperature_c: Some(60.0),
+                    temp_slowdown_c: Some(87.0),
+                    ..GpuPoint::default()
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn without_hints_it_says_why() {
+        let th = Thresholds::default();
+        let now = 10_000.0;
+        let mut input = AdvisorInput {
+            now,
+            ..AdvisorInput::default()
+        };
+        assert!(Advice::compute(&input, &th).why_none.contains("no GPUs"));
+        input.gpus.push(quiet_gpu(now));
+        let a = Advice::compute(&input, &th);
+        assert!(a.hints.is_empty());
+        assert!(a.why_none.starts_with("no live run"), "{}", a.why_none);
+        assert!(a.why_none.contains("last 5m"), "{}", a.why_none);
+        // A run whose only reports are older than the window.
+        input.runs.push(RunWindow {
+            run: "r".into(),
+            metrics: vec![MetricsPoint {
+                t: now - 900.0,
+                ..MetricsPoint::default()
+            }],
+            ..RunWindow::default()
+        });
+        let a = Advice::compute(&input, &th);
+        assert!(
+            a.why_none.starts_with("no run reports metrics"),
+            "{}",
+            a.why_none
+        );
+        input.runs[0].metrics.push(MetricsPoint {
+            t: now - 5.0,
+            ..MetricsPoint::default()
+        });
+        let a = Advice::compute(&input, &th);
+        assert!(
+            a.why_none.starts_with("nothing in the last 5m"),
+            "{}",
+            a.why_none
+        );
+        assert_eq!(a.window_s, 300.0);
+    }
+
+    #[test]
+    fn keys_in_the_pane() {
+        let st = AdvisorState {
+            open: true,
+            selected: 2,
+            ..AdvisorState::default()
+        };
+        let key = |c| KeyEvent::new(c, KeyModifiers::NONE);
+        assert_eq!(
+            st.action_for_key(&key(KeyCode::Enter), false),
+            Some(Action::HintAct(2))
+        );
+        assert_eq!(
+            st.action_for_key(&key(KeyCode::Char('3')), false),
+            Some(Action::HintAct(2))
+        );
+        assert_eq!(
+            st.action_for_key(&key(KeyCode::Esc), false),
+            Some(Action::Advisor)
+        );
+        assert_eq!(
+            st.action_for_key(&key(KeyCode::Char('x')), true),
+            Some(Action::Advisor),
+            "the advisor's own key closes it"
+        );
+        assert_eq!(
+            st.action_for_key(&key(KeyCode::Char('j')), false),
+            Some(Action::ScrollDown)
+        );
+        assert_eq!(st.action_for_key(&key(KeyCode::Char('x')), false), None);
+        assert_eq!(footer(&st), " Advisor · Esc: close");
+    }
+}

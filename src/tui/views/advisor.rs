@@ -1,0 +1,228 @@
+//! The advisor pane, drawn over the body of any view: each hint's kind and whose it is, its
+//! summary, the numbers behind it and what Enter does; or, with no hint, why there is none.
+//! See [`crate::tui::advisor`].
+
+use crate::advisor::{Evidence, Hint, Knob, Suggestion};
+use crate::commands::advise::{label, num};
+use crate::tui::app::App;
+use crate::tui::feed::Link;
+use crate::tui::format;
+use crate::tui::ui::centered;
+use ratatui::buffer::Buffer;
+use ratatui::layout::Rect;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Clear, Padding, Paragraph, Widget, Wrap};
+
+/// The pane's width, at most.
+const WIDTH: u16 = 120;
+
+/// The pane, borrowed for one frame.
+pub struct AdvisorView<'a> {
+    pub app: &'a App,
+}
+
+/// An evidence number as `name value unit`.
+fn evidence_text(e: &Evidence) -> String {
+    let unit = if e.unit.is_empty() || e.unit == "%" {
+        e.unit.clone()
+    } else {
+        format!(" {}", e.unit)
+    };
+    format!("{} {}{unit}", e.name, num(e.value))
+}
+
+/// What Enter does with a hint's suggestion, in a few words.
+pub fn action_text(s: &Suggestion) -> String {
+    match s {
+        Suggestion::SetKnob {
+            knob: Knob::PowerCap,
+            ..
+        } => format!("not from the console: {}", s.command()),
+        Suggestion::SetKnob { knob, value, .. } => format!(
+            "Enter: {} → {value:.0} in the run's knob dialog (Enter there sends it)",
+            knob.name()
+        ),
+        Suggestion::PowerCap { gpu, watts } => {
+            format!("Enter: GPU {gpu} cap → {watts:.0} W (power-cap dialog; it asks y/n)")
+        }
+        Suggestion::StopRun { run } => format!("Enter: stop run {run} (asks y/n)"),
+        Suggestion::ThermalTarget { .. } => format!("run: {}", s.command()),
+    }
+}
+
+/// `items` joined with ` · ` into lines of at most `width` characters after `indent`.
+fn pack(items: &[String], indent: usize, width: usize) -> Vec<String> {
+    wrap(items, " · ", indent, width)
+}
+
+/// `items` joined with `sep` into lines of at most `width` characters after `indent` (an item
+/// longer than a line gets one of its own).
+fn wrap(items: &[String], sep: &str, indent: usize, width: usize) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut cur = String::new();
+    for it in items {
+        let add = if cur.is_empty() {
+            it.clone()
+        } else {
+            format!("{cur}{sep}{it}")
+        };
+        if !cur.is_empty() && indent + add.chars().count() > width {
+            lines.push(std::mem::take(&mut cur));
+            cur = it.clone();
+        } else {
+            cur = add;
+        }
+    }
+    if !cur.is_empty() {
+        lines.push(cur);
+    }
+    lines
+}
+
+/// The lines of hint `i` in a pane `width` wide.
+fn hint_lines(app: &App, i: usize, h: &Hint, width: usize, selected: bool) -> Vec<Line<'static>> {
+    let t = &app.theme;
+    let whose = match (&h.run, h.gpu) {
+        (Some(r), _) => format!("run {r}"),
+        (None, Some(g)) => format!("GPU {g}"),
+        (None, None) => "node".into(),
+    };
+    let head_style = if selected { t.selected } else { t.title };
+    let marker = if selected { "▶" } else { " " };
+    let head = format!("{marker}{} {} · {whose}", i + 1, label(h.kind));
+    let mut lines = vec![Line::styled(head, head_style)];
+    let words: Vec<String> = h.summary.split(' ').map(String::from).collect();
+    for l in wrap(&words, " ", 3, width) {
+        lines.push(Line::raw(format!(
+            "   {}",
+            format::fit(&l, width.saturating_sub(3))
+        )));
+    }
+    let numbers: Vec<String> = h.evidence.iter().map(evidence_text).collect();
+    for (k, l) in pack(&numbers, 12, width).into_iter().enumerate() {
+        let lead = if k == 0 {
+            "   evidence "
+        } else {
+            "            "
+        };
+        lines.push(Line::from(vec![
+            Span::styled(lead, t.dim),
+            Span::raw(format::fit(&l, width.saturating_sub(12))),
+        ]));
+    }
+    if let Some(a) = &h.action {
+        let words: Vec<String> = action_text(a).split(' ').map(String::from).collect();
+        for (k, l) in wrap(&words, " ", 12, width).into_iter().enumerate() {
+            let lead = if k == 0 {
+                "   action   "
+            } else {
+                "            "
+            };
+            lines.push(Line::from(vec![
+                Span::styled(lead, t.dim),
+                Span::styled(format::fit(&l, width.saturating_sub(12)), t.key),
+            ]));
+        }
+    }
+    lines
+}
+
+impl Widget for AdvisorView<'_> {
+    fn render(self, area: Rect, buf: &mut Buffer) {
+        let app = self.app;
+        let t = &app.theme;
+        let st = &app.advisor;
+        let popup = centered(area, WIDTH, area.height);
+        Clear.render(popup, buf);
+        let window = st.advice.as_ref().map_or(String::new(), |a| {
+            format!(" last {} ", format::span(a.window_s))
+        });
+        let block = Block::bordered()
+            .border_style(t.border_selected)
+            .title(Span::styled(" Advisor ", t.title))
+            .title(Line::styled(window, t.dim).right_aligned())
+            .padding(Padding::horizontal(1))
+            .style(t.text);
+        let inner = block.inner(popup);
+        let width = inner.width as usize;
+        let message = |text: String| Paragraph::new(text).style(t.dim).wrap(Wrap { trim: true });
+        let hints = st.hints();
+        if hints.is_empty() {
+            let text = match (&app.data.link, &st.advice) {
+                (Link::Local, _) => "The advisor needs the daemon's history and runs, and this \
+                                     console samples in-process: start `gpupilot` (it starts \
+                                     the daemon)."
+                    .to_string(),
+                (_, None) => "Gathering the last minutes of telemetry and metrics from the \
+                              daemon…"
+                    .to_string(),
+                (_, Some(a)) => format!("Nothing to suggest: {}.", a.why_none),
+            };
+            message(text).block(block).render(popup, buf);
+            return;
+        }
+        let mut lines: Vec<Line> = Vec::new();
+        let mut spans = Vec::new();
+        for (i, h) in hints.iter().enumerate() {
+            if i > 0 {
+                lines.push(Line::raw(""));
+            }
+            let first = lines.len();
+            lines.extend(hint_lines(app, i, h, width, i == st.selected));
+            spans.push((first, lines.len()));
+        }
+        // The selected hint in view: scrolled so that it ends on screen, or starts at the top.
+        let rows = inner.height as usize;
+        let (start, end) = spans[st.selected.min(spans.len() - 1)];
+        let scroll = if end > rows {
+            (end - rows).min(start)
+        } else {
+            0
+        };
+        Paragraph::new(lines)
+            .block(block)
+            .scroll((scroll as u16, 0))
+            .render(popup, buf);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn evidence_packs_into_lines_that_fit() {
+        let items: Vec<String> = ["aaaa", "bbbb", "cccc"].map(String::from).to_vec();
+        assert_eq!(pack(&items, 0, 100), ["aaaa · bbbb · cccc"]);
+        assert_eq!(pack(&items, 2, 13), ["aaaa · bbbb", "cccc"]);
+        assert_eq!(
+            pack(&items, 0, 3),
+            ["aaaa", "bbbb", "cccc"],
+            "one per line at worst"
+        );
+        assert!(pack(&[], 0, 10).is_empty());
+    }
+
+    #[test]
+    fn actions_say_what_enter_does() {
+        let knob = Suggestion::SetKnob {
+            run: "r".into(),
+            knob: Knob::Prefetch,
+            value: 4.0,
+        };
+        assert!(action_text(&knob).starts_with("Enter: prefetch → 4 in the run's knob dialog"));
+        let cap = Suggestion::PowerCap {
+            gpu: 1,
+            watts: 700.0,
+        };
+        assert!(action_text(&cap).contains("GPU 1 cap → 700 W"));
+        let thermal = Suggestion::ThermalTarget {
+            gpu: 0,
+            celsius: 83.0,
+        };
+        assert_eq!(
+            action_text(&thermal),
+            "run: gpupilot thermal target 83 --gpu 0"
+        );
+    }
+}
