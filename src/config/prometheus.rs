@@ -1,0 +1,94 @@
+//! `$CONFIG/prometheus.toml` (`GPUPILOT_HOME=DIR`: `DIR/config/prometheus.toml`): where the
+//! daemon serves `/metrics`, and which Prometheus `gpupilot cluster` asks. Every key is
+//! optional; no file is no settings; command-line options win over the file.
+//!
+//! ```toml
+//! [exporter]
+//! listen = "0.0.0.0:9400"          # or "off"
+//!
+//! [cluster]
+//! prometheus = "http://head:9090"
+//! ```
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// The file, parsed.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PrometheusSettings {
+    #[serde(default)]
+    pub exporter: ExporterSettings,
+    #[serde(default)]
+    pub cluster: ClusterSettings,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExporterSettings {
+    /// `ADDR:PORT` or `off`.
+    pub listen: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterSettings {
+    /// Prometheus's base URL.
+    pub prometheus: Option<String>,
+}
+
+/// Where the file is for a config directory.
+pub fn path(config_dir: &Path) -> PathBuf {
+    config_dir.join("prometheus.toml")
+}
+
+/// Read the file: none is the defaults; a bad one is an error naming the file and the fix.
+pub fn load(config_dir: &Path) -> anyhow::Result<PrometheusSettings> {
+    let p = path(config_dir);
+    let text = match std::fs::read_to_string(&p) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Default::default()),
+        Err(e) => anyhow::bail!("reading {}: {e}", p.display()),
+    };
+    let s: PrometheusSettings = toml::from_str(&text).map_err(|e| {
+        anyhow::anyhow!(
+            "{}: {e}; the keys are [exporter] listen and [cluster] prometheus \
+             (docs/operations.md, \"Prometheus\")",
+            p.display()
+        )
+    })?;
+    if let Some(l) = &s.exporter.listen {
+        crate::daemon::parse_metrics_addr(l)
+            .map_err(|e| anyhow::anyhow!("{}: [exporter] listen: {e}", p.display()))?;
+    }
+    Ok(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_good_and_bad_files() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(load(dir.path()).unwrap(), PrometheusSettings::default());
+        std::fs::write(
+            path(dir.path()),
+            "[exporter]\nlisten = \"off\"\n[cluster]\nprometheus = \"http://h:9090\"\n",
+        )
+        .unwrap();
+        let s = load(dir.path()).unwrap();
+        assert_eq!(s.exporter.listen.as_deref(), Some("off"));
+        assert_eq!(s.cluster.prometheus.as_deref(), Some("http://h:9090"));
+        std::fs::write(path(dir.path()), "[exporter]\nlisten = \"nowhere\"\n").unwrap();
+        let e = load(dir.path()).unwrap_err().to_string();
+        assert!(
+            e.contains("prometheus.toml") && e.contains("ADDR:PORT"),
+            "{e}"
+        );
+        std::fs::write(path(dir.path()), "[exporter]\nport = 1\n").unwrap();
+        let e = load(dir.path()).unwrap_err().to_string();
+        assert!(e.contains("[exporter] listen"), "{e}");
+    }
+}
