@@ -29,6 +29,12 @@ pub struct GlobalArgs {
     /// on slow links.
     #[arg(long, global = true, value_name = "SECONDS", default_value_t = 1.0, value_parser = parse_refresh)]
     pub refresh: f64,
+    /// Use the system daemon (root's, /run/gpupilot/daemon.sock) instead of your own: watch
+    /// the node, and change power caps and clocks as a member of its group. With `daemon`:
+    /// be that daemon (as root).
+    #[arg(long, global = true, env = "GPUPILOT_SYSTEM",
+          value_parser = clap::builder::BoolishValueParser::new())]
+    pub system: bool,
     #[command(flatten)]
     pub sim: SimArgs,
 }
@@ -71,16 +77,25 @@ pub enum SourceKind {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// The console on a simulated node with a synthetic training run (no GPU, no daemon needed).
+    /// The console on a simulated node with a supervised synthetic training run (no GPU needed;
+    /// a private daemon, stopped on the way out).
     Demo,
     /// One-shot snapshot of every GPU (like gpustat; --json for scripts).
     Status(StatusArgs),
-    /// The background daemon: GPU sampling, history, runs, event log (one per GPUPILOT_HOME).
+    /// The background daemon: GPU sampling, history, runs, event log (one per GPUPILOT_HOME;
+    /// `--system`: root's daemon that every user of the node watches and its group tunes).
     #[command(
         long_about = "The background daemon: it samples the GPUs, keeps their history, supervises \
 runs and writes the node's event log; the console and the other commands are its clients over a \
 Unix socket. One per GPUPILOT_HOME. Runs outlive it: on SIGTERM or SIGINT it leaves them running, \
-and the next daemon adopts them. See docs/operations.md."
+and the next daemon adopts them.
+
+`sudo gpupilot daemon --system` starts the system daemon instead: root's, one per node, its socket \
+/run/gpupilot/daemon.sock open to every local user (state in /var/lib/gpupilot; \
+GPUPILOT_SYSTEM_DIR=DIR puts everything under DIR). Everyone may watch the GPUs through it \
+(`gpupilot --system`); root and the members of group `gpupilot` (--allow-group NAME) may change \
+power caps, clocks and the target temperature (`gpupilot --system power cap 300`); runs stay on \
+each user's own daemon. See docs/operations.md, \"A root daemon for power control\"."
     )]
     Daemon(DaemonArgs),
     /// Start a supervised run from a profile or a command line.
@@ -98,7 +113,114 @@ and the next daemon adopts them. See docs/operations.md."
     /// Work with run profiles.
     #[command(subcommand)]
     Profile(ProfileCommand),
+    /// Power limits of every GPU; cap them, or restore the limits found before the first cap.
+    #[command(long_about = POWER_ABOUT)]
+    Power(PowerArgs),
+    /// Change a knob of a run while it trains: `set RUN batch-size N` or `set RUN prefetch N`.
+    #[command(long_about = SET_ABOUT)]
+    Set(SetArgs),
+    /// A synthetic training process for demos and tests: gpusim's workload model, paced in real
+    /// time, reporting over the trainer channel (what `gpupilot demo` runs).
+    #[command(hide = true)]
+    SyntheticTrain(SyntheticTrainArgs),
+    /// This node's daemon on stdin and stdout, for `ssh NODE gpupilot bridge` (what
+    /// `gpupilot attach --host NODE` runs); starts a daemon when none answers.
+    Bridge,
+    /// Lock the GPUs' SM clocks within a range, or unlock them.
+    #[command(subcommand, long_about = CLOCKS_ABOUT)]
+    Clocks(ClocksCommand),
+    /// Is this node fit to train: driver, CUDA and PyTorch versions, persistence, power limits,
+    /// thermal slowdown, ECC errors, power-cap permission (exit 0 ok, 1 warnings, 2 problems).
+    #[command(long_about = DOCTOR_ABOUT)]
+    Doctor(DoctorArgs),
+    /// Tune a live run: `tune energy RUN` searches for the energy-optimal power cap.
+    #[command(subcommand)]
+    Tune(TuneCommand),
+    /// Hints from the last minutes of telemetry and run metrics, each with its evidence and the
+    /// command that acts on it (data stalls, memory headroom, throttling, idle GPUs, drops).
+    Advise(AdviseArgs),
+    /// Hold the GPUs at a target temperature by moving their power caps (the thermal governor),
+    /// or turn it off; without a subcommand, the governors, the node budget and active alerts.
+    #[command(long_about = THERMAL_ABOUT)]
+    Thermal(ThermalArgs),
+    /// Keep the sum of every GPU's power cap within WATTS (the node power budget), or `off`.
+    #[command(long_about = BUDGET_ABOUT)]
+    Budget(BudgetArgs),
+    /// Many nodes at once: every node's GPUs through Prometheus's query API (from gpupilot
+    /// daemons or dcgm-exporter), as a grid coloured by a metric.
+    #[command(long_about = CLUSTER_ABOUT)]
+    Cluster(ClusterArgs),
 }
+
+const CLUSTER_ABOUT: &str = "A grid of nodes × GPUs read from Prometheus's HTTP query API once a \
+second: from gpupilot daemons (`/metrics`, see `gpupilot daemon --metrics-addr`) or dcgm-exporter \
+alike, by dcgm-exporter's metric names. Colour by utilization, power, temperature or memory (u p t \
+m); sort by name or by the metric (s); filter nodes by name (/); Enter shows one node's GPUs; a \
+opens the console on the selected node (`attach --host`, through SSH) and comes back here; q \
+quits. Nodes of live Slurm jobs of the local daemon are marked with the run and job. Totals: power, energy, GPUs busy and idle. A node whose samples are older than 3 scrape \
+intervals, or whose target is down, is marked stale; a node Prometheus no longer has is marked \
+missing. The URL comes from --prometheus, else from `$CONFIG/prometheus.toml` ([cluster] \
+prometheus). See docs/operations.md, \"Prometheus\".";
+
+/// Options of `gpupilot cluster`.
+#[derive(Debug, Args, Clone)]
+pub struct ClusterArgs {
+    /// Prometheus's base URL (`http://head:9090`); default from `$CONFIG/prometheus.toml`.
+    #[arg(long, value_name = "URL")]
+    pub prometheus: Option<String>,
+    /// The metric that colours the grid at start.
+    #[arg(long, value_enum, default_value_t = crate::cluster::Metric::Util)]
+    pub metric: crate::cluster::Metric,
+    /// Seconds between queries.
+    #[arg(long, value_name = "SECONDS", default_value_t = 1.0, value_parser = parse_refresh)]
+    pub interval: f64,
+    /// Print the model once as JSON and exit (no terminal needed).
+    #[arg(long)]
+    pub json: bool,
+}
+
+const DOCTOR_ABOUT: &str = "Check this node through NVML (no daemon needed): the driver version, \
+the newest CUDA it runs, and the CUDA version the installed PyTorch was built for, with a verdict \
+on compatibility (NVIDIA's table: a driver runs CUDA up to the version it reports; a newer minor \
+release of the same major one runs through minor-version compatibility from driver 525.60.13 for \
+CUDA 12.x and 450.80.02 for 11.x); persistence mode; power limits below their default; GPUs in \
+thermal slowdown; ECC errors; and whether this user may set power caps (probed by setting a GPU's \
+limit to the value it already has, which changes nothing).
+
+PyTorch is asked through `python3`, or the interpreter GPUPILOT_PYTHON names (the one your runs \
+use). Exit status: 0 nothing to fix, 1 warnings only, 2 at least one problem. --json prints the \
+checks and the facts behind them.";
+
+const POWER_ABOUT: &str = "Without a subcommand: every GPU's power limit (current, enforced, \
+default, allowed range), its SM clock range and lock, the driver's target temperature, and the \
+values recorded before gpupilot's first change. `power cap WATTS [--gpu I,J]` sets a cap (all GPUs \
+unless --gpu); a value outside a GPU's range is refused with the range. `power reset` restores the \
+recorded limits; `power gpu-max CELSIUS|reset` sets or restores the driver's target temperature \
+where the GPU has one (what `nvidia-smi -gtt` sets).
+
+Changes go through the daemon (started in the background when none answers) and are recorded in \
+the node's events with who, old → new and why. NVML's setters need root: without it the daemon says \
+so and changes nothing; run `sudo gpupilot daemon --system` and use it: `gpupilot --system power cap \
+300` (or GPUPILOT_SYSTEM=1), as root or a member of its group. See docs/operations.md.";
+
+const THERMAL_ABOUT: &str = "The thermal governor holds each GPU at a target temperature by \
+moving its power cap: `thermal target 78 [--gpu I,J]` (degrees Celsius), or `thermal target \
+--margin 8` (degrees below each GPU's slowdown temperature). It never sets a cap outside the GPU's \
+range or above the cap that was set when it started (your cap), and it holds still when telemetry \
+goes stale. `thermal off` turns it off and puts your cap back. Without a subcommand: each \
+governor's target, cap and last decision, the node budget, and active alerts (--json for scripts). \
+Decisions are recorded in the node's events. See docs/operations.md.";
+
+const BUDGET_ABOUT: &str = "Keep the sum of every GPU's power cap within WATTS: the caps follow \
+demand (a GPU held back by its cap gets more, an idle one less), each within its own range. When \
+the GPUs' minimum caps alone exceed the budget, every cap goes to its minimum and the daemon says \
+so. `budget off` clears it and puts the caps back. A run's profile may set one too ([power] \
+node_budget_w), for as long as the run lives.";
+
+const CLOCKS_ABOUT: &str = "Lock the SM clocks of the GPUs (all unless --gpu) within MIN..MAX MHz \
+(NVML locked clocks; the range is each GPU's supported clocks), or unlock the clocks gpupilot \
+locked. `gpupilot power` shows the range and the locks. Needs root, like power caps: use the system \
+daemon (`gpupilot --system clocks lock …`).";
 
 const RUN_ABOUT: &str =
     "Start a supervised run from a profile (PROFILE.toml, see docs/profiles.md) or from a \
@@ -120,6 +242,73 @@ is an id, a unique id prefix, a run name, or `last`; without it, the newest live
 newest). When stdout is not a terminal it prints the run's last lines and then everything new until \
 the run ends; Ctrl-C detaches. A daemon is started in the background when none answers.";
 
+const SET_ABOUT: &str = "Change a knob of a run while it trains: `gpupilot set RUN batch-size N` \
+or `gpupilot set RUN prefetch N`. The value must lie in the knob's range (the profile's [knobs] \
+section, else the range the trainer declared); outside it nothing changes.
+
+A run whose script uses the gpupilot SDK gets the change over the trainer channel and applies it \
+from its next batch on; this command waits for the trainer's answer and prints the round trip. A \
+run without an attached trainer whose command takes {batch_size} or {prefetch} is restarted with \
+the new value (resuming from its checkpoint when the profile has resume_args): this asks first, \
+or give --restart.";
+
+/// Options of `gpupilot synthetic-train`.
+#[derive(Debug, Args, Clone)]
+pub struct SyntheticTrainArgs {
+    /// gpusim model: resnet50, bert-large, gpt-1.3b.
+    #[arg(long = "train-model", value_name = "NAME", default_value = "resnet50")]
+    pub train_model: String,
+    /// gpusim GPU model (for memory and compute speed).
+    #[arg(long = "gpu-model", value_name = "NAME", default_value = "h100-sxm")]
+    pub gpu_model: String,
+    /// The GPU whose SM clock (from the daemon's telemetry) paces the steps.
+    #[arg(long = "gpu", value_name = "INDEX", default_value_t = 0)]
+    pub gpu: u32,
+    /// Stop after this many steps (0: run until stopped).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub steps: u64,
+    /// Batch size to start with (default: $GPUPILOT_BATCH_SIZE, else 256).
+    #[arg(long = "batch-size", value_name = "N")]
+    pub batch_size: Option<i64>,
+    /// Prefetch depth to start with (default: $GPUPILOT_PREFETCH, else 2).
+    #[arg(long, value_name = "N")]
+    pub prefetch: Option<i64>,
+    /// Data-loader workers.
+    #[arg(long, value_name = "N", default_value_t = 8)]
+    pub workers: u32,
+    /// Simulated seconds per wall-clock second.
+    #[arg(long, value_name = "X", default_value_t = 1.0)]
+    pub speed: f64,
+}
+
+/// Options of `gpupilot set`.
+#[derive(Debug, Args, Clone)]
+pub struct SetArgs {
+    /// An id, a unique id prefix, a run name, or `last`.
+    #[arg(value_name = "RUN")]
+    pub run: String,
+    /// batch-size or prefetch.
+    #[arg(value_name = "KNOB", value_parser = parse_knob)]
+    pub knob: crate::protocol::KnobName,
+    /// The new value.
+    #[arg(value_name = "N", allow_negative_numbers = true)]
+    pub value: i64,
+    /// Allow a restart with the new value when no trainer is attached (no question asked).
+    #[arg(long)]
+    pub restart: bool,
+    /// Return once the daemon has taken the change, without waiting for the trainer.
+    #[arg(long)]
+    pub no_wait: bool,
+    /// Seconds to wait for the trainer's answer.
+    #[arg(long, value_name = "SECONDS", default_value_t = 10.0)]
+    pub timeout: f64,
+}
+
+fn parse_knob(s: &str) -> Result<crate::protocol::KnobName, String> {
+    crate::protocol::KnobName::parse(s)
+        .ok_or_else(|| format!("unknown knob `{s}`: use batch-size or prefetch"))
+}
+
 /// Options of `gpupilot daemon`.
 #[derive(Debug, Args, Clone)]
 pub struct DaemonArgs {
@@ -133,9 +322,130 @@ pub struct DaemonArgs {
     /// GPU samples per second kept in history and pushed to clients.
     #[arg(long, value_name = "HZ", default_value_t = 1.0, value_parser = parse_rate)]
     pub rate: f64,
+    /// When the daemon stops, restore the GPU settings recorded before its first change (power
+    /// limits, clock locks, target temperatures).
+    #[arg(long)]
+    pub restore_on_exit: bool,
+    /// With --system: the group whose members may change GPU settings (default `gpupilot`);
+    /// root always may.
+    #[arg(long, value_name = "NAME")]
+    pub allow_group: Option<String>,
     /// Internal: started by --detach; call setsid(2) and log to the file only.
     #[arg(long, hide = true)]
     pub new_session: bool,
+    /// Serve Prometheus `/metrics` here (`ADDR:PORT`), or `off`; default from
+    /// `$CONFIG/prometheus.toml`, else 127.0.0.1:9400 (loopback).
+    #[arg(long, value_name = "ADDR:PORT|off", value_parser = parse_metrics_addr)]
+    pub metrics_addr: Option<String>,
+}
+
+fn parse_metrics_addr(s: &str) -> Result<String, String> {
+    crate::daemon::parse_metrics_addr(s).map(|_| s.trim().to_string())
+}
+
+/// Options of `gpupilot power`.
+#[derive(Debug, Args, Clone)]
+pub struct PowerArgs {
+    /// Print JSON instead of the table (or the list of changes).
+    #[arg(long, global = true)]
+    pub json: bool,
+    #[command(subcommand)]
+    pub action: Option<PowerCommand>,
+}
+
+/// Options of `gpupilot thermal`.
+#[derive(Debug, Args, Clone)]
+pub struct ThermalArgs {
+    /// Print JSON instead of words.
+    #[arg(long, global = true)]
+    pub json: bool,
+    #[command(subcommand)]
+    pub action: Option<ThermalCommand>,
+}
+
+#[derive(Debug, Subcommand, Clone)]
+pub enum ThermalCommand {
+    /// Hold CELSIUS, or --margin C below each GPU's slowdown temperature.
+    Target {
+        #[arg(value_name = "CELSIUS", required_unless_present = "margin")]
+        celsius: Option<f64>,
+        /// Degrees below each GPU's slowdown temperature instead of an absolute target.
+        #[arg(long, value_name = "C", conflicts_with = "celsius")]
+        margin: Option<f64>,
+        #[command(flatten)]
+        gpus: GpuList,
+    },
+    /// Turn the governor off; the caps go back to what they were.
+    Off {
+        #[command(flatten)]
+        gpus: GpuList,
+    },
+}
+
+/// Options of `gpupilot budget`.
+#[derive(Debug, Args, Clone)]
+pub struct BudgetArgs {
+    /// Watts, or `off`; without it, the budget as it stands.
+    #[arg(value_name = "WATTS|off")]
+    pub value: Option<String>,
+    /// Why, for the event log (default: the command line).
+    #[arg(long, value_name = "TEXT")]
+    pub why: Option<String>,
+    /// Print JSON instead of words.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// GPUs named on the command line: `--gpu 0,2` (absent: all).
+#[derive(Debug, Args, Clone, Default)]
+pub struct GpuList {
+    /// The GPUs to change, by index (`--gpu 0,2`); every GPU when left out.
+    #[arg(long = "gpu", value_name = "I,J", value_delimiter = ',')]
+    pub gpu: Vec<u32>,
+    /// Why, for the event log (default: the command line).
+    #[arg(long, value_name = "TEXT")]
+    pub why: Option<String>,
+}
+
+#[derive(Debug, Subcommand, Clone)]
+pub enum PowerCommand {
+    /// Set the power cap to WATTS (within each GPU's range).
+    Cap {
+        #[arg(value_name = "WATTS")]
+        watts: f64,
+        #[command(flatten)]
+        gpus: GpuList,
+    },
+    /// Restore the power limits recorded before gpupilot's first cap.
+    Reset {
+        #[command(flatten)]
+        gpus: GpuList,
+    },
+    /// Set the driver's target temperature to CELSIUS, or `reset` to restore the recorded one.
+    GpuMax {
+        #[arg(value_name = "CELSIUS|reset")]
+        value: String,
+        #[command(flatten)]
+        gpus: GpuList,
+    },
+}
+
+#[derive(Debug, Subcommand, Clone)]
+pub enum ClocksCommand {
+    /// Lock the SM clocks within MIN..MAX MHz.
+    Lock {
+        #[arg(value_name = "MIN")]
+        min_mhz: u32,
+        #[arg(value_name = "MAX")]
+        max_mhz: u32,
+        #[command(flatten)]
+        gpus: GpuList,
+    },
+    /// Unlock the SM clocks gpupilot locked.
+    Reset {
+        #[command(flatten)]
+        gpus: GpuList,
+    },
 }
 
 /// Options of `gpupilot run`.
@@ -168,6 +478,10 @@ pub struct AttachArgs {
     /// An id, a unique id prefix, a run name, or `last`.
     #[arg(value_name = "RUN")]
     pub run: Option<String>,
+    /// Another node: speak to its daemon through `ssh NODE gpupilot bridge` (SSH's own
+    /// authentication; `GPUPILOT_SSH` replaces `ssh`, e.g. "ssh -p 2222 -i KEY").
+    #[arg(long, value_name = "NODE")]
+    pub host: Option<String>,
 }
 
 #[derive(Debug, Args, Clone)]
@@ -214,6 +528,82 @@ pub struct StatusArgs {
     /// Wait at most this many seconds for a GPU that does not answer.
     #[arg(long, value_name = "SECONDS", default_value_t = 3.0)]
     pub timeout: f64,
+}
+
+#[derive(Debug, Subcommand, Clone)]
+pub enum TuneCommand {
+    /// Find the power cap with the lowest energy-and-time cost per sample on a live run.
+    #[command(long_about = TUNE_ENERGY_ABOUT)]
+    Energy(TuneEnergyArgs),
+}
+
+const TUNE_ENERGY_ABOUT: &str = "While RUN trains, try power caps from the GPUs' maximum downward \
+in --step-w steps, each for a warm-up and a measured window of training steps (the run must report \
+metrics: the gpupilot SDK, or lines the daemon parses), and score each by Zeus's cost per sample, \
+eta·energy + (1−eta)·max_power·time (eta 1: energy only; 0: time only). It stops once the cost has \
+clearly risen for two caps in a row, sets the best cap on the run's GPUs, prints the curve and the \
+saving in energy and time against the default cap, and writes the result to the run's directory \
+(tune-energy.json). Ctrl-C, a hang-up, or the run ending mid-way put every GPU's starting cap back. \
+Caps go through the daemon, so they need the rights any cap needs (a root daemon).";
+
+/// Options of `gpupilot tune energy`.
+#[derive(Debug, Args, Clone)]
+pub struct TuneEnergyArgs {
+    /// An id, a unique id prefix, a run name, or `last`.
+    #[arg(value_name = "RUN")]
+    pub run: String,
+    /// Weight of energy against time, 0..=1.
+    #[arg(long, value_name = "ETA", default_value_t = 0.5, value_parser = parse_eta)]
+    pub eta: f64,
+    /// Watts between the caps tried.
+    #[arg(long = "step-w", value_name = "WATTS", default_value_t = 25.0)]
+    pub step_w: f64,
+    /// Warm-up per cap, in steps (in seconds with --seconds); default 10 steps or 5 s.
+    #[arg(long, value_name = "N")]
+    pub warmup: Option<f64>,
+    /// Measured window per cap, in steps; default 40.
+    #[arg(long, value_name = "STEPS", conflicts_with = "seconds")]
+    pub measure: Option<f64>,
+    /// Measure each cap for this many seconds instead of steps (runs that report no steps).
+    #[arg(long, value_name = "SECONDS")]
+    pub seconds: Option<f64>,
+    /// Print the result as JSON (progress is not printed).
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn parse_eta(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .parse()
+        .map_err(|_| format!("`{s}` is not a number between 0 and 1"))?;
+    if !(0.0..=1.0).contains(&v) {
+        return Err(format!(
+            "eta must be between 0 (time only) and 1 (energy only), got {v}"
+        ));
+    }
+    Ok(v)
+}
+
+/// Options of `gpupilot advise`.
+#[derive(Debug, Args, Clone)]
+pub struct AdviseArgs {
+    /// Print the hints as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// How far back the evidence may come from, seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = 300.0)]
+    pub window: f64,
+}
+
+/// Options of `gpupilot doctor`.
+#[derive(Debug, Args, Clone)]
+pub struct DoctorArgs {
+    /// Print JSON (the checks and the facts behind them) instead of the report.
+    #[arg(long)]
+    pub json: bool,
+    /// Seconds to wait for Python to say which PyTorch it has (importing torch is slow).
+    #[arg(long, value_name = "SECONDS", default_value_t = 30.0)]
+    pub python_timeout: f64,
 }
 
 fn parse_rate(s: &str) -> Result<f64, String> {
@@ -314,6 +704,16 @@ mod tests {
                 ..
             }))
         ));
+        let cli =
+            Cli::try_parse_from(["gpupilot", "daemon", "--system", "--allow-group", "gpu-ops"])
+                .unwrap();
+        assert!(cli.global.system);
+        let Some(Command::Daemon(d)) = cli.command else {
+            panic!("not daemon")
+        };
+        assert_eq!(d.allow_group.as_deref(), Some("gpu-ops"));
+        let cli = Cli::try_parse_from(["gpupilot", "power", "cap", "300", "--system"]).unwrap();
+        assert!(cli.global.system, "--system is global");
         let cli = Cli::try_parse_from(["gpupilot", "profile", "check", "x.toml"]).unwrap();
         assert!(matches!(
             cli.command,

@@ -24,15 +24,20 @@
 //!
 //! This crate has no `unsafe`: FFI lives in nvml-wrapper and, for tests, in `crates/fake-nvml`.
 
+pub mod advisor;
 pub mod cli;
 pub mod client;
+pub mod cluster;
 pub mod commands;
 pub mod config;
+pub mod control;
 pub mod daemon;
+pub mod exporter;
 pub mod history;
 pub mod profile;
 pub mod protocol;
 pub mod status;
 pub mod supervisor;
 pub mod telemetry;
+pub mod trainer;
 pub mod tui;

@@ -2,7 +2,7 @@
 
 use anyhow::Context;
 use clap::Parser;
-use gpupilot::cli::{Cli, Command, GlobalArgs, ProfileCommand, StatusArgs};
+use gpupilot::cli::{Cli, Command, GlobalArgs, ProfileCommand, StatusArgs, TuneCommand};
 use gpupilot::commands;
 use gpupilot::status;
 use gpupilot::telemetry::open::open_source;
@@ -23,6 +23,10 @@ fn main() -> ExitCode {
 
 fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     let g = cli.global;
+    if g.system {
+        // Every command of this process talks to the system daemon's socket.
+        gpupilot::config::paths::use_system_daemon();
+    }
     match cli.command {
         None => commands::console::console(&g),
         Some(Command::Demo) => commands::console::demo(&g),
@@ -34,6 +38,17 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Some(Command::Logs(args)) => commands::runs::logs(&args),
         Some(Command::Stop(args)) => commands::runs::stop(&args),
         Some(Command::Profile(ProfileCommand::Check { file })) => commands::profile::check(&file),
+        Some(Command::Power(args)) => commands::power::power(&g, &args),
+        Some(Command::Set(args)) => commands::knobs::set(&args),
+        Some(Command::Bridge) => commands::bridge::bridge(&g),
+        Some(Command::SyntheticTrain(args)) => commands::knobs::synthetic_train(&g, &args),
+        Some(Command::Clocks(cmd)) => commands::power::clocks(&g, &cmd),
+        Some(Command::Doctor(args)) => commands::doctor::doctor(&g, &args),
+        Some(Command::Advise(args)) => commands::advise::advise(&g, &args),
+        Some(Command::Tune(TuneCommand::Energy(args))) => commands::tune::tune_energy(&g, &args),
+        Some(Command::Thermal(args)) => commands::thermal::thermal(&g, &args),
+        Some(Command::Budget(args)) => commands::thermal::budget(&g, &args),
+        Some(Command::Cluster(args)) => commands::cluster::cluster(&args),
     }
 }
 

@@ -142,6 +142,13 @@ fn a_run_survives_quit_and_hangup_of_the_console() {
         "running",
         "the hangup reached only the console"
     );
+    // It ended as quitting does (not killed by the signal): the terminal was given back.
+    tmux.wait_prompt();
+    assert_eq!(
+        tmux.flag("alternate_on"),
+        "0",
+        "the console left the alternate screen on its way out"
+    );
 
     // The run finishes by itself; every line is there once, in order.
     daemon_common::wait_for("the run to finish", e2e_common::WAIT, || {

@@ -232,9 +232,11 @@ fn parse_errors_name_file_line_and_column() {
         "{msg}"
     );
 
-    let msg = check_err(&[("p.toml", "[run]\nlauncher = \"slurm\"\n")], "p.toml");
+    let msg = check_err(&[("p.toml", "[run]\nlauncher = \"mpirun\"\n")], "p.toml");
     assert!(
-        msg.starts_with("DIR/p.toml:2:12: unknown variant `slurm`, expected `local` or `torchrun`"),
+        msg.starts_with(
+            "DIR/p.toml:2:12: unknown variant `mpirun`, expected one of `local`, `torchrun`, `slurm`"
+        ),
         "{msg}"
     );
 

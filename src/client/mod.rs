@@ -60,6 +60,9 @@ pub enum ClientError {
     Unexpected { what: &'static str, got: String },
     #[error("starting a daemon: {0}")]
     Spawn(String),
+    /// Another node could not be reached through its bridge (`ssh NODE gpupilot bridge`).
+    #[error("{0}")]
+    Remote(String),
 }
 
 impl ClientError {
@@ -97,6 +100,13 @@ pub enum Update {
     },
     /// The connection is gone; nothing more will come.
     Closed,
+    /// To a trainer: use `value` for `knob`, then acknowledge `seq`.
+    Knob {
+        run: String,
+        seq: u64,
+        knob: crate::protocol::KnobName,
+        value: i64,
+    },
 }
 
 /// One piece of a run's log (see `Request::Logs`).
@@ -112,6 +122,11 @@ pub struct LogChunk {
 }
 
 mod calls;
+mod remote;
+
+pub use remote::Origin;
+
+pub use calls::{KnobPending, RunMetrics};
 
 type Pending = Arc<Mutex<HashMap<u64, Sender<Response>>>>;
 
@@ -124,6 +139,10 @@ pub struct Client {
     welcome: Welcome,
     socket: PathBuf,
     timeout: Duration,
+    /// How to connect again.
+    origin: Origin,
+    /// The bridging program of a remote connection (killed when the client goes).
+    link: Option<remote::Link>,
 }
 
 impl Client {
@@ -150,6 +169,15 @@ impl Client {
                 daemon.uid
             )));
         }
+        Client::handshake(stream, socket.to_path_buf(), client_name)
+    }
+
+    /// Say hello over a connected stream and start reading from it.
+    fn handshake(
+        stream: UnixStream,
+        socket: PathBuf,
+        client_name: &str,
+    ) -> Result<Client, ClientError> {
         let mut reader = BufReader::new(stream.try_clone()?);
         let mut writer = stream;
         let hello = ClientFrame {
@@ -231,8 +259,10 @@ impl Client {
             next_id: AtomicU64::new(1),
             updates,
             welcome,
-            socket: socket.to_path_buf(),
+            origin: Origin::Socket(socket.clone()),
+            socket,
             timeout: DEFAULT_TIMEOUT,
+            link: None,
         })
     }
 
@@ -249,6 +279,11 @@ impl Client {
         }
         let pid = spawn_daemon(exe, daemon_args)?;
         Client::connect(paths).map(|c| (c, Some(pid)))
+    }
+
+    /// How this client connected (to connect again the same way).
+    pub fn origin(&self) -> &Origin {
+        &self.origin
     }
 
     /// Wait at most `timeout` for each answer from now on.
@@ -358,6 +393,20 @@ fn read_loop(mut reader: BufReader<UnixStream>, pending: Pending, updates: Sende
             (None, Response::Telemetry { snapshot }) => Update::Telemetry(snapshot),
             (None, Response::Event { event }) => Update::Event(event),
             (None, Response::Lagged { missed }) => Update::Lagged(missed),
+            (
+                None,
+                Response::Knob {
+                    run,
+                    seq,
+                    knob,
+                    value,
+                },
+            ) => Update::Knob {
+                run,
+                seq,
+                knob,
+                value,
+            },
             (None, Response::Shutdown { reason }) => Update::Shutdown(reason),
             (None, Response::Error { code, message }) => Update::Error { code, message },
             (None, other) => {

@@ -95,7 +95,7 @@ fn connect_command(
         .stdout(Stdio::from(theirs_out))
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| ClientError::Spawn(format!("running {}: {e}", argv[0].to_string_lossy())))?;
+        .map_err(|e| ClientError::Remote(format!("running {}: {e}", argv[0].to_string_lossy())))?;
     // What the program says on stderr is kept for the error message (and never blocks it).
     let said = Arc::new(Mutex::new(String::new()));
     if let Some(mut err) = child.stderr.take() {
@@ -146,7 +146,7 @@ fn connect_command(
                 (true, Some(s)) if !s.success() => format!("it exited with {s}"),
                 _ => e.to_string(),
             };
-            Err(ClientError::Spawn(format!(
+            Err(ClientError::Remote(format!(
                 "no gpupilot daemon reachable through `{program}`: {why}"
             )))
         }

@@ -1,24 +1,43 @@
-//! `gpupilot daemon [--detach] [--readonly] [--rate HZ]`.
+//! `gpupilot daemon [--detach] [--readonly] [--rate HZ]`, and `gpupilot daemon --system
+//! [--allow-group NAME]`, the system daemon (root's, one per node, its socket open to every
+//! local user; see `daemon::auth` for who may do what).
 
 use std::ffi::OsString;
 use std::process::ExitCode;
 
 use crate::cli::{DaemonArgs, GlobalArgs, SourceKind};
 use crate::config::Paths;
+use crate::control::power::open_node;
 use crate::daemon::{self, DaemonOptions, detach, logging};
-use crate::telemetry::open::open_source;
 
 /// Run the daemon in the foreground, or (`--detach`) start it in the background and print its
 /// pid once it answers.
 pub fn daemon(g: &GlobalArgs, args: &DaemonArgs) -> anyhow::Result<ExitCode> {
-    let paths = Paths::from_env();
+    let system_group = system_group(g.system, args.allow_group.as_deref(), is_root())?;
+    let paths = match system_group {
+        Some(_) => Paths::system_from_env(),
+        None => Paths::from_env(),
+    };
+    if system_group.is_some() {
+        // First, so that directories it makes on the way are 0755 (reachable), not 0700.
+        daemon::prepare_shared_dir(&paths.runtime)?;
+    }
     if args.detach {
         let exe = std::env::current_exe()?;
         let mut forward: Vec<OsString> = super::daemon_args(g);
+        if let Some(group) = &system_group {
+            forward.extend(["--system".into(), "--allow-group".into(), group.into()]);
+        }
         if args.readonly {
             forward.push("--readonly".into());
         }
+        if args.restore_on_exit {
+            forward.push("--restore-on-exit".into());
+        }
         forward.extend(["--rate".into(), args.rate.to_string().into()]);
+        if let Some(addr) = &args.metrics_addr {
+            forward.extend(["--metrics-addr".into(), addr.into()]);
+        }
         let pid = detach::spawn(&paths, &exe, &forward, detach::ANSWER_WITHIN)?;
         println!("{pid}");
         eprintln!(
@@ -34,9 +53,10 @@ pub fn daemon(g: &GlobalArgs, args: &DaemonArgs) -> anyhow::Result<ExitCode> {
         let _ = rustix::process::setsid();
     }
     daemon::prepare_private_dir(&paths.state)?;
+    let metrics_addr = metrics_addr(args.metrics_addr.as_deref(), &paths)?;
     logging::init(&daemon::log_path(&paths), !args.new_session);
-    let source = match open_source(g.source, g.nvml_lib.as_deref(), &g.sim) {
-        Ok(s) => Ok(s),
+    let node = match open_node(g.source, g.nvml_lib.as_deref(), &g.sim) {
+        Ok(n) => Ok(n),
         // `auto` on a machine without NVML: supervise runs all the same, without telemetry.
         Err(e) if g.source == SourceKind::Auto => {
             tracing::warn!("no GPU telemetry: {e}");
@@ -44,11 +64,96 @@ pub fn daemon(g: &GlobalArgs, args: &DaemonArgs) -> anyhow::Result<ExitCode> {
         }
         Err(e) => return Err(e.into()),
     };
+    let (source, control) = match node {
+        Ok(n) => (Ok(n.source), Some(n.control)),
+        Err(e) => (Err(e), None),
+    };
     daemon::run(DaemonOptions {
         paths,
         source,
+        control,
+        restore_on_exit: args.restore_on_exit,
         rate_hz: args.rate,
         readonly: args.readonly,
+        system_group,
+        metrics_addr,
     })?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Where to serve `/metrics`: the option, else `$CONFIG/prometheus.toml`, else the default.
+fn metrics_addr(flag: Option<&str>, paths: &Paths) -> anyhow::Result<Option<std::net::SocketAddr>> {
+    let from_file = match flag {
+        Some(_) => None,
+        None => {
+            crate::config::prometheus::load(&paths.config)?
+                .exporter
+                .listen
+        }
+    };
+    let addr = flag
+        .map(str::to_string)
+        .or(from_file)
+        .unwrap_or_else(|| daemon::DEFAULT_METRICS_ADDR.to_string());
+    daemon::parse_metrics_addr(&addr).map_err(anyhow::Error::msg)
+}
+
+fn is_root() -> bool {
+    rustix::process::geteuid().is_root()
+}
+
+/// Whether to be the system daemon, and for which group: `--system` needs root, and
+/// `--allow-group` needs `--system`.
+fn system_group(
+    system: bool,
+    allow_group: Option<&str>,
+    root: bool,
+) -> anyhow::Result<Option<String>> {
+    match (system, allow_group) {
+        (false, None) => Ok(None),
+        (false, Some(_)) => anyhow::bail!(
+            "--allow-group names who may change GPU settings on the system daemon: add --system \
+             (`sudo gpupilot daemon --system --allow-group NAME`)"
+        ),
+        (true, _) if !root => anyhow::bail!(
+            "`gpupilot daemon --system` runs as root: it changes GPU settings for the users of \
+             this node. Start it with `sudo gpupilot daemon --system --detach` (or as a systemd \
+             service: docs/operations.md, \"A root daemon for power control\"); for a daemon of \
+             your own, leave out --system (and GPUPILOT_SYSTEM)"
+        ),
+        (true, group) => Ok(Some(
+            group
+                .filter(|g| !g.is_empty())
+                .unwrap_or(daemon::DEFAULT_GROUP)
+                .to_string(),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn system_needs_root_and_allow_group_needs_system() {
+        assert_eq!(system_group(false, None, false).unwrap(), None);
+        assert_eq!(system_group(false, None, true).unwrap(), None);
+        let err = system_group(true, None, false).unwrap_err().to_string();
+        assert!(
+            err.contains("runs as root") && err.contains("sudo gpupilot daemon --system"),
+            "{err}"
+        );
+        let err = system_group(false, Some("ops"), true)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("add --system"), "{err}");
+        assert_eq!(
+            system_group(true, None, true).unwrap().as_deref(),
+            Some("gpupilot")
+        );
+        assert_eq!(
+            system_group(true, Some("ops"), true).unwrap().as_deref(),
+            Some("ops")
+        );
+    }
 }

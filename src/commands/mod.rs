@@ -6,11 +6,20 @@
 //! `attach` start a daemon in the background when none answers; `ps`, `logs` and `stop` do not
 //! (there is nothing to list, follow or stop without one) and say how to start one.
 
+pub mod advise;
+pub mod bridge;
+pub mod cluster;
 pub mod console;
 pub mod daemon;
+pub mod doctor;
 mod follow;
+pub mod knobs;
+pub mod power;
 pub mod profile;
 pub mod runs;
+pub mod system;
+pub mod thermal;
+pub mod tune;
 
 use std::ffi::OsString;
 use std::io::Write;
@@ -51,6 +60,10 @@ pub fn daemon_args(g: &GlobalArgs) -> Vec<OsString> {
 
 /// Connect to the daemon, starting one in the background when none answers (and saying so).
 pub fn connect_or_spawn(g: &GlobalArgs, paths: &Paths) -> anyhow::Result<Client> {
+    if crate::config::paths::system_daemon_selected() {
+        // The system daemon is root's to start.
+        return system::connect(paths);
+    }
     let exe = std::env::current_exe().context("finding the gpupilot binary to start a daemon")?;
     let (client, spawned) = Client::connect_or_spawn(paths, &exe, &daemon_args(g))?;
     if let Some(pid) = spawned {
@@ -64,6 +77,9 @@ pub fn connect_or_spawn(g: &GlobalArgs, paths: &Paths) -> anyhow::Result<Client>
 
 /// Connect to a running daemon; no daemon is an error that says how to start one.
 pub fn connect(paths: &Paths) -> anyhow::Result<Client> {
+    if crate::config::paths::system_daemon_selected() {
+        return system::connect(paths);
+    }
     Ok(Client::connect(paths)?)
 }
 

@@ -66,6 +66,17 @@ pub fn summary(file: &Path, p: &Profile) -> String {
                 if t.nnodes == 1 { "" } else { "s" },
                 if t.standalone { ", standalone" } else { "" }
             ),
+            Launcher::Slurm(s) => format!(
+                "slurm, {} node{} × {} GPU{}{}",
+                s.nodes,
+                if s.nodes == 1 { "" } else { "s" },
+                s.gpus_per_node,
+                if s.gpus_per_node == 1 { "" } else { "s" },
+                s.partition
+                    .as_deref()
+                    .map(|p| format!(", partition {p}"))
+                    .unwrap_or_default()
+            ),
         },
     );
     let r = &p.run.restart;

@@ -50,7 +50,7 @@ pub fn run(g: &GlobalArgs, args: &RunArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     if crate::tui::on_terminal() {
-        return super::console::attach(g, &paths, client, &info.id);
+        return super::console::attach(g, client, &info.id);
     }
     let stop = ctrl_c_flag();
     eprintln!(
@@ -76,20 +76,28 @@ pub fn run(g: &GlobalArgs, args: &RunArgs) -> anyhow::Result<ExitCode> {
 /// `gpupilot attach [RUN]`.
 pub fn attach(g: &GlobalArgs, args: &AttachArgs) -> anyhow::Result<ExitCode> {
     let paths = Paths::from_env();
-    let client = connect_or_spawn(g, &paths)?;
+    let client = match &args.host {
+        Some(host) => crate::client::Origin::ssh(host)
+            .connect(&format!("gpupilot-cli {}", env!("CARGO_PKG_VERSION")))?,
+        None => connect_or_spawn(g, &paths)?,
+    };
     let info = match &args.run {
         Some(spec) => client.run(spec)?,
         None => {
             let runs = client.runs()?;
             let newest_live = runs.iter().rev().find(|r| !r.is_final());
-            newest_live
-                .or(runs.last())
-                .cloned()
-                .context("there are no runs yet: start one with `gpupilot run`")?
+            match newest_live.or(runs.last()).cloned() {
+                Some(r) => r,
+                // Another node without runs: its console all the same.
+                None if args.host.is_some() && crate::tui::on_terminal() => {
+                    return super::console::remote(g, client);
+                }
+                None => anyhow::bail!("there are no runs yet: start one with `gpupilot run`"),
+            }
         }
     };
     if crate::tui::on_terminal() {
-        return super::console::attach(g, &paths, client, &info.id);
+        return super::console::attach(g, client, &info.id);
     }
     let stop = ctrl_c_flag();
     let mut tails = [

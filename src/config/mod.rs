@@ -2,6 +2,7 @@
 
 pub mod keymap;
 pub mod paths;
+pub mod prometheus;
 pub mod theme;
 
 pub use paths::Paths;

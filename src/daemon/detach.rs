@@ -61,6 +61,13 @@ pub fn spawn(
         let abs = std::path::absolute(&home).map_err(io_err("resolving GPUPILOT_HOME"))?;
         cmd.env("GPUPILOT_HOME", abs);
     }
+    // `--system` is passed as an argument when meant; an inherited GPUPILOT_SYSTEM=1 must not
+    // turn a user's daemon into an attempt at the system daemon.
+    cmd.env_remove("GPUPILOT_SYSTEM");
+    if let Some(dir) = std::env::var_os("GPUPILOT_SYSTEM_DIR").filter(|d| !d.is_empty()) {
+        let abs = std::path::absolute(&dir).map_err(io_err("resolving GPUPILOT_SYSTEM_DIR"))?;
+        cmd.env("GPUPILOT_SYSTEM_DIR", abs);
+    }
     let mut child = cmd
         .spawn()
         .map_err(io_err(format!("starting {} daemon", exe.display())))?;

@@ -26,17 +26,26 @@ impl Daemon {
         why: Option<String>,
     ) -> Result<protocol::RunInfo, RequestError> {
         let profile = recheck(profile)?;
+        // `[power] cap_w`: checked and set before the process starts (see `run_power`).
+        let cap = self.run_cap_before_start(&profile, caller)?;
         // Started without the table locked: spawning waits (briefly) for the new session.
-        let run = Run::start_new(
+        let run = match Run::start_new(
             &self.paths.state,
             &profile,
             caller,
             &LaunchOptions {
-                socket: None,
+                socket: Some(self.socket().to_path_buf()),
                 knobs,
             },
             &self.clock,
-        )?;
+        ) {
+            Ok(run) => run,
+            Err(e) => {
+                self.run_cap_undo(cap);
+                return Err(e.into());
+            }
+        };
+        self.run_cap_started(&run, cap);
         let by = peer.describe();
         append_run_event(
             &run,
@@ -240,7 +249,7 @@ fn recheck(profile: &Profile) -> Result<Profile, RequestError> {
     Ok(checked)
 }
 
-fn append_run_event(run: &Run, event: Event) {
+pub(super) fn append_run_event(run: &Run, event: Event) {
     let rec = EventRecord {
         time: rfc3339(SystemTime::now()),
         event,

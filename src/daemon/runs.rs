@@ -92,6 +92,14 @@ impl RunTable {
         self.entries.get_mut(id)
     }
 
+    /// The runs that have not ended for good.
+    pub fn live(&self) -> impl Iterator<Item = &Run> {
+        self.entries
+            .values()
+            .map(|e| &e.run)
+            .filter(|r| !r.is_finished())
+    }
+
     pub fn get(&self, id: &str) -> Option<&Entry> {
         self.entries.get(id)
     }
@@ -246,6 +254,8 @@ pub fn info(entry: &Entry, now: SystemTime) -> RunInfo {
             .unwrap_or_else(|| "all".into()),
         adopted: entry.adopted,
         dir: run.dir().path().to_path_buf(),
+        energy: s.energy.clone(),
+        slurm: run.slurm_job().cloned(),
     }
 }
 

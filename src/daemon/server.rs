@@ -1,6 +1,9 @@
 //! The socket side: accept connections, check who is calling, and run one task per connection
 //! that reads frames, answers them, and pushes subscribed updates.
 //!
+//! Who may connect, and (on the system daemon) who may make each request, is `auth::decide`'s
+//! call; every refusal is logged and recorded as a `peer_refused` node event.
+//!
 //! Each connection has one writer task fed by a channel, so answers and pushes interleave
 //! without tearing a frame. A frame that is too long, not UTF-8 or not a request ends that
 //! connection only (after a `bad_frame` error that says why, also written to the log).
@@ -16,7 +19,7 @@ use tokio::task::{JoinHandle, JoinSet};
 use tokio_util::codec::{FramedRead, LinesCodec, LinesCodecError};
 use tokio_util::sync::CancellationToken;
 
-use super::auth::{Peer, peer_allowed, refusal_message};
+use super::auth::{Access, Identity, Mode, Peer, Verdict, decide, group_entry};
 use super::state::Daemon;
 use crate::protocol::{
     self, ClientFrame, ErrorCode, MAX_REQUEST_FRAME, NodeEvent, Request, Response, ServerFrame,
@@ -26,14 +29,24 @@ use crate::protocol::{
 const QUEUE: usize = 64;
 
 /// Accept connections until `shutdown`; then tell every client and wait (briefly) for them.
-pub async fn accept_loop(daemon: Arc<Daemon>, listener: UnixListener, shutdown: CancellationToken) {
+pub async fn accept_loop(
+    daemon: Arc<Daemon>,
+    listener: UnixListener,
+    shutdown: CancellationToken,
+    mode: Arc<Mode>,
+) {
     let mut conns = JoinSet::new();
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => break,
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
-                    conns.spawn(connection(Arc::clone(&daemon), stream, shutdown.clone()));
+                    conns.spawn(connection(
+                        Arc::clone(&daemon),
+                        stream,
+                        shutdown.clone(),
+                        Arc::clone(&mode),
+                    ));
                 }
                 Err(e) => {
                     // EMFILE and friends: back off rather than spin.
@@ -73,7 +86,12 @@ fn error(id: Option<u64>, code: ErrorCode, message: impl Into<String>) -> String
     })
 }
 
-async fn connection(daemon: Arc<Daemon>, mut stream: UnixStream, shutdown: CancellationToken) {
+async fn connection(
+    daemon: Arc<Daemon>,
+    mut stream: UnixStream,
+    shutdown: CancellationToken,
+    mode: Arc<Mode>,
+) {
     let peer = match Peer::of(&stream) {
         Ok(p) => p,
         Err(e) => {
@@ -81,13 +99,15 @@ async fn connection(daemon: Arc<Daemon>, mut stream: UnixStream, shutdown: Cance
             return;
         }
     };
-    if !peer_allowed(daemon.uid(), peer.uid) {
-        let message = refusal_message(daemon.uid(), peer.uid);
+    // The system daemon decides per request, and group membership needs the peer's groups.
+    let who = Identity::of(&peer, matches!(*mode, Mode::System { .. }));
+    if let Verdict::Deny { reason, message } = decide(&mode, &who, Access::Connect, "connect", None)
+    {
         tracing::warn!(uid = peer.uid, pid = ?peer.pid, "refused a connection: {message}");
         daemon.events().record(NodeEvent::PeerRefused {
             uid: peer.uid,
             pid: peer.pid,
-            reason: "another user".into(),
+            reason,
         });
         let line = error(None, ErrorCode::PermissionDenied, message);
         let _ =
@@ -108,7 +128,11 @@ async fn connection(daemon: Arc<Daemon>, mut stream: UnixStream, shutdown: Cance
     let mut conn = Conn {
         daemon: Arc::clone(&daemon),
         peer,
+        who,
+        mode,
         tx,
+        id: daemon.conn_id(),
+        trainer_of: None,
         greeted: false,
         telemetry: None,
         events: None,
@@ -171,7 +195,14 @@ fn id_of(line: &str) -> Option<u64> {
 struct Conn {
     daemon: Arc<Daemon>,
     peer: Peer,
+    /// The peer's uid, groups and name, for the policy.
+    who: Identity,
+    mode: Arc<Mode>,
     tx: mpsc::Sender<String>,
+    /// This connection's number (for the trainer channel).
+    id: u64,
+    /// The run this connection is the trainer of, after `trainer_attach`.
+    trainer_of: Option<String>,
     greeted: bool,
     telemetry: Option<JoinHandle<()>>,
     events: Option<JoinHandle<()>>,
@@ -195,9 +226,48 @@ impl Conn {
         .await;
     }
 
+    /// Whether this peer may make `request`; a refusal is logged and recorded, and its message
+    /// returned for the answer.
+    fn refused(&self, request: &Request) -> Option<String> {
+        let access = Access::of(request);
+        let kind = request.kind();
+        // /etc/group is read at each change, so that a user added to the group needs no
+        // daemon restart.
+        let group = match (&*self.mode, access) {
+            (Mode::System { group }, Access::GpuSettings) if self.who.uid != 0 => {
+                group_entry(group)
+            }
+            _ => None,
+        };
+        match decide(&self.mode, &self.who, access, kind, group.as_ref()) {
+            Verdict::Allow => None,
+            Verdict::Deny { reason, message } => {
+                tracing::warn!(
+                    uid = self.peer.uid,
+                    pid = ?self.peer.pid,
+                    "refused {kind} from {}: {message}",
+                    self.peer.describe()
+                );
+                self.daemon.events().record(NodeEvent::PeerRefused {
+                    uid: self.peer.uid,
+                    pid: self.peer.pid,
+                    reason,
+                });
+                Some(message)
+            }
+        }
+    }
+
     /// Answer one frame; false closes the connection.
     async fn handle(&mut self, frame: ClientFrame) -> bool {
         let id = frame.id;
+        if self.greeted {
+            if let Some(message) = self.refused(&frame.request) {
+                self.send(error(Some(id), ErrorCode::PermissionDenied, message))
+                    .await;
+                return true;
+            }
+        }
         match frame.request {
             Request::Hello { version, client } => {
                 if self.greeted {
@@ -247,6 +317,87 @@ impl Conn {
                 ))
                 .await;
                 false
+            }
+            Request::TrainerAttach {
+                run,
+                pid,
+                knobs,
+                ranges,
+            } => {
+                if self.trainer_of.is_some() {
+                    self.send(error(
+                        Some(id),
+                        ErrorCode::BadRequest,
+                        "this connection is already a trainer; open another to attach again",
+                    ))
+                    .await;
+                    return true;
+                }
+                let daemon = Arc::clone(&self.daemon);
+                let (conn, tx) = (self.id, self.tx.clone());
+                let answer = tokio::task::spawn_blocking(move || {
+                    daemon.trainer_attach(conn, tx, &run, pid, &knobs, &ranges)
+                })
+                .await;
+                match answer {
+                    Ok(Ok((run, response, pushes))) => {
+                        self.trainer_of = Some(run);
+                        self.send(reply(id, response)).await;
+                        for line in pushes {
+                            self.send(line).await;
+                        }
+                    }
+                    Ok(Err(e)) => self.send(reply(id, e.into_response())).await,
+                    Err(e) => {
+                        tracing::error!("answering trainer_attach: {e}");
+                        self.send(error(
+                            Some(id),
+                            ErrorCode::Internal,
+                            "the daemon failed answering trainer_attach; see its log",
+                        ))
+                        .await;
+                    }
+                }
+                true
+            }
+            Request::Metrics(_) | Request::KnobAck { .. } | Request::TrainerError { .. }
+                if self.trainer_of.is_none() =>
+            {
+                self.send(error(
+                    Some(id),
+                    ErrorCode::BadState,
+                    "attach first: send trainer_attach with the run's id (GPUPILOT_RUN_ID)",
+                ))
+                .await;
+                true
+            }
+            // Small and frequent: answered here, without a hop to the blocking pool, so that
+            // a knob's round trip stays short.
+            Request::Metrics(report) => {
+                let run = self.trainer_of.as_deref().expect("checked above");
+                let response = self.daemon.trainer_metrics(run, report);
+                self.send(reply(id, response)).await;
+                true
+            }
+            Request::KnobAck {
+                seq,
+                applied,
+                reason,
+            } => {
+                let run = self.trainer_of.as_deref().expect("checked above");
+                let response = self.daemon.knob_ack(run, seq, applied, reason);
+                self.send(reply(id, response)).await;
+                true
+            }
+            Request::TrainerError {
+                kind,
+                message,
+                batch_size: _,
+            } => {
+                let run = self.trainer_of.clone().expect("checked above");
+                let response = self.daemon.trainer_error(&run, kind, message);
+                self.send(reply(id, response)).await;
+                true
             }
             Request::Subscribe { telemetry, events } => {
                 self.subscribe(telemetry, events);
@@ -334,6 +485,9 @@ impl Conn {
     }
 
     fn close(&mut self) {
+        if self.trainer_of.take().is_some() {
+            self.daemon.trainer_detached(self.id);
+        }
         for t in [self.telemetry.take(), self.events.take()]
             .into_iter()
             .flatten()

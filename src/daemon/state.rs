@@ -60,7 +60,8 @@ impl From<SupervisorError> for RequestError {
 }
 
 const READONLY: &str = "this daemon is read-only (started with --readonly): it does not start, \
-                        stop or signal runs; restart it without --readonly to allow changes";
+                        stop or signal runs, or change GPU settings; restart it without \
+                        --readonly to allow changes";
 
 /// The daemon's state, shared by every task. See the module doc.
 pub struct Daemon {
@@ -79,6 +80,12 @@ pub struct Daemon {
     pub(super) events: NodeLog,
     clients: AtomicUsize,
     pub(super) clock: SystemClock,
+    /// The trainer channel of every run (see `trainers`).
+    pub(super) channels: Mutex<super::trainers::Channels>,
+    next_conn: std::sync::atomic::AtomicU64,
+    pub(super) control: super::control::ControlSlot,
+    /// Governors, budget, energy and alerts (see `control_loop`).
+    pub(super) control_loop: super::control_loop::ControlLoop,
 }
 
 impl Daemon {
@@ -144,6 +151,10 @@ impl Daemon {
             events,
             clients: AtomicUsize::new(0),
             clock,
+            channels: Mutex::default(),
+            next_conn: std::sync::atomic::AtomicU64::new(1),
+            control: Default::default(),
+            control_loop: Default::default(),
         })
     }
 
@@ -156,6 +167,10 @@ impl Daemon {
     pub fn node(&self) -> &str {
         &self.node
     }
+    /// The socket this daemon serves (runs get it as `GPUPILOT_SOCKET`).
+    pub fn socket(&self) -> &std::path::Path {
+        &self.socket
+    }
     pub fn readonly(&self) -> bool {
         self.readonly
     }
@@ -166,6 +181,11 @@ impl Daemon {
     pub fn telemetry(&self) -> watch::Receiver<Option<Arc<Snapshot>>> {
         self.telemetry.subscribe()
     }
+    /// A number for a new connection (to know a trainer's connection when it closes).
+    pub fn conn_id(&self) -> u64 {
+        self.next_conn.fetch_add(1, Ordering::Relaxed)
+    }
+
     /// Count a connection in (true) or out (false).
     pub fn client(&self, connected: bool) {
         if connected {
@@ -178,6 +198,7 @@ impl Daemon {
     /// A new snapshot from the sampler: into history, out to subscribers.
     pub fn take_snapshot(&self, snap: Snapshot) {
         lock(&self.history).record(&snap);
+        self.control_step(&snap);
         self.telemetry.send_replace(Some(Arc::new(snap)));
     }
 
@@ -189,6 +210,7 @@ impl Daemon {
     /// Poll every live run; record status changes in the node's log.
     pub fn poll_runs(&self) {
         let changes = lock(&self.runs).poll(&self.clock);
+        self.parse_outputs();
         for c in changes {
             self.events.record(NodeEvent::RunStatus {
                 run: c.id,
@@ -276,6 +298,32 @@ impl Daemon {
                 Ok(Response::Events { events, next })
             }
             Request::RunEvents { run, since, max } => self.run_events(&run, since, max),
+            r @ (Request::Power {}
+            | Request::PowerCap { .. }
+            | Request::PowerReset { .. }
+            | Request::ClocksLock { .. }
+            | Request::ClocksReset { .. }
+            | Request::GpuMaxTemp { .. }
+            | Request::GpuMaxTempReset { .. }) => self.answer_control(peer, r),
+            Request::KnobSet {
+                run,
+                knob,
+                value,
+                restart,
+                why,
+            } => self.knob_set(peer, &run, knob, value, restart, why),
+            Request::RunMetrics { run, since, max } => self.run_metrics(&run, since, max),
+            Request::TrainerAttach { .. }
+            | Request::Metrics(_)
+            | Request::KnobAck { .. }
+            | Request::TrainerError { .. } => Err(RequestError::new(
+                ErrorCode::BadRequest,
+                "trainer requests belong to a trainer's connection",
+            )),
+            r @ (Request::Thermal {}
+            | Request::ThermalSet { .. }
+            | Request::ThermalOff { .. }
+            | Request::PowerBudget { .. }) => self.answer_thermal(peer, r),
             Request::Hello { .. } | Request::Subscribe { .. } => Err(RequestError::new(
                 ErrorCode::BadRequest,
                 "hello and subscribe belong to a connection",
@@ -303,6 +351,7 @@ impl Daemon {
             telemetry: self.telemetry_info.clone(),
             snapshot: self.telemetry.borrow().as_deref().cloned(),
             runs: RunCounts { live, total },
+            control: Some(self.control_status()),
         }
     }
 }

@@ -14,10 +14,18 @@
 //!
 //! This module only defines messages and their encoding; it does no I/O.
 
+mod control;
+mod trainer;
 mod types;
+
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+pub use control::{GpuChange, GpuSelection, GpuSettings};
+pub use trainer::{
+    KnobName, KnobRange, KnobState, KnobVia, MetricsPoint, MetricsReport, TrainerInfo,
+};
 pub use types::{
     DaemonInfo, LogStream, NodeEvent, NodeEventRecord, RunCounts, RunInfo, RunSignal, StatusReply,
     TelemetryInfo,
@@ -153,6 +161,132 @@ pub enum Request {
         #[serde(default)]
         max: Option<u32>,
     },
+    /// Trainer channel: this connection is the trainer of `run` (from `GPUPILOT_RUN_ID`).
+    TrainerAttach {
+        run: String,
+        #[serde(default)]
+        pid: Option<u32>,
+        /// The values the trainer uses now, by knob name (unknown names are ignored).
+        #[serde(default)]
+        knobs: BTreeMap<String, i64>,
+        /// Ranges for knobs the profile does not bound.
+        #[serde(default)]
+        ranges: BTreeMap<String, KnobRange>,
+    },
+    /// Trainer channel: one metrics report.
+    Metrics(MetricsReport),
+    /// Trainer channel: the outcome of the `knob` push numbered `seq`.
+    KnobAck {
+        seq: u64,
+        applied: bool,
+        #[serde(default)]
+        reason: Option<String>,
+    },
+    /// Trainer channel: the trainer hit an error (`kind`: `oom` or `other`).
+    TrainerError {
+        kind: String,
+        #[serde(default)]
+        message: Option<String>,
+        #[serde(default)]
+        batch_size: Option<i64>,
+    },
+    /// Ask for a knob change on a run (`gpupilot set`).
+    KnobSet {
+        run: String,
+        knob: KnobName,
+        value: i64,
+        /// Allow a restart with the new value when no trainer is attached.
+        #[serde(default)]
+        restart: bool,
+        #[serde(default)]
+        why: Option<String>,
+    },
+    /// A run's metrics reports from number `since` on, and its knobs and trainer.
+    RunMetrics {
+        run: String,
+        #[serde(default)]
+        since: u64,
+        #[serde(default)]
+        max: Option<u32>,
+    },
+    /// Every GPU's power limits, clock range and locks, target temperature, and the recorded
+    /// originals.
+    Power {},
+    /// Set the power cap of `gpus` to `watts`.
+    PowerCap {
+        #[serde(default)]
+        gpus: GpuSelection,
+        watts: f64,
+        #[serde(default)]
+        why: Option<String>,
+    },
+    /// Restore the power limits recorded before gpupilot's first cap.
+    PowerReset {
+        #[serde(default)]
+        gpus: GpuSelection,
+        #[serde(default)]
+        why: Option<String>,
+    },
+    /// Lock the SM clocks of `gpus` within `[min_mhz, max_mhz]`.
+    ClocksLock {
+        #[serde(default)]
+        gpus: GpuSelection,
+        min_mhz: u32,
+        max_mhz: u32,
+        #[serde(default)]
+        why: Option<String>,
+    },
+    /// Unlock the SM clocks gpupilot locked.
+    ClocksReset {
+        #[serde(default)]
+        gpus: GpuSelection,
+        #[serde(default)]
+        why: Option<String>,
+    },
+    /// Set the driver's target temperature ("GPU max") of `gpus`, whole °C.
+    GpuMaxTemp {
+        #[serde(default)]
+        gpus: GpuSelection,
+        celsius: f64,
+        #[serde(default)]
+        why: Option<String>,
+    },
+    /// Restore the target temperatures recorded before gpupilot's first change.
+    GpuMaxTempReset {
+        #[serde(default)]
+        gpus: GpuSelection,
+        #[serde(default)]
+        why: Option<String>,
+    },
+    /// The control loops: thermal governors, the node power budget, active alerts, energy
+    /// per GPU. Answered with `control`.
+    Thermal {},
+    /// Hold `gpus` at `target_c`, or `margin_c` below each GPU's slowdown temperature (one of
+    /// the two), by moving their power caps. Answered with `control`.
+    ThermalSet {
+        #[serde(default)]
+        gpus: GpuSelection,
+        #[serde(default)]
+        target_c: Option<f64>,
+        #[serde(default)]
+        margin_c: Option<f64>,
+        #[serde(default)]
+        why: Option<String>,
+    },
+    /// Turn the governor of `gpus` off; their users' caps come back. Answered with `control`.
+    ThermalOff {
+        #[serde(default)]
+        gpus: GpuSelection,
+        #[serde(default)]
+        why: Option<String>,
+    },
+    /// Set the node power budget in watts (the sum of all caps stays within it), or clear it
+    /// (`null`). Answered with `control`.
+    PowerBudget {
+        budget_w: Option<f64>,
+        #[serde(default)]
+        why: Option<String>,
+    },
 }
 
 impl Request {
@@ -170,6 +304,23 @@ impl Request {
             Request::Logs { .. } => "logs",
             Request::Events { .. } => "events",
             Request::RunEvents { .. } => "run_events",
+            Request::TrainerAttach { .. } => "trainer_attach",
+            Request::Metrics(_) => "metrics",
+            Request::KnobAck { .. } => "knob_ack",
+            Request::TrainerError { .. } => "trainer_error",
+            Request::KnobSet { .. } => "knob_set",
+            Request::RunMetrics { .. } => "run_metrics",
+            Request::Power {} => "power",
+            Request::PowerCap { .. } => "power_cap",
+            Request::PowerReset { .. } => "power_reset",
+            Request::ClocksLock { .. } => "clocks_lock",
+            Request::ClocksReset { .. } => "clocks_reset",
+            Request::GpuMaxTemp { .. } => "gpu_max_temp",
+            Request::GpuMaxTempReset { .. } => "gpu_max_temp_reset",
+            Request::Thermal {} => "thermal",
+            Request::ThermalSet { .. } => "thermal_set",
+            Request::ThermalOff { .. } => "thermal_off",
+            Request::PowerBudget { .. } => "power_budget",
         }
     }
 
@@ -177,7 +328,19 @@ impl Request {
     pub fn is_change(&self) -> bool {
         matches!(
             self,
-            Request::RunStart { .. } | Request::RunStop { .. } | Request::RunSignal { .. }
+            Request::RunStart { .. }
+                | Request::RunStop { .. }
+                | Request::RunSignal { .. }
+                | Request::KnobSet { .. }
+                | Request::PowerCap { .. }
+                | Request::PowerReset { .. }
+                | Request::ClocksLock { .. }
+                | Request::ClocksReset { .. }
+                | Request::GpuMaxTemp { .. }
+                | Request::GpuMaxTempReset { .. }
+                | Request::ThermalSet { .. }
+                | Request::ThermalOff { .. }
+                | Request::PowerBudget { .. }
         )
     }
 }
@@ -261,6 +424,53 @@ pub enum Response {
     Shutdown {
         reason: String,
     },
+    /// A request that needs no more answer than that it was taken.
+    Ok {},
+    /// The connection is now `run`'s trainer; `knobs` are the values the daemon holds.
+    TrainerAttached {
+        run: String,
+        knobs: BTreeMap<String, i64>,
+    },
+    /// Pushed to a trainer (no id): use `value` for `knob` from the next batch on, then
+    /// acknowledge `seq` with `knob_ack`.
+    Knob {
+        run: String,
+        seq: u64,
+        knob: KnobName,
+        value: i64,
+    },
+    /// A knob change was taken: its outcome arrives as a `knob_applied` / `knob_rejected`
+    /// event (`via` trainer) or as the run's restart (`via` restart).
+    KnobPending {
+        run: String,
+        seq: u64,
+        knob: KnobName,
+        old: Option<i64>,
+        value: i64,
+        via: KnobVia,
+    },
+    RunMetrics {
+        run: String,
+        points: Vec<MetricsPoint>,
+        /// Ask again with `since = next`.
+        next: u64,
+        trainer: TrainerInfo,
+    },
+    /// The answer to `power`.
+    Power {
+        gpus: Vec<GpuSettings>,
+        /// The daemon restores the recorded originals when it stops.
+        restore_on_exit: bool,
+    },
+    /// The answer to a GPU-settings change: what changed, and what needed no change.
+    GpuChanged {
+        changes: Vec<GpuChange>,
+        #[serde(default)]
+        notes: Vec<String>,
+    },
+    /// The answer to `thermal`, `thermal_set`, `thermal_off` and `power_budget`: the control
+    /// loops as they stand.
+    Control(Box<crate::control::status::ControlStatus>),
 }
 
 /// Why a request failed.
@@ -273,7 +483,8 @@ pub enum ErrorCode {
     HandshakeRequired,
     /// Client and daemon speak different versions: the connection closes.
     VersionMismatch,
-    /// The peer is another user: the connection closes.
+    /// The peer is another user: the connection closes. On the system daemon: this peer may
+    /// not make this request (GPU settings need the group, runs need root); it stays open.
     PermissionDenied,
     /// The request's values make no sense (an unknown GPU, a bad profile, …).
     BadRequest,
@@ -287,6 +498,10 @@ pub enum ErrorCode {
     LaunchFailed,
     /// The daemon runs with `--readonly`.
     Readonly,
+    /// The daemon may not change this GPU setting (NVML's NO_PERMISSION: it is not root).
+    NoPermission,
+    /// The GPU or its driver cannot do this.
+    NotSupported,
     /// Something failed inside the daemon (a file it could not write).
     Internal,
 }

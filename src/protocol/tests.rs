@@ -152,6 +152,8 @@ fn complex_answers_round_trip() {
         gpus: "0,1".into(),
         adopted: true,
         dir: "/s/runs/20261130-031500-train".into(),
+        energy: None,
+        slurm: None,
     };
     let frames = [
         ServerFrame {
@@ -217,6 +219,7 @@ fn complex_answers_round_trip() {
                 },
                 snapshot: Some(Snapshot::default()),
                 runs: RunCounts { live: 1, total: 4 },
+                control: None,
             })),
         },
     ];
@@ -435,5 +438,92 @@ fn the_codec_refuses_an_oversized_line_before_it_ends() {
     assert!(
         codec.decode(&mut buf).is_err(),
         "no newline needed to refuse"
+    );
+}
+
+#[test]
+fn trainer_channel_events_and_frames_round_trip() {
+    use crate::protocol::{KnobName, KnobVia, MetricsReport};
+    let events = [
+        NodeEvent::Trainer {
+            run: "r".into(),
+            attached: true,
+            pid: Some(7),
+        },
+        NodeEvent::KnobChanged {
+            run: "r".into(),
+            change: 3,
+            knob: KnobName::BatchSize,
+            old: Some(64),
+            new: 128,
+            via: KnobVia::Trainer,
+            by: "alice".into(),
+            why: None,
+        },
+        NodeEvent::KnobApplied {
+            run: "r".into(),
+            change: 3,
+            knob: KnobName::BatchSize,
+            value: 128,
+            rtt_ms: 2.5,
+        },
+        NodeEvent::KnobRejected {
+            run: "r".into(),
+            change: 4,
+            knob: KnobName::Prefetch,
+            value: 9,
+            kept: Some(2),
+            reason: "no".into(),
+            rtt_ms: 1.0,
+        },
+        NodeEvent::TrainerError {
+            run: "r".into(),
+            kind: "oom".into(),
+            message: None,
+        },
+    ];
+    for event in events {
+        // The record's own `seq` must not collide with a field of the event.
+        let rec = NodeEventRecord {
+            seq: 11,
+            time: "2026-11-30T04:07:55.652Z".into(),
+            event,
+        };
+        let line = encode(&rec);
+        assert_eq!(
+            decode::<NodeEventRecord>(&line, MAX_REPLY_FRAME).unwrap(),
+            rec,
+            "{line}"
+        );
+    }
+    let frame = decode::<ClientFrame>(
+        r#"{"id":3,"type":"metrics","step":120,"loss":2.31,"batch_size":64,"extra":{"lr":0.01}}"#,
+        MAX_REQUEST_FRAME,
+    )
+    .unwrap();
+    let Request::Metrics(MetricsReport {
+        step,
+        loss,
+        batch_size,
+        extra,
+        ..
+    }) = frame.request
+    else {
+        panic!("{frame:?}")
+    };
+    assert_eq!((step, loss, batch_size), (Some(120), Some(2.31), Some(64)));
+    assert_eq!(extra["lr"], 0.01);
+    let frame = decode::<ClientFrame>(
+        r#"{"id":4,"type":"knob_ack","seq":7,"applied":false,"reason":"too big"}"#,
+        MAX_REQUEST_FRAME,
+    )
+    .unwrap();
+    assert_eq!(
+        frame.request,
+        Request::KnobAck {
+            seq: 7,
+            applied: false,
+            reason: Some("too big".into())
+        }
     );
 }

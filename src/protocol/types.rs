@@ -37,6 +37,12 @@ pub struct RunInfo {
     pub adopted: bool,
     /// The run directory (`$STATE/runs/<id>`).
     pub dir: PathBuf,
+    /// Energy of the run's GPUs while it ran (absent before the first measurement).
+    #[serde(default)]
+    pub energy: Option<crate::control::energy::RunEnergy>,
+    /// A Slurm run's current (or last) job: id, state, nodes (`launcher = "slurm"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slurm: Option<crate::supervisor::slurm::SlurmJob>,
 }
 
 impl RunInfo {
@@ -82,6 +88,9 @@ pub struct StatusReply {
     /// The newest snapshot; absent while telemetry is unavailable.
     pub snapshot: Option<Snapshot>,
     pub runs: RunCounts,
+    /// The control loops (governors, budget, alerts, energy); absent from older daemons.
+    #[serde(default)]
+    pub control: Option<crate::control::status::ControlStatus>,
 }
 
 /// The daemon itself.
@@ -177,5 +186,92 @@ pub enum NodeEvent {
         uid: u32,
         pid: Option<u32>,
         reason: String,
+    },
+    /// A run's trainer attached over the trainer channel (or went away: `attached` false).
+    Trainer {
+        run: String,
+        attached: bool,
+        pid: Option<u32>,
+    },
+    /// Someone asked for a knob change: `old` → `new`, applied `via` the trainer or a restart.
+    KnobChanged {
+        run: String,
+        /// The change's number (the `seq` of its `knob` push).
+        change: u64,
+        knob: crate::protocol::KnobName,
+        old: Option<i64>,
+        new: i64,
+        via: crate::protocol::KnobVia,
+        by: String,
+        why: Option<String>,
+    },
+    /// The trainer acknowledged change `seq` and uses `value` from its next batch on.
+    KnobApplied {
+        run: String,
+        /// The change's number (the `seq` of its `knob` push).
+        change: u64,
+        knob: crate::protocol::KnobName,
+        value: i64,
+        /// Milliseconds from the request to the acknowledgement.
+        rtt_ms: f64,
+    },
+    /// The trainer refused change `seq`; the run keeps `kept`.
+    KnobRejected {
+        run: String,
+        /// The change's number (the `seq` of its `knob` push).
+        change: u64,
+        knob: crate::protocol::KnobName,
+        value: i64,
+        kept: Option<i64>,
+        reason: String,
+        rtt_ms: f64,
+    },
+    /// The trainer reported an error (`kind` `oom`: out of memory).
+    TrainerError {
+        run: String,
+        kind: String,
+        message: Option<String>,
+    },
+    /// A GPU setting changed (power limit, locked clocks, target temperature): `old` → `new`,
+    /// by whom, why. `by` is `daemon` for a restore when it stops.
+    GpuChanged {
+        gpu: u32,
+        what: String,
+        old: Option<String>,
+        new: Option<String>,
+        by: String,
+        why: Option<String>,
+    },
+    /// The thermal governor of a GPU. `change`: `on`, `off`, `cap` (it moved the cap
+    /// `old_w` → `new_w`), `stale` (telemetry went stale: it holds the cap), `resumed`,
+    /// `restored` (nothing controls the cap any more: the user's cap is back), `failed`.
+    Governor {
+        gpu: u32,
+        change: String,
+        #[serde(default)]
+        target_c: Option<f64>,
+        #[serde(default)]
+        temperature_c: Option<f64>,
+        #[serde(default)]
+        old_w: Option<f64>,
+        #[serde(default)]
+        new_w: Option<f64>,
+        by: String,
+        why: String,
+    },
+    /// The node power budget was set (`budget_w`) or cleared (null), or it moved caps (`caps`).
+    Budget {
+        budget_w: Option<f64>,
+        #[serde(default)]
+        total_w: Option<f64>,
+        #[serde(default)]
+        caps: Vec<crate::control::status::CapChange>,
+        by: String,
+        why: String,
+    },
+    /// An alert was raised or cleared (`change`).
+    Alert {
+        change: String,
+        alert: crate::control::alerts::Alert,
     },
 }

@@ -164,6 +164,16 @@ pub enum Event {
         pid: u32,
         start_time: u64,
     },
+    /// A Slurm run's attempt was submitted as job `job_id` (instead of `started` /
+    /// `restarted`).
+    Submitted {
+        attempt: u32,
+        job_id: String,
+    },
+    /// A supervisor that did not submit this Slurm job took it over.
+    AdoptedJob {
+        job_id: String,
+    },
     /// The run is over for good.
     Finished {
         status: RunStatus,
@@ -178,6 +188,21 @@ pub enum Event {
         old: Option<String>,
         new: Option<String>,
         why: Option<String>,
+    },
+    /// The trainer answered knob change `seq`: it uses `value` from its next batch on
+    /// (`applied`), or refused it (`reason`). `rtt_ms`: from the request to the answer.
+    KnobAcked {
+        seq: u64,
+        knob: String,
+        value: i64,
+        applied: bool,
+        reason: Option<String>,
+        rtt_ms: f64,
+    },
+    /// The trainer reported an error (`kind` `oom`: out of memory).
+    TrainerError {
+        kind: String,
+        message: Option<String>,
     },
 }
 
@@ -212,9 +237,13 @@ pub struct Summary {
     /// In words: `exit 0`, `killed by SIGKILL after the 10 s grace period`, `unknown status
     /// (adopted)`, `gave up after 3 restarts`.
     pub description: Option<String>,
-    /// Filled in by the telemetry work; absent until then.
+    /// Energy of the run's GPUs, joules, and the training samples it reported; written by
+    /// the daemon's control loop while the run lives and when it ends.
     pub energy_j: Option<f64>,
     pub samples: Option<u64>,
+    /// The energy in full: per GPU, kWh, J/sample, cost (see `control::energy::RunEnergy`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub energy: Option<crate::control::energy::RunEnergy>,
 }
 
 #[cfg(test)]

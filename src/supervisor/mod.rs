@@ -14,6 +14,7 @@
 //! - `adopt`: what became of a run, from its directory alone ([`adopt::adopt`]).
 //! - `rundir`: the run directory and its files ([`RunDir`]).
 //! - `events`: `events.jsonl` lines and `summary.json` ([`Event`], [`Summary`]).
+//! - `slurm`: runs that are Slurm batch jobs (`sbatch`, `squeue`, `scancel`).
 //! - `clock`, `procfs`, `signal`: time passed in, `/proc/PID/stat`, signals to a group.
 //!
 //! Nothing here talks to a socket or draws anything; the daemon drives [`Run::poll`].
@@ -27,6 +28,7 @@ pub mod restart;
 mod run;
 pub mod rundir;
 pub mod signal;
+pub mod slurm;
 
 use std::path::PathBuf;
 

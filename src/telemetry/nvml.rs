@@ -61,6 +61,11 @@ impl NvmlSource {
         let count = nvml.device_count().unwrap_or(0) as usize;
         Ok(NvmlSource { nvml, count })
     }
+
+    /// The NVML handle, for the setters in `control::power` (this module only reads).
+    pub(crate) fn nvml(&self) -> &Nvml {
+        &self.nvml
+    }
 }
 
 /// `Ok(v)` → `Some(v)`; GPU lost → remember it; anything else → absent.

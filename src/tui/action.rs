@@ -1,6 +1,7 @@
 //! What the user can ask the console to do. Keys map to these through the keymap; mouse
 //! events map to them in `app`. Nothing here does anything: `App::apply` carries them out.
 
+use crate::protocol::KnobName;
 use std::fmt;
 use std::str::FromStr;
 
@@ -104,6 +105,17 @@ pub enum Action {
     StopRun,
     /// Pause the run shown, or resume it.
     PauseRun,
+    /// Open the dialog that changes a knob of the run shown (`set_knob batch_size`).
+    SetKnob(KnobName),
+    /// Open the dialog that sets the selected GPU's power cap (Overview, GPU detail).
+    PowerCap,
+    /// Open the advisor pane over the view, or close it.
+    Advisor,
+    /// Act on the advisor's hint at this position (Enter or its number in the pane; not in
+    /// keymaps).
+    HintAct(usize),
+    /// Start the energy tuner on the run shown (asks y/n), stop it, or close its result.
+    TuneEnergy,
     /// A character typed into the footer prompt (the search), and the prompt's keys. Not in
     /// keymaps: while a prompt is open every key goes to it.
     PromptChar(char),
@@ -119,7 +131,7 @@ pub enum Action {
 /// An action name in a keymap that means nothing.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "unknown action {0:?}: one of quit, help, close, redraw, view_next, view_prev, view overview|detail|run|events, gpu_next, gpu_prev, gpu_first, gpu_last, zoom_in, zoom_out, scroll_up, scroll_down, page_up, page_down, top, bottom, run_next, run_prev, run_open, search, search_next, search_prev, search_clear, follow, log_stream, stop_run, pause_run, noop"
+    "unknown action {0:?}: one of quit, help, close, redraw, view_next, view_prev, view overview|detail|run|events, gpu_next, gpu_prev, gpu_first, gpu_last, zoom_in, zoom_out, scroll_up, scroll_down, page_up, page_down, top, bottom, run_next, run_prev, run_open, search, search_next, search_prev, search_clear, follow, log_stream, stop_run, pause_run, set_knob batch_size|prefetch, power_cap, advisor, tune_energy, noop"
 )]
 pub struct UnknownAction(pub String);
 
@@ -164,6 +176,12 @@ impl FromStr for Action {
             ["log_stream"] => Action::LogStream,
             ["stop_run"] => Action::StopRun,
             ["pause_run"] => Action::PauseRun,
+            ["set_knob", k] => {
+                Action::SetKnob(KnobName::parse(k).ok_or_else(|| UnknownAction(s.to_string()))?)
+            }
+            ["power_cap"] => Action::PowerCap,
+            ["advisor"] => Action::Advisor,
+            ["tune_energy"] => Action::TuneEnergy,
             ["noop"] => Action::Noop,
             _ => return Err(UnknownAction(s.to_string())),
         };
@@ -205,6 +223,11 @@ impl fmt::Display for Action {
             Action::LogStream => "log_stream",
             Action::StopRun => "stop_run",
             Action::PauseRun => "pause_run",
+            Action::SetKnob(k) => return write!(f, "set_knob {k}"),
+            Action::PowerCap => "power_cap",
+            Action::Advisor => "advisor",
+            Action::HintAct(i) => return write!(f, "hint {i}"),
+            Action::TuneEnergy => "tune_energy",
             Action::PromptChar(c) => return write!(f, "prompt_char {c:?}"),
             Action::PromptBackspace => "prompt_backspace",
             Action::PromptSubmit => "prompt_submit",
@@ -230,11 +253,21 @@ mod tests {
             Action::Search,
             Action::StopRun,
             Action::PageDown,
+            Action::SetKnob(KnobName::BatchSize),
+            Action::SetKnob(KnobName::Prefetch),
+            Action::PowerCap,
+            Action::Advisor,
+            Action::TuneEnergy,
             Action::Noop,
         ] {
             assert_eq!(a.to_string().parse::<Action>(), Ok(a));
         }
         assert!("view nowhere".parse::<Action>().is_err());
+        assert!("set_knob lr".parse::<Action>().is_err());
+        assert_eq!(
+            "set_knob batch-size".parse::<Action>(),
+            Ok(Action::SetKnob(KnobName::BatchSize))
+        );
         assert!(
             "fly"
                 .parse::<Action>()

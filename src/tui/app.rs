@@ -11,6 +11,7 @@ use super::views::detail::DetailState;
 use super::views::events::{self, EventsState};
 use super::views::help::HelpState;
 use super::views::overview;
+use super::views::power_dialog::{self, PowerDialog};
 use super::views::run::{self, state::RunState};
 use crate::config::keymap::{Key, Keymap};
 use crate::config::theme::Theme;
@@ -34,6 +35,12 @@ pub struct App {
     pub run: RunState,
     pub events: EventsState,
     pub help: HelpState,
+    /// The power-cap dialog (Overview and GPU detail), while open.
+    pub power: Option<PowerDialog>,
+    /// The advisor pane (see `tui::advisor`).
+    pub advisor: super::advisor::AdvisorState,
+    /// The console's energy tuner (see `tui::tuner`).
+    pub tuner: super::tuner::TunerUi,
     /// The size of the last frame: mouse positions are resolved against it.
     pub size: Rect,
     pub quit: bool,
@@ -55,6 +62,9 @@ impl App {
             run: RunState::default(),
             events: EventsState::default(),
             help: HelpState::default(),
+            power: None,
+            advisor: Default::default(),
+            tuner: Default::default(),
             size: Rect::new(0, 0, 80, 24),
             quit: false,
             full_redraw: false,
@@ -70,12 +80,18 @@ impl App {
     /// Take in an update from the feed.
     pub fn on_update(&mut self, u: Update) {
         let runs = matches!(u, Update::Runs(_));
+        run::knob_dialog::on_update(&mut self.run, &u);
+        let knob_waits = super::advisor::on_update(self, &u);
+        super::tuner::on_update(self, &u);
         self.data.on_update(u);
         self.clamp_selection();
         if runs {
             self.run.on_runs(&self.data);
         }
         self.watch_current_run();
+        if knob_waits {
+            super::advisor::after_update(self);
+        }
     }
 
     /// The requests made since the last call, oldest first.
@@ -101,6 +117,24 @@ impl App {
             return None;
         }
         let ctrl = ev.modifiers.contains(KeyModifiers::CONTROL);
+        if let Some(d) = &self.run.dialog {
+            return d.action_for_key(ev);
+        }
+        if let Some(d) = &self.power {
+            return d.action_for_key(ev);
+        }
+        if self.tuner.ask.is_some() {
+            return Some(Action::Confirm(matches!(
+                ev.code,
+                KeyCode::Char('y' | 'Y') if !ctrl
+            )));
+        }
+        if self.advisor.open && self.run.confirm.is_none() {
+            let mapped = self.keymap.lookup(self.view, false, Key::from_event(ev));
+            return self
+                .advisor
+                .action_for_key(ev, mapped == Some(Action::Advisor));
+        }
         if self.run.confirm.is_some() {
             return Some(Action::Confirm(matches!(
                 ev.code,
@@ -128,6 +162,13 @@ impl App {
     pub fn action_for_mouse(&self, ev: &MouseEvent) -> Option<Action> {
         let at = Position::new(ev.column, ev.row);
         let areas = ui::Areas::of_app(self, self.size);
+        if self.advisor.open {
+            return match ev.kind {
+                MouseEventKind::ScrollDown => Some(Action::ScrollDown),
+                MouseEventKind::ScrollUp => Some(Action::ScrollUp),
+                _ => None,
+            };
+        }
         match ev.kind {
             MouseEventKind::ScrollDown | MouseEventKind::ScrollUp => {
                 let down = ev.kind == MouseEventKind::ScrollDown;
@@ -185,9 +226,39 @@ impl App {
             Action::ScrollDown if self.help.open => {
                 self.help.scroll = self.help.scroll.saturating_add(1)
             }
+            Action::Advisor => super::advisor::toggle(self),
+            Action::Confirm(yes) if self.tuner.ask.is_some() => super::tuner::answer(self, yes),
+            a if self.advisor.open
+                && !self.modal_besides_advisor()
+                && super::advisor::AdvisorState::handles(a) =>
+            {
+                super::advisor::apply(self, a)
+            }
+            Action::TuneEnergy if self.view == ViewId::Run => super::tuner::key(self),
+            Action::SetKnob(k) if self.view == ViewId::Run => {
+                run::knob_dialog::open(&mut self.run, &mut self.data, k)
+            }
+            a if self.run.dialog.is_some() && run::knob_dialog::KnobDialog::handles(a) => {
+                if let Some(r) = run::knob_dialog::apply(&mut self.run, &mut self.data, a) {
+                    self.outbox.push(r);
+                }
+            }
+            Action::PowerCap if matches!(self.view, ViewId::Overview | ViewId::Detail) => {
+                self.power = power_dialog::open(&mut self.data, self.selected)
+            }
+            a if self.power.is_some() && PowerDialog::handles(a) => {
+                if let Some(r) = power_dialog::apply(&mut self.power, &mut self.data, a) {
+                    self.outbox.push(r);
+                }
+            }
             a if RunState::handles(a) && (self.view == ViewId::Run || self.modal()) => {
                 let body = ui::Areas::of_app(self, self.size).body;
-                let page = run::Layout::new(body, self.data.run_list().len()).log_rows();
+                let band = self
+                    .run
+                    .current(&self.data)
+                    .is_some_and(|r| self.data.metrics.of(&r.id).is_some_and(|m| m.has_any()));
+                let runs = self.data.run_list().len();
+                let page = run::Layout::with_band(body, runs, band).log_rows();
                 if let Some(r) = self.run.apply(a, &mut self.data, page) {
                     self.outbox.push(r);
                 }
@@ -228,6 +299,10 @@ impl App {
             | Action::LogStream
             | Action::StopRun
             | Action::PauseRun
+            | Action::SetKnob(_)
+            | Action::PowerCap
+            | Action::HintAct(_)
+            | Action::TuneEnergy
             | Action::PromptChar(_)
             | Action::PromptBackspace
             | Action::PromptSubmit
@@ -239,7 +314,16 @@ impl App {
 
     /// The footer is asking something: keys go to it whatever the view.
     pub fn modal(&self) -> bool {
-        self.run.prompt.is_some() || self.run.confirm.is_some()
+        self.modal_besides_advisor() || self.advisor.open
+    }
+
+    /// A question or dialog is open (the advisor pane aside).
+    fn modal_besides_advisor(&self) -> bool {
+        self.run.prompt.is_some()
+            || self.run.confirm.is_some()
+            || self.run.dialog.is_some()
+            || self.power.is_some()
+            || self.tuner.ask.is_some()
     }
 
     fn select(&mut self, i: usize) {

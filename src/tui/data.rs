@@ -6,6 +6,7 @@
 
 use super::feed::{Link, Update};
 use super::log::LogBuffer;
+use super::metrics::RunMetrics;
 use crate::history::History;
 use crate::protocol::{LogStream, NodeEventRecord, RunInfo};
 use crate::telemetry::{GpuSample, Snapshot};
@@ -60,6 +61,10 @@ pub struct Data {
     pub events: VecDeque<NodeEventRecord>,
     /// The log of the run being watched.
     pub log: RunLog,
+    /// The metrics and knobs of the run being watched.
+    pub metrics: RunMetrics,
+    /// The daemon's control loops, as last polled.
+    pub control: Option<crate::control::status::ControlStatus>,
 }
 
 /// The output and exits of the run the console watches.
@@ -114,6 +119,8 @@ impl Data {
             runs: None,
             events: VecDeque::new(),
             log: RunLog::default(),
+            metrics: RunMetrics::default(),
+            control: None,
         }
     }
 
@@ -168,10 +175,21 @@ impl Data {
                 }
             }
             Update::Exits { run, exits } => self.log.of(&run).exits = exits,
+            Update::Control(c) => self.control = Some(*c),
             Update::Answer { ok, text } => {
                 let level = if ok { Level::Info } else { Level::Error };
                 self.set_status(level, text);
             }
+            Update::Metrics {
+                run,
+                points,
+                reset,
+                trainer,
+            } => self.metrics.take(run, points, reset, *trainer),
+            // The Run view asks about it (see `views::run::knob_dialog`).
+            Update::KnobNeedsRestart { .. } => {}
+            // The app's advisor pane and tuner take them (see `tui::advisor`, `tui::tuner`).
+            Update::Advice(_) | Update::Tuner(_) => {}
         }
     }
 

@@ -10,7 +10,9 @@
 //!   demo) or a client of the daemon (everything else). Both send the same [`feed::Update`]s;
 //!   the app asks for what needs the daemon with [`feed::Request`]s.
 //! - [`log`]: a run's log as lines, cleaned for a terminal, with search.
+//! - [`metrics`]: the shown run's training metrics, knobs, and the changes its charts mark.
 //! - [`ui`] and [`views`]: render. They borrow the app and change nothing; no I/O, no locks.
+//! - [`dialog`]: small modal dialogs (a number checked against a range).
 //! - [`widgets`], [`format`]: gauges, sparklines, badges, compact numbers (`N/A` for absent).
 //! - [`event_loop`]: input, updates and a tick on one tokio task; draws once per burst of
 //!   events, capped at 20 frames per second.
@@ -21,12 +23,17 @@
 //! runs go on.
 
 pub mod action;
+pub mod advisor;
 pub mod app;
+pub mod control;
 pub mod data;
+pub mod dialog;
 pub mod event_loop;
 pub mod feed;
 pub mod format;
 pub mod log;
+pub mod metrics;
+pub mod tuner;
 pub mod ui;
 pub mod views;
 pub mod widgets;
@@ -87,7 +94,24 @@ pub fn on_terminal() -> bool {
     std::io::stdout().is_terminal() && std::io::stdin().is_terminal()
 }
 
-/// Run the console until the user quits.
+/// Resolves on SIGHUP or SIGTERM (never, if the handlers cannot be installed).
+async fn ended_by_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match (
+        signal(SignalKind::hangup()),
+        signal(SignalKind::terminate()),
+    ) {
+        (Ok(mut hup), Ok(mut term)) => {
+            tokio::select! {
+                _ = hup.recv() => {}
+                _ = term.recv() => {}
+            }
+        }
+        _ => std::future::pending().await,
+    }
+}
+
+/// Run the console until the user quits (or the terminal goes away, or SIGTERM).
 pub fn run(opts: TuiOptions) -> anyhow::Result<()> {
     if !std::io::stdout().is_terminal() {
         anyhow::bail!(
@@ -106,6 +130,8 @@ pub fn run(opts: TuiOptions) -> anyhow::Result<()> {
     }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
+        // Signals (SIGHUP, SIGTERM) go through the I/O driver.
+        .enable_io()
         .build()
         .context("starting the console's event loop")?;
 
@@ -135,7 +161,9 @@ pub fn run(opts: TuiOptions) -> anyhow::Result<()> {
             &mut terminal,
             &mut app,
             feed.updates,
-            EventStream::new(),
+            // A dropped SSH session (SIGHUP) or SIGTERM ends the console as quitting does, so
+            // what it holds is let go on the way out (a running tuner puts its caps back).
+            futures::StreamExt::take_until(EventStream::new(), Box::pin(ended_by_signal())),
             now_s,
             opts.refresh,
             |r| {

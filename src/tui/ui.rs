@@ -7,6 +7,8 @@ use super::app::App;
 use super::data::Level;
 use super::feed::Link;
 use super::format;
+use super::views::power_dialog::PowerDialogView;
+use super::views::run::knob_dialog::KnobDialogView;
 use super::views::run::state::Confirm;
 use super::views::{
     detail::DetailView, events::EventsView, help::HelpView, overview::OverviewView, run::RunView,
@@ -140,6 +142,15 @@ impl Widget for &App {
         render_footer(self, a.footer, buf);
         if self.help.open {
             HelpView { app: self }.render(a.body, buf);
+        }
+        if self.advisor.open {
+            super::views::advisor::AdvisorView { app: self }.render(a.body, buf);
+        }
+        if self.run.dialog.is_some() {
+            KnobDialogView { app: self }.render(a.body, buf);
+        }
+        if self.power.is_some() {
+            PowerDialogView { app: self }.render(a.body, buf);
         }
     }
 }
@@ -287,7 +298,16 @@ fn render_tabs(app: &App, area: Rect, buf: &mut Buffer) {
             format!("{runs} run{} ", if runs == 1 { "" } else { "s" })
         }
         (ViewId::Run, _) => String::new(),
-        (_, Some(g)) => format!("selected: GPU {} ", g.index),
+        (_, Some(g)) => match app
+            .data
+            .control
+            .as_ref()
+            .and_then(|c| super::control::gpu_line(c, g.index))
+        {
+            // The governor of the selected GPU and the node budget, when on.
+            Some(line) => format!("GPU {}: {line} ", g.index),
+            None => format!("selected: GPU {} ", g.index),
+        },
         (_, None) => String::new(),
     };
     split_line(
@@ -340,6 +360,28 @@ fn render_footer(app: &App, area: Rect, buf: &mut Buffer) {
         .render(area, buf);
         return;
     }
+    if let Some(ask) = &app.tuner.ask {
+        let (q, rest) = super::tuner::question(ask);
+        Line::from(vec![
+            Span::styled(q, t.warn),
+            Span::styled("y", t.key),
+            Span::styled(rest, t.footer),
+        ])
+        .render(area, buf);
+        return;
+    }
+    if let Some(d) = &app.run.dialog {
+        Line::styled(format!(" {}", d.keys()), t.footer).render(area, buf);
+        return;
+    }
+    if let Some(d) = &app.power {
+        Line::styled(format!(" {}", d.keys()), t.footer).render(area, buf);
+        return;
+    }
+    if app.advisor.open {
+        Line::styled(super::advisor::footer(&app.advisor), t.footer).render(area, buf);
+        return;
+    }
     if let Some(q) = &app.run.prompt {
         Line::from(vec![
             Span::styled(" /", t.key),
@@ -364,6 +406,15 @@ fn render_footer(app: &App, area: Rect, buf: &mut Buffer) {
                 Line::styled(text, t.status_info)
                     .right_aligned()
                     .render(area, buf);
+            } else if let Some(a) = app
+                .data
+                .control
+                .as_ref()
+                .and_then(super::control::alert_line)
+            {
+                // Active alerts, while no message is shown.
+                let text = format::fit(&format!(" {a} "), (area.width / 2) as usize);
+                Line::styled(text, t.warn).right_aligned().render(area, buf);
             }
         }
     }

@@ -80,7 +80,8 @@ impl FakeNode {
         cmd.args(args);
         self.apply(&mut cmd);
         cmd.env_remove("GPUPILOT_SOURCE")
-            .env_remove("GPUPILOT_NVML_LIB");
+            .env_remove("GPUPILOT_NVML_LIB")
+            .env_remove("GPUPILOT_SYSTEM");
         cmd
     }
 }

@@ -77,6 +77,8 @@ impl Home {
             .env_remove("GPUPILOT_SOURCE")
             .env_remove("GPUPILOT_NVML_LIB")
             .env_remove("GPUPILOT_LOG")
+            // The user's own daemon, never the system daemon.
+            .env_remove("GPUPILOT_SYSTEM")
             .stdin(Stdio::null());
         cmd
     }

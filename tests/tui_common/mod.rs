@@ -203,6 +203,8 @@ pub fn run_info(id: &str, status: RunStatus) -> RunInfo {
         gpus: "0,1".into(),
         adopted: false,
         dir: "/home/alice/.local/state/gpupilot/runs/x".into(),
+        energy: None,
+        slurm: None,
     }
 }
 

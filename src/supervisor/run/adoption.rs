@@ -53,6 +53,7 @@ impl Run {
             description: None,
             energy_j: None,
             samples: None,
+            energy: None,
         });
         let first_start = parse_rfc3339(&summary.started_at).unwrap_or_else(|| clock.wall());
         let mut run = Run {
@@ -65,7 +66,21 @@ impl Run {
             attempt,
             first_start,
             summary,
+            knobs: profile.knobs,
+            metrics: profile.metrics,
+            restart_requested: false,
+            oom: false,
+            slurm_job: None,
         };
+        if run.plan.slurm.is_some() {
+            run.slurm_job = crate::supervisor::slurm::SlurmJob::read(&run.dir)
+                .ok()
+                .flatten();
+            if !matches!(found, Adopted::Finished(_)) {
+                run.adopt_job(clock)?;
+                return Ok(run);
+            }
+        }
         match found {
             Adopted::Finished(_) => {}
             Adopted::Live {
@@ -139,6 +154,7 @@ impl Run {
             rec,
             started: now.checked_sub(age).unwrap_or(now),
             started_wall,
+            job: None,
         }
     }
 
@@ -159,7 +175,9 @@ fn history_from(events: &[EventRecord]) -> (Vec<Attempt>, u32) {
     let mut stop_asked = false;
     for rec in events {
         match &rec.event {
-            Event::Started { attempt: a, .. } | Event::Restarted { attempt: a, .. } => {
+            Event::Started { attempt: a, .. }
+            | Event::Restarted { attempt: a, .. }
+            | Event::Submitted { attempt: a, .. } => {
                 attempt = *a;
                 stop_asked = false;
             }

@@ -8,7 +8,7 @@ use crate::supervisor::SupervisorError;
 use crate::supervisor::adopt;
 use crate::supervisor::clock::{Clock, rfc3339};
 use crate::supervisor::events::{Event, ExitInfo, RunStatus};
-use crate::supervisor::launch;
+use crate::supervisor::launch::{self, LaunchPlan};
 use crate::supervisor::procfs;
 use crate::supervisor::restart::{self, Action, Attempt, GiveUp};
 use crate::supervisor::rundir::PidRecord;
@@ -18,7 +18,19 @@ impl Run {
     /// Start the next attempt (the first, or a restart).
     pub(super) fn launch_attempt(&mut self, clock: &dyn Clock) -> Result<(), SupervisorError> {
         let restart = !self.history.is_empty();
-        let spawned = launch::spawn(&self.plan, &self.dir).map_err(io_err(format!(
+        let plan = if restart {
+            LaunchPlan {
+                argv: self.plan.restart_argv(),
+                ..self.plan.clone()
+            }
+        } else {
+            self.plan.clone()
+        };
+        self.oom = false;
+        if let Some(spec) = self.plan.slurm.clone() {
+            return self.submit_job(&spec, &plan, restart, clock);
+        }
+        let spawned = launch::spawn(&plan, &self.dir).map_err(io_err(format!(
             "starting `{}`",
             self.plan.argv.first().map(String::as_str).unwrap_or("")
         )))?;
@@ -38,6 +50,7 @@ impl Run {
             own_group: spawned.own_group,
             started: clock.now(),
             started_wall: clock.wall(),
+            job: None,
         });
         self.phase = Phase::Running;
         let attempt = self.attempt;
@@ -67,6 +80,9 @@ impl Run {
 
     /// The current main process's exit, if it has ended.
     pub(super) fn check_exit(&mut self) -> Result<Option<ExitInfo>, SupervisorError> {
+        if self.current.as_ref().is_some_and(|c| c.job.is_some()) {
+            return self.job_exit();
+        }
         let Some(cur) = self.current.as_mut() else {
             return Ok(None);
         };
@@ -95,6 +111,9 @@ impl Run {
         let Some(cur) = &self.current else {
             return Ok(());
         };
+        if cur.job.is_some() {
+            return self.job_signal(sig);
+        }
         let pid = cur.rec.pid;
         let sent = if cur.own_group {
             signal::to_group(pid, sig).or_else(|_| signal::to_process(pid, sig))
@@ -170,6 +189,41 @@ impl Run {
         self.summary.signal_name = exit.signal_name().map(str::to_string);
         self.summary.description = Some(description.clone());
 
+        if stopped_by_user && std::mem::take(&mut self.restart_requested) {
+            // A restart a person asked for (a knob change through the command line).
+            return self.launch_attempt(clock).or_else(|e| {
+                let description = format!("restart failed: {e}");
+                self.finish(clock, RunStatus::Failed, ExitInfo::unknown(), description)
+            });
+        }
+        let oom = std::mem::take(&mut self.oom) && !exit.is_success();
+        if !stopped_by_user && oom {
+            if let Some(half) = self.halved_batch() {
+                let restarts = self.history.len().saturating_sub(1) as u32;
+                if restarts < self.policy.max_restarts {
+                    let old = self.plan.knobs().batch_size;
+                    let knobs = launch::KnobValues {
+                        batch_size: Some(half),
+                        ..self.plan.knobs()
+                    };
+                    self.set_knobs(knobs)?;
+                    self.event(
+                        clock,
+                        Event::Changed {
+                            by: "daemon".into(),
+                            what: "batch_size".into(),
+                            old: old.map(|o| o.to_string()),
+                            new: Some(half.to_string()),
+                            why: Some("out of memory; on_oom = \"halve_batch\"".into()),
+                        },
+                    )?;
+                    return self.launch_attempt(clock).or_else(|e| {
+                        let description = format!("restart failed: {e}");
+                        self.finish(clock, RunStatus::Failed, ExitInfo::unknown(), description)
+                    });
+                }
+            }
+        }
         if stopped_by_user {
             self.event(clock, Event::Stopped {})?;
             return self.finish(

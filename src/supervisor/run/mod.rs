@@ -12,6 +12,7 @@
 
 mod adoption;
 mod attempt;
+mod job;
 
 use std::process::Child;
 use std::time::{Duration, Instant, SystemTime};
@@ -23,7 +24,7 @@ use super::launch::{self, Caller, LaunchOptions, LaunchPlan};
 use super::restart::Attempt;
 use super::rundir::{PidRecord, RunDir};
 use super::signal::Sig;
-use crate::profile::{Profile, RestartPolicy};
+use crate::profile::{Knobs, MetricsSettings, OnOom, Profile, RestartPolicy};
 
 /// The grace period between SIGTERM and SIGKILL when none is given.
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(10);
@@ -40,6 +41,8 @@ struct Current {
     own_group: bool,
     started: Instant,
     started_wall: SystemTime,
+    /// A Slurm run's attempt is a job, not a process (`rec` is then empty).
+    job: Option<super::slurm::Tracker>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -71,6 +74,17 @@ pub struct Run {
     attempt: u32,
     first_start: SystemTime,
     summary: Summary,
+    /// The profile's knob ranges.
+    knobs: Knobs,
+    /// How metrics are read from the run's output.
+    metrics: MetricsSettings,
+    /// The current attempt should be started again once it has stopped (a knob change that
+    /// needs a restart).
+    restart_requested: bool,
+    /// The current attempt ran out of memory (the trainer or its output said so).
+    oom: bool,
+    /// A Slurm run's current (or last) job.
+    slurm_job: Option<super::slurm::SlurmJob>,
 }
 
 fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> SupervisorError {
@@ -129,6 +143,7 @@ impl Run {
             description: None,
             energy_j: None,
             samples: None,
+            energy: None,
         };
         let mut run = Run {
             dir,
@@ -140,6 +155,11 @@ impl Run {
             attempt: 0,
             first_start: now,
             summary,
+            knobs: profile.knobs.clone(),
+            metrics: profile.metrics.clone(),
+            restart_requested: false,
+            oom: false,
+            slurm_job: None,
         };
         run.event(
             clock,
@@ -179,12 +199,81 @@ impl Run {
     }
     /// The current attempt's main process (which is also its session and group id).
     pub fn pid(&self) -> Option<u32> {
-        self.current.as_ref().map(|c| c.rec.pid)
+        self.current
+            .as_ref()
+            .filter(|c| c.job.is_none())
+            .map(|c| c.rec.pid)
+    }
+    /// A Slurm run's current (or last) job: its id, state and nodes.
+    pub fn slurm_job(&self) -> Option<&super::slurm::SlurmJob> {
+        self.slurm_job.as_ref()
     }
     /// 0 for the first process, one more per restart.
     pub fn attempt(&self) -> u32 {
         self.attempt
     }
+    /// The profile's knob ranges.
+    pub fn knob_ranges(&self) -> &Knobs {
+        &self.knobs
+    }
+
+    /// How metrics are read from the run's output (`[metrics]`).
+    pub fn metrics_settings(&self) -> &MetricsSettings {
+        &self.metrics
+    }
+
+    /// Use `knobs` from the next attempt on (a change the trainer applied live, so that a
+    /// restart keeps it; or the values a restart should bring). Written to `launch.json`.
+    pub fn set_knobs(&mut self, knobs: launch::KnobValues) -> Result<(), SupervisorError> {
+        self.plan = self.plan.with_knobs(knobs);
+        self.dir.write_launch(&self.plan).map_err(io_err(format!(
+            "writing {}",
+            self.dir.launch_path().display()
+        )))
+    }
+
+    /// The current attempt ran out of memory: with `on_oom = "halve_batch"` its end restarts
+    /// the run with half the batch size.
+    pub fn mark_oom(&mut self) {
+        if !self.is_finished() {
+            self.oom = true;
+        }
+    }
+
+    /// Stop the current attempt (SIGTERM, SIGKILL after `grace`) and start the next at once,
+    /// with the plan as it is then (see [`Run::set_knobs`]). Counts as a restart, but not
+    /// against the policy's `max_restarts`: a person asked for it.
+    pub fn restart_now(
+        &mut self,
+        grace: Duration,
+        clock: &dyn Clock,
+    ) -> Result<(), SupervisorError> {
+        match self.phase {
+            Phase::Running | Phase::Paused => {
+                self.stop(grace, clock)?;
+                self.restart_requested = true;
+                Ok(())
+            }
+            Phase::Backoff { .. } => {
+                self.phase = Phase::Backoff { until: clock.now() };
+                Ok(())
+            }
+            Phase::Stopping { .. } | Phase::Finished => Err(self.bad_state("restart")),
+        }
+    }
+
+    /// What an out-of-memory end leads to under this run's policy: the batch size to restart
+    /// with, if the policy halves it and there is room below.
+    fn halved_batch(&self) -> Option<i64> {
+        if self.policy.on_oom != OnOom::HalveBatch {
+            return None;
+        }
+        let now = self.plan.knobs().batch_size?;
+        let min = self.knobs.batch_size.map_or(1, |k| k.min).max(1);
+        let half = (now / 2).max(min);
+        (half < now).then_some(half)
+    }
+
     /// Whether the current process is one this supervisor adopted rather than started.
     pub fn is_adopted(&self) -> bool {
         self.current.as_ref().is_some_and(|c| c.child.is_none())
@@ -380,6 +469,22 @@ impl Run {
             "writing {}",
             self.dir.events_path().display()
         )))
+    }
+
+    /// Record the run's energy (measured by the daemon's control loop); `write`: into
+    /// `summary.json` now (else with the next change).
+    pub fn set_energy(
+        &mut self,
+        energy: crate::control::energy::RunEnergy,
+        write: bool,
+    ) -> Result<(), SupervisorError> {
+        self.summary.energy_j = Some(energy.energy_j);
+        self.summary.samples = energy.samples;
+        self.summary.energy = Some(energy);
+        if write {
+            self.write_summary()?;
+        }
+        Ok(())
     }
 
     fn write_summary(&self) -> Result<(), SupervisorError> {

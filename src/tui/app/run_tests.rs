@@ -26,6 +26,8 @@ pub(crate) fn run_info(id: &str, status: RunStatus) -> RunInfo {
         gpus: "all".into(),
         adopted: false,
         dir: "/tmp/runs".into(),
+        energy: None,
+        slurm: None,
     }
 }
 

@@ -3,8 +3,9 @@
 //! On connect it says who answers ([`Link::Daemon`]), back-fills the charts from the daemon's
 //! history, catches up on node events, subscribes to snapshots and events, and lists the runs.
 //! Then, at the refresh rate and at once after any event, it polls the run list and the
-//! watched run's logs and exits. Snapshots are passed on at most once per refresh (the newest
-//! wins), so a daemon sampling at 10 Hz does not make a 1 s console redraw ten times a second.
+//! watched run's logs, exits, metrics and knobs (the last two in `daemon/knobs.rs`, with knob
+//! changes). Snapshots are passed on at most once per refresh (the newest wins), so a daemon
+//! sampling at 10 Hz does not make a 1 s console redraw ten times a second.
 //!
 //! When the daemon goes away it says so ([`Link::Gone`]) and tries to connect again every two
 //! seconds: a daemon restarted with `gpupilot daemon --detach` is picked up, and the runs
@@ -13,13 +14,19 @@
 use super::{Feed, Link, Request, Update, channels};
 use crate::client::{Client, ClientError};
 use crate::history::Metric;
-use crate::protocol::{ErrorCode, LogStream, MAX_LOG_CHUNK, RunSignal};
+use crate::protocol::{ErrorCode, LogStream, MAX_LOG_CHUNK, RunSignal, TrainerInfo};
 use crate::supervisor::Event as RunEvent;
 use crate::telemetry::Snapshot;
 use crossbeam_channel::{Receiver, after, select, tick};
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
+
+mod advise;
+mod knobs;
+mod power;
+mod tune;
+
+pub use tune::TunerGuard;
 
 /// How long a request may take before the feed gives up on it (the console stays live
 /// meanwhile: this is the feed's thread, not the event loop's).
@@ -39,16 +46,18 @@ const BACKFILL: [(f64, f64, u32); 2] = [(3600.0, 600.0, 300), (600.0, 0.0, 600)]
 /// Start the feed from `client`'s daemon. See the module doc.
 pub fn start(client: Client, refresh: Duration) -> Feed {
     let (tx, requests, feed) = channels();
-    let socket = client.socket().to_path_buf();
+    let origin = client.origin().clone();
     let mut worker = Worker {
         client: None,
-        socket,
+        origin,
         tx,
         refresh,
         watch: None,
         last_seq: None,
         pending: None,
         last_forward: None,
+        advise: advise::AdviseFeed::default(),
+        tuner: feed.tuner.share(),
     };
     std::thread::Builder::new()
         .name("tui-daemon-feed".into())
@@ -69,6 +78,10 @@ struct Watch {
     /// Next line of the run's events.jsonl.
     events_next: u64,
     exits: Vec<String>,
+    /// Next metrics report to ask for; None until the first were read.
+    metrics_next: Option<u64>,
+    /// The trainer as last passed on (a change is passed on even without new reports).
+    trainer: Option<TrainerInfo>,
 }
 
 /// The event loop is gone: stop.
@@ -76,7 +89,8 @@ struct Done;
 
 struct Worker {
     client: Option<Client>,
-    socket: PathBuf,
+    /// How to connect again (a local socket, or `ssh NODE gpupilot bridge`).
+    origin: crate::client::Origin,
     tx: mpsc::Sender<Update>,
     refresh: Duration,
     watch: Option<Watch>,
@@ -85,6 +99,10 @@ struct Worker {
     /// A snapshot held back until a refresh has passed since the last one passed on.
     pending: Option<Box<Snapshot>>,
     last_forward: Option<Instant>,
+    /// The advisor pane's hints (see `daemon/advise.rs`).
+    advise: advise::AdviseFeed,
+    /// The console's energy tuner (see `daemon/tune.rs`).
+    tuner: TunerGuard,
 }
 
 impl Worker {
@@ -148,7 +166,7 @@ impl Worker {
 
     fn reconnect(&mut self) -> Result<(), Done> {
         let name = format!("gpupilot-console {}", env!("CARGO_PKG_VERSION"));
-        match Client::connect_to(&self.socket, &name) {
+        match self.origin.connect(&name) {
             Ok(c) => self.connected(c),
             Err(_) => Ok(()),
         }
@@ -233,6 +251,8 @@ impl Worker {
             U::Shutdown(reason) => self.gone(&format!("the daemon stopped ({reason})")),
             U::Error { message, .. } => self.gone(&message),
             U::Closed => self.gone("the connection closed"),
+            // Knob changes go to trainers, never to a console.
+            U::Knob { .. } => Ok(()),
         }
     }
 
@@ -277,6 +297,17 @@ impl Worker {
     fn on_request(&mut self, r: Request) -> Result<(), Done> {
         let (run, act) = match r {
             Request::Watch(run) => return self.watch(run),
+            Request::SetKnob {
+                run,
+                knob,
+                value,
+                restart,
+            } => return self.set_knob(run, knob, value, restart),
+            Request::PowerCap { gpu, watts } => return self.power_cap(gpu, Some(watts)),
+            Request::PowerReset { gpu } => return self.power_cap(gpu, None),
+            Request::Advise(on) => return self.set_advise(on),
+            Request::TuneEnergy(run) => return self.tune(run),
+            Request::TuneStop => return self.tune_stop(),
             Request::Stop(run) => (run, None),
             Request::Pause(run) => (run, Some(RunSignal::Pause)),
             Request::Resume(run) => (run, Some(RunSignal::Resume)),
@@ -316,6 +347,8 @@ impl Worker {
                 offsets: [None, None],
                 events_next: 0,
                 exits: Vec::new(),
+                metrics_next: None,
+                trainer: None,
             });
         }
         self.poll()
@@ -326,6 +359,7 @@ impl Worker {
         if let Some(s) = self.pending.take() {
             self.forward(s)?;
         }
+        self.advise_if_due()?;
         let Some(client) = &self.client else {
             return Ok(());
         };
@@ -334,6 +368,12 @@ impl Worker {
             Err(e) => return self.failed(e),
         };
         self.send(Update::Runs(runs))?;
+        // An older daemon does not know `thermal`: the console goes without.
+        if let Ok(crate::protocol::Response::Control(c)) =
+            client.request(crate::protocol::Request::Thermal {})
+        {
+            self.send(Update::Control(c))?;
+        }
         let Some(mut w) = self.watch.take() else {
             return Ok(());
         };
@@ -413,7 +453,7 @@ impl Worker {
                 exits: w.exits.clone(),
             })?;
         }
-        Ok(Ok(()))
+        self.poll_metrics(w)
     }
 }
 

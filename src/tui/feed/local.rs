@@ -11,6 +11,11 @@ use std::time::Duration;
 pub const NO_RUNS: &str =
     "the demo has no daemon and no runs: `gpupilot run -- CMD…` starts a supervised run";
 
+/// What the demo says when asked to change a GPU setting.
+pub const NO_DAEMON: &str = "changing a power cap needs the daemon, and this console samples \
+     in-process: quit and start `gpupilot` (it starts the daemon), or use `gpupilot power cap \
+     WATTS --gpu I`";
+
 /// Sample `source` every `refresh` on a thread of its own. The thread (and the sampler) end
 /// when the feed is dropped.
 pub fn start(source: Arc<dyn Source>, refresh: Duration) -> Feed {
@@ -35,7 +40,13 @@ pub fn start(source: Arc<dyn Source>, refresh: Duration) -> Feed {
                         Err(_) => return,
                     },
                     recv(requests) -> r => match r {
-                        Ok(Request::Watch(_)) => {}
+                        Ok(Request::Watch(_) | Request::Advise(_)) => {}
+                        Ok(Request::PowerCap { .. } | Request::PowerReset { .. }) => {
+                            let answer = Update::Answer { ok: false, text: NO_DAEMON.into() };
+                            if tx.blocking_send(answer).is_err() {
+                                return;
+                            }
+                        }
                         Ok(_) => {
                             let answer = Update::Answer { ok: false, text: NO_RUNS.into() };
                             if tx.blocking_send(answer).is_err() {

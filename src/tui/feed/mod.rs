@@ -3,8 +3,8 @@
 //!
 //! - [`local`]: an in-process sampler (`gpupilot demo`): snapshots only, no daemon, no runs;
 //! - [`daemon`]: a client of the daemon (everything else): snapshots it pushes, the history it
-//!   keeps (back-filled on connect), node events, the run list and the shown run's log, polled
-//!   at the refresh rate and at once on events.
+//!   keeps (back-filled on connect), node events, the run list and the shown run's log, metrics
+//!   and knobs, polled at the refresh rate and at once on events.
 //!
 //! Each runs on its own thread and never blocks the event loop. The console asks for what needs
 //! the daemon (stop a run, tail another one) with a [`Request`] on the feed's request channel;
@@ -16,7 +16,7 @@ pub mod local;
 
 use crate::client::Client;
 use crate::history::{Metric, Point};
-use crate::protocol::{LogStream, NodeEventRecord, RunInfo};
+use crate::protocol::{KnobName, LogStream, MetricsPoint, NodeEventRecord, RunInfo, TrainerInfo};
 use crate::telemetry::{Snapshot, Source};
 use std::sync::Arc;
 use std::time::Duration;
@@ -59,11 +59,34 @@ pub enum Update {
         run: String,
         exits: Vec<String>,
     },
+    /// The control loops (governors, budget, alerts), polled with the run list.
+    Control(Box<crate::control::status::ControlStatus>),
     /// The answer to a request, for the footer.
     Answer {
         ok: bool,
         text: String,
     },
+    /// The watched run's metrics reports, oldest first, and where its knobs and trainer stand.
+    /// `reset`: these replace what came before (a newly watched run).
+    Metrics {
+        run: String,
+        points: Vec<MetricsPoint>,
+        reset: bool,
+        trainer: Box<TrainerInfo>,
+    },
+    /// A knob change the daemon refused because it needs a restart of the run (no trainer
+    /// listens, and the command takes the value): the console asks before asking again.
+    KnobNeedsRestart {
+        run: String,
+        knob: KnobName,
+        value: i64,
+        /// The daemon's words.
+        text: String,
+    },
+    /// The advisor's hints (while its pane is open; see `tui::advisor`).
+    Advice(Box<crate::tui::advisor::Advice>),
+    /// The console's energy tuner reports (see `tui::tuner`).
+    Tuner(Box<crate::tui::tuner::TunerEvent>),
 }
 
 impl From<Snapshot> for Update {
@@ -81,6 +104,28 @@ pub enum Request {
     Stop(String),
     Pause(String),
     Resume(String),
+    /// Change a run's knob (`restart`: allow a restart when no trainer listens).
+    SetKnob {
+        run: String,
+        knob: KnobName,
+        value: i64,
+        restart: bool,
+    },
+    /// Cap one GPU's power limit (`power_cap`), whole watts (the dialog checked the range).
+    PowerCap {
+        gpu: u32,
+        watts: u32,
+    },
+    /// Restore one GPU's power limit recorded before gpupilot's first change (`power_reset`).
+    PowerReset {
+        gpu: u32,
+    },
+    /// Compute the advisor's hints every few seconds (`true`: its pane opened) or stop.
+    Advise(bool),
+    /// Start the energy tuner on this run (a full id), with `tune energy`'s defaults.
+    TuneEnergy(String),
+    /// Stop the energy tuner; the starting caps go back.
+    TuneStop,
 }
 
 /// The other end of the console.
@@ -108,6 +153,9 @@ pub enum Link {
 pub struct Feed {
     pub updates: mpsc::Receiver<Update>,
     pub requests: crossbeam_channel::Sender<Request>,
+    /// The console's energy tuner: dropping the feed stops it and waits for its caps to be
+    /// back.
+    pub tuner: daemon::TunerGuard,
 }
 
 /// What to start a feed from.
@@ -136,5 +184,14 @@ fn channels() -> (
 ) {
     let (tx, updates) = mpsc::channel(QUEUE);
     let (requests, rx) = crossbeam_channel::unbounded();
-    (tx, rx, Feed { updates, requests })
+    let tuner = daemon::TunerGuard::default();
+    (
+        tx,
+        rx,
+        Feed {
+            updates,
+            requests,
+            tuner,
+        },
+    )
 }

@@ -95,7 +95,105 @@ pub fn columns(e: &NodeEvent) -> [String; 4] {
             String::new(),
             reason.clone(),
         ],
+        NodeEvent::Trainer { run, attached, pid } => [
+            "trainer".into(),
+            run.clone(),
+            if *attached { "attached" } else { "detached" }.into(),
+            pid.map_or(String::new(), |p| format!("pid {p}")),
+        ],
+        NodeEvent::KnobChanged {
+            run,
+            knob,
+            old,
+            new,
+            via,
+            by,
+            why,
+            ..
+        } => [
+            by.clone(),
+            run.clone(),
+            format!(
+                "{knob} {} → {new}",
+                old.map_or("?".to_string(), |o| o.to_string())
+            ),
+            match via {
+                crate::protocol::KnobVia::Trainer => or_dash(why),
+                crate::protocol::KnobVia::Restart => format!("by restart; {}", or_dash(why)),
+            },
+        ],
+        NodeEvent::KnobApplied {
+            run,
+            knob,
+            value,
+            rtt_ms,
+            ..
+        } => [
+            "trainer".into(),
+            run.clone(),
+            format!("{knob} = {value} applied"),
+            format!("round trip {rtt_ms:.1} ms"),
+        ],
+        NodeEvent::KnobRejected {
+            run,
+            knob,
+            value,
+            reason,
+            ..
+        } => [
+            "trainer".into(),
+            run.clone(),
+            format!("{knob} = {value} rejected"),
+            reason.clone(),
+        ],
+        NodeEvent::TrainerError { run, kind, message } => [
+            "trainer".into(),
+            run.clone(),
+            format!("error: {kind}"),
+            or_dash(message),
+        ],
+        NodeEvent::GpuChanged {
+            gpu,
+            what,
+            old,
+            new,
+            by,
+            why,
+        } => [
+            by.clone(),
+            format!("GPU {gpu}"),
+            format!(
+                "{} {} → {}",
+                what.replace('_', " "),
+                old.as_deref().unwrap_or("?"),
+                new.as_deref().unwrap_or("?")
+            ),
+            or_dash(why),
+        ],
+        // Events of the control loops and anything newer: their name and fields as they are
+        // in events.jsonl, so no event is ever hidden from the view.
+        #[allow(unreachable_patterns)]
+        other => generic_columns(other),
     }
+}
+
+/// Any event as `daemon | <event name> | | key=value …`.
+fn generic_columns(e: &NodeEvent) -> [String; 4] {
+    let value = serde_json::to_value(e).unwrap_or_default();
+    let name = value["event"].as_str().unwrap_or("event").replace('_', " ");
+    let by = value["by"].as_str().unwrap_or("daemon").to_string();
+    let fields = value
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter(|(k, _)| !matches!(k.as_str(), "event" | "by"))
+        .map(|(k, v)| match v {
+            serde_json::Value::String(s) => format!("{k}={s}"),
+            v => format!("{k}={v}"),
+        })
+        .collect::<Vec<_>>()
+        .join(" ");
+    [by, name, String::new(), fields]
 }
 
 /// `2026-11-30T04:07:55.652Z` as `11-30 04:07:55` (the column says UTC).

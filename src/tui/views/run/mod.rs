@@ -2,7 +2,10 @@
 //! pid, uptime, restarts, how each attempt ended, command, GPUs), and the end of its log with
 //! the search's matches marked. The log follows new output unless scrolled or searched.
 
+pub mod band;
+pub mod knob_dialog;
 pub mod state;
+pub mod tuner_panel;
 
 use crate::commands::format_duration;
 use crate::config::theme::Theme;
@@ -25,11 +28,18 @@ pub struct Layout {
     /// The run list (a header row and the runs), when there are several runs.
     pub list: Option<Rect>,
     pub info: Rect,
+    /// The training charts and knobs (see [`band`]), when the run has them and they fit.
+    pub band: Option<Rect>,
     pub log: Rect,
 }
 
 impl Layout {
     pub fn new(body: Rect, runs: usize) -> Layout {
+        Layout::with_band(body, runs, false)
+    }
+
+    /// The layout with room for the band when `band` (the run has metrics or knobs).
+    pub fn with_band(body: Rect, runs: usize, band: bool) -> Layout {
         // The list gets up to a third of what the run's own panels leave.
         let list_rows = if runs >= 2 {
             let cap = (body.height.saturating_sub(10) / 3).max(1);
@@ -37,15 +47,22 @@ impl Layout {
         } else {
             0
         };
-        let [list, info, log] = ratatui::layout::Layout::vertical([
+        let band_rows = if band {
+            band::rows(body.height.saturating_sub(list_rows + 5))
+        } else {
+            0
+        };
+        let [list, info, band_area, log] = ratatui::layout::Layout::vertical([
             Constraint::Length(list_rows),
             Constraint::Length(5),
+            Constraint::Length(band_rows),
             Constraint::Min(3),
         ])
         .areas(body);
         Layout {
             list: (runs >= 2).then_some(list),
             info,
+            band: (band_rows > 0).then_some(band_area),
             log,
         }
     }
@@ -91,12 +108,26 @@ impl Widget for RunView<'_> {
                 .render(area, buf);
             return;
         };
-        let layout = Layout::new(area, d.run_list().len());
+        let layout = Layout::with_band(area, d.run_list().len(), band::shows(app, run));
         if let Some(list_area) = layout.list {
             render_list(app, run, list_area, buf);
         }
         render_info(app, run, layout.info, buf);
-        render_log(app, &app.run, app.run.buffer(d), layout.log, buf);
+        if let Some(band_area) = layout.band {
+            band::render(app, run, band_area, buf);
+        }
+        let mut log = layout.log;
+        if let Some(s) = app.tuner.of(&run.id) {
+            // The console's energy tuner on this run: its panel above the log.
+            let h = tuner_panel::height(app, s, log);
+            tuner_panel::render(app, s, Rect { height: h, ..log }, buf);
+            log = Rect {
+                y: log.y + h,
+                height: log.height - h,
+                ..log
+            };
+        }
+        render_log(app, &app.run, app.run.buffer(d), log, buf);
     }
 }
 
@@ -193,6 +224,13 @@ fn render_info(app: &App, r: &RunInfo, area: Rect, buf: &mut Buffer) {
     first.extend([sep(), dim("GPUs "), Span::raw(r.gpus.clone())]);
     if r.adopted {
         first.extend([sep(), dim("adopted")]);
+    }
+    if let Some(e) = &r.energy {
+        first.extend([
+            sep(),
+            dim("energy "),
+            Span::raw(crate::tui::control::energy_line(e)),
+        ]);
     }
     let log = &app.data.log;
     let exits = if log.run.as_deref() == Some(r.id.as_str()) && !log.exits.is_empty() {

@@ -3,6 +3,7 @@
 //! the search, and the footer's prompt and y/n question. Actions that need the daemon come
 //! back as a [`Request`] for the feed; nothing here talks to anyone.
 
+use super::knob_dialog::KnobDialog;
 use crate::protocol::{LogStream, RunInfo};
 use crate::supervisor::RunStatus;
 use crate::tui::action::Action;
@@ -41,6 +42,8 @@ pub struct RunState {
     /// A search being typed in the footer.
     pub prompt: Option<String>,
     pub confirm: Option<Confirm>,
+    /// The knob dialog, while open.
+    pub dialog: Option<KnobDialog>,
     /// The list selection was put on the shown run once the runs came.
     placed: bool,
 }
@@ -58,6 +61,7 @@ impl Default for RunState {
             current: None,
             prompt: None,
             confirm: None,
+            dialog: None,
             placed: false,
         }
     }

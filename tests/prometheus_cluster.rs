@@ -1,0 +1,343 @@
+//! The exporter and the cluster view against a real Prometheus (Debian's `prometheus`, started
+//! on loopback by the test): two daemons on simulated GPUs (different count, model and seed),
+//! each serving `/metrics` on a free loopback port; Prometheus scrapes both every second; the
+//! cluster model built through the query client must match what each daemon's `status`
+//! reports (names and UUIDs exactly, utilization, power, temperature and memory within what
+//! changes across a scrape interval), its render must show both nodes, and `promtool check
+//! metrics` must accept each `/metrics` page.
+//!
+//! Without `prometheus`/`promtool` installed the test passes with a printed reason, unless
+//! GPUPILOT_REQUIRE_PEERS=1 (CI), where it fails.
+
+mod daemon_common;
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use daemon_common::{DaemonProc, Home, wait_for};
+use gpupilot::client::Client;
+use gpupilot::cluster::model::{ClusterModel, NodeState};
+use gpupilot::cluster::query::Prometheus;
+use gpupilot::cluster::view::{Key, ViewState, render};
+use gpupilot::cluster::{Metric, fetch};
+use gpupilot::telemetry::{GpuSample, now_s};
+use ratatui::Terminal;
+use ratatui::backend::TestBackend;
+
+fn tool(name: &str) -> Option<PathBuf> {
+    let found = std::env::var_os("PATH").and_then(|p| {
+        std::env::split_paths(&p)
+            .map(|d| d.join(name))
+            .find(|c| c.is_file())
+    });
+    if found.is_none() {
+        if std::env::var("GPUPILOT_REQUIRE_PEERS").as_deref() == Ok("1") {
+            panic!(
+                "`{name}` is required (GPUPILOT_REQUIRE_PEERS=1) but not installed; .ci/run \
+                 installs Debian's prometheus"
+            );
+        }
+        eprintln!("SKIPPED: `{name}` is not installed (apt-get install prometheus, or .ci/run)");
+    }
+    found
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A child killed (SIGKILL through std, one positive pid) and reaped when dropped.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A daemon on `gpus` simulated GPUs of `model`, serving `/metrics` on `port`.
+fn daemon(home: &Home, gpus: u32, model: &str, seed: u64, port: u16) -> DaemonProc {
+    let child = Command::new(env!("CARGO_BIN_EXE_gpupilot"))
+        .args([
+            "--source",
+            "sim",
+            "--gpus",
+            &gpus.to_string(),
+            "--model",
+            model,
+        ])
+        .args(["--seed", &seed.to_string(), "--workload", "resnet50"])
+        .args(["daemon", "--rate", "10", "--metrics-addr"])
+        .arg(format!("127.0.0.1:{port}"))
+        .current_dir(home.dir.path())
+        .env("GPUPILOT_HOME", home.root())
+        .env_remove("GPUPILOT_SOURCE")
+        .env_remove("GPUPILOT_NVML_LIB")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let d = DaemonProc { child: Some(child) };
+    wait_for("the daemon to answer", Duration::from_secs(20), || {
+        Client::connect(&home.paths).is_ok()
+    });
+    d
+}
+
+/// One raw GET: status line, headers and body.
+fn http_get(port: u16, path: &str) -> (String, String) {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let (head, body) = out.split_once("\r\n\r\n").unwrap();
+    (head.to_string(), body.to_string())
+}
+
+fn promtool_accepts(promtool: &Path, body: &str) {
+    let mut child = Command::new(promtool)
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(body.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "promtool check metrics failed ({}):\n{}{}\n--- page ---\n{body}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn snapshot_gpus(home: &Home) -> Vec<GpuSample> {
+    let s = Client::connect(&home.paths).unwrap().status().unwrap();
+    s.snapshot.expect("the daemon has telemetry").gpus
+}
+
+/// Per GPU of a daemon: the range each compared value took over a window of `status` calls.
+#[derive(Default, Clone)]
+struct Range {
+    util: (f64, f64),
+    power: (f64, f64),
+    temp: (f64, f64),
+    mem_mib: (f64, f64),
+}
+
+fn widen(r: &mut (f64, f64), v: Option<f64>) {
+    if let Some(v) = v {
+        r.0 = r.0.min(v);
+        r.1 = r.1.max(v);
+    }
+}
+
+fn ranges(samples: &[Vec<GpuSample>]) -> Vec<Range> {
+    let empty = (f64::INFINITY, f64::NEG_INFINITY);
+    let n = samples[0].len();
+    let mut out = vec![
+        Range {
+            util: empty,
+            power: empty,
+            temp: empty,
+            mem_mib: empty
+        };
+        n
+    ];
+    for snap in samples {
+        for (g, r) in snap.iter().zip(out.iter_mut()) {
+            widen(&mut r.util, g.util_gpu_pct);
+            widen(&mut r.power, g.power_w);
+            widen(&mut r.temp, g.temperature_c);
+            widen(
+                &mut r.mem_mib,
+                g.memory_used_bytes.map(|b| (b as f64 / 1048576.0).round()),
+            );
+        }
+    }
+    out
+}
+
+fn within(what: &str, v: Option<f64>, (lo, hi): (f64, f64), slack: f64) {
+    let v = v.unwrap_or_else(|| panic!("{what}: absent in Prometheus"));
+    assert!(
+        v >= lo - slack && v <= hi + slack,
+        "{what}: Prometheus has {v}, the daemon reported {lo}..={hi} around the query"
+    );
+}
+
+#[test]
+fn prometheus_scrapes_two_daemons_and_the_cluster_view_matches() {
+    let (Some(prometheus), Some(promtool)) = (tool("prometheus"), tool("promtool")) else {
+        return;
+    };
+    let (home_a, home_b) = (Home::new(), Home::new());
+    let (port_a, port_b) = (free_port(), free_port());
+    let _da = daemon(&home_a, 2, "h100-sxm", 1, port_a);
+    let _db = daemon(&home_b, 3, "a100", 2, port_b);
+
+    // The exporter itself: content type, and promtool's checks on each page.
+    for port in [port_a, port_b] {
+        wait_for("a snapshot on /metrics", Duration::from_secs(10), || {
+            http_get(port, "/metrics")
+                .1
+                .contains("DCGM_FI_DEV_GPU_UTIL{")
+        });
+        let (head, body) = http_get(port, "/metrics");
+        assert!(head.starts_with("HTTP/1.1 200 OK"), "{head}");
+        assert!(
+            head.contains("Content-Type: text/plain; version=0.0.4"),
+            "{head}"
+        );
+        promtool_accepts(&promtool, &body);
+    }
+
+    // Prometheus on loopback, scraping both every second.
+    let dir = tempfile::tempdir().unwrap();
+    let prom_port = free_port();
+    let config = dir.path().join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  \
+             - job_name: gpupilot\n    static_configs:\n      - targets: \
+             ['127.0.0.1:{port_a}', '127.0.0.1:{port_b}']\n"
+        ),
+    )
+    .unwrap();
+    let log = std::fs::File::create(dir.path().join("prometheus.log")).unwrap();
+    let _prom = Killed(
+        Command::new(&prometheus)
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.path().join("data").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{prom_port}"))
+            .current_dir(dir.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap(),
+    );
+    let prom = Prometheus::new(&format!("http://127.0.0.1:{prom_port}")).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let up = prom.query("up").unwrap_or_default();
+        let model = fetch(&prom, None, now_s()).ok();
+        let gpus = model
+            .as_ref()
+            .map_or(0, |m| m.nodes.iter().map(|n| n.gpus.len()).sum::<usize>());
+        if up.iter().filter(|s| s.v == 1.0).count() == 2 && gpus == 5 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "Prometheus did not scrape both daemons within 60 s (up: {up:?}); its log:\n{}",
+            std::fs::read_to_string(dir.path().join("prometheus.log")).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+
+    // The daemons' own view over the last seconds, then the model, then once more.
+    let mut seen_a = Vec::new();
+    let mut seen_b = Vec::new();
+    for _ in 0..25 {
+        seen_a.push(snapshot_gpus(&home_a));
+        seen_b.push(snapshot_gpus(&home_b));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let model: ClusterModel = fetch(&prom, None, now_s()).unwrap();
+    seen_a.push(snapshot_gpus(&home_a));
+    seen_b.push(snapshot_gpus(&home_b));
+
+    assert_eq!(model.nodes.len(), 2, "{model:#?}");
+    for (port, seen) in [(port_a, &seen_a), (port_b, &seen_b)] {
+        let instance = format!("127.0.0.1:{port}");
+        let node = model
+            .nodes
+            .iter()
+            .find(|n| n.instance == instance)
+            .unwrap_or_else(|| panic!("no node {instance} in {model:#?}"));
+        assert_eq!(node.state, NodeState::Up);
+        assert_eq!(node.job.as_deref(), Some("gpupilot"));
+        let last = seen.last().unwrap();
+        assert_eq!(node.gpus.len(), last.len());
+        let r = ranges(seen);
+        for (cell, (g, r)) in node.gpus.iter().zip(last.iter().zip(&r)) {
+            let what = format!("{instance} GPU {}", g.index);
+            assert_eq!(cell.index, g.index);
+            assert_eq!(cell.uuid, g.uuid, "{what}");
+            assert_eq!(cell.model, g.name, "{what}");
+            within(&format!("{what} util"), cell.util_pct, r.util, 2.0);
+            within(&format!("{what} power"), cell.power_w, r.power, 5.0);
+            within(&format!("{what} temperature"), cell.temp_c, r.temp, 1.0);
+            within(&format!("{what} memory"), cell.mem_used_mib, r.mem_mib, 1.0);
+            let total = g.memory_total_bytes.map(|b| (b as f64 / 1048576.0).round());
+            let got = cell.mem_total_mib.unwrap();
+            assert!(
+                (got - total.unwrap()).abs() <= 1.0,
+                "{what}: total {got} vs {total:?}"
+            );
+            assert!(cell.energy_mj.is_some_and(|e| e > 0.0), "{what}: energy");
+            assert!(!cell.stale && !cell.lost);
+        }
+    }
+    let totals = model.totals();
+    assert_eq!((totals.nodes, totals.nodes_up, totals.gpus), (2, 2, 5));
+    assert_eq!(totals.gpus_busy + totals.gpus_idle, 5);
+
+    // The view of that model: both nodes in the grid, and one node's GPUs in detail.
+    let mut state = ViewState::new(&prom.base, Metric::Util);
+    let screen = |state: &ViewState| {
+        let mut t = Terminal::new(TestBackend::new(200, 50)).unwrap();
+        t.draw(|f| render(f, &model, state)).unwrap();
+        let buf = t.backend().buffer().clone();
+        let mut s = String::new();
+        for y in 0..buf.area.height {
+            for x in 0..buf.area.width {
+                s.push_str(buf[(x, y)].symbol());
+            }
+            s.push('\n');
+        }
+        s
+    };
+    let grid = screen(&state);
+    assert!(grid.contains("2 nodes (2 up) · 5 GPUs"), "{grid}");
+    assert!(grid.contains(&format!("@127.0.0.1:{port_a}")), "{grid}");
+    assert!(grid.contains(&format!("@127.0.0.1:{port_b}")), "{grid}");
+    let b_first = port_b.to_string() < port_a.to_string();
+    state.key(Key::Down, &model);
+    state.key(Key::Enter, &model);
+    let detail = screen(&state);
+    let (home, port) = if b_first {
+        (&home_a, port_a)
+    } else {
+        (&home_b, port_b)
+    };
+    assert!(
+        detail.contains(&format!("target 127.0.0.1:{port}")),
+        "{detail}"
+    );
+    for g in snapshot_gpus(home) {
+        assert!(detail.contains(g.uuid.as_deref().unwrap()), "{detail}");
+    }
+}
