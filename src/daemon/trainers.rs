@@ -26,7 +26,7 @@ use crate::protocol::{
     self, ErrorCode, KnobName, KnobRange, KnobState, KnobVia, MetricsPoint, MetricsReport,
     NodeEvent, Response, ServerFrame, TrainerInfo,
 };
-use crate::supervisor::{DEFAULT_GRACE, Event, KnobValues, Run};
+use crate::supervisor::{DEFAULT_GRACE, Event, KnobValues, Run, RunStatus};
 use crate::telemetry::now_s;
 
 /// Metrics reports kept in memory per run (all of them are in `metrics.jsonl`).
@@ -91,9 +91,14 @@ impl Channel {
         let points = read_tail(&dir.join("metrics.jsonl"));
         // Reports carry their number: the next one follows the newest.
         let next_n = points.back().map_or(0, |p| p.n + 1);
-        // The output already there was read by an earlier daemon (or is from before metrics
-        // parsing): start at its end.
-        let offset = std::fs::metadata(dir.join("stdout.log")).map_or(0, |m| m.len());
+        // A run with reports already was read by an earlier daemon: go on from the output's
+        // end (what came while no daemon watched is not guessed at). A run without any is read
+        // from its first line.
+        let offset = if points.is_empty() {
+            0
+        } else {
+            std::fs::metadata(dir.join("stdout.log")).map_or(0, |m| m.len())
+        };
         Channel {
             dir: dir.to_path_buf(),
             link: None,
@@ -487,12 +492,16 @@ impl Daemon {
         let id = table.resolve(spec)?;
         let entry = table.get_mut(&id).expect("resolved");
         let run = &mut entry.run;
-        if run.is_finished() {
+        if run.is_finished() || run.status() == RunStatus::Stopping {
             return Err(RequestError::new(
                 ErrorCode::BadState,
                 format!(
-                    "run {id} has ended ({}); nothing changed",
-                    run.status().as_str()
+                    "run {id} is {}; nothing changed",
+                    if run.is_finished() {
+                        "over"
+                    } else {
+                        "stopping"
+                    }
                 ),
             ));
         }
