@@ -24,7 +24,7 @@ pub fn set(args: &SetArgs) -> anyhow::Result<ExitCode> {
     let pending = match client.knob_set(&args.run, args.knob, args.value, args.restart, why.clone())
     {
         Ok(p) => p,
-        Err(e) if e.code() == Some(ErrorCode::BadState) && needs_restart(&e.to_string()) => {
+        Err(e) if e.code() == Some(ErrorCode::RestartNeeded) => {
             if !confirm(&format!(
                 "run {} has no trainer attached; restart it with {} = {}? [y/N] ",
                 args.run, args.knob, args.value
@@ -54,10 +54,6 @@ pub fn set(args: &SetArgs) -> anyhow::Result<ExitCode> {
         }
         KnobVia::Trainer => wait_for_answer(&client, &pending, args, asked, &old),
     }
-}
-
-fn needs_restart(message: &str) -> bool {
-    message.contains("--restart")
 }
 
 /// Ask on the terminal; false (and a hint) when there is none to ask on.

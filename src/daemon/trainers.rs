@@ -535,7 +535,7 @@ impl Daemon {
         } else if run.plan().command_uses(knob.as_str()) {
             if !restart {
                 return Err(RequestError::new(
-                    ErrorCode::BadState,
+                    ErrorCode::RestartNeeded,
                     format!(
                         "no trainer is attached to run {id}, and its command takes {{{knob}}}: \
                          the change needs a restart with the new value (ask again allowing it: \

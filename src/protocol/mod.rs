@@ -494,6 +494,9 @@ pub enum ErrorCode {
     AmbiguousRun,
     /// The run cannot do that in its state (stop a finished run, resume a running one).
     BadState,
+    /// A knob change can reach the run only by restarting it, which the request did not allow
+    /// (`knob_set` without `restart`): ask again with it.
+    RestartNeeded,
     /// The run could not be started (command not found, no such directory, …).
     LaunchFailed,
     /// The daemon runs with `--readonly`.

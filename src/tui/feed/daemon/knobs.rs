@@ -21,12 +21,6 @@ const CALLS_PER_POLL: usize = 4;
 /// Why a change is made, as the run's and the node's events record it.
 const WHY: &str = "gpupilot console";
 
-/// Whether a `bad_state` refusal of `knob_set` means "allowed with a restart". The daemon says
-/// so only in words: it names the `--restart` flag that allows it.
-pub(crate) fn needs_restart(message: &str) -> bool {
-    message.contains("--restart")
-}
-
 impl Worker {
     /// New reports and the trainer's state of the watched run; passed on when anything changed.
     pub(super) fn poll_metrics(&self, w: &mut Watch) -> Result<Result<(), ClientError>, Done> {
@@ -104,9 +98,9 @@ impl Worker {
                 self.poll()
             }
             Err(ClientError::Daemon {
-                code: ErrorCode::BadState,
+                code: ErrorCode::RestartNeeded,
                 message,
-            }) if !restart && needs_restart(&message) => self.send(Update::KnobNeedsRestart {
+            }) if !restart => self.send(Update::KnobNeedsRestart {
                 run,
                 knob,
                 value,
@@ -114,27 +108,5 @@ impl Worker {
             }),
             Err(e) => self.failed(e),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_a_refusal_that_names_the_restart_flag_asks_for_one() {
-        let restart = "no trainer is attached to run 20261130-041500-train, and its command \
-                       takes {batch_size}: the change needs a restart with the new value (ask \
-                       again allowing it: `gpupilot set 20261130-041500-train batch-size 512 \
-                       --restart`); nothing changed";
-        assert!(needs_restart(restart));
-        assert!(!needs_restart(
-            "run 20261130-041500-train has ended (failed); nothing changed"
-        ));
-        assert!(!needs_restart(
-            "no trainer is attached to run x (it does not use the gpupilot SDK, or has not \
-             connected yet) and its command has no {prefetch} placeholder, so prefetch cannot \
-             reach it; nothing changed"
-        ));
     }
 }
