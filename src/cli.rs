@@ -101,7 +101,7 @@ each user's own daemon. See docs/operations.md, \"A root daemon for power contro
     /// Start a supervised run from a profile or a command line.
     #[command(long_about = RUN_ABOUT)]
     Run(RunArgs),
-    /// List runs: id, status, pid, uptime, restarts, exit, GPUs, command.
+    /// List runs: id, status, pid, uptime, restarts, exit, GPUs, energy, command.
     Ps(PsArgs),
     /// Open the console on a run (the newest live run unless RUN is given); q detaches.
     #[command(long_about = ATTACH_ABOUT)]

@@ -176,9 +176,9 @@ pub fn ps(args: &PsArgs) -> anyhow::Result<ExitCode> {
 /// The `ps` table: one line per run, oldest first.
 pub fn ps_table(runs: &[RunInfo]) -> String {
     let header = [
-        "ID", "STATUS", "PID", "UPTIME", "RESTARTS", "EXIT", "GPUS", "COMMAND",
+        "ID", "STATUS", "PID", "UPTIME", "RESTARTS", "EXIT", "GPUS", "ENERGY", "COMMAND",
     ];
-    let rows: Vec<[String; 8]> = runs
+    let rows: Vec<[String; 9]> = runs
         .iter()
         .map(|r| {
             let exit = match (r.exit_code, &r.signal_name) {
@@ -199,6 +199,7 @@ pub fn ps_table(runs: &[RunInfo]) -> String {
                 r.restarts.to_string(),
                 exit,
                 r.gpus.clone(),
+                r.energy.as_ref().map_or("-".into(), energy_cell),
                 shell_words::join(&r.command),
             ]
         })
@@ -228,6 +229,19 @@ pub fn ps_table(runs: &[RunInfo]) -> String {
         text.push_str("(no runs yet: `gpupilot run -- CMD…` starts one)\n");
     }
     text
+}
+
+/// A run's energy for the `ps` table: kWh, and J/sample when the run reports samples.
+fn energy_cell(e: &crate::control::energy::RunEnergy) -> String {
+    let kwh = if e.kwh >= 1.0 {
+        format!("{:.2} kWh", e.kwh)
+    } else {
+        format!("{:.0} Wh", e.kwh * 1000.0)
+    };
+    match e.j_per_sample {
+        Some(j) => format!("{kwh} ({j:.2} J/sample)"),
+        None => kwh,
+    }
 }
 
 /// `gpupilot logs RUN [-f] [--stderr]`.
@@ -289,4 +303,27 @@ pub fn stop(args: &StopArgs) -> anyhow::Result<ExitCode> {
         now.description.as_deref().unwrap_or(now.status.as_str())
     ))?;
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::control::energy::{GpuEnergy, RunEnergy};
+
+    #[test]
+    fn the_energy_column_reads_in_wh_or_kwh_with_j_per_sample() {
+        let gpu = |j| GpuEnergy {
+            gpu: 0,
+            energy_j: j,
+        };
+        // 0.5 kWh over 1e6 samples: 1.8 J/sample.
+        let e = RunEnergy::new(vec![gpu(1.8e6)], Some(1_000_000), None, None);
+        assert_eq!(energy_cell(&e), "500 Wh (1.80 J/sample)");
+        let e = RunEnergy::new(vec![gpu(9.0e6)], None, None, None);
+        assert_eq!(energy_cell(&e), "2.50 kWh");
+        assert!(
+            ps_table(&[])
+                .starts_with("ID  STATUS  PID  UPTIME  RESTARTS  EXIT  GPUS  ENERGY  COMMAND")
+        );
+    }
 }
