@@ -31,6 +31,8 @@ use crate::telemetry::now_s;
 
 /// Metrics reports kept in memory per run (all of them are in `metrics.jsonl`).
 pub const KEEP_POINTS: usize = 20_000;
+/// Runs whose channel is kept in memory at most (idle ones beyond are read back when needed).
+const KEEP_CHANNELS: usize = 64;
 /// The most reports one `run_metrics` answer carries.
 pub const MAX_METRICS: u32 = 5_000;
 /// The end of `metrics.jsonl` read when a daemon first looks at a run (enough for
@@ -79,6 +81,9 @@ struct Channel {
     seq: u64,
     metrics_file: Option<File>,
     parser: OutputParser,
+    /// When the channel was last looked at, in [`Channels`]' count of lookups (the least
+    /// recently used idle ones are let go).
+    used: u64,
 }
 
 impl Channel {
@@ -115,6 +120,7 @@ impl Channel {
                 offset,
                 ..OutputParser::default()
             },
+            used: 0,
         }
     }
 
@@ -242,13 +248,37 @@ fn read_tail(path: &Path) -> VecDeque<MetricsPoint> {
 #[derive(Default)]
 pub struct Channels {
     runs: HashMap<String, Channel>,
+    /// Lookups so far: the clock of `Channel::used`.
+    lookups: u64,
 }
 
 impl Channels {
     fn get(&mut self, id: &str, dir: &Path) -> &mut Channel {
-        self.runs
+        if !self.runs.contains_key(id) && self.runs.len() >= KEEP_CHANNELS {
+            self.let_go_of_one();
+        }
+        let ch = self
+            .runs
             .entry(id.to_string())
-            .or_insert_with(|| Channel::load(dir))
+            .or_insert_with(|| Channel::load(dir));
+        self.lookups += 1;
+        ch.used = self.lookups;
+        ch
+    }
+
+    /// Drop the least recently used channel that holds nothing the files do not (no trainer
+    /// attached, no change in flight): a daemon that lives for months and is shown many runs
+    /// keeps a bounded number in memory, and reads the others back from their files.
+    fn let_go_of_one(&mut self) {
+        let idle = self
+            .runs
+            .iter()
+            .filter(|(_, ch)| ch.link.is_none() && ch.pending.is_empty())
+            .min_by_key(|(_, ch)| ch.used)
+            .map(|(id, _)| id.clone());
+        if let Some(id) = idle {
+            self.runs.remove(&id);
+        }
     }
 }
 
@@ -835,6 +865,25 @@ mod tests {
         assert_eq!(again.next_n, 3);
         let steps: Vec<_> = again.points.iter().map(|p| p.report.step).collect();
         assert_eq!(steps, [Some(0), Some(1), Some(2)]);
+    }
+
+    #[test]
+    fn idle_channels_beyond_the_limit_are_let_go_of_oldest_first() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut chs = Channels::default();
+        for i in 0..KEEP_CHANNELS {
+            chs.get(&format!("run{i}"), tmp.path());
+        }
+        // run0 is in use (a trainer attached): run1, the oldest idle one, goes.
+        let (tx, _rx) = mpsc::channel(1);
+        chs.get("run0", tmp.path()).link = Some(Link {
+            conn: 1,
+            tx,
+            pid: None,
+        });
+        chs.get("new", tmp.path());
+        assert_eq!(chs.runs.len(), KEEP_CHANNELS);
+        assert!(chs.runs.contains_key("run0") && !chs.runs.contains_key("run1"));
     }
 
     #[test]
