@@ -354,3 +354,47 @@ max = 1024
     assert_eq!(changed.last().unwrap()["change"], 2);
     home.ok(&["stop", &run]);
 }
+
+#[test]
+fn an_out_of_memory_error_on_stderr_halves_a_script_without_the_sdk() {
+    let home = Home::new();
+    let _daemon = home.daemon(&[]);
+    // Batch 64 "does not fit"; 32 fails for another reason; nothing below is tried.
+    let script = home.dir.path().join("train.sh");
+    std::fs::write(
+        &script,
+        "echo \"batch $2\"\n\
+         if [ \"$2\" -gt 32 ]; then echo 'torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB' >&2; exit 1; fi\n\
+         echo 'ValueError: bad data' >&2; exit 2\n",
+    )
+    .unwrap();
+    let body = format!(
+        r#"name = "oomscript"
+[run]
+command = ["sh", "{}", "--batch-size", "{{batch_size}}"]
+[run.restart]
+on_oom = "halve_batch"
+max_restarts = 5
+[knobs.batch_size]
+initial = 64
+min = 4
+max = 256
+"#,
+        script.display()
+    );
+    let profile = write_profile(&home, "oomscript", &body);
+    let run = start(&home, &profile);
+    let c = home.client();
+    wait_for("the run to end", Duration::from_secs(20), || {
+        c.run(&run).is_ok_and(|r| r.is_final())
+    });
+    let info = c.run(&run).unwrap();
+    assert_eq!(info.status.as_str(), "failed");
+    assert_eq!(info.exit_code, Some(2), "{info:?}");
+    assert_eq!(
+        info.restarts, 1,
+        "halved once, then the other error ends it"
+    );
+    let out = std::fs::read_to_string(home.run_dir(&run).path().join("stdout.log")).unwrap();
+    assert_eq!(out, "batch 64\nbatch 32\n");
+}

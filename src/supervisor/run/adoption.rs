@@ -56,6 +56,7 @@ impl Run {
             energy: None,
         });
         let first_start = parse_rfc3339(&summary.started_at).unwrap_or_else(|| clock.wall());
+        let stderr_from = std::fs::metadata(dir.stderr_path()).map_or(0, |m| m.len());
         let mut run = Run {
             dir,
             plan,
@@ -70,6 +71,9 @@ impl Run {
             metrics: profile.metrics,
             restart_requested: false,
             oom: false,
+            // What the adopted attempt printed before this supervisor came is not read for an
+            // out-of-memory error: it cannot be told apart from an earlier attempt's.
+            stderr_from,
             slurm_job: None,
         };
         if run.plan.slurm.is_some() {

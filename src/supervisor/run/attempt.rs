@@ -27,6 +27,7 @@ impl Run {
             self.plan.clone()
         };
         self.oom = false;
+        self.stderr_from = std::fs::metadata(self.dir.stderr_path()).map_or(0, |m| m.len());
         if let Some(spec) = self.plan.slurm.clone() {
             return self.submit_job(&spec, &plan, restart, clock);
         }
@@ -196,7 +197,9 @@ impl Run {
                 self.finish(clock, RunStatus::Failed, ExitInfo::unknown(), description)
             });
         }
-        let oom = std::mem::take(&mut self.oom) && !exit.is_success();
+        // Out of memory: the trainer said so, or the attempt's last words on stderr do.
+        let said_oom = std::mem::take(&mut self.oom);
+        let oom = !exit.is_success() && (said_oom || self.stderr_says_oom());
         if !stopped_by_user && oom {
             if let Some(half) = self.halved_batch() {
                 let restarts = self.history.len().saturating_sub(1) as u32;
@@ -267,6 +270,28 @@ impl Run {
                 self.finish(clock, status, exit, description)
             }
         }
+    }
+
+    /// Whether the end of this attempt's stderr reports an out-of-memory error (PyTorch's
+    /// `torch.cuda.OutOfMemoryError: CUDA out of memory`, or the like). Only the attempt's own
+    /// output, and of it the last 64 KiB: an earlier attempt's error, or one printed long ago by
+    /// a script that went on, does not count.
+    fn stderr_says_oom(&self) -> bool {
+        use std::io::{Read, Seek, SeekFrom};
+        let Ok(mut f) = std::fs::File::open(self.dir.stderr_path()) else {
+            return false;
+        };
+        let len = f.metadata().map_or(0, |m| m.len());
+        let from = len.saturating_sub(64 * 1024).max(self.stderr_from);
+        if from >= len || f.seek(SeekFrom::Start(from)).is_err() {
+            return false;
+        }
+        let mut tail = Vec::new();
+        if f.read_to_end(&mut tail).is_err() {
+            return false;
+        }
+        let tail = String::from_utf8_lossy(&tail).to_lowercase();
+        tail.contains("out of memory") || tail.contains("outofmemoryerror")
     }
 
     pub(super) fn finish(

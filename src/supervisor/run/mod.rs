@@ -81,8 +81,10 @@ pub struct Run {
     /// The current attempt should be started again once it has stopped (a knob change that
     /// needs a restart).
     restart_requested: bool,
-    /// The current attempt ran out of memory (the trainer or its output said so).
+    /// The current attempt ran out of memory (the trainer said so).
     oom: bool,
+    /// The size of stderr.log when the current attempt started: its own output starts there.
+    stderr_from: u64,
     /// A Slurm run's current (or last) job.
     slurm_job: Option<super::slurm::SlurmJob>,
 }
@@ -159,6 +161,7 @@ impl Run {
             metrics: profile.metrics.clone(),
             restart_requested: false,
             oom: false,
+            stderr_from: 0,
             slurm_job: None,
         };
         run.event(
