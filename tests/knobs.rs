@@ -263,18 +263,10 @@ patterns = ['step (?P<step>\d+) loss=(?P<loss>[0-9.]+)']
     home.ok(&["stop", &run]);
 }
 
-fn python_sdk_example() -> Option<std::path::PathBuf> {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/train_stdlib.py");
-    p.exists().then_some(p)
-}
-
-#[test]
-fn the_stdlib_sdk_example_takes_a_batch_size_change() {
-    let Some(example) = python_sdk_example() else {
-        panic!("examples/train_stdlib.py is missing");
-    };
-    let home = Home::new();
-    let _daemon = home.daemon(&[]);
+/// Start `examples/train_stdlib.py` (the Python SDK) as a run with both knobs; its id.
+fn start_stdlib_example(home: &Home) -> String {
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/train_stdlib.py");
+    assert!(example.exists(), "{} is missing", example.display());
     let body = format!(
         r#"name = "stdlib"
 [run]
@@ -291,8 +283,15 @@ max = 8
 "#,
         example.display()
     );
-    let profile = write_profile(&home, "stdlib", &body);
-    let run = start(&home, &profile);
+    let profile = write_profile(home, "stdlib", &body);
+    start(home, &profile)
+}
+
+#[test]
+fn the_stdlib_sdk_example_takes_a_batch_size_change() {
+    let home = Home::new();
+    let _daemon = home.daemon(&[]);
+    let run = start_stdlib_example(&home);
     let c = home.client();
     wait_attached(&c, &run);
     assert_eq!(reported_batch(&c, &run), Some(16));
@@ -311,24 +310,9 @@ max = 8
 
 #[test]
 fn a_trainer_outlives_a_daemon_restart_and_takes_changes_from_the_new_one() {
-    let Some(example) = python_sdk_example() else {
-        panic!("examples/train_stdlib.py is missing");
-    };
     let home = Home::new();
     let mut daemon = home.daemon(&[]);
-    let body = format!(
-        r#"name = "stdlib"
-[run]
-command = ["python3", "{}", "--steps", "100000"]
-[knobs.batch_size]
-initial = 16
-min = 1
-max = 1024
-"#,
-        example.display()
-    );
-    let profile = write_profile(&home, "stdlib", &body);
-    let run = start(&home, &profile);
+    let run = start_stdlib_example(&home);
     wait_attached(&home.client(), &run);
     home.ok(&["set", &run, "batch-size", "20"]);
     let pid = home.client().run(&run).unwrap().pid;
