@@ -16,9 +16,7 @@ use super::views::run::{self, state::RunState};
 use crate::config::keymap::{Key, Keymap};
 use crate::config::theme::Theme;
 use crate::telemetry::Snapshot;
-use crossterm::event::{
-    KeyCode, KeyEvent, KeyEventKind, KeyModifiers, MouseButton, MouseEvent, MouseEventKind,
-};
+use crossterm::event::{KeyEvent, KeyEventKind, MouseButton, MouseEvent, MouseEventKind};
 use ratatui::layout::{Position, Rect};
 use std::time::Duration;
 
@@ -116,7 +114,6 @@ impl App {
         if ev.kind == KeyEventKind::Release {
             return None;
         }
-        let ctrl = ev.modifiers.contains(KeyModifiers::CONTROL);
         if let Some(d) = &self.run.dialog {
             return d.action_for_key(ev);
         }
@@ -124,10 +121,7 @@ impl App {
             return d.action_for_key(ev);
         }
         if self.tuner.ask.is_some() {
-            return Some(Action::Confirm(matches!(
-                ev.code,
-                KeyCode::Char('y' | 'Y') if !ctrl
-            )));
+            return Some(crate::tui::dialog::yes_no_key(ev));
         }
         if self.advisor.open && self.run.confirm.is_none() {
             let mapped = self.keymap.lookup(self.view, false, Key::from_event(ev));
@@ -136,22 +130,10 @@ impl App {
                 .action_for_key(ev, mapped == Some(Action::Advisor));
         }
         if self.run.confirm.is_some() {
-            return Some(Action::Confirm(matches!(
-                ev.code,
-                KeyCode::Char('y' | 'Y') if !ctrl
-            )));
+            return Some(crate::tui::dialog::yes_no_key(ev));
         }
         if self.run.prompt.is_some() {
-            return match ev.code {
-                KeyCode::Enter => Some(Action::PromptSubmit),
-                KeyCode::Esc => Some(Action::PromptCancel),
-                KeyCode::Char('c') if ctrl => Some(Action::PromptCancel),
-                KeyCode::Backspace => Some(Action::PromptBackspace),
-                KeyCode::Char(c) if !ctrl && !ev.modifiers.contains(KeyModifiers::ALT) => {
-                    Some(Action::PromptChar(c))
-                }
-                _ => None,
-            };
+            return crate::tui::dialog::field_key(ev);
         }
         self.keymap
             .lookup(self.view, self.help.open, Key::from_event(ev))

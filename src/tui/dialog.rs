@@ -3,11 +3,47 @@
 //! the dialog's state and decide what Enter does; this module only edits and draws.
 
 use crate::config::theme::Theme;
+use crate::tui::action::Action;
 use crate::tui::ui::centered;
+use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Clear, Padding, Paragraph, Widget, Wrap};
+
+/// A key in a number field: Enter submits, Esc and Ctrl-C cancel, Backspace deletes, any other
+/// plain character is typed (the field says which it refuses).
+pub fn field_key(ev: &KeyEvent) -> Option<Action> {
+    let ctrl = ev.modifiers.contains(KeyModifiers::CONTROL);
+    match ev.code {
+        KeyCode::Enter => Some(Action::PromptSubmit),
+        KeyCode::Esc => Some(Action::PromptCancel),
+        KeyCode::Char('c') if ctrl => Some(Action::PromptCancel),
+        KeyCode::Backspace => Some(Action::PromptBackspace),
+        KeyCode::Char(c) if !ctrl && !ev.modifiers.contains(KeyModifiers::ALT) => {
+            Some(Action::PromptChar(c))
+        }
+        _ => None,
+    }
+}
+
+/// A key answering a y/n question: `y` is yes, any other key no.
+pub fn yes_no_key(ev: &KeyEvent) -> Action {
+    let ctrl = ev.modifiers.contains(KeyModifiers::CONTROL);
+    Action::Confirm(matches!(ev.code, KeyCode::Char('y' | 'Y') if !ctrl))
+}
+
+/// Whether an open dialog takes action `a` (every other action waits until it closes).
+pub fn takes(a: Action) -> bool {
+    matches!(
+        a,
+        Action::PromptChar(_)
+            | Action::PromptBackspace
+            | Action::PromptSubmit
+            | Action::PromptCancel
+            | Action::Confirm(_)
+    )
+}
 
 /// Digits a number field takes (enough for any knob or wattage, short of overflowing `i64`).
 const MAX_DIGITS: usize = 12;

@@ -10,7 +10,7 @@
 use crate::tui::action::Action;
 use crate::tui::app::App;
 use crate::tui::data::{Data, Level};
-use crate::tui::dialog::{DialogBox, NumberField};
+use crate::tui::dialog::{self, DialogBox, NumberField};
 use crate::tui::feed::local::NO_DAEMON;
 use crate::tui::feed::{Link, Request};
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
@@ -63,6 +63,7 @@ pub enum PowerDialog {
 impl PowerDialog {
     /// The action a key runs while the dialog is open (every key goes to it).
     pub fn action_for_key(&self, ev: &KeyEvent) -> Option<Action> {
+        // Esc and Ctrl-C cancel at every step, the question included.
         let ctrl = ev.modifiers.contains(KeyModifiers::CONTROL);
         match ev.code {
             KeyCode::Esc => return Some(Action::PromptCancel),
@@ -70,31 +71,14 @@ impl PowerDialog {
             _ => {}
         }
         match self {
-            PowerDialog::Confirm { .. } => Some(Action::Confirm(matches!(
-                ev.code,
-                KeyCode::Char('y' | 'Y') if !ctrl
-            ))),
-            PowerDialog::Edit { .. } => match ev.code {
-                KeyCode::Enter => Some(Action::PromptSubmit),
-                KeyCode::Backspace => Some(Action::PromptBackspace),
-                KeyCode::Char(c) if !ctrl && !ev.modifiers.contains(KeyModifiers::ALT) => {
-                    Some(Action::PromptChar(c))
-                }
-                _ => None,
-            },
+            PowerDialog::Confirm { .. } => Some(dialog::yes_no_key(ev)),
+            PowerDialog::Edit { .. } => dialog::field_key(ev),
         }
     }
 
     /// Whether the dialog takes `a` (while open).
     pub fn handles(a: Action) -> bool {
-        matches!(
-            a,
-            Action::PromptChar(_)
-                | Action::PromptBackspace
-                | Action::PromptSubmit
-                | Action::PromptCancel
-                | Action::Confirm(_)
-        )
+        dialog::takes(a)
     }
 
     /// What the footer says while the dialog is open.

@@ -9,9 +9,9 @@ use crate::protocol::{KnobName, KnobRange};
 use crate::tui::action::Action;
 use crate::tui::app::App;
 use crate::tui::data::{Data, Level};
-use crate::tui::dialog::{DialogBox, NumberField};
+use crate::tui::dialog::{self, DialogBox, NumberField};
 use crate::tui::feed::{Request, Update};
-use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+use crossterm::event::KeyEvent;
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use ratatui::text::{Line, Span};
@@ -48,35 +48,15 @@ pub enum KnobDialog {
 impl KnobDialog {
     /// The action a key runs while the dialog is open (every key goes to it).
     pub fn action_for_key(&self, ev: &KeyEvent) -> Option<Action> {
-        let ctrl = ev.modifiers.contains(KeyModifiers::CONTROL);
         match self {
-            KnobDialog::ConfirmRestart { .. } => Some(Action::Confirm(matches!(
-                ev.code,
-                KeyCode::Char('y' | 'Y') if !ctrl
-            ))),
-            KnobDialog::Edit { .. } => match ev.code {
-                KeyCode::Enter => Some(Action::PromptSubmit),
-                KeyCode::Esc => Some(Action::PromptCancel),
-                KeyCode::Char('c') if ctrl => Some(Action::PromptCancel),
-                KeyCode::Backspace => Some(Action::PromptBackspace),
-                KeyCode::Char(c) if !ctrl && !ev.modifiers.contains(KeyModifiers::ALT) => {
-                    Some(Action::PromptChar(c))
-                }
-                _ => None,
-            },
+            KnobDialog::ConfirmRestart { .. } => Some(dialog::yes_no_key(ev)),
+            KnobDialog::Edit { .. } => dialog::field_key(ev),
         }
     }
 
     /// Whether the dialog takes `a` (while open).
     pub fn handles(a: Action) -> bool {
-        matches!(
-            a,
-            Action::PromptChar(_)
-                | Action::PromptBackspace
-                | Action::PromptSubmit
-                | Action::PromptCancel
-                | Action::Confirm(_)
-        )
+        dialog::takes(a)
     }
 
     /// What the footer says while the dialog is open.
@@ -309,6 +289,7 @@ mod tests {
     use crate::supervisor::RunStatus;
     use crate::tui::action::ViewId;
     use crate::tui::app::run_tests::run_info;
+    use crossterm::event::{KeyCode, KeyModifiers};
     use std::time::Duration;
 
     const RUN: &str = "20261130-030000-train";
