@@ -5,13 +5,12 @@
 
 mod common;
 mod daemon_common;
+mod nvml_daemon;
 
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
-use common::{FakeNode, peer};
-use daemon_common::{DaemonProc, Home};
-use gpupilot::client::Client;
+use common::peer;
+use nvml_daemon::NvmlDaemon;
 use serde_json::Value;
 
 const FOUR_H100: &str = r#"
@@ -28,102 +27,15 @@ count = 2
 kind = "no_permission"
 "#;
 
-/// A daemon home on a fake NVML node.
-struct Setup {
-    home: Home,
-    node: FakeNode,
-    _daemon: Option<DaemonProc>,
-}
-
-impl Setup {
-    fn new(scenario: &str, daemon_args: &[&str]) -> Setup {
-        let mut s = Setup {
-            home: Home::new(),
-            node: FakeNode::new(scenario),
-            _daemon: None,
-        };
-        let mut args = vec!["daemon", "--rate", "10"];
-        args.extend_from_slice(daemon_args);
-        let child = s
-            .cmd(&args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        s._daemon = Some(DaemonProc { child: Some(child) });
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Client::connect(&s.home.paths).is_err() {
-            assert!(Instant::now() < deadline, "the daemon did not answer");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        s
-    }
-
-    /// `gpupilot --source nvml --nvml-lib FAKE ARGS…` in this home, on this node.
-    fn cmd(&self, args: &[&str]) -> Command {
-        let mut cmd = self.node.gpupilot(args);
-        cmd.env("GPUPILOT_HOME", self.home.root())
-            // No system daemon of this machine's may change the messages under test.
-            .env(
-                "GPUPILOT_SYSTEM_DIR",
-                self.home.dir.path().join("no-system"),
-            )
-            .env_remove("GPUPILOT_LOG")
-            .current_dir(self.home.dir.path())
-            .stdin(Stdio::null());
-        cmd
-    }
-
-    fn run(&self, args: &[&str]) -> Output {
-        self.cmd(args).output().unwrap()
-    }
-
-    fn ok(&self, args: &[&str]) -> String {
-        let out = self.run(args);
-        assert!(
-            out.status.success(),
-            "gpupilot {args:?} failed\nstdout: {}\nstderr: {}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
-    }
-
-    /// `gpupilot ARGS…` must fail; its stderr.
-    fn fails(&self, args: &[&str]) -> String {
-        let out = self.run(args);
-        assert!(
-            !out.status.success(),
-            "gpupilot {args:?} succeeded: {}",
-            String::from_utf8_lossy(&out.stdout)
-        );
-        String::from_utf8(out.stderr).unwrap()
-    }
-
-    /// The fake library's setter log, parsed.
-    fn setter_calls(&self) -> Vec<Value> {
-        std::fs::read_to_string(&self.node.log)
-            .unwrap_or_default()
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect()
-    }
-
+impl NvmlDaemon {
     fn power_json(&self) -> Value {
         serde_json::from_str(&self.ok(&["power", "--json"])).unwrap()
-    }
-
-    fn originals(&self) -> Option<Value> {
-        let path = self.home.paths.state.join("control/originals.json");
-        std::fs::read_to_string(path)
-            .ok()
-            .map(|t| serde_json::from_str(&t).unwrap())
     }
 }
 
 #[test]
 fn cap_sends_milliwatts_to_one_gpu_and_reset_restores_the_recorded_limit() {
-    let s = Setup::new(FOUR_H100, &[]);
+    let s = NvmlDaemon::new(FOUR_H100, &[]);
     let out = s.ok(&["power", "cap", "250", "--gpu", "1", "--why", "cooler room"]);
     assert_eq!(out, "GPU 1: power limit 700 W → 250 W\n");
 
@@ -185,7 +97,7 @@ fn cap_sends_milliwatts_to_one_gpu_and_reset_restores_the_recorded_limit() {
 
 #[test]
 fn out_of_range_is_refused_with_the_range_and_no_nvml_call() {
-    let s = Setup::new(FOUR_H100, &[]);
+    let s = NvmlDaemon::new(FOUR_H100, &[]);
     let err = s.fails(&["power", "cap", "150", "--gpu", "1"]);
     assert!(
         err.contains("150 W is outside GPU 1's range 200–700 W"),
@@ -217,7 +129,7 @@ fn out_of_range_is_refused_with_the_range_and_no_nvml_call() {
 
 #[test]
 fn no_permission_names_the_root_daemon_and_changes_nothing() {
-    let s = Setup::new(NO_PERMISSION, &[]);
+    let s = NvmlDaemon::new(NO_PERMISSION, &[]);
     let err = s.fails(&["power", "cap", "250", "--gpu", "1"]);
     assert!(err.contains("needs root"), "{err}");
     assert!(err.contains("sudo gpupilot daemon --system"), "{err}");
@@ -237,7 +149,7 @@ fn no_permission_names_the_root_daemon_and_changes_nothing() {
 
 #[test]
 fn clocks_and_target_temperature_are_recorded_and_restored() {
-    let s = Setup::new(FOUR_H100, &[]);
+    let s = NvmlDaemon::new(FOUR_H100, &[]);
     let out = s.ok(&["clocks", "lock", "1000", "1500", "--gpu", "2"]);
     assert_eq!(out, "GPU 2: SM clocks unlocked → 1000–1500 MHz\n");
     let out = s.ok(&["power", "gpu-max", "80", "--gpu", "0,3"]);
@@ -306,9 +218,9 @@ fn clocks_and_target_temperature_are_recorded_and_restored() {
 
 #[test]
 fn restore_on_exit_puts_the_limits_back_when_the_daemon_stops() {
-    let mut s = Setup::new(FOUR_H100, &["--restore-on-exit"]);
+    let mut s = NvmlDaemon::new(FOUR_H100, &["--restore-on-exit"]);
     s.ok(&["power", "cap", "400", "--gpu", "0,2"]);
-    let mut d = s._daemon.take().unwrap();
+    let mut d = s.daemon.take().unwrap();
     let (status, _) = d.signal_and_wait(rustix::process::Signal::TERM);
     assert!(status.success());
     let calls = s.setter_calls();
@@ -328,7 +240,7 @@ fn restore_on_exit_puts_the_limits_back_when_the_daemon_stops() {
 
 #[test]
 fn a_readonly_daemon_refuses_every_change() {
-    let s = Setup::new(FOUR_H100, &["--readonly"]);
+    let s = NvmlDaemon::new(FOUR_H100, &["--readonly"]);
     for args in [
         &["power", "cap", "250", "--gpu", "1"][..],
         &["power", "reset"],
@@ -349,7 +261,7 @@ fn gpustat_reads_the_new_limit_from_the_same_node() {
     let Some(gpustat) = peer("gpustat") else {
         return;
     };
-    let s = Setup::new(FOUR_H100, &[]);
+    let s = NvmlDaemon::new(FOUR_H100, &[]);
     s.ok(&["power", "cap", "250", "--gpu", "1"]);
     let mut cmd = Command::new(&gpustat);
     cmd.arg("--json");

@@ -6,15 +6,14 @@
 
 mod common;
 mod daemon_common;
+mod nvml_daemon;
 
 use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::FakeNode;
-use daemon_common::{DaemonProc, Home, wait_for};
-use gpupilot::client::Client;
+use daemon_common::wait_for;
+use nvml_daemon::NvmlDaemon;
 use serde_json::Value;
 
 const FOUR_H100: &str = r#"
@@ -22,65 +21,7 @@ model = "h100-sxm"
 count = 4
 "#;
 
-struct Setup {
-    home: Home,
-    node: FakeNode,
-    _daemon: Option<DaemonProc>,
-}
-
-impl Setup {
-    fn new(daemon_args: &[&str]) -> Setup {
-        let mut s = Setup {
-            home: Home::new(),
-            node: FakeNode::new(FOUR_H100),
-            _daemon: None,
-        };
-        let mut args = vec!["daemon", "--rate", "10"];
-        args.extend_from_slice(daemon_args);
-        let child = s
-            .cmd(&args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        s._daemon = Some(DaemonProc { child: Some(child) });
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Client::connect(&s.home.paths).is_err() {
-            assert!(Instant::now() < deadline, "the daemon did not answer");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        s
-    }
-
-    fn cmd(&self, args: &[&str]) -> Command {
-        let mut cmd = self.node.gpupilot(args);
-        cmd.env("GPUPILOT_HOME", self.home.root())
-            .env(
-                "GPUPILOT_SYSTEM_DIR",
-                self.home.dir.path().join("no-system"),
-            )
-            .env_remove("GPUPILOT_LOG")
-            .env_remove("CUDA_VISIBLE_DEVICES")
-            .current_dir(self.home.dir.path())
-            .stdin(Stdio::null());
-        cmd
-    }
-
-    fn run(&self, args: &[&str]) -> Output {
-        self.cmd(args).output().unwrap()
-    }
-
-    fn ok(&self, args: &[&str]) -> String {
-        let out = self.run(args);
-        assert!(
-            out.status.success(),
-            "gpupilot {args:?} failed\nstdout: {}\nstderr: {}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
-    }
-
+impl NvmlDaemon {
     /// A profile file in the home: `power` is the body of its `[power]` table.
     fn profile(&self, gpus: &str, command: &str, power: &str) -> PathBuf {
         let path = self.home.dir.path().join("p.toml");
@@ -116,13 +57,6 @@ impl Setup {
             .collect()
     }
 
-    fn originals(&self) -> Option<Value> {
-        let path = self.home.paths.state.join("control/originals.json");
-        std::fs::read_to_string(path)
-            .ok()
-            .map(|t| serde_json::from_str(&t).unwrap())
-    }
-
     /// The run's `changed` events about power limits.
     fn power_events(&self, id: &str) -> Vec<Value> {
         self.home
@@ -145,7 +79,7 @@ impl Setup {
 
 #[test]
 fn cap_w_caps_exactly_the_runs_gpus_and_the_end_restores_them() {
-    let s = Setup::new(&[]);
+    let s = NvmlDaemon::new(FOUR_H100, &[]);
     let p = s.profile("gpus = [1, 3]", "sleep 30", "cap_w = 300");
     let id = s.start(&p);
 
@@ -208,7 +142,7 @@ fn cap_w_caps_exactly_the_runs_gpus_and_the_end_restores_them() {
 
 #[test]
 fn restore_on_exit_false_leaves_the_cap_on_every_gpu() {
-    let s = Setup::new(&[]);
+    let s = NvmlDaemon::new(FOUR_H100, &[]);
     let p = s.profile(
         "gpus = \"all\"",
         "exit 0",
@@ -235,7 +169,7 @@ fn restore_on_exit_false_leaves_the_cap_on_every_gpu() {
 
 #[test]
 fn a_cap_changed_since_is_left_alone_and_said() {
-    let s = Setup::new(&[]);
+    let s = NvmlDaemon::new(FOUR_H100, &[]);
     let p = s.profile("gpus = [2]", "sleep 30", "cap_w = 300");
     let id = s.start(&p);
     s.ok(&["power", "cap", "250", "--gpu", "2"]);
@@ -251,7 +185,7 @@ fn a_cap_changed_since_is_left_alone_and_said() {
 
 #[test]
 fn a_restart_caps_again_and_the_final_end_restores() {
-    let s = Setup::new(&[]);
+    let s = NvmlDaemon::new(FOUR_H100, &[]);
     let p = s.profile(
         "gpus = [0]\n[run.restart]\npolicy = \"on-failure\"\nmax_restarts = 1\nbackoff_s = 0.2",
         "sleep 2; exit 1",
@@ -289,7 +223,7 @@ fn a_restart_caps_again_and_the_final_end_restores() {
 
 #[test]
 fn an_out_of_range_cap_w_refuses_the_run_and_changes_nothing() {
-    let s = Setup::new(&[]);
+    let s = NvmlDaemon::new(FOUR_H100, &[]);
     let p = s.profile("gpus = [0, 1]", "sleep 30", "cap_w = 150");
     let out = s.run(&["run", "--detach", p.to_str().unwrap()]);
     assert!(!out.status.success());
@@ -314,7 +248,7 @@ fn an_out_of_range_cap_w_refuses_the_run_and_changes_nothing() {
 
 #[test]
 fn a_readonly_daemon_starts_no_run_so_caps_nothing() {
-    let s = Setup::new(&["--readonly"]);
+    let s = NvmlDaemon::new(FOUR_H100, &["--readonly"]);
     let p = s.profile("gpus = [0]", "sleep 30", "cap_w = 300");
     let out = s.run(&["run", "--detach", p.to_str().unwrap()]);
     assert!(!out.status.success());

@@ -1,0 +1,104 @@
+//! A daemon in a temporary GPUPILOT_HOME on a fake NVML node (the tests of power caps and of
+//! runs' caps): the node's setter log, the daemon's records, and `gpupilot` commands on both.
+#![allow(dead_code)]
+
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use super::common::FakeNode;
+use super::daemon_common::{DaemonProc, Home};
+use gpupilot::client::Client;
+use serde_json::Value;
+
+pub struct NvmlDaemon {
+    pub home: Home,
+    pub node: FakeNode,
+    /// The daemon (a child of the test); take it to stop it.
+    pub daemon: Option<DaemonProc>,
+}
+
+impl NvmlDaemon {
+    /// A daemon on a node made from `scenario` (fake-nvml TOML), with `daemon_args`.
+    pub fn new(scenario: &str, daemon_args: &[&str]) -> NvmlDaemon {
+        let mut s = NvmlDaemon {
+            home: Home::new(),
+            node: FakeNode::new(scenario),
+            daemon: None,
+        };
+        let mut args = vec!["daemon", "--rate", "10"];
+        args.extend_from_slice(daemon_args);
+        let child = s
+            .cmd(&args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        s.daemon = Some(DaemonProc { child: Some(child) });
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Client::connect(&s.home.paths).is_err() {
+            assert!(Instant::now() < deadline, "the daemon did not answer");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        s
+    }
+
+    /// `gpupilot --source nvml --nvml-lib FAKE ARGS…` in this home, on this node.
+    pub fn cmd(&self, args: &[&str]) -> Command {
+        let mut cmd = self.node.gpupilot(args);
+        cmd.env("GPUPILOT_HOME", self.home.root())
+            // No system daemon of this machine's may change the messages under test.
+            .env(
+                "GPUPILOT_SYSTEM_DIR",
+                self.home.dir.path().join("no-system"),
+            )
+            .env_remove("GPUPILOT_LOG")
+            .env_remove("CUDA_VISIBLE_DEVICES")
+            .current_dir(self.home.dir.path())
+            .stdin(Stdio::null());
+        cmd
+    }
+
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.cmd(args).output().unwrap()
+    }
+
+    /// Run `gpupilot ARGS…`, which must succeed; its stdout.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(
+            out.status.success(),
+            "gpupilot {args:?} failed\nstdout: {}\nstderr: {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// Run `gpupilot ARGS…`, which must fail; its stderr.
+    pub fn fails(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(
+            !out.status.success(),
+            "gpupilot {args:?} succeeded: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        String::from_utf8(out.stderr).unwrap()
+    }
+
+    /// The fake library's setter log, parsed.
+    pub fn setter_calls(&self) -> Vec<Value> {
+        std::fs::read_to_string(&self.node.log)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    /// The daemon's record of the settings before its first change, if any.
+    pub fn originals(&self) -> Option<Value> {
+        let path = self.home.paths.state.join("control/originals.json");
+        std::fs::read_to_string(path)
+            .ok()
+            .map(|t| serde_json::from_str(&t).unwrap())
+    }
+}
