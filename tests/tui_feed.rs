@@ -4,68 +4,20 @@
 //! exits, a stop through the request channel, the daemon going away and coming back.
 
 mod daemon_common;
+mod feed_reader;
 
 use std::time::{Duration, Instant};
 
 use daemon_common::Home;
+use feed_reader::Reader;
 use gpupilot::protocol::{LogStream, NodeEvent};
 use gpupilot::supervisor::RunStatus;
-use gpupilot::tui::feed::{DataSource, Feed, Link, Request, Update};
+use gpupilot::tui::feed::{DataSource, Link, Request, Update};
 use rustix::process::Signal;
 
 const WAIT: Duration = Duration::from_secs(15);
 
-/// Reads a feed's updates with a bound on every wait.
-struct Reader {
-    rt: tokio::runtime::Runtime,
-    feed: Feed,
-    /// Everything received, in order.
-    seen: Vec<Update>,
-}
-
 impl Reader {
-    fn new(feed: Feed) -> Reader {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .build()
-            .unwrap();
-        Reader {
-            rt,
-            feed,
-            seen: Vec::new(),
-        }
-    }
-
-    /// Receive until `done` holds for one update (at most [`WAIT`]); that update.
-    fn until(&mut self, what: &str, mut done: impl FnMut(&Update) -> bool) -> Update {
-        let deadline = Instant::now() + WAIT;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let updates = &mut self.feed.updates;
-            let got = self
-                .rt
-                .block_on(async { tokio::time::timeout(left, updates.recv()).await });
-            match got {
-                Ok(Some(u)) => {
-                    self.seen.push(u.clone());
-                    if done(&u) {
-                        return u;
-                    }
-                }
-                Ok(None) => panic!("the feed ended while waiting for {what}"),
-                Err(_) => panic!(
-                    "timed out after {WAIT:?} waiting for {what}; got {} updates, the last: {:?}",
-                    self.seen.len(),
-                    self.seen.iter().rev().take(5).collect::<Vec<_>>()
-                ),
-            }
-        }
-    }
-
-    fn send(&self, r: Request) {
-        self.feed.requests.send(r).unwrap();
-    }
-
     /// All log text received for `run`'s `stream`.
     fn log(&self, run: &str, stream: LogStream) -> String {
         self.seen
@@ -102,7 +54,7 @@ fn the_feed_brings_telemetry_runs_logs_and_events_and_survives_the_daemon() {
     assert!(id.ends_with("-feed"), "{id}");
 
     let feed = DataSource::Daemon(home.client()).start(Duration::from_millis(200));
-    let mut r = Reader::new(feed);
+    let mut r = Reader::new(feed, WAIT);
 
     // Who answers, then the past (history), then the present.
     let link = r.until("the link", |u| matches!(u, Update::Link(_)));

@@ -5,64 +5,19 @@
 //! restart comes back as a question, then restarts the run when allowed.
 
 mod daemon_common;
+mod feed_reader;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use daemon_common::Home;
+use feed_reader::Reader;
 use gpupilot::protocol::{KnobName, KnobState};
-use gpupilot::tui::feed::{DataSource, Feed, Request, Update};
+use gpupilot::tui::feed::{DataSource, Request, Update};
 
 const BIN: &str = env!("CARGO_BIN_EXE_gpupilot");
 const WAIT: Duration = Duration::from_secs(20);
 
-/// Reads a feed's updates with a bound on every wait.
-struct Reader {
-    rt: tokio::runtime::Runtime,
-    feed: Feed,
-    seen: Vec<Update>,
-}
-
 impl Reader {
-    fn new(feed: Feed) -> Reader {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .build()
-            .unwrap();
-        Reader {
-            rt,
-            feed,
-            seen: Vec::new(),
-        }
-    }
-
-    fn until(&mut self, what: &str, mut done: impl FnMut(&Update) -> bool) -> Update {
-        let deadline = Instant::now() + WAIT;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let updates = &mut self.feed.updates;
-            let got = self
-                .rt
-                .block_on(async { tokio::time::timeout(left, updates.recv()).await });
-            match got {
-                Ok(Some(u)) => {
-                    self.seen.push(u.clone());
-                    if done(&u) {
-                        return u;
-                    }
-                }
-                Ok(None) => panic!("the feed ended while waiting for {what}"),
-                Err(_) => panic!(
-                    "timed out after {WAIT:?} waiting for {what}; the last updates: {:?}",
-                    self.seen.iter().rev().take(4).collect::<Vec<_>>()
-                ),
-            }
-        }
-    }
-
-    fn send(&self, r: Request) {
-        self.feed.requests.send(r).unwrap();
-    }
-
     /// The numbers of every report received for `run`, in order, from its last reset on.
     fn report_numbers(&self, run: &str) -> Vec<u64> {
         let mut out = Vec::new();
@@ -123,7 +78,10 @@ fn metrics_and_knob_changes_flow_through_the_feed() {
     let p = profile(&home, "synth", &command);
     let run = home.ok(&["run", "--detach", &p]).trim().to_string();
 
-    let mut r = Reader::new(DataSource::Daemon(home.client()).start(Duration::from_millis(200)));
+    let mut r = Reader::new(
+        DataSource::Daemon(home.client()).start(Duration::from_millis(200)),
+        WAIT,
+    );
     r.send(Request::Watch(run.clone()));
     let first = r.until(
         "the run's first metrics",
@@ -201,7 +159,10 @@ fn a_change_that_needs_a_restart_comes_back_as_a_question() {
     let p = profile(&home, "plain", r#"["sleep", "600", "{batch_size}"]"#);
     let run = home.ok(&["run", "--detach", &p]).trim().to_string();
 
-    let mut r = Reader::new(DataSource::Daemon(home.client()).start(Duration::from_millis(200)));
+    let mut r = Reader::new(
+        DataSource::Daemon(home.client()).start(Duration::from_millis(200)),
+        WAIT,
+    );
     r.send(Request::Watch(run.clone()));
     r.until("the run's knobs", |u| {
         knob_of(u, &run, KnobName::BatchSize).is_some()
