@@ -7,37 +7,8 @@ mod daemon_common;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use daemon_common::{Home, send, wait_for};
-use gpupilot::client::Client;
-use gpupilot::protocol::{Request, Response};
+use daemon_common::{Home, power_caps as caps, send, wait_for};
 use rustix::process::Signal;
-
-const BIN: &str = env!("CARGO_BIN_EXE_gpupilot");
-
-fn start_synthetic(home: &Home) -> String {
-    let path = home.dir.path().join("synth.toml");
-    let body = format!(
-        "name = \"synth\"\n[run]\ncommand = [\"{BIN}\", \"synthetic-train\", \"--speed\", \"4\"]\n"
-    );
-    std::fs::write(&path, body).unwrap();
-    let run = home
-        .ok(&["run", "--detach", &path.display().to_string()])
-        .trim()
-        .to_string();
-    let c = home.client();
-    wait_for("the trainer to report", Duration::from_secs(20), || {
-        c.run_metrics(&run, 0)
-            .is_ok_and(|m| m.trainer.attached && !m.points.is_empty())
-    });
-    run
-}
-
-fn caps(c: &Client) -> Vec<f64> {
-    let Response::Power { gpus, .. } = c.request(Request::Power {}).unwrap() else {
-        panic!("power answered otherwise")
-    };
-    gpus.iter().map(|g| g.power.unwrap().current_w).collect()
-}
 
 /// 700, 450, 200 W, 1 s warm-up and 2 s measured each: about ten seconds.
 const QUICK: [&str; 8] = [
@@ -55,7 +26,7 @@ const QUICK: [&str; 8] = [
 fn a_search_on_a_live_run_sets_the_best_cap_and_saves_it() {
     let home = Home::new();
     let _daemon = home.daemon(&[]);
-    let run = start_synthetic(&home);
+    let run = home.start_synthetic();
     let mut args = vec!["tune", "energy", &run];
     args.extend(QUICK);
     let out = home.run(&args, Duration::from_secs(120));
@@ -96,7 +67,7 @@ fn a_search_on_a_live_run_sets_the_best_cap_and_saves_it() {
 fn an_interrupted_search_puts_the_starting_caps_back() {
     let home = Home::new();
     let _daemon = home.daemon(&[]);
-    let run = start_synthetic(&home);
+    let run = home.start_synthetic();
     home.ok(&["power", "cap", "650"]);
     let mut args = vec!["tune", "energy", &run];
     args.extend(QUICK);
@@ -130,7 +101,7 @@ fn an_interrupted_search_puts_the_starting_caps_back() {
 fn the_run_ending_mid_way_puts_the_starting_caps_back() {
     let home = Home::new();
     let _daemon = home.daemon(&[]);
-    let run = start_synthetic(&home);
+    let run = home.start_synthetic();
     let mut args = vec!["tune", "energy", &run];
     args.extend(QUICK);
     let child = home

@@ -157,6 +157,27 @@ impl Home {
         RunDir::open(RunDir::runs_root(&self.paths.state).join(id)).unwrap()
     }
 
+    /// Start the synthetic trainer as a run (`synthetic-train --speed 4`) and wait until it
+    /// reports over the trainer channel; its id.
+    pub fn start_synthetic(&self) -> String {
+        let path = self.dir.path().join("synth.toml");
+        let bin = env!("CARGO_BIN_EXE_gpupilot");
+        let body = format!(
+            "name = \"synth\"\n[run]\ncommand = [\"{bin}\", \"synthetic-train\", \"--speed\", \"4\"]\n"
+        );
+        std::fs::write(&path, body).unwrap();
+        let run = self
+            .ok(&["run", "--detach", &path.display().to_string()])
+            .trim()
+            .to_string();
+        let c = self.client();
+        wait_for("the trainer to report", Duration::from_secs(20), || {
+            c.run_metrics(&run, 0)
+                .is_ok_and(|m| m.trainer.attached && !m.points.is_empty())
+        });
+        run
+    }
+
     /// The node's events.jsonl, parsed.
     pub fn node_events(&self) -> Vec<serde_json::Value> {
         std::fs::read_to_string(self.paths.state.join("events.jsonl"))
@@ -290,4 +311,14 @@ pub fn counted(log: &Path) -> usize {
         );
     }
     nums.len()
+}
+
+/// Every GPU's power limit now, watts, as the daemon's `power` answer gives it.
+pub fn power_caps(c: &Client) -> Vec<f64> {
+    let gpupilot::protocol::Response::Power { gpus, .. } =
+        c.request(gpupilot::protocol::Request::Power {}).unwrap()
+    else {
+        panic!("power answered otherwise")
+    };
+    gpus.iter().map(|g| g.power.unwrap().current_w).collect()
 }
