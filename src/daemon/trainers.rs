@@ -742,16 +742,20 @@ impl Daemon {
 /// Complete lines appended to `path` since the parser's offset (at most [`PARSE_CHUNK`] bytes
 /// a call; a line cut at the end waits for its newline).
 fn read_new_lines(path: &Path, parser: &mut OutputParser) -> Vec<String> {
-    let Ok(mut f) = File::open(path) else {
-        return Vec::new();
-    };
-    let len = f.metadata().map_or(0, |m| m.len());
+    // A stat every poll; the file is opened only when it has grown.
+    let len = std::fs::metadata(path).map_or(0, |m| m.len());
     if len < parser.offset {
         // Truncated or replaced: start again.
         parser.offset = 0;
         parser.partial.clear();
     }
-    if len == parser.offset || f.seek(SeekFrom::Start(parser.offset)).is_err() {
+    if len == parser.offset {
+        return Vec::new();
+    }
+    let Ok(mut f) = File::open(path) else {
+        return Vec::new();
+    };
+    if f.seek(SeekFrom::Start(parser.offset)).is_err() {
         return Vec::new();
     }
     let mut buf = Vec::new();
