@@ -16,7 +16,7 @@ use crate::client::Client;
 use crate::config::Paths;
 use crate::profile::{Knob, Knobs, OnOom, Profile};
 use crate::supervisor::Caller;
-use crate::telemetry::open::open_sim;
+use crate::telemetry::open::sim_config;
 use crate::tui::{self, DataSource, TuiOptions};
 
 /// `gpupilot`: the console on the local daemon.
@@ -37,8 +37,9 @@ pub fn remote(g: &GlobalArgs, client: Client) -> anyhow::Result<ExitCode> {
 /// of its own (in a temporary `GPUPILOT_HOME`, `--source sim`) samples the node and supervises
 /// the run; quitting stops both and removes the directory, so the demo leaves nothing behind.
 pub fn demo(g: &GlobalArgs) -> anyhow::Result<ExitCode> {
-    // The node must exist before anything starts: a bad --model fails here, plainly.
-    drop(open_sim(&g.sim)?);
+    // A bad --model or --workload fails here, plainly, before a daemon starts (which builds
+    // and warms the node itself).
+    sim_config(&g.sim)?;
     let demo = Demo::start(g)?;
     let result = tui::run(options(g, DataSource::Daemon(demo.client()?), None));
     drop(demo);
