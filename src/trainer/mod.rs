@@ -130,7 +130,7 @@ impl Model {
         Step::Done(timing)
     }
 
-    /// The mean samples per second at `clock_mhz` over `steps` steps (tests, the demo's help).
+    /// The mean samples per second at `clock_mhz` over `steps` steps.
     pub fn throughput(&mut self, clock_mhz: f64, steps: u32) -> Option<f64> {
         let (mut samples, mut time) = (0.0, 0.0);
         for _ in 0..steps {
@@ -150,7 +150,7 @@ impl Model {
 /// when the environment names one. Returns the process's exit code.
 pub fn run(opts: &Options) -> anyhow::Result<i32> {
     let mut model = Model::new(opts)?;
-    let channel = Channel::open(opts, &model);
+    let channel = Channel::open(&model);
     let speed = opts.speed.clamp(0.01, 1000.0);
     let started = Instant::now();
     let mut clock_mhz = f64::from(model.spec.sm_clock_max_mhz);
@@ -238,7 +238,7 @@ struct Channel {
 }
 
 impl Channel {
-    fn open(opts: &Options, model: &Model) -> Option<Channel> {
+    fn open(model: &Model) -> Option<Channel> {
         let socket = std::env::var_os("GPUPILOT_SOCKET")?;
         let run = std::env::var("GPUPILOT_RUN_ID").ok()?;
         let client = match Client::connect_to(
@@ -271,7 +271,6 @@ impl Channel {
                 return None;
             }
         }
-        let _ = opts;
         Some(Channel { client })
     }
 
