@@ -33,6 +33,7 @@ pub mod feed;
 pub mod format;
 pub mod log;
 pub mod metrics;
+mod tty;
 pub mod tuner;
 pub mod ui;
 pub mod views;
@@ -44,7 +45,7 @@ pub use app::App;
 use crate::config::{Paths, keymap, theme};
 use crate::telemetry::now_s;
 use anyhow::Context as _;
-use crossterm::event::{DisableMouseCapture, EnableMouseCapture, EventStream};
+use crossterm::event::{DisableMouseCapture, EnableMouseCapture};
 use crossterm::execute;
 use data::Level;
 pub use feed::DataSource;
@@ -135,10 +136,21 @@ pub fn run(opts: TuiOptions) -> anyhow::Result<()> {
         .build()
         .context("starting the console's event loop")?;
 
-    let mut terminal = match ratatui::try_init() {
+    // ratatui sets the terminal up (raw mode, the alternate screen, a panic hook that undoes
+    // both); the console draws through a backend that learns the size from resize events.
+    if let Err(e) = ratatui::try_init() {
+        // Raw mode may be on already: give the shell its terminal back before saying why.
+        ratatui::restore();
+        return Err(e).context("taking over the terminal");
+    }
+    let size = tty::KnownSize::default();
+    let backend = tty::SizedBackend::new(
+        ratatui::backend::CrosstermBackend::new(std::io::stdout()),
+        size.clone(),
+    );
+    let mut terminal = match ratatui::Terminal::new(backend) {
         Ok(t) => t,
         Err(e) => {
-            // Raw mode may be on already: give the shell its terminal back before saying why.
             ratatui::restore();
             return Err(e).context("taking over the terminal");
         }
@@ -163,7 +175,7 @@ pub fn run(opts: TuiOptions) -> anyhow::Result<()> {
             feed.updates,
             // A dropped SSH session (SIGHUP) or SIGTERM ends the console as quitting does, so
             // what it holds is let go on the way out (a running tuner puts its caps back).
-            futures::StreamExt::take_until(EventStream::new(), Box::pin(ended_by_signal())),
+            futures::StreamExt::take_until(tty::input(size), Box::pin(ended_by_signal())),
             now_s,
             opts.refresh,
             |r| {
