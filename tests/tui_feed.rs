@@ -159,3 +159,42 @@ fn the_feed_brings_telemetry_runs_logs_and_events_and_survives_the_daemon() {
         status_of(u, &id) == Some(RunStatus::Stopped)
     });
 }
+
+/// The run list and control status are asked at the refresh rate only while something is
+/// live; a quiet node is left alone between its events.
+#[test]
+fn a_quiet_node_is_not_polled_at_the_refresh_rate() {
+    let home = Home::new();
+    let _daemon = home.daemon(&[]);
+    let feed = DataSource::Daemon(home.client()).start(Duration::from_millis(100));
+    let mut r = Reader::new(feed, WAIT);
+    r.until("the first run list", |u| matches!(u, Update::Runs(_)));
+    let runs = |us: &[Update]| us.iter().filter(|u| matches!(u, Update::Runs(_))).count();
+
+    let quiet = r.during(Duration::from_millis(1500));
+    assert_eq!(runs(&quiet), 0, "nothing live: no poll in 15 refreshes");
+    assert!(
+        quiet.iter().any(|u| matches!(u, Update::Snapshot(_))),
+        "snapshots still come: {quiet:?}"
+    );
+
+    let id = home
+        .ok(&["run", "-d", "--name", "live", "--", "sleep", "60"])
+        .trim()
+        .to_string();
+    r.until("the run in the list", |u| status_of(u, &id).is_some());
+    let live = r.during(Duration::from_millis(1500));
+    assert!(
+        runs(&live) >= 5,
+        "a live run is polled at the refresh rate: {} run lists in 1.5 s",
+        runs(&live)
+    );
+
+    home.ok(&["stop", &id]);
+    r.until("the run stopped", |u| {
+        status_of(u, &id).is_some_and(|s| s.is_final())
+    });
+    r.during(Duration::from_millis(800));
+    let after = r.during(Duration::from_millis(1500));
+    assert_eq!(runs(&after), 0, "quiet again once the run ended");
+}

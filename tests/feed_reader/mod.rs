@@ -55,6 +55,27 @@ impl Reader {
         }
     }
 
+    /// Everything received over the next `d` (also kept in `seen`).
+    pub fn during(&mut self, d: Duration) -> Vec<Update> {
+        let deadline = Instant::now() + d;
+        let mut got = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let updates = &mut self.feed.updates;
+            match self
+                .rt
+                .block_on(async { tokio::time::timeout(left, updates.recv()).await })
+            {
+                Ok(Some(u)) => {
+                    self.seen.push(u.clone());
+                    got.push(u);
+                }
+                Ok(None) => panic!("the feed ended"),
+                Err(_) => return got,
+            }
+        }
+    }
+
     pub fn send(&self, r: Request) {
         self.feed.requests.send(r).unwrap();
     }

@@ -2,10 +2,14 @@
 //!
 //! On connect it says who answers ([`Link::Daemon`]), back-fills the charts from the daemon's
 //! history, catches up on node events, subscribes to snapshots and events, and lists the runs.
-//! Then, at the refresh rate and at once after any event, it polls the run list and the
-//! watched run's logs, exits, metrics and knobs (the last two in `daemon/knobs.rs`, with knob
-//! changes). Snapshots are passed on at most once per refresh (the newest wins), so a daemon
-//! sampling at 10 Hz does not make a 1 s console redraw ten times a second.
+//! Then it polls the run list, the control status (governors, budget, alerts) and the watched
+//! run's logs, exits, metrics and knobs (the last two in `daemon/knobs.rs`, with knob changes):
+//! at once after any event, at the refresh rate while anything is live (a run that has not
+//! ended, a governor, a budget, an alert, the advisor pane, or an event in the last few
+//! refreshes), and otherwise only every [`IDLE_POLL_EVERY`]: on a quiet node everything that
+//! changes those answers is an event, and events are pushed. Snapshots are passed on at most
+//! once per refresh (the newest wins), so a daemon sampling at 10 Hz does not make a 1 s
+//! console redraw ten times a second. The thread sleeps until the next of these is due.
 //!
 //! When the daemon goes away it says so ([`Link::Gone`]) and tries to connect again every two
 //! seconds: a daemon restarted with `gpupilot daemon --detach` is picked up, and the runs
@@ -17,7 +21,7 @@ use crate::history::Metric;
 use crate::protocol::{ErrorCode, LogStream, MAX_LOG_CHUNK, RunSignal, TrainerInfo};
 use crate::supervisor::Event as RunEvent;
 use crate::telemetry::Snapshot;
-use crossbeam_channel::{Receiver, after, select, tick};
+use crossbeam_channel::{Receiver, after, select};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
@@ -40,6 +44,11 @@ const TAIL_BYTES: u64 = 64 * 1024;
 const CHUNKS_PER_POLL: usize = 8;
 /// The most node events the console keeps.
 pub const EVENTS_KEPT: usize = 1000;
+/// How often a quiet node (nothing live, no recent event) is polled anyway.
+pub const IDLE_POLL_EVERY: Duration = Duration::from_secs(10);
+/// After an event, the node is polled at the refresh rate for this many refreshes (a run's
+/// last log lines may land just after the event that says it ended).
+const BUSY_AFTER_EVENT: u32 = 3;
 /// History back-filled on connect: the last hour, at 10 s, then the last ten minutes at 1 s.
 const BACKFILL: [(f64, f64, u32); 2] = [(3600.0, 600.0, 300), (600.0, 0.0, 600)];
 
@@ -56,6 +65,9 @@ pub fn start(client: Client, refresh: Duration) -> Feed {
         last_seq: None,
         pending: None,
         last_forward: None,
+        last_poll: None,
+        live: false,
+        event_at: None,
         advise: advise::AdviseFeed::default(),
         tuner: feed.tuner.share(),
     };
@@ -99,6 +111,13 @@ struct Worker {
     /// A snapshot held back until a refresh has passed since the last one passed on.
     pending: Option<Box<Snapshot>>,
     last_forward: Option<Instant>,
+    /// When the node was last polled.
+    last_poll: Option<Instant>,
+    /// The last poll found something live: a run that has not ended, a governor, a budget or
+    /// an alert.
+    live: bool,
+    /// When the last event came.
+    event_at: Option<Instant>,
     /// The advisor pane's hints (see `daemon/advise.rs`).
     advise: advise::AdviseFeed,
     /// The console's energy tuner (see `daemon/tune.rs`).
@@ -111,18 +130,18 @@ impl Worker {
     }
 
     fn run(&mut self, requests: &Receiver<Request>) {
-        let ticker = tick(self.refresh);
         loop {
             let step = match &self.client {
                 Some(c) => {
                     let updates = c.updates().clone();
+                    let wait = self.next_due().saturating_duration_since(Instant::now());
                     select! {
                         recv(updates) -> u => self.on_push(u.unwrap_or(crate::client::Update::Closed)),
                         recv(requests) -> r => match r {
                             Ok(r) => self.on_request(r),
                             Err(_) => return,
                         },
-                        recv(ticker) -> _ => self.poll(),
+                        recv(after(wait)) -> _ => self.on_due(),
                     }
                 }
                 None => select! {
@@ -136,6 +155,46 @@ impl Worker {
             if step.is_err() {
                 return;
             }
+        }
+    }
+
+    /// Whether the node is polled at the refresh rate (see the module doc).
+    fn busy(&self) -> bool {
+        self.live
+            || self.advise.on
+            || self
+                .event_at
+                .is_some_and(|t| t.elapsed() < self.refresh * BUSY_AFTER_EVENT)
+    }
+
+    /// When the next poll is due.
+    fn poll_due(&self) -> Instant {
+        let every = if self.busy() {
+            self.refresh
+        } else {
+            IDLE_POLL_EVERY.max(self.refresh)
+        };
+        self.last_poll.map_or_else(Instant::now, |t| t + every)
+    }
+
+    /// When the thread must wake next: a poll, or a held-back snapshot.
+    fn next_due(&self) -> Instant {
+        let poll = self.poll_due();
+        match (&self.pending, self.last_forward) {
+            (Some(_), Some(t)) => poll.min(t + self.refresh.mul_f64(0.8)),
+            (Some(_), None) => Instant::now(),
+            (None, _) => poll,
+        }
+    }
+
+    /// Something fell due: a poll (which passes a held-back snapshot on too), or a snapshot.
+    fn on_due(&mut self) -> Result<(), Done> {
+        if self.poll_due() <= Instant::now() {
+            return self.poll();
+        }
+        match self.pending.take() {
+            Some(s) => self.forward(s),
+            None => Ok(()),
         }
     }
 
@@ -241,6 +300,7 @@ impl Worker {
             U::Telemetry(s) => self.forward(s),
             U::Event(e) => {
                 self.last_seq = Some(e.seq);
+                self.event_at = Some(Instant::now());
                 self.send(Update::Events {
                     events: vec![e],
                     reset: false,
@@ -359,6 +419,7 @@ impl Worker {
         if let Some(s) = self.pending.take() {
             self.forward(s)?;
         }
+        self.last_poll = Some(Instant::now());
         self.advise_if_due()?;
         let Some(client) = &self.client else {
             return Ok(());
@@ -367,13 +428,16 @@ impl Worker {
             Ok(r) => r,
             Err(e) => return self.failed(e),
         };
+        let mut live = runs.iter().any(|r| !r.is_final());
         self.send(Update::Runs(runs))?;
         // An older daemon does not know `thermal`: the console goes without.
         if let Ok(crate::protocol::Response::Control(c)) =
             client.request(crate::protocol::Request::Thermal {})
         {
+            live |= !c.governors.is_empty() || c.budget.is_some() || !c.alerts.is_empty();
             self.send(Update::Control(c))?;
         }
+        self.live = live;
         let Some(mut w) = self.watch.take() else {
             return Ok(());
         };

@@ -14,7 +14,7 @@ use std::time::Instant;
 /// Whether the pane wants hints, and when they were last computed.
 #[derive(Debug, Default)]
 pub(super) struct AdviseFeed {
-    on: bool,
+    pub(super) on: bool,
     last: Option<Instant>,
 }
 
