@@ -265,7 +265,37 @@ impl Data {
         }
         match &self.snapshot {
             None => false,
-            Some(s) => self.now - s.time_s > (3.0 * self.refresh_s()).max(2.0),
+            Some(s) => self.now - s.time_s > self.stale_after_s(),
+        }
+    }
+
+    /// How old the newest snapshot may be before the source is shown stale.
+    fn stale_after_s(&self) -> f64 {
+        (3.0 * self.refresh_s()).max(2.0)
+    }
+
+    /// When (seconds since the epoch) the screen may next change without new data or input:
+    /// when the source turns stale, every `every_s` while it is (the header counts the
+    /// seconds), when the footer message expires. None: not before something happens.
+    pub fn next_change_s(&self, every_s: f64) -> Option<f64> {
+        // Just past each moment, so that the check made then sees the change.
+        const PAST: f64 = 0.01;
+        let stale = self.snapshot.as_ref().map(|s| {
+            if self.source_stale() {
+                self.now + every_s
+            } else {
+                s.time_s + self.stale_after_s() + PAST
+            }
+        });
+        let expiry = self.visible_status().map(|s| {
+            s.at + match s.level {
+                Level::Info => INFO_TTL_S,
+                Level::Error => ERROR_TTL_S,
+            } + PAST
+        });
+        match (stale, expiry) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
         }
     }
 

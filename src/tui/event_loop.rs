@@ -1,8 +1,9 @@
-//! The event loop: terminal input, the feed's updates and a slow tick, on one tokio task.
+//! The event loop: terminal input, the feed's updates and the clock, on one tokio task.
 //!
 //! It redraws only when something changed (new data, an action, a resize, staleness or a
 //! status expiring), after draining every queued event, and never more often than the frame
-//! cap. ratatui diffs each frame against the last, so only changed cells reach the terminal;
+//! cap. Between those it sleeps: the clock wakes it only when the source may have turned
+//! stale or the footer message may have expired ([`Data::next_change_s`]). ratatui diffs each frame against the last, so only changed cells reach the terminal;
 //! the whole screen is cleared and redrawn only when the user asks (`Ctrl-L`).
 //!
 //! Requests the app makes (stop a run, tail another one) are handed to `send` as soon as the
@@ -12,6 +13,8 @@
 //! tests drive it with `TestBackend`, channels and paused tokio time.
 
 use super::app::App;
+#[cfg(doc)]
+use super::data::Data;
 use super::feed::{Request, Update};
 use crossterm::event::Event;
 use futures::{Stream, StreamExt, future::poll_immediate};
@@ -20,7 +23,7 @@ use ratatui::backend::Backend;
 use ratatui::layout::Rect;
 use std::time::Duration;
 use tokio::sync::mpsc;
-use tokio::time::{Instant, MissedTickBehavior, interval, sleep_until};
+use tokio::time::{Instant, sleep_until};
 
 /// The shortest time between two frames (20 per second): holding a key down redraws at most
 /// this often, however fast the terminal repeats it.
@@ -63,7 +66,8 @@ pub fn handle_event(app: &mut App, ev: &Event) -> bool {
 
 /// Run until the user quits or the input closes. `updates` are the feed's (snapshots, runs,
 /// logs, …); `clock` gives the time of each frame (seconds since the epoch); `tick` is how
-/// often staleness is re-checked when nothing else happens; `send` takes the app's requests.
+/// often the header's count of seconds moves while the source is stale; `send` takes the
+/// app's requests.
 pub async fn run<B, S, U>(
     terminal: &mut Terminal<B>,
     app: &mut App,
@@ -79,8 +83,7 @@ where
     S: Stream<Item = std::io::Result<Event>> + Unpin,
     U: Into<Update>,
 {
-    let mut ticker = interval(tick.max(Duration::from_millis(100)));
-    ticker.set_missed_tick_behavior(MissedTickBehavior::Skip);
+    let tick_s = tick.max(Duration::from_millis(100)).as_secs_f64();
     let mut dirty = true;
     // When the only reason to draw is data, the time the first of it came.
     let mut data_since: Option<Instant> = None;
@@ -118,6 +121,16 @@ where
                 std::future::pending().await
             }
         };
+        let check_at = app.data.next_change_s(tick_s).map(|at| {
+            // An hour at most: a clock set back meanwhile costs one needless check.
+            Instant::now() + Duration::from_secs_f64((at - clock()).clamp(0.0, 3600.0))
+        });
+        let clock_timer = async {
+            match check_at {
+                Some(t) => sleep_until(t).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             ev = events.next() => {
                 let Some(ev) = ev else { return Ok(Exit::InputClosed) };
@@ -152,7 +165,7 @@ where
                 }
                 None => updates_open = false,
             },
-            _ = ticker.tick() => {
+            _ = clock_timer => {
                 let before = (app.data.source_stale(), app.data.visible_status().cloned());
                 app.data.now = clock();
                 let after = (app.data.source_stale(), app.data.visible_status().cloned());
