@@ -10,7 +10,7 @@ use crate::telemetry::{GpuSample, throttle};
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use ratatui::style::Style;
-use ratatui::text::Span;
+use ratatui::text::{Line, Span};
 use ratatui::widgets::{Sparkline, SparklineBar, Widget};
 
 const PARTIAL: [&str; 8] = ["", "▏", "▎", "▍", "▌", "▋", "▊", "▉"];
@@ -48,6 +48,52 @@ pub fn draw_bar(ratio: Option<f64>, area: Rect, buf: &mut Buffer, fill: Style, e
             .set_symbol(symbol)
             .set_style(style);
     }
+}
+
+/// A plain box border around `area` in `style`, with `left` and `right` titles on its top
+/// edge, as `Block::bordered()` draws them, without restyling every cell inside the box
+/// first (which `Block` does, and which is most of its cost for a block per GPU per frame).
+pub fn draw_frame(area: Rect, buf: &mut Buffer, style: Style, left: Line, right: Line) {
+    let area = area.intersection(buf.area);
+    if area.width < 2 || area.height < 2 {
+        return;
+    }
+    let (l, r, t, b) = (area.left(), area.right() - 1, area.top(), area.bottom() - 1);
+    let mut put = |x: u16, y: u16, symbol: &str| {
+        buf[(x, y)].set_symbol(symbol).set_style(style);
+    };
+    put(l, t, "┌");
+    put(r, t, "┐");
+    put(l, b, "└");
+    put(r, b, "┘");
+    for x in l + 1..r {
+        put(x, t, "─");
+        put(x, b, "─");
+    }
+    for y in t + 1..b {
+        put(l, y, "│");
+        put(r, y, "│");
+    }
+    // The titles sit between the corners; the right one is drawn last and wins an overlap.
+    let titles = Rect::new(l + 1, t, area.width - 2, 1);
+    let lw = (left.width() as u16).min(titles.width);
+    left.render(
+        Rect {
+            width: lw,
+            ..titles
+        },
+        buf,
+    );
+    let rw = (right.width() as u16).min(titles.width);
+    let rx = titles.right().saturating_sub(rw).max(titles.left());
+    right.render(
+        Rect {
+            x: rx,
+            width: rw,
+            ..titles
+        },
+        buf,
+    );
 }
 
 /// Values of one series, one per column, newest at the right; `None` where nothing was sampled.
@@ -253,6 +299,40 @@ pub fn level(
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn frames_match_bordered_blocks() {
+        use ratatui::style::{Color, Modifier};
+        use ratatui::widgets::Block;
+        let border = Style::new().fg(Color::Cyan);
+        let title = Style::new().add_modifier(Modifier::BOLD);
+        let left = || {
+            Line::from(vec![
+                Span::styled(" 3 ", border),
+                Span::styled("NVIDIA H100 80GB HBM3 ", title),
+            ])
+        };
+        let right = || {
+            Line::from(vec![
+                Span::styled(" pwr-cap ", Style::new().bg(Color::Red)),
+                Span::raw(" "),
+                Span::styled(" thermal ", Style::new().bg(Color::Yellow)),
+            ])
+            .right_aligned()
+        };
+        for (w, h) in [(100, 11), (40, 5), (24, 3), (2, 2), (12, 4)] {
+            let area = Rect::new(1, 1, w, h);
+            let mut want = Buffer::empty(Rect::new(0, 0, w + 2, h + 2));
+            let mut got = want.clone();
+            Block::bordered()
+                .border_style(border)
+                .title(left())
+                .title(right())
+                .render(area, &mut want);
+            draw_frame(area, &mut got, border, left(), right());
+            assert_eq!(got, want, "{w}x{h}");
+        }
+    }
 
     #[test]
     fn bars_drawn_in_place_match_bars_as_text() {

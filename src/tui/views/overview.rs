@@ -10,12 +10,12 @@ use crate::history::Metric;
 use crate::telemetry::GpuSample;
 use crate::tui::app::App;
 use crate::tui::format;
-use crate::tui::widgets::{Meter, Trend, badges, level};
+use crate::tui::widgets::{Meter, Trend, badges, draw_frame, level};
 use ratatui::buffer::Buffer;
 use ratatui::layout::{Margin, Position, Rect};
 use ratatui::style::Style;
 use ratatui::text::{Line, Span};
-use ratatui::widgets::{Block, Paragraph, Widget, Wrap};
+use ratatui::widgets::{Paragraph, Widget, Wrap};
 
 const FULL_HEIGHT: u16 = 7;
 const COMPACT_HEIGHT: u16 = 4;
@@ -192,15 +192,17 @@ impl Widget for GpuBlock<'_> {
         } else {
             t.border
         };
-        let block = Block::bordered()
-            .border_style(border)
-            .title(Line::from(vec![
+        draw_frame(
+            area,
+            buf,
+            border,
+            Line::from(vec![
                 Span::styled(format!(" {} ", g.index), border),
                 Span::styled(format!("{name} "), t.title),
-            ]))
-            .title(Line::from(badges(g, t)).right_aligned());
-        let inner = block.inner(area).inner(Margin::new(1, 0));
-        block.render(area, buf);
+            ]),
+            Line::from(badges(g, t)).right_aligned(),
+        );
+        let inner = area.inner(Margin::new(2, 1));
         if g.lost {
             Paragraph::new("LOST: the GPU fell off the bus. Nothing it reported before is current; check `dmesg` for Xid errors.")
                 .style(t.lost)
