@@ -257,7 +257,7 @@ async fn new_data_redraws_and_views_switch() {
 #[tokio::test(start_paused = true)]
 async fn data_arriving_together_costs_one_frame_and_input_does_not_wait() {
     let start = tokio::time::Instant::now();
-    // All within the first second, before the loop's 1 s tick looks at staleness.
+    // All within the first second, long before the source could turn stale.
     let (exit, _app, _term, counts) = run_with(app(4), 200, 50, |tx, snaps| async move {
         tokio::time::sleep(Duration::from_millis(200)).await;
         // A snapshot and, a few milliseconds later, more data (as the answers to the
@@ -343,6 +343,44 @@ async fn a_source_going_quiet_is_noticed_without_input() {
         screen(&term)
     );
     assert!(counts.borrow().frames >= 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_idle_loop_sleeps_until_the_source_could_turn_stale() {
+    let (mut term, _counts) = terminal(200, 50);
+    let mut a = app(4);
+    let (tx, rx) = unbounded::<std::io::Result<Event>>();
+    let (_snap_tx, snap_rx) = mpsc::channel::<gpupilot::telemetry::Snapshot>(4);
+    let start = tokio::time::Instant::now();
+    // Every look at the clock is counted: the loop looks each time it wakes.
+    let looks = Rc::new(std::cell::Cell::new(0u32));
+    let counted = Rc::clone(&looks);
+    let clock = move || {
+        counted.set(counted.get() + 1);
+        T0 + SECONDS as f64 - 0.5 + start.elapsed().as_secs_f64()
+    };
+    let driver = async move {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let before = looks.get();
+        // The last snapshot turns stale 3 s after it was taken, about 2.5 s from the start.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(looks.get(), before, "no wake-up while nothing can change");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(looks.get() > before, "woken when the source turned stale");
+        tx.unbounded_send(key('q')).unwrap();
+    };
+    let run = event_loop::run(
+        &mut term,
+        &mut a,
+        snap_rx,
+        rx,
+        clock,
+        Duration::from_secs(1),
+        |_| {},
+    );
+    let (exit, ()) = tokio::join!(run, driver);
+    assert_eq!(exit.unwrap(), Exit::Quit);
+    assert!(screen(&term).contains("STALE: no data for"));
 }
 
 #[tokio::test(start_paused = true)]
