@@ -11,7 +11,7 @@ use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use ratatui::style::Style;
 use ratatui::text::{Line, Span};
-use ratatui::widgets::{Sparkline, SparklineBar, Widget};
+use ratatui::widgets::Widget;
 
 const PARTIAL: [&str; 8] = ["", "▏", "▎", "▍", "▌", "▋", "▊", "▉"];
 
@@ -96,6 +96,19 @@ pub fn draw_frame(area: Rect, buf: &mut Buffer, style: Style, left: Line, right:
     );
 }
 
+/// `ratio` rounded to the eighths of a cell a gauge `width` cells wide shows (what
+/// [`draw_bar`] draws of it is unchanged; nearby ratios become equal).
+pub fn gauge_ratio(ratio: Option<f64>, width: u16) -> Option<f64> {
+    let steps = f64::from(width.max(1)) * 8.0;
+    ratio.map(|r| {
+        if r.is_finite() {
+            (r.clamp(0.0, 1.0) * steps).round() / steps
+        } else {
+            r
+        }
+    })
+}
+
 /// Values of one series, one per column, newest at the right; `None` where nothing was sampled.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Trend {
@@ -150,35 +163,84 @@ impl Trend {
         Trend { values, max }
     }
 
-    fn render(&self, area: Rect, buf: &mut Buffer, style: Style) {
+    /// The series as sparkline bars `rows` high: each value on a scale of 1,000 (to `max`),
+    /// then in eighths of a row, as ratatui's `Sparkline` scales them.
+    pub fn bars(&self, rows: u16) -> Bars {
         let scale = 1000.0 / self.max.max(1e-9);
-        let n = area.width as usize;
-        let skip = self.values.len().saturating_sub(n);
-        let bars: Vec<SparklineBar> = self.values[skip..]
+        let max_ticks = u64::from(rows) * 8;
+        let ticks = self
+            .values
             .iter()
-            .map(|v| SparklineBar::from(v.map(|v| (v.max(0.0) * scale).round() as u64)))
+            .map(|v| {
+                v.map(|v| {
+                    let u = (v.max(0.0) * scale).round() as u64;
+                    (u128::from(u) * u128::from(max_ticks) / 1000).min(u128::from(max_ticks)) as u16
+                })
+            })
             .collect();
-        Sparkline::default()
-            .data(bars)
-            .max(1000)
-            .style(style)
-            .absent_value_symbol(" ")
-            .render(area, buf);
+        Bars { ticks, rows }
+    }
+}
+
+/// Sparkline bars as they are drawn: per column, the bar's height in eighths of a row (None
+/// where nothing was sampled: a blank column), for an area `rows` high. Equal bars draw equal
+/// cells, which is what lets a GPU block that did not change be left alone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bars {
+    pub ticks: Vec<Option<u16>>,
+    pub rows: u16,
+}
+
+impl Bars {
+    /// The newest `area.width` bars, right-aligned to the data, bottom row up, in `style`
+    /// (as ratatui's `Sparkline` draws them, without building its data each frame).
+    pub fn render(&self, area: Rect, buf: &mut Buffer, style: Style) {
+        let area = area.intersection(buf.area);
+        let n = area.width as usize;
+        let skip = self.ticks.len().saturating_sub(n);
+        for (i, t) in self.ticks[skip..].iter().enumerate() {
+            let x = area.x + i as u16;
+            let mut left = t.unwrap_or(0);
+            for j in (0..area.height).rev() {
+                let symbol = match t {
+                    None => " ",
+                    Some(_) => eighths_symbol(left),
+                };
+                left = left.saturating_sub(8);
+                buf[(x, area.y + j)].set_symbol(symbol).set_style(style);
+            }
+        }
+    }
+}
+
+/// A sparkline cell `eighths` of a row high (a full block from 8 up).
+fn eighths_symbol(eighths: u16) -> &'static str {
+    use ratatui::symbols::bar;
+    match eighths {
+        0 => " ",
+        1 => bar::ONE_EIGHTH,
+        2 => bar::ONE_QUARTER,
+        3 => bar::THREE_EIGHTHS,
+        4 => bar::HALF,
+        5 => bar::FIVE_EIGHTHS,
+        6 => bar::THREE_QUARTERS,
+        7 => bar::SEVEN_EIGHTHS,
+        _ => bar::FULL,
     }
 }
 
 /// One meter: `label  ████░░░░  value  ▂▃▅▆▇` on its first row; the sparkline fills every
-/// row of the area.
+/// row of the area (its bars are for an area that tall: [`Trend::bars`]).
 pub struct Meter<'a> {
     pub label: &'a str,
     pub label_width: u16,
     pub ratio: Option<f64>,
     pub gauge_width: u16,
-    pub value: String,
+    pub value: &'a str,
     pub value_width: u16,
     pub fill: Style,
     pub value_style: Style,
-    pub trend: Option<Trend>,
+    pub trend: Option<&'a Bars>,
     pub trend_style: Style,
     pub theme: &'a Theme,
 }
@@ -212,12 +274,12 @@ impl Widget for Meter<'_> {
         buf.set_stringn(
             x + 1,
             area.y,
-            format::fit(&self.value, value_w.saturating_sub(1) as usize),
+            format::fit(self.value, value_w.saturating_sub(1) as usize),
             value_w.saturating_sub(1) as usize,
             style,
         );
         x += value_w;
-        if let Some(trend) = &self.trend {
+        if let Some(trend) = self.trend {
             let w = area.right().saturating_sub(x + 1);
             if w >= 4 {
                 trend.render(
@@ -299,6 +361,67 @@ pub fn level(
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn bars_draw_as_ratatuis_sparkline() {
+        use ratatui::style::Color;
+        use ratatui::widgets::{Sparkline, SparklineBar};
+        let style = Style::new().fg(Color::Green);
+        // A fixed pseudo-random walk over the range, with gaps and values past the maximum.
+        let mut x = 7u64;
+        let mut values = Vec::new();
+        for _ in 0..300 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let v = (x >> 33) as f64 / (1u64 << 31) as f64 * 120.0 - 5.0;
+            values.push((x % 11 != 0).then_some(v));
+        }
+        for rows in 1..=4u16 {
+            for width in [4u16, 37, 120] {
+                let trend = Trend {
+                    values: values.clone(),
+                    max: 100.0,
+                };
+                let area = Rect::new(2, 1, width, rows);
+                let mut want = Buffer::empty(Rect::new(0, 0, width + 4, rows + 2));
+                let mut got = want.clone();
+                let scale = 1000.0 / trend.max;
+                let skip = values.len() - width as usize;
+                let data: Vec<SparklineBar> = values[skip..]
+                    .iter()
+                    .map(|v| SparklineBar::from(v.map(|v| (v.max(0.0) * scale).round() as u64)))
+                    .collect();
+                Sparkline::default()
+                    .data(data)
+                    .max(1000)
+                    .style(style)
+                    .absent_value_symbol(" ")
+                    .render(area, &mut want);
+                trend.bars(rows).render(area, &mut got, style);
+                assert_eq!(got, want, "{rows} rows, {width} wide");
+            }
+        }
+    }
+
+    #[test]
+    fn gauge_ratios_keep_what_the_gauge_shows() {
+        let fill = Style::new().fg(ratatui::style::Color::Red);
+        let empty = Style::default();
+        for width in [1u16, 8, 13, 30] {
+            for k in 0..=1000 {
+                let r = Some(k as f64 / 1000.0 * 1.1 - 0.05);
+                let area = Rect::new(0, 0, width, 1);
+                let mut a = Buffer::empty(area);
+                let mut b = Buffer::empty(area);
+                draw_bar(r, area, &mut a, fill, empty);
+                draw_bar(gauge_ratio(r, width), area, &mut b, fill, empty);
+                assert_eq!(a, b, "{r:?} on {width}");
+            }
+        }
+        assert_eq!(gauge_ratio(Some(0.5001), 10), gauge_ratio(Some(0.4999), 10));
+        assert_eq!(gauge_ratio(None, 10), None);
+    }
 
     #[test]
     fn frames_match_bordered_blocks() {

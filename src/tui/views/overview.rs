@@ -10,7 +10,7 @@ use crate::history::Metric;
 use crate::telemetry::GpuSample;
 use crate::tui::app::App;
 use crate::tui::format;
-use crate::tui::widgets::{Meter, Trend, badges, draw_frame, level};
+use crate::tui::widgets::{Bars, Meter, Trend, badges, draw_frame, gauge_ratio, level};
 use ratatui::buffer::Buffer;
 use ratatui::layout::{Margin, Position, Rect};
 use ratatui::style::Style;
@@ -173,6 +173,28 @@ impl Widget for OverviewView<'_> {
     }
 }
 
+/// One GPU's block on one frame: its model, drawn.
+/// Each GPU block of the overview of `body`: its position, its area and its model.
+pub fn block_models(app: &App, body: Rect) -> Vec<(usize, Rect, BlockModel)> {
+    let gpus = app.data.gpus();
+    let layout = Layout::new(body, gpus.len(), app.selected);
+    layout
+        .cells
+        .iter()
+        .map(|cell| {
+            let block = GpuBlock {
+                app,
+                g: &gpus[cell.gpu],
+                pos: cell.gpu,
+                selected: cell.gpu == app.selected,
+                density: layout.density,
+                meter_rows: layout.meter_rows,
+            };
+            (cell.gpu, cell.area, BlockModel::of(&block, cell.area))
+        })
+        .collect()
+}
+
 struct GpuBlock<'a> {
     app: &'a App,
     g: &'a GpuSample,
@@ -184,58 +206,149 @@ struct GpuBlock<'a> {
 
 impl Widget for GpuBlock<'_> {
     fn render(self, area: Rect, buf: &mut Buffer) {
-        let t = &self.app.theme;
-        let g = self.g;
-        let name = self.app.data.name(self.pos).unwrap_or(format::NA);
-        let border = if self.selected {
-            t.border_selected
-        } else {
-            t.border
-        };
-        draw_frame(
-            area,
-            buf,
-            border,
-            Line::from(vec![
-                Span::styled(format!(" {} ", g.index), border),
-                Span::styled(format!("{name} "), t.title),
-            ]),
-            Line::from(badges(g, t)).right_aligned(),
-        );
+        BlockModel::of(&self, area).draw(&self.app.theme, area, buf);
+    }
+}
+
+/// Everything a GPU block shows, quantized to what is drawn: numbers as their text, gauges to
+/// eighths of a cell, sparklines to their bar heights. The same model on the same area draws
+/// the same cells, so the console leaves a block alone on a frame where its model did not
+/// change (most of them: see `tui::screen`). The theme is not in it: it does not change while
+/// the console runs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BlockModel {
+    border: Style,
+    title: Line<'static>,
+    badges: Line<'static>,
+    body: BlockBody,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum BlockBody {
+    Lost,
+    Meters {
+        density: Density,
+        meter_rows: u16,
+        meters: Box<[MeterSpec; 4]>,
+        /// The clocks, P-state, fan and PCIe line of a full block.
+        info: Option<Line<'static>>,
+    },
+}
+
+/// Where a block's parts go: the area inside its border, each meter's area, and the gauge,
+/// sparkline and value widths.
+struct BlockAreas {
+    inner: Rect,
+    meters: [Rect; 4],
+    gauge: u16,
+    spark: u16,
+    label: u16,
+    value: u16,
+}
+
+impl BlockAreas {
+    fn of(area: Rect, density: Density, meter_rows: u16) -> BlockAreas {
         let inner = area.inner(Margin::new(2, 1));
-        if g.lost {
-            Paragraph::new("LOST: the GPU fell off the bus. Nothing it reported before is current; check `dmesg` for Xid errors.")
-                .style(t.lost)
-                .wrap(Wrap { trim: true })
-                .render(inner, buf);
-            return;
-        }
-        match self.density {
+        match density {
             Density::Full => {
                 let gauge = inner.width.saturating_sub(6 + 17).div_ceil(3).clamp(8, 30);
-                let spark = inner.width.saturating_sub(6 + gauge + 17 + 1);
-                let meters = meters(self.app, g, self.pos, spark as usize);
-                let h = self.meter_rows;
-                for (i, m) in meters.into_iter().enumerate() {
-                    m.build(t, 6, gauge, 16)
-                        .render(rows(inner, i as u16 * h, h), buf);
+                let h = meter_rows;
+                BlockAreas {
+                    inner,
+                    meters: std::array::from_fn(|i| rows(inner, i as u16 * h, h)),
+                    gauge,
+                    spark: inner.width.saturating_sub(6 + gauge + 17 + 1),
+                    label: 6,
+                    value: 16,
                 }
-                info_line(g, t).render(rows(inner, 4 * h, 1), buf);
             }
             Density::Compact => {
                 let half = inner.width / 2;
                 let gauge = half.saturating_sub(6 + 15).div_ceil(2).clamp(4, 20);
-                let spark = half.saturating_sub(1 + 6 + gauge + 15 + 1);
-                let meters = meters(self.app, g, self.pos, spark as usize);
-                for (i, m) in meters.into_iter().enumerate() {
-                    let r = rows(inner, (i / 2) as u16, 1);
-                    let (x, w) = if i % 2 == 0 {
-                        (r.x, half)
-                    } else {
-                        (r.x + half, r.width - half)
-                    };
-                    m.build(t, 6, gauge, 14)
-                        .render(Rect::new(x, r.y, w.saturating_sub(1), r.height), buf);
+                BlockAreas {
+                    inner,
+                    meters: std::array::from_fn(|i| {
+                        let r = rows(inner, (i / 2) as u16, 1);
+                        let (x, w) = if i % 2 == 0 {
+                            (r.x, half)
+                        } else {
+                            (r.x + half, r.width - half)
+                        };
+                        Rect::new(x, r.y, w.saturating_sub(1), r.height)
+                    }),
+                    gauge,
+                    spark: half.saturating_sub(1 + 6 + gauge + 15 + 1),
+                    label: 6,
+                    value: 14,
+                }
+            }
+        }
+    }
+}
+
+impl BlockModel {
+    fn of(b: &GpuBlock, area: Rect) -> BlockModel {
+        let t = &b.app.theme;
+        let g = b.g;
+        let name = b.app.data.name(b.pos).unwrap_or(format::NA);
+        let border = if b.selected {
+            t.border_selected
+        } else {
+            t.border
+        };
+        let title = Line::from(vec![
+            Span::styled(format!(" {} ", g.index), border),
+            Span::styled(format!("{name} "), t.title),
+        ]);
+        let badges = Line::from(badges(g, t)).right_aligned();
+        let body = if g.lost {
+            BlockBody::Lost
+        } else {
+            let a = BlockAreas::of(area, b.density, b.meter_rows);
+            let meters = meters(b.app, g, b.pos, &a);
+            BlockBody::Meters {
+                density: b.density,
+                meter_rows: b.meter_rows,
+                meters: Box::new(meters),
+                info: (b.density == Density::Full).then(|| info_line(g, t)),
+            }
+        };
+        BlockModel {
+            border,
+            title,
+            badges,
+            body,
+        }
+    }
+
+    /// Draw the block on `area` (the area its model was made for).
+    pub fn draw(&self, t: &Theme, area: Rect, buf: &mut Buffer) {
+        draw_frame(
+            area,
+            buf,
+            self.border,
+            self.title.clone(),
+            self.badges.clone(),
+        );
+        match &self.body {
+            BlockBody::Lost => {
+                Paragraph::new("LOST: the GPU fell off the bus. Nothing it reported before is current; check `dmesg` for Xid errors.")
+                    .style(t.lost)
+                    .wrap(Wrap { trim: true })
+                    .render(area.inner(Margin::new(2, 1)), buf);
+            }
+            BlockBody::Meters {
+                density,
+                meter_rows,
+                meters,
+                info,
+            } => {
+                let a = BlockAreas::of(area, *density, *meter_rows);
+                for (m, r) in meters.iter().zip(a.meters) {
+                    m.meter(t, a.label, a.gauge, a.value).render(r, buf);
+                }
+                if let Some(info) = info {
+                    info.clone().render(rows(a.inner, 4 * meter_rows, 1), buf);
                 }
             }
         }
@@ -251,34 +364,36 @@ fn rows(area: Rect, i: u16, n: u16) -> Rect {
     }
 }
 
-/// What one meter shows, before widths are chosen.
+/// What one meter shows, quantized to what is drawn.
+#[derive(Debug, Clone, PartialEq)]
 struct MeterSpec {
     label: &'static str,
+    /// Rounded to the gauge's eighths of a cell.
     ratio: Option<f64>,
     value: String,
     fill: Style,
-    trend: Trend,
+    bars: Bars,
     trend_style: Style,
 }
 
 impl MeterSpec {
-    fn build(
-        self,
-        theme: &Theme,
+    fn meter<'a>(
+        &'a self,
+        theme: &'a Theme,
         label_width: u16,
         gauge_width: u16,
         value_width: u16,
-    ) -> Meter<'_> {
+    ) -> Meter<'a> {
         Meter {
             label: self.label,
             label_width,
             ratio: self.ratio,
             gauge_width,
-            value: self.value,
+            value: &self.value,
             value_width,
             fill: self.fill,
             value_style: theme.text,
-            trend: Some(self.trend),
+            trend: Some(&self.bars),
             trend_style: self.trend_style,
             theme,
         }
@@ -292,11 +407,12 @@ fn ratio(v: Option<f64>, of: Option<f64>) -> Option<f64> {
     }
 }
 
-/// Util, memory, temperature, power: the four meters of a GPU block.
-/// `w` is the width of their sparklines: one column per sampling interval.
-fn meters(app: &App, g: &GpuSample, pos: usize, w: usize) -> [MeterSpec; 4] {
+/// Util, memory, temperature, power: the four meters of a GPU block, for its areas `a`. Their
+/// sparklines are one column per sampling interval.
+fn meters(app: &App, g: &GpuSample, pos: usize, a: &BlockAreas) -> [MeterSpec; 4] {
     let t = &app.theme;
     let d = &app.data;
+    let w = a.spark as usize;
     let used = g.memory_used_bytes.map(|b| b as f64);
     let total = g.memory_total_bytes.map(|b| b as f64);
     let cap = g.power_limit_w.or(g.power_enforced_w);
@@ -306,50 +422,67 @@ fn meters(app: &App, g: &GpuSample, pos: usize, w: usize) -> [MeterSpec; 4] {
     } else {
         t.memory
     };
+    let spec = |i: usize,
+                label: &'static str,
+                r: Option<f64>,
+                value: String,
+                fill: Style,
+                metric: Metric,
+                max: f64,
+                trend_style: Style| MeterSpec {
+        label,
+        ratio: gauge_ratio(r, a.gauge),
+        value,
+        fill,
+        bars: Trend::recent(d, pos, metric, w, max).bars(a.meters[i].height),
+        trend_style,
+    };
     [
-        MeterSpec {
-            label: "util",
-            ratio: g.util_gpu_pct.map(|u| u / 100.0),
-            value: format::pct(g.util_gpu_pct),
-            fill: t.util,
-            trend: Trend::recent(d, pos, Metric::UtilGpu, w, 100.0),
-            trend_style: t.util,
-        },
-        MeterSpec {
-            label: "mem",
-            ratio: ratio(used, total),
-            value: format::memory(g.memory_used_bytes, g.memory_total_bytes),
-            fill: mem_fill,
-            trend: Trend::recent(d, pos, Metric::MemoryUsed, w, total.unwrap_or(1.0)),
-            trend_style: t.memory,
-        },
-        MeterSpec {
-            label: "temp",
-            ratio: ratio(g.temperature_c, temp_ref.or(Some(100.0))),
-            value: format::temperature(g.temperature_c, g.temp_slowdown_c),
-            fill: level(t, g.temperature_c, temp_ref, 0.9, 1.0),
-            trend: Trend::recent(d, pos, Metric::Temperature, w, temp_ref.unwrap_or(100.0)),
-            trend_style: t.temperature,
-        },
-        MeterSpec {
-            label: "power",
-            ratio: ratio(g.power_w, cap),
-            value: format::power(g.power_w, cap),
-            fill: level(t, g.power_w, cap, 0.9, 1.0),
-            trend: Trend::recent(
-                d,
-                pos,
-                Metric::Power,
-                w,
-                g.power_max_w.or(cap).unwrap_or(1.0),
-            ),
-            trend_style: t.power,
-        },
+        spec(
+            0,
+            "util",
+            g.util_gpu_pct.map(|u| u / 100.0),
+            format::pct(g.util_gpu_pct),
+            t.util,
+            Metric::UtilGpu,
+            100.0,
+            t.util,
+        ),
+        spec(
+            1,
+            "mem",
+            ratio(used, total),
+            format::memory(g.memory_used_bytes, g.memory_total_bytes),
+            mem_fill,
+            Metric::MemoryUsed,
+            total.unwrap_or(1.0),
+            t.memory,
+        ),
+        spec(
+            2,
+            "temp",
+            ratio(g.temperature_c, temp_ref.or(Some(100.0))),
+            format::temperature(g.temperature_c, g.temp_slowdown_c),
+            level(t, g.temperature_c, temp_ref, 0.9, 1.0),
+            Metric::Temperature,
+            temp_ref.unwrap_or(100.0),
+            t.temperature,
+        ),
+        spec(
+            3,
+            "power",
+            ratio(g.power_w, cap),
+            format::power(g.power_w, cap),
+            level(t, g.power_w, cap, 0.9, 1.0),
+            Metric::Power,
+            g.power_max_w.or(cap).unwrap_or(1.0),
+            t.power,
+        ),
     ]
 }
 
 /// `SM 1980/1980 MHz · mem 2619 MHz · P0 · fan N/A · PCIe ↓12.3 MB/s ↑4.5 MB/s · 1 process`
-fn info_line<'a>(g: &GpuSample, t: &Theme) -> Line<'a> {
+fn info_line(g: &GpuSample, t: &Theme) -> Line<'static> {
     let v = |s: String| {
         let style = if s == format::NA { t.na } else { t.text };
         Span::styled(s, style)
