@@ -12,7 +12,7 @@ use gpupilot::supervisor::RunStatus;
 use gpupilot::tui::event_loop::{self, Exit, FRAME_CAP};
 use gpupilot::tui::feed::{Request, Update};
 use gpupilot::tui::{App, ViewId};
-use ratatui::Terminal;
+use gpupilot::tui::screen::Screen;
 use ratatui::backend::{Backend, ClearType, TestBackend, WindowSize};
 use ratatui::buffer::Cell;
 use ratatui::layout::{Position, Size};
@@ -84,14 +84,14 @@ impl Backend for Counting {
     }
 }
 
-fn terminal(w: u16, h: u16) -> (Terminal<Counting>, Rc<RefCell<Counts>>) {
+fn terminal(w: u16, h: u16) -> (Screen<Counting>, Rc<RefCell<Counts>>) {
     let counts = Rc::new(RefCell::new(Counts::default()));
     let backend = Counting {
         inner: TestBackend::new(w, h),
         counts: Rc::clone(&counts),
         pending_cells: 0,
     };
-    (Terminal::new(backend).unwrap(), counts)
+    (Screen::new(backend), counts)
 }
 
 fn key(c: char) -> std::io::Result<Event> {
@@ -108,7 +108,7 @@ fn ctrl(c: char) -> std::io::Result<Event> {
     )))
 }
 
-fn screen(term: &Terminal<Counting>) -> String {
+fn screen(term: &Screen<Counting>) -> String {
     let buf = term.backend().inner.buffer();
     buf.content().iter().map(Cell::symbol).collect()
 }
@@ -125,7 +125,7 @@ async fn run_with<F, Fut>(
     w: u16,
     h: u16,
     drive: F,
-) -> (Exit, App, Terminal<Counting>, Rc<RefCell<Counts>>)
+) -> (Exit, App, Screen<Counting>, Rc<RefCell<Counts>>)
 where
     F: FnOnce(Input, mpsc::Sender<gpupilot::telemetry::Snapshot>) -> Fut,
     Fut: std::future::Future<Output = ()>,

@@ -2,7 +2,8 @@
 //!
 //! It redraws only when something changed (new data, an action, a resize, staleness or a
 //! status expiring), after draining every queued event, and never more often than the frame
-//! cap. Between those it sleeps: the clock wakes it only when the source may have turned
+//! cap, through a [`Screen`] that sends the terminal only the cells that changed (and, on the
+//! overview, draws only the GPU blocks that changed). Between those it sleeps: the clock wakes it only when the source may have turned
 //! stale or the footer message may have expired ([`Data::next_change_s`]). ratatui diffs each frame against the last, so only changed cells reach the terminal;
 //! the whole screen is cleared and redrawn only when the user asks (`Ctrl-L`).
 //!
@@ -16,9 +17,9 @@ use super::app::App;
 #[cfg(doc)]
 use super::data::Data;
 use super::feed::{Request, Update};
+use super::screen::Screen;
 use crossterm::event::Event;
 use futures::{Stream, StreamExt, future::poll_immediate};
-use ratatui::Terminal;
 use ratatui::backend::Backend;
 use ratatui::layout::Rect;
 use std::time::Duration;
@@ -69,7 +70,7 @@ pub fn handle_event(app: &mut App, ev: &Event) -> bool {
 /// often the header's count of seconds moves while the source is stale; `send` takes the
 /// app's requests.
 pub async fn run<B, S, U>(
-    terminal: &mut Terminal<B>,
+    terminal: &mut Screen<B>,
     app: &mut App,
     mut updates: mpsc::Receiver<U>,
     mut events: S,
@@ -103,13 +104,9 @@ where
             if std::mem::take(&mut app.full_redraw) {
                 terminal.clear().map_err(anyhow::Error::new)?;
             }
-            // The frame's area is the terminal's size (ratatui resizes before drawing): keep
-            // it for mouse hit-testing without asking the terminal again.
-            let area = terminal
-                .draw(|f| f.render_widget(&*app, f.area()))
-                .map_err(anyhow::Error::new)?
-                .area;
-            app.size = area;
+            // The frame's area is the terminal's size (the screen resizes before drawing):
+            // keep it for mouse hit-testing without asking the terminal again.
+            app.size = terminal.draw(app).map_err(anyhow::Error::new)?;
             dirty = false;
             data_since = None;
             last_frame = Some(Instant::now());

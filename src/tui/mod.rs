@@ -33,6 +33,7 @@ pub mod feed;
 pub mod format;
 pub mod log;
 pub mod metrics;
+pub mod screen;
 mod tty;
 pub mod tuner;
 pub mod ui;
@@ -148,13 +149,7 @@ pub fn run(opts: TuiOptions) -> anyhow::Result<()> {
         ratatui::backend::CrosstermBackend::new(std::io::stdout()),
         size.clone(),
     );
-    let mut terminal = match ratatui::Terminal::new(backend) {
-        Ok(t) => t,
-        Err(e) => {
-            ratatui::restore();
-            return Err(e).context("taking over the terminal");
-        }
-    };
+    let mut terminal = screen::Screen::new(backend);
     // ratatui's hook restores raw mode and the screen; mouse reporting must go too, or the
     // shell is flooded with escape codes after a panic.
     let restore_hook = std::panic::take_hook();
@@ -166,7 +161,7 @@ pub fn run(opts: TuiOptions) -> anyhow::Result<()> {
 
     let result = (|| -> anyhow::Result<()> {
         // A first frame at once, before the first sample (which may take a period).
-        terminal.draw(|f| f.render_widget(&app, f.area()))?;
+        app.size = terminal.draw(&app)?;
         let feed = opts.source.start(opts.refresh);
         let requests = feed.requests.clone();
         rt.block_on(event_loop::run(

@@ -109,14 +109,55 @@ pub fn tab_at(keymap: &Keymap, tabs: Rect, x: u16) -> Option<ViewId> {
     None
 }
 
+/// The theme's text style over `area`: what every frame starts from.
+pub fn base(app: &App, area: Rect, buf: &mut Buffer) {
+    let t = &app.theme;
+    // Painting 10,000 cells with the terminal's own default is a waste of a frame.
+    let plain = |c: Option<Color>| c.is_none_or(|c| c == Color::Reset);
+    if !(plain(t.text.fg) && plain(t.text.bg) && t.text.add_modifier.is_empty()) {
+        buf.set_style(area, t.text);
+    }
+}
+
+/// A part of the frame around the view, and what draws it.
+pub type Part = (Rect, fn(&App, Rect, &mut Buffer));
+
+/// The frame's parts when it can be drawn piece by piece: an overview with nothing over it,
+/// every GPU on one page, on a terminal big enough. Then the frame is the rows around the view
+/// (header, host line, tabs, footer: [`chrome`]) and one block per GPU
+/// ([`super::views::overview::block_models`]), and nothing else; `None` otherwise.
+///
+/// Whatever [`App`]'s render draws over the body must make this `None`.
+pub fn piecewise(app: &App, area: Rect) -> Option<Areas> {
+    let over = app.help.open || app.advisor.open || app.run.dialog.is_some() || app.power.is_some();
+    if area.width < MIN_WIDTH
+        || area.height < MIN_HEIGHT
+        || app.view != ViewId::Overview
+        || over
+        || app.data.snapshot.is_none()
+        || app.data.gpus().is_empty()
+    {
+        return None;
+    }
+    let a = Areas::of_app(app, area);
+    let layout = super::views::overview::Layout::new(a.body, app.data.gpus().len(), app.selected);
+    (layout.hidden == (0, 0)).then_some(a)
+}
+
+/// The rows around the view, in the order the frame draws them.
+pub fn chrome(a: &Areas) -> [Part; 4] {
+    [
+        (a.header, render_header),
+        (a.host, render_host),
+        (a.tabs, render_tabs),
+        (a.footer, render_footer),
+    ]
+}
+
 impl Widget for &App {
     fn render(self, area: Rect, buf: &mut Buffer) {
         let t = &self.theme;
-        // Painting 10,000 cells with the terminal's own default is a waste of a frame.
-        let plain = |c: Option<Color>| c.is_none_or(|c| c == Color::Reset);
-        if !(plain(t.text.fg) && plain(t.text.bg) && t.text.add_modifier.is_empty()) {
-            buf.set_style(area, t.text);
-        }
+        base(self, area, buf);
         if area.width < MIN_WIDTH || area.height < MIN_HEIGHT {
             let msg = format!(
                 "Terminal too small: {}×{}. gpupilot needs at least {MIN_WIDTH}×{MIN_HEIGHT}. Press q to quit.",

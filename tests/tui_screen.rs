@@ -1,0 +1,110 @@
+//! The console's terminal (`tui::screen`) draws an overview piece by piece: the rows around
+//! it on every frame, each GPU block only when what it shows changed. What reaches the
+//! terminal must be exactly the whole frame, whatever happens between frames: new data, a
+//! selection, help and dialogs over the body, other views, a long footer error, resizes, a
+//! theme change, Ctrl-L.
+
+mod tui_common;
+
+use gpupilot::config::theme;
+use gpupilot::telemetry::Snapshot;
+use gpupilot::tui::data::Level;
+use gpupilot::tui::screen::Screen;
+use gpupilot::tui::{App, ViewId};
+use ratatui::backend::TestBackend;
+use ratatui::buffer::Buffer;
+use ratatui::layout::Rect;
+use ratatui::widgets::Widget;
+use tui_common::{SECONDS, T0, app, snapshot_at};
+
+/// The frame `app` renders whole on `area`.
+fn whole(app: &App, area: Rect) -> Buffer {
+    let mut b = Buffer::empty(area);
+    app.render(area, &mut b);
+    b
+}
+
+/// Draw a frame and check the terminal shows exactly the whole frame.
+fn check(screen: &mut Screen<TestBackend>, app: &mut App, what: &str) {
+    app.size = screen.draw(app).unwrap();
+    let want = whole(app, app.size);
+    assert_eq!(screen.backend().buffer(), &want, "{what}");
+}
+
+#[test]
+fn frames_drawn_piecewise_are_the_whole_frames() {
+    let mut a = app(8);
+    let mut screen = Screen::new(TestBackend::new(200, 50));
+    let mut piecewise = 0;
+    for k in 0..90usize {
+        let s = SECONDS + k;
+        a.on_snapshot(snapshot_at(8, s));
+        a.data.now = T0 + s as f64 + 0.5;
+        match k {
+            10 => a.selected = 5,
+            20 => a.help.open = true,
+            22 => a.help.open = false,
+            25 => a.advisor.open = true,
+            26 => a.advisor.open = false,
+            30 => a.view = ViewId::Detail,
+            33 => a.view = ViewId::Overview,
+            40 => a.data.set_status(
+                Level::Error,
+                "a long error that wraps onto more than one footer row: ".repeat(6),
+            ),
+            45 => screen.backend_mut().resize(120, 40),
+            50 => screen.backend_mut().resize(80, 24),
+            55 => screen.backend_mut().resize(200, 50),
+            60 => a.theme = theme::preset("light").unwrap().resolve("light"),
+            70 => screen.clear().unwrap(),
+            75 => a.selected = 0,
+            _ => {}
+        }
+        check(&mut screen, &mut a, &format!("frame {k}"));
+        piecewise += usize::from(!screen.last_frame().whole);
+    }
+    assert!(
+        piecewise >= 60,
+        "most frames drawn piece by piece: {piecewise} of 90"
+    );
+}
+
+/// A snapshot whose values do not change, at second `s`.
+fn steady(s: usize) -> Snapshot {
+    let mut snap = snapshot_at(8, SECONDS);
+    let t = T0 + s as f64;
+    snap.time_s = t + 0.01;
+    for g in &mut snap.gpus {
+        g.time_s = t;
+    }
+    snap
+}
+
+#[test]
+fn a_steady_overview_sends_nothing_and_redraws_no_block() {
+    let mut a = app(8);
+    let mut screen = Screen::new(TestBackend::new(200, 50));
+    // Until the fixture's changing minutes have scrolled out of every sparkline.
+    for s in SECONDS..SECONDS + 200 {
+        a.on_snapshot(steady(s));
+        a.data.now = T0 + s as f64 + 0.5;
+        check(&mut screen, &mut a, &format!("second {s}"));
+    }
+    let last = screen.last_frame();
+    assert_eq!(
+        (last.whole, last.blocks, last.cells),
+        (false, 0, 0),
+        "{last:?}"
+    );
+
+    // A value that changes what is shown redraws that GPU's block only.
+    let s = SECONDS + 200;
+    let mut snap = steady(s);
+    snap.gpus[4].power_w = Some(600.0);
+    a.on_snapshot(snap);
+    a.data.now = T0 + s as f64 + 0.5;
+    check(&mut screen, &mut a, "one GPU's power moved");
+    let last = screen.last_frame();
+    assert_eq!((last.whole, last.blocks), (false, 1), "{last:?}");
+    assert!(last.cells > 0);
+}
