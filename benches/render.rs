@@ -2,9 +2,10 @@
 //! new snapshot (every number moves, as at a 1 s refresh), after ten minutes of history.
 //!
 //! `cargo bench --bench render [-- FRAMES]` (default 2,000). Prints `key=value` pairs: the
-//! median and p90 time to render the app into a buffer, and to draw a whole frame through
+//! median and p90 time to render the app into a buffer, to draw a whole frame through
 //! ratatui's terminal (render, diff against the last frame, crossterm's escape codes into
-//! memory), and the bytes each frame sends to the terminal.
+//! memory), and to draw the same frame through the console's own terminal (`tui::screen`,
+//! which redraws only the GPU blocks that changed), and the bytes each frame sends.
 
 use gpupilot::cli::SimArgs;
 use gpupilot::config::keymap::Keymap;
@@ -12,14 +13,58 @@ use gpupilot::config::theme::Theme;
 use gpupilot::telemetry::open::open_sim;
 use gpupilot::telemetry::{NodeInfo, Snapshot};
 use gpupilot::tui::App;
+use gpupilot::tui::screen::Screen;
 use ratatui::Terminal;
-use ratatui::backend::CrosstermBackend;
+use ratatui::backend::{Backend, CrosstermBackend};
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use ratatui::widgets::Widget;
 use std::cell::Cell;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
+
+/// A backend of a fixed size (the counting writer is not a terminal to ask).
+struct SizedTo<B>(B, Rect);
+
+impl<B: Backend> Backend for SizedTo<B> {
+    type Error = B::Error;
+    fn draw<'a, I: Iterator<Item = (u16, u16, &'a ratatui::buffer::Cell)>>(
+        &mut self,
+        content: I,
+    ) -> Result<(), B::Error> {
+        self.0.draw(content)
+    }
+    fn hide_cursor(&mut self) -> Result<(), B::Error> {
+        self.0.hide_cursor()
+    }
+    fn show_cursor(&mut self) -> Result<(), B::Error> {
+        self.0.show_cursor()
+    }
+    fn get_cursor_position(&mut self) -> Result<ratatui::layout::Position, B::Error> {
+        self.0.get_cursor_position()
+    }
+    fn set_cursor_position<P: Into<ratatui::layout::Position>>(
+        &mut self,
+        p: P,
+    ) -> Result<(), B::Error> {
+        self.0.set_cursor_position(p)
+    }
+    fn clear(&mut self) -> Result<(), B::Error> {
+        self.0.clear()
+    }
+    fn clear_region(&mut self, t: ratatui::backend::ClearType) -> Result<(), B::Error> {
+        self.0.clear_region(t)
+    }
+    fn size(&self) -> Result<ratatui::layout::Size, B::Error> {
+        Ok(self.1.as_size())
+    }
+    fn window_size(&mut self) -> Result<ratatui::backend::WindowSize, B::Error> {
+        self.0.window_size()
+    }
+    fn flush(&mut self) -> Result<(), B::Error> {
+        self.0.flush()
+    }
+}
 
 /// A terminal that counts what it is sent.
 struct Counter(Rc<Cell<usize>>);
@@ -80,14 +125,19 @@ fn main() {
     }
     let area = Rect::new(0, 0, 200, 50);
     app.size = area;
-    let snaps: Vec<Snapshot> = (0..frames).map(|i| snapshot(HISTORY_S + i)).collect();
+    // Each measurement goes on from where the last one ended, a simulated second a frame.
+    let mut second = HISTORY_S;
+    let mut next = |app: &mut App| {
+        app.on_snapshot(snapshot(second));
+        app.data.now = t0 + second as f64 + 0.5;
+        second += 1;
+    };
 
     // Rendering alone, into a buffer reset for each frame (as ratatui does).
     let mut buf = Buffer::empty(area);
     let mut render_us = Vec::with_capacity(frames);
-    for (i, s) in snaps.iter().enumerate() {
-        app.on_snapshot(s.clone());
-        app.data.now = t0 + (HISTORY_S + i) as f64 + 0.5;
+    for _ in 0..frames {
+        next(&mut app);
         let t = Instant::now();
         buf.reset();
         (&app).render(area, &mut buf);
@@ -105,9 +155,8 @@ fn main() {
     .expect("terminal");
     let mut frame_us = Vec::with_capacity(frames);
     let mut bytes = Vec::with_capacity(frames);
-    for (i, s) in snaps.iter().enumerate() {
-        app.on_snapshot(s.clone());
-        app.data.now = t0 + (HISTORY_S + frames + i) as f64 + 0.5;
+    for _ in 0..frames {
+        next(&mut app);
         written.set(0);
         let t = Instant::now();
         term.draw(|f| f.render_widget(&app, f.area()))
@@ -115,16 +164,38 @@ fn main() {
         frame_us.push(t.elapsed().as_secs_f64() * 1e6);
         bytes.push(written.get() as f64);
     }
+    // The console's own terminal, on the same frames.
+    let mut screen = Screen::new(SizedTo(
+        CrosstermBackend::new(Counter(Rc::clone(&written))),
+        area,
+    ));
+    let mut screen_us = Vec::with_capacity(frames);
+    let mut screen_bytes = Vec::with_capacity(frames);
+    let mut blocks = 0usize;
+    for _ in 0..frames {
+        next(&mut app);
+        written.set(0);
+        let t = Instant::now();
+        screen.draw(&app).expect("draw");
+        screen_us.push(t.elapsed().as_secs_f64() * 1e6);
+        screen_bytes.push(written.get() as f64);
+        blocks += screen.last_frame().blocks;
+    }
     // The first frame draws every cell: leave it out.
     let (frame_us, bytes) = (&mut frame_us[1..], &mut bytes[1..]);
+    let (screen_us, screen_bytes) = (&mut screen_us[1..], &mut screen_bytes[1..]);
     println!(
-        "frames={frames} render_p50_us={:.0} render_p90_us={:.0} frame_p50_us={:.0} frame_p90_us={:.0} bytes_p50={:.0} bytes_mean={:.0}",
+        "frames={frames} render_p50_us={:.0} render_p90_us={:.0} frame_p50_us={:.0} frame_p90_us={:.0} bytes_p50={:.0} bytes_mean={:.0} screen_p50_us={:.0} screen_p90_us={:.0} screen_bytes_mean={:.0} blocks_per_frame={:.2}",
         pct(&mut render_us, 0.5),
         pct(&mut render_us, 0.9),
         pct(frame_us, 0.5),
         pct(frame_us, 0.9),
         pct(bytes, 0.5),
         bytes.iter().sum::<f64>() / bytes.len() as f64,
+        pct(screen_us, 0.5),
+        pct(screen_us, 0.9),
+        screen_bytes.iter().sum::<f64>() / screen_bytes.len() as f64,
+        blocks as f64 / frames as f64,
     );
 }
 
