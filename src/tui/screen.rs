@@ -21,18 +21,30 @@ use ratatui::widgets::Widget;
 /// A terminal for the console (see the module doc).
 pub struct Screen<B: Backend> {
     backend: B,
-    /// The cells the terminal shows.
+    /// The cells the terminal shows, as of the last frame drawn whole.
     shown: Buffer,
     /// A screen-sized buffer for whole frames, kept for its memory.
     spare: Buffer,
-    /// The areas of the last frame, when it was drawn piece by piece or could have been.
-    pieces: Option<ui::Areas>,
-    /// Per GPU position: the area and model its block was last drawn from, on those areas.
-    blocks: Vec<Option<(Rect, BlockModel)>>,
-    /// The theme the blocks were drawn with.
+    /// Where the pieces of the last frame went, when it was drawn piece by piece or could
+    /// have been.
+    areas: Option<ui::Pieces>,
+    /// The rows around the view, then the GPU blocks by position, since the last whole frame:
+    /// what each shows now (which `shown` does not follow meanwhile).
+    pieces: Vec<Option<Piece>>,
+    /// The theme the pieces were drawn with.
     theme: Option<Theme>,
     cursor_hidden: bool,
     last: FrameStats,
+}
+
+/// One piece of a frame drawn piece by piece.
+struct Piece {
+    /// The cells the terminal shows on the piece's area.
+    shown: Buffer,
+    /// A buffer of the same area to draw the next version into, kept for its memory.
+    spare: Buffer,
+    /// The model a GPU block was drawn from.
+    model: Option<BlockModel>,
 }
 
 /// How the last frame was drawn.
@@ -46,14 +58,17 @@ pub struct FrameStats {
     pub cells: usize,
 }
 
+/// The rows around the view come first among the pieces.
+const CHROME: usize = 4;
+
 impl<B: Backend> Screen<B> {
     pub fn new(backend: B) -> Screen<B> {
         Screen {
             backend,
             shown: Buffer::empty(Rect::ZERO),
             spare: Buffer::empty(Rect::ZERO),
-            pieces: None,
-            blocks: Vec::new(),
+            areas: None,
+            pieces: Vec::new(),
             theme: None,
             cursor_hidden: false,
             last: FrameStats::default(),
@@ -78,7 +93,8 @@ impl<B: Backend> Screen<B> {
     pub fn clear(&mut self) -> Result<(), B::Error> {
         self.backend.clear()?;
         self.shown.reset();
-        self.pieces = None;
+        self.pieces.clear();
+        self.areas = None;
         Ok(())
     }
 
@@ -94,7 +110,8 @@ impl<B: Backend> Screen<B> {
             }
             self.shown = Buffer::empty(area);
             self.spare = Buffer::empty(area);
-            self.pieces = None;
+            self.pieces.clear();
+            self.areas = None;
         }
         if !self.cursor_hidden {
             self.backend.hide_cursor()?;
@@ -102,26 +119,28 @@ impl<B: Backend> Screen<B> {
         }
         if self.theme.as_ref() != Some(&app.theme) {
             self.theme = Some(app.theme.clone());
-            self.pieces = None;
+            self.areas = None;
         }
-        let pieces = ui::piecewise(app, area);
+        let areas = ui::piecewise(app, area);
+        let piecewise = matches!(areas, Some(a) if self.areas == Some(a));
         self.last = FrameStats {
-            whole: !matches!(pieces, Some(a) if self.pieces == Some(a)),
+            whole: !piecewise,
             ..FrameStats::default()
         };
-        match pieces {
-            Some(a) if self.pieces == Some(a) => self.draw_pieces(app, &a)?,
-            _ => {
-                self.draw_whole(app, area)?;
-                self.blocks.clear();
-            }
+        match areas {
+            Some(a) if piecewise => self.draw_pieces(app, &a.areas)?,
+            _ => self.draw_whole(app, area)?,
         }
-        self.pieces = pieces;
+        self.areas = areas;
         self.backend.flush()?;
         Ok(area)
     }
 
     fn draw_whole(&mut self, app: &App, area: Rect) -> Result<(), B::Error> {
+        // What the pieces drew since the last whole frame is what the terminal shows.
+        for p in self.pieces.drain(..).flatten() {
+            copy(&p.shown, &mut self.shown);
+        }
         self.spare.reset();
         app.render(area, &mut self.spare);
         let changes = self.shown.diff(&self.spare);
@@ -134,60 +153,84 @@ impl<B: Backend> Screen<B> {
     }
 
     fn draw_pieces(&mut self, app: &App, a: &ui::Areas) -> Result<(), B::Error> {
-        for (rect, render) in ui::chrome(a) {
-            let mut next = Buffer::empty(rect);
-            ui::base(app, rect, &mut next);
-            render(app, rect, &mut next);
-            self.put(&next)?;
+        for (i, (rect, render)) in ui::chrome(a).into_iter().enumerate() {
+            self.put(i, rect, None, |next, _| {
+                ui::base(app, rect, next);
+                render(app, rect, next);
+            })?;
         }
         for (pos, rect, model) in block_models(app, a.body) {
-            if self.blocks.len() <= pos {
-                self.blocks.resize(pos + 1, None);
-            }
-            if let Some((r, m)) = &self.blocks[pos] {
-                if *r == rect && *m == model {
+            let i = CHROME + pos;
+            if let Some(Some(p)) = self.pieces.get(i) {
+                if p.shown.area == rect && p.model.as_ref() == Some(&model) {
                     continue;
                 }
             }
-            let mut next = Buffer::empty(rect);
-            ui::base(app, rect, &mut next);
-            model.draw(&app.theme, rect, &mut next);
-            self.put(&next)?;
             self.last.blocks += 1;
-            self.blocks[pos] = Some((rect, model));
+            self.put(i, rect, Some(model), |next, model| {
+                ui::base(app, rect, next);
+                if let Some(m) = model {
+                    m.draw(&app.theme, rect, next);
+                }
+            })?;
         }
         Ok(())
     }
 
-    /// Send what differs between `next` and the cells shown on its area, and keep it as shown.
-    fn put(&mut self, next: &Buffer) -> Result<(), B::Error> {
-        let r = next.area;
+    /// Draw piece `i` on `rect` with `draw` (given the piece's model), send what differs from
+    /// what the terminal shows there, and keep it as shown.
+    fn put(
+        &mut self,
+        i: usize,
+        rect: Rect,
+        model: Option<BlockModel>,
+        draw: impl FnOnce(&mut Buffer, Option<&BlockModel>),
+    ) -> Result<(), B::Error> {
         // The pieces are laid out inside the frame's area (`ui::Areas`).
-        debug_assert_eq!(
-            r.intersection(self.shown.area),
-            r,
-            "a piece outside the screen"
-        );
-        if r.is_empty() || r.intersection(self.shown.area) != r {
+        if rect.is_empty() || rect.intersection(self.shown.area) != rect {
+            debug_assert!(rect.is_empty(), "a piece outside the screen: {rect:?}");
             return Ok(());
         }
-        let mut was = Buffer::empty(r);
-        for y in r.top()..r.bottom() {
-            let (from, to) = (self.shown.index_of(r.x, y), was.index_of(r.x, y));
-            let w = r.width as usize;
-            was.content[to..to + w].clone_from_slice(&self.shown.content[from..from + w]);
+        if self.pieces.len() <= i {
+            self.pieces.resize_with(i + 1, || None);
         }
-        let changes = was.diff(next);
+        let piece = match &mut self.pieces[i] {
+            Some(p) if p.shown.area == rect => p,
+            slot => {
+                // New since the last whole frame (pieces do not move without one: see
+                // `ui::Pieces`): what the terminal shows on it is in `shown`.
+                let mut was = Buffer::empty(rect);
+                copy(&self.shown, &mut was);
+                slot.insert(Piece {
+                    shown: was,
+                    spare: Buffer::empty(rect),
+                    model: None,
+                })
+            }
+        };
+        piece.spare.reset();
+        piece.model = model;
+        draw(&mut piece.spare, piece.model.as_ref());
+        let changes = piece.shown.diff(&piece.spare);
         self.last.cells += changes.len();
         if !changes.is_empty() {
             self.backend.draw(changes.into_iter())?;
         }
-        for y in r.top()..r.bottom() {
-            let (to, from) = (self.shown.index_of(r.x, y), next.index_of(r.x, y));
-            let w = r.width as usize;
-            self.shown.content[to..to + w].clone_from_slice(&next.content[from..from + w]);
-        }
+        std::mem::swap(&mut piece.shown, &mut piece.spare);
         Ok(())
+    }
+}
+
+/// Copy the cells of `from` that lie on `to`'s area into `to`.
+fn copy(from: &Buffer, to: &mut Buffer) {
+    let r = from.area.intersection(to.area);
+    if r.is_empty() {
+        return;
+    }
+    let w = r.width as usize;
+    for y in r.top()..r.bottom() {
+        let (i, j) = (from.index_of(r.x, y), to.index_of(r.x, y));
+        to.content[j..j + w].clone_from_slice(&from.content[i..i + w]);
     }
 }
 

@@ -125,10 +125,11 @@ pub type Part = (Rect, fn(&App, Rect, &mut Buffer));
 /// The frame's parts when it can be drawn piece by piece: an overview with nothing over it,
 /// every GPU on one page, on a terminal big enough. Then the frame is the rows around the view
 /// (header, host line, tabs, footer: [`chrome`]) and one block per GPU
-/// ([`super::views::overview::block_models`]), and nothing else; `None` otherwise.
+/// ([`super::views::overview::block_models`]), and nothing else; `None` otherwise. Two frames
+/// with the same [`Pieces`] have their pieces in the same places.
 ///
 /// Whatever [`App`]'s render draws over the body must make this `None`.
-pub fn piecewise(app: &App, area: Rect) -> Option<Areas> {
+pub fn piecewise(app: &App, area: Rect) -> Option<Pieces> {
     let over = app.help.open || app.advisor.open || app.run.dialog.is_some() || app.power.is_some();
     if area.width < MIN_WIDTH
         || area.height < MIN_HEIGHT
@@ -140,8 +141,17 @@ pub fn piecewise(app: &App, area: Rect) -> Option<Areas> {
         return None;
     }
     let a = Areas::of_app(app, area);
-    let layout = super::views::overview::Layout::new(a.body, app.data.gpus().len(), app.selected);
-    (layout.hidden == (0, 0)).then_some(a)
+    let gpus = app.data.gpus().len();
+    let layout = super::views::overview::Layout::new(a.body, gpus, app.selected);
+    (layout.hidden == (0, 0)).then_some(Pieces { areas: a, gpus })
+}
+
+/// Where the pieces of a frame drawn piece by piece go: the frame's areas, and the GPU count
+/// (which, with the body, places every block).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pieces {
+    pub areas: Areas,
+    pub gpus: usize,
 }
 
 /// The rows around the view, in the order the frame draws them.
