@@ -13,86 +13,12 @@ use gpupilot::tui::event_loop::{self, Exit, FRAME_CAP};
 use gpupilot::tui::feed::{Request, Update};
 use gpupilot::tui::screen::Screen;
 use gpupilot::tui::{App, ViewId};
-use ratatui::backend::{Backend, ClearType, TestBackend, WindowSize};
 use ratatui::buffer::Cell;
-use ratatui::layout::{Position, Size};
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::Duration;
 use tokio::sync::mpsc;
-use tui_common::{SECONDS, T0, app, run_info, snapshot_at};
-
-/// What reached the "terminal".
-#[derive(Debug, Default)]
-struct Counts {
-    frames: usize,
-    cells: Vec<usize>,
-    clears: usize,
-}
-
-/// TestBackend that counts frames (flushes), cells written per frame, and clears.
-struct Counting {
-    inner: TestBackend,
-    counts: Rc<RefCell<Counts>>,
-    pending_cells: usize,
-}
-
-impl Backend for Counting {
-    type Error = std::convert::Infallible;
-
-    fn draw<'a, I>(&mut self, content: I) -> Result<(), Self::Error>
-    where
-        I: Iterator<Item = (u16, u16, &'a Cell)>,
-    {
-        let cells: Vec<_> = content.collect();
-        self.pending_cells += cells.len();
-        self.inner.draw(cells.into_iter())
-    }
-    fn hide_cursor(&mut self) -> Result<(), Self::Error> {
-        self.inner.hide_cursor()
-    }
-    fn show_cursor(&mut self) -> Result<(), Self::Error> {
-        self.inner.show_cursor()
-    }
-    fn get_cursor_position(&mut self) -> Result<Position, Self::Error> {
-        self.inner.get_cursor_position()
-    }
-    fn set_cursor_position<P: Into<Position>>(&mut self, position: P) -> Result<(), Self::Error> {
-        self.inner.set_cursor_position(position)
-    }
-    fn clear(&mut self) -> Result<(), Self::Error> {
-        self.counts.borrow_mut().clears += 1;
-        self.inner.clear()
-    }
-    fn clear_region(&mut self, clear_type: ClearType) -> Result<(), Self::Error> {
-        if clear_type == ClearType::All {
-            self.counts.borrow_mut().clears += 1;
-        }
-        self.inner.clear_region(clear_type)
-    }
-    fn size(&self) -> Result<Size, Self::Error> {
-        self.inner.size()
-    }
-    fn window_size(&mut self) -> Result<WindowSize, Self::Error> {
-        self.inner.window_size()
-    }
-    fn flush(&mut self) -> Result<(), Self::Error> {
-        let mut c = self.counts.borrow_mut();
-        c.frames += 1;
-        c.cells.push(std::mem::take(&mut self.pending_cells));
-        self.inner.flush()
-    }
-}
-
-fn terminal(w: u16, h: u16) -> (Screen<Counting>, Rc<RefCell<Counts>>) {
-    let counts = Rc::new(RefCell::new(Counts::default()));
-    let backend = Counting {
-        inner: TestBackend::new(w, h),
-        counts: Rc::clone(&counts),
-        pending_cells: 0,
-    };
-    (Screen::new(backend), counts)
-}
+use tui_common::{Counting, Counts, SECONDS, T0, app, run_info, snapshot_at, terminal};
 
 fn key(c: char) -> std::io::Result<Event> {
     Ok(Event::Key(KeyEvent::new(

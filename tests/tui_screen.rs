@@ -15,7 +15,7 @@ use ratatui::backend::TestBackend;
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use ratatui::widgets::Widget;
-use tui_common::{SECONDS, T0, app, snapshot_at};
+use tui_common::{SECONDS, T0, app, snapshot_at, terminal};
 
 /// The frame `app` renders whole on `area`.
 fn whole(app: &App, area: Rect) -> Buffer {
@@ -109,4 +109,26 @@ fn a_steady_overview_sends_nothing_and_redraws_no_block() {
     let last = screen.last_frame();
     assert_eq!((last.whole, last.blocks), (false, 1), "{last:?}");
     assert!(last.cells > 0);
+}
+
+#[test]
+fn a_frame_is_sent_in_one_draw() {
+    // Each `draw` of a crossterm backend ends by resetting the colours: a frame drawn piece by
+    // piece must still cost one.
+    let mut a = app(8);
+    let (mut screen, counts) = terminal(200, 50);
+    for k in 0..30usize {
+        let s = SECONDS + k;
+        a.on_snapshot(snapshot_at(8, s));
+        a.data.now = T0 + s as f64 + 0.5;
+        a.size = screen.draw(&a).unwrap();
+    }
+    let c = counts.borrow();
+    assert_eq!(c.frames, 30);
+    assert!(c.draws.iter().all(|&d| d <= 1), "{:?}", c.draws);
+    assert!(
+        c.cells[1..].iter().all(|&n| n > 0),
+        "the fixture changes every second: {:?}",
+        c.cells
+    );
 }

@@ -14,7 +14,7 @@ use super::ui;
 use super::views::overview::{BlockModel, block_models};
 use crate::config::theme::Theme;
 use ratatui::backend::Backend;
-use ratatui::buffer::Buffer;
+use ratatui::buffer::{Buffer, Cell};
 use ratatui::layout::Rect;
 use ratatui::widgets::Widget;
 
@@ -35,6 +35,9 @@ pub struct Screen<B: Backend> {
     theme: Option<Theme>,
     cursor_hidden: bool,
     last: FrameStats,
+    /// The cells a frame drawn piece by piece changes, sent together at its end: each call
+    /// of the backend's `draw` ends by resetting the colours, which costs bytes per call.
+    changed: Vec<(u16, u16, Cell)>,
 }
 
 /// One piece of a frame drawn piece by piece.
@@ -72,6 +75,7 @@ impl<B: Backend> Screen<B> {
             theme: None,
             cursor_hidden: false,
             last: FrameStats::default(),
+            changed: Vec::new(),
         }
     }
 
@@ -157,7 +161,7 @@ impl<B: Backend> Screen<B> {
             self.put(i, rect, None, |next, _| {
                 ui::base(app, rect, next);
                 render(app, rect, next);
-            })?;
+            });
         }
         for (pos, rect, model) in block_models(app, a.body) {
             let i = CHROME + pos;
@@ -172,24 +176,32 @@ impl<B: Backend> Screen<B> {
                 if let Some(m) = model {
                     m.draw(&app.theme, rect, next);
                 }
-            })?;
+            });
+        }
+        // In screen order, so that the cursor moves as little as it can.
+        self.changed.sort_unstable_by_key(|(x, y, _)| (*y, *x));
+        self.last.cells = self.changed.len();
+        if !self.changed.is_empty() {
+            self.backend
+                .draw(self.changed.iter().map(|(x, y, c)| (*x, *y, c)))?;
+            self.changed.clear();
         }
         Ok(())
     }
 
-    /// Draw piece `i` on `rect` with `draw` (given the piece's model), send what differs from
-    /// what the terminal shows there, and keep it as shown.
+    /// Draw piece `i` on `rect` with `draw` (given the piece's model), note what differs from
+    /// what the terminal shows there (in `changed`), and keep it as shown.
     fn put(
         &mut self,
         i: usize,
         rect: Rect,
         model: Option<BlockModel>,
         draw: impl FnOnce(&mut Buffer, Option<&BlockModel>),
-    ) -> Result<(), B::Error> {
+    ) {
         // The pieces are laid out inside the frame's area (`ui::Areas`).
         if rect.is_empty() || rect.intersection(self.shown.area) != rect {
             debug_assert!(rect.is_empty(), "a piece outside the screen: {rect:?}");
-            return Ok(());
+            return;
         }
         if self.pieces.len() <= i {
             self.pieces.resize_with(i + 1, || None);
@@ -211,13 +223,14 @@ impl<B: Backend> Screen<B> {
         piece.spare.reset();
         piece.model = model;
         draw(&mut piece.spare, piece.model.as_ref());
-        let changes = piece.shown.diff(&piece.spare);
-        self.last.cells += changes.len();
-        if !changes.is_empty() {
-            self.backend.draw(changes.into_iter())?;
-        }
+        self.changed.extend(
+            piece
+                .shown
+                .diff(&piece.spare)
+                .into_iter()
+                .map(|(x, y, c)| (x, y, c.clone())),
+        );
         std::mem::swap(&mut piece.shown, &mut piece.spare);
-        Ok(())
     }
 }
 

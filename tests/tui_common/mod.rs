@@ -10,8 +10,13 @@ use gpupilot::supervisor::RunStatus;
 use gpupilot::telemetry::{GpuProcess, GpuSample, HostSample, NodeInfo, Snapshot, throttle};
 use gpupilot::tui::App;
 use gpupilot::tui::feed::{Link, Update};
+use gpupilot::tui::screen::Screen;
 use ratatui::Terminal;
-use ratatui::backend::TestBackend;
+use ratatui::backend::{Backend, ClearType, TestBackend, WindowSize};
+use ratatui::buffer::Cell;
+use ratatui::layout::{Position, Size};
+use std::cell::RefCell;
+use std::rc::Rc;
 use std::time::Duration;
 
 /// Start of the fixture's time (seconds since the epoch).
@@ -331,4 +336,85 @@ pub fn app_with_runs() -> App {
     });
     app.take_requests();
     app
+}
+
+/// What reached the "terminal" of a [`Counting`] backend.
+#[derive(Debug, Default)]
+pub struct Counts {
+    /// Frames (flushes).
+    pub frames: usize,
+    /// Cells written, per frame.
+    pub cells: Vec<usize>,
+    /// Calls of `draw`, per frame.
+    pub draws: Vec<usize>,
+    pub clears: usize,
+}
+
+/// TestBackend that counts frames, cells and `draw` calls per frame, and clears.
+pub struct Counting {
+    pub inner: TestBackend,
+    counts: Rc<RefCell<Counts>>,
+    pending_cells: usize,
+    pending_draws: usize,
+}
+
+impl Backend for Counting {
+    type Error = std::convert::Infallible;
+
+    fn draw<'a, I>(&mut self, content: I) -> Result<(), Self::Error>
+    where
+        I: Iterator<Item = (u16, u16, &'a Cell)>,
+    {
+        let cells: Vec<_> = content.collect();
+        self.pending_cells += cells.len();
+        self.pending_draws += 1;
+        self.inner.draw(cells.into_iter())
+    }
+    fn hide_cursor(&mut self) -> Result<(), Self::Error> {
+        self.inner.hide_cursor()
+    }
+    fn show_cursor(&mut self) -> Result<(), Self::Error> {
+        self.inner.show_cursor()
+    }
+    fn get_cursor_position(&mut self) -> Result<Position, Self::Error> {
+        self.inner.get_cursor_position()
+    }
+    fn set_cursor_position<P: Into<Position>>(&mut self, position: P) -> Result<(), Self::Error> {
+        self.inner.set_cursor_position(position)
+    }
+    fn clear(&mut self) -> Result<(), Self::Error> {
+        self.counts.borrow_mut().clears += 1;
+        self.inner.clear()
+    }
+    fn clear_region(&mut self, clear_type: ClearType) -> Result<(), Self::Error> {
+        if clear_type == ClearType::All {
+            self.counts.borrow_mut().clears += 1;
+        }
+        self.inner.clear_region(clear_type)
+    }
+    fn size(&self) -> Result<Size, Self::Error> {
+        self.inner.size()
+    }
+    fn window_size(&mut self) -> Result<WindowSize, Self::Error> {
+        self.inner.window_size()
+    }
+    fn flush(&mut self) -> Result<(), Self::Error> {
+        let mut c = self.counts.borrow_mut();
+        c.frames += 1;
+        c.cells.push(std::mem::take(&mut self.pending_cells));
+        c.draws.push(std::mem::take(&mut self.pending_draws));
+        self.inner.flush()
+    }
+}
+
+/// The console's terminal on a `w`×`h` counting test backend.
+pub fn terminal(w: u16, h: u16) -> (Screen<Counting>, Rc<RefCell<Counts>>) {
+    let counts = Rc::new(RefCell::new(Counts::default()));
+    let backend = Counting {
+        inner: TestBackend::new(w, h),
+        counts: Rc::clone(&counts),
+        pending_cells: 0,
+        pending_draws: 0,
+    };
+    (Screen::new(backend), counts)
 }
