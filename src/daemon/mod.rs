@@ -151,8 +151,11 @@ pub fn run(opts: DaemonOptions) -> Result<(), DaemonError> {
     }
     prepare_private_dir(&opts.paths.state)?;
     let lock = DaemonLock::acquire(&opts.paths)?;
+    // One worker: the daemon's async side is small (framing, pushes, answers from memory),
+    // and a second worker mostly woke to find nothing to steal. Blocking work (runs, files,
+    // NVML calls) goes to the blocking pool, sampling and history to threads of their own.
     let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(1)
         .thread_name("gpupilot-daemon")
         .enable_all()
         .build()
@@ -302,22 +305,157 @@ async fn wait_for_signal() -> Result<String, DaemonError> {
     }
 }
 
+/// Poll live runs every [`POLL_EVERY`]; with none live, sleep until a run is started (runs
+/// adopted at start are in the table before this begins, so the first check sees them).
 async fn poll_runs(daemon: Arc<Daemon>, shutdown: CancellationToken) {
     let mut every = tokio::time::interval(POLL_EVERY);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
+        if !daemon.runs_to_poll() {
+            // No timer while idle: an idle daemon wakes for nothing here. A start between the
+            // check and this wait is not lost: `notify_one` keeps a permit for the next wait.
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = daemon.run_added.notified() => {}
+            }
+            // Poll at once, then every period from now.
+            every.reset_immediately();
+            continue;
+        }
         tokio::select! {
             _ = shutdown.cancelled() => break,
             _ = every.tick() => {
-                // With every run finished there is nothing to poll: skip the hop to the
-                // blocking pool (ten thread wake-ups a second on an idle node).
-                if !daemon.runs_to_poll() {
-                    continue;
-                }
                 let d = Arc::clone(&daemon);
                 // /proc reads and file writes: off the async workers.
                 let _ = tokio::task::spawn_blocking(move || d.poll_runs()).await;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::profile::Profile;
+    use crate::protocol::{Request, Response};
+    use crate::supervisor::Caller;
+    use std::time::Instant;
+
+    fn paths(dir: &std::path::Path) -> Paths {
+        Paths {
+            config: dir.join("config"),
+            state: dir.join("state"),
+            runtime: dir.join("run"),
+        }
+    }
+
+    fn daemon(dir: &std::path::Path) -> Arc<Daemon> {
+        let paths = paths(dir);
+        std::fs::create_dir_all(&paths.state).unwrap();
+        let socket = paths.runtime.join(SOCKET_NAME);
+        let d = Daemon::new(paths, socket, false, 1.0, None, None, Some("none".into()));
+        Arc::new(d.unwrap())
+    }
+
+    fn me() -> Peer {
+        Peer {
+            uid: rustix::process::getuid().as_raw(),
+            gid: 0,
+            pid: Some(std::process::id()),
+        }
+    }
+
+    /// Start `sh -c script` as a run; its id.
+    fn start(d: &Daemon, script: &str) -> String {
+        let mut caller = Caller::current().unwrap();
+        caller.cwd = std::env::temp_dir();
+        let argv = vec!["sh".into(), "-c".into(), script.into()];
+        let r = d.answer(
+            &me(),
+            Request::RunStart {
+                profile: Box::new(Profile::from_command(argv)),
+                caller,
+                knobs: Default::default(),
+                why: None,
+            },
+        );
+        let Response::RunStarted { run } = r else {
+            panic!("{r:?}")
+        };
+        run.id
+    }
+
+    fn finished(d: &Daemon, id: &str) -> bool {
+        state::lock(&d.runs).get(id).unwrap().run.is_finished()
+    }
+
+    fn wait_until(limit: Duration, f: impl Fn() -> bool) -> bool {
+        let end = Instant::now() + limit;
+        while Instant::now() < end {
+            if f() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
+    #[test]
+    fn the_idle_poller_wakes_when_a_run_starts_and_sleeps_again_when_it_ends() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = daemon(tmp.path());
+        let rt = runtime();
+        let shutdown = CancellationToken::new();
+        let poller = rt.spawn(poll_runs(Arc::clone(&d), shutdown.clone()));
+        // Let the poller find nothing to poll and go to sleep.
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(!poller.is_finished());
+        // Only the poller reaps a run: an ended run stays live until it is polled.
+        let first = start(&d, "exit 3");
+        assert!(
+            wait_until(Duration::from_secs(10), || finished(&d, &first)),
+            "the poller did not wake for a started run"
+        );
+        // Asleep again; a second start wakes it again.
+        std::thread::sleep(Duration::from_millis(300));
+        let second = start(&d, "sleep 0.2");
+        assert!(
+            wait_until(Duration::from_secs(10), || finished(&d, &second)),
+            "the poller did not wake for the second run"
+        );
+        shutdown.cancel();
+        assert!(
+            wait_until(Duration::from_secs(5), || poller.is_finished()),
+            "an idle poller must stop at shutdown"
+        );
+    }
+
+    #[test]
+    fn the_poller_polls_runs_adopted_at_start() {
+        let tmp = tempfile::tempdir().unwrap();
+        let id = {
+            let earlier = daemon(tmp.path());
+            start(&earlier, "sleep 1")
+            // That daemon goes away without polling; the run goes on.
+        };
+        let d = daemon(tmp.path());
+        assert!(d.runs_to_poll(), "the run is adopted live");
+        let rt = runtime();
+        let shutdown = CancellationToken::new();
+        let poller = rt.spawn(poll_runs(Arc::clone(&d), shutdown.clone()));
+        assert!(
+            wait_until(Duration::from_secs(10), || finished(&d, &id)),
+            "an adopted run was never polled"
+        );
+        shutdown.cancel();
+        assert!(wait_until(Duration::from_secs(5), || poller.is_finished()));
     }
 }

@@ -66,10 +66,11 @@ impl Daemon {
         let id = run.id().to_string();
         let mut table = lock(&self.runs);
         table.insert(run);
-        Ok(runs::info(
-            table.get(&id).expect("just inserted"),
-            SystemTime::now(),
-        ))
+        let info = runs::info(table.get(&id).expect("just inserted"), SystemTime::now());
+        drop(table);
+        // The poller sleeps while no run is live: a new one must wake it.
+        self.run_added.notify_one();
+        Ok(info)
     }
 
     pub(super) fn stop_run(

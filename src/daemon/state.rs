@@ -86,6 +86,8 @@ pub struct Daemon {
     pub(super) control: super::control::ControlSlot,
     /// Governors, budget, energy and alerts (see `control_loop`).
     pub(super) control_loop: super::control_loop::ControlLoop,
+    /// Wakes the run poller when a run joins the table (it sleeps while no run is live).
+    pub(super) run_added: tokio::sync::Notify,
 }
 
 impl Daemon {
@@ -155,6 +157,7 @@ impl Daemon {
             next_conn: std::sync::atomic::AtomicU64::new(1),
             control: Default::default(),
             control_loop: Default::default(),
+            run_added: tokio::sync::Notify::new(),
         })
     }
 
