@@ -24,6 +24,7 @@ use super::state::Daemon;
 use crate::protocol::{
     self, ClientFrame, ErrorCode, MAX_REQUEST_FRAME, NodeEvent, Request, Response, ServerFrame,
 };
+use crate::telemetry::Snapshot;
 
 /// Frames queued for one client before its answers wait (pushed snapshots are dropped).
 const QUEUE: usize = 64;
@@ -36,6 +37,7 @@ pub async fn accept_loop(
     mode: Arc<Mode>,
 ) {
     let mut conns = JoinSet::new();
+    let frames = Arc::new(TelemetryFrames::default());
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => break,
@@ -46,6 +48,7 @@ pub async fn accept_loop(
                         stream,
                         shutdown.clone(),
                         Arc::clone(&mode),
+                        Arc::clone(&frames),
                     ));
                 }
                 Err(e) => {
@@ -91,6 +94,7 @@ async fn connection(
     mut stream: UnixStream,
     shutdown: CancellationToken,
     mode: Arc<Mode>,
+    frames: Arc<TelemetryFrames>,
 ) {
     let peer = match Peer::of(&stream) {
         Ok(p) => p,
@@ -136,6 +140,7 @@ async fn connection(
         greeted: false,
         telemetry: None,
         events: None,
+        frames,
     };
     let mut frames = FramedRead::new(rd, LinesCodec::new_with_max_length(MAX_REQUEST_FRAME));
     loop {
@@ -206,6 +211,8 @@ struct Conn {
     greeted: bool,
     telemetry: Option<JoinHandle<()>>,
     events: Option<JoinHandle<()>>,
+    /// The telemetry push, encoded once per snapshot for every connection.
+    frames: Arc<TelemetryFrames>,
 }
 
 impl Conn {
@@ -405,6 +412,13 @@ impl Conn {
                     .await;
                 true
             }
+            // Memory only (the history lock is held just for a snapshot's appends): answered
+            // here, without a hop to the blocking pool and back.
+            request @ Request::History { .. } => {
+                let response = self.daemon.answer(&self.peer, request);
+                self.send(reply(id, response)).await;
+                true
+            }
             request => {
                 let daemon = Arc::clone(&self.daemon);
                 let peer = self.peer.clone();
@@ -429,14 +443,13 @@ impl Conn {
             (true, None) => {
                 let mut rx = self.daemon.telemetry();
                 let tx = self.tx.clone();
+                let frames = Arc::clone(&self.frames);
                 self.telemetry = Some(tokio::spawn(async move {
                     // The newest snapshot at once, then each new one.
                     loop {
                         let snap = rx.borrow_and_update().clone();
                         if let Some(s) = snap {
-                            let line = push(Response::Telemetry {
-                                snapshot: Box::new((*s).clone()),
-                            });
+                            let line = frames.line(&s);
                             // A client that does not keep up skips snapshots; it never stalls
                             // the daemon or its own answers.
                             if let Err(mpsc::error::TrySendError::Closed(_)) = tx.try_send(line) {
@@ -494,5 +507,101 @@ impl Conn {
         {
             t.abort();
         }
+    }
+}
+
+/// The newest snapshot's push frame, shared by every subscribed connection: each snapshot is
+/// encoded once, however many consoles watch.
+#[derive(Default)]
+struct TelemetryFrames {
+    newest: std::sync::Mutex<Option<(Arc<Snapshot>, Arc<str>)>>,
+}
+
+impl TelemetryFrames {
+    /// The push frame of `snap` (a `telemetry` response with no id).
+    fn line(&self, snap: &Arc<Snapshot>) -> String {
+        let mut newest = self.newest.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((s, line)) = newest.as_ref() {
+            if Arc::ptr_eq(s, snap) {
+                return line.to_string();
+            }
+        }
+        let line = telemetry_push(snap);
+        *newest = Some((Arc::clone(snap), Arc::from(line.as_str())));
+        line
+    }
+}
+
+/// `push(Response::Telemetry { snapshot })` without copying the snapshot first: the same
+/// bytes, from a borrowed snapshot.
+fn telemetry_push(snapshot: &Snapshot) -> String {
+    #[derive(serde::Serialize)]
+    #[serde(tag = "type", rename_all = "snake_case")]
+    enum Push<'a> {
+        Telemetry { snapshot: &'a Snapshot },
+    }
+    protocol::encode(&Push::Telemetry { snapshot })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::telemetry::{GpuSample, HostSample};
+
+    fn snapshot(power: f64) -> Snapshot {
+        Snapshot {
+            time_s: 1_796_008_500.25,
+            gpus: (0..2)
+                .map(|i| GpuSample {
+                    index: i,
+                    time_s: 1_796_008_500.0,
+                    power_w: Some(power + f64::from(i)),
+                    temperature_c: Some(61.5),
+                    ..GpuSample::default()
+                })
+                .collect(),
+            host: Some(HostSample {
+                cpu_pct: Some(12.5),
+                ..HostSample::default()
+            }),
+            ..Snapshot::default()
+        }
+    }
+
+    #[test]
+    fn a_telemetry_push_is_the_same_frame_as_the_response_encodes() {
+        let snap = snapshot(300.0);
+        let expected = push(Response::Telemetry {
+            snapshot: Box::new(snap.clone()),
+        });
+        assert_eq!(telemetry_push(&snap), expected);
+        let back: ServerFrame = protocol::decode(&expected, usize::MAX).unwrap();
+        assert_eq!(
+            back.response,
+            Response::Telemetry {
+                snapshot: Box::new(snap)
+            }
+        );
+    }
+
+    #[test]
+    fn each_snapshot_is_encoded_once_and_a_new_one_replaces_it() {
+        let frames = TelemetryFrames::default();
+        let newest = |f: &TelemetryFrames| f.newest.lock().unwrap().clone().unwrap();
+        let a = Arc::new(snapshot(300.0));
+        let first = frames.line(&a);
+        assert_eq!(first, telemetry_push(&a));
+        let (kept, cached) = newest(&frames);
+        assert!(Arc::ptr_eq(&kept, &a) && *cached == *first);
+        assert_eq!(frames.line(&a), first, "the same snapshot, from the cache");
+        assert!(
+            Arc::ptr_eq(&newest(&frames).1, &cached),
+            "not encoded again"
+        );
+        let b = Arc::new(snapshot(310.0));
+        let second = frames.line(&b);
+        assert_eq!(second, telemetry_push(&b));
+        assert_ne!(second, first);
+        assert!(Arc::ptr_eq(&newest(&frames).0, &b));
     }
 }
