@@ -98,10 +98,12 @@ impl Daemon {
         }
     }
 
-    /// Every run, as the loops see it.
+    /// The live runs, as the loops see them: the loops act on live runs only (an ended run
+    /// is one no longer among them), so the ended ones, however many, are not looked at at
+    /// every snapshot.
     fn run_views(&self) -> Vec<RunView> {
         let runs = lock(&self.runs);
-        runs.list(std::time::SystemTime::now())
+        runs.list_live(std::time::SystemTime::now())
             .into_iter()
             .map(|info| RunView {
                 live: !info.is_final(),

@@ -164,6 +164,15 @@ impl RunTable {
         self.entries.values().map(|e| info(e, now)).collect()
     }
 
+    /// The runs that have not ended for good (status not final), as `ps` shows them.
+    pub fn list_live(&self, now: SystemTime) -> Vec<RunInfo> {
+        self.entries
+            .values()
+            .filter(|e| !e.run.summary().status.is_final())
+            .map(|e| info(e, now))
+            .collect()
+    }
+
     /// (live, total).
     pub fn counts(&self) -> (usize, usize) {
         let live = self
@@ -307,5 +316,32 @@ mod tests {
         assert_eq!(list[0].status, RunStatus::Succeeded);
         assert_eq!(list[0].gpus, "all");
         assert_eq!(list[0].command, ["true"]);
+    }
+
+    #[test]
+    fn list_live_leaves_out_ended_runs() {
+        let (tmp, mut t) = table_with(&[("done", 0), ("also-done", 60)]);
+        assert!(t.list_live(SystemTime::now()).is_empty());
+        let caller = Caller {
+            cwd: tmp.path().to_path_buf(),
+            env: [("PATH".to_string(), "/usr/bin:/bin".to_string())].into(),
+        };
+        let clock = ManualClock::at(UNIX_EPOCH + Duration::from_secs(1_796_008_500 + 120));
+        let mut p = Profile::from_command(vec!["sleep".into(), "1".into()]);
+        p.name = "live".into();
+        let run =
+            Run::start_new(tmp.path(), &p, &caller, &LaunchOptions::default(), &clock).unwrap();
+        t.insert(run);
+        let now = SystemTime::now();
+        let live = t.list_live(now);
+        assert_eq!(live.len(), 1);
+        assert_eq!(live[0].name, "live");
+        assert!(!live[0].is_final());
+        let all = t.list(now);
+        assert_eq!(all.len(), 3);
+        assert_eq!(
+            all.iter().filter(|r| !r.is_final()).collect::<Vec<_>>(),
+            live.iter().collect::<Vec<_>>()
+        );
     }
 }
