@@ -1,17 +1,22 @@
-//! Sampling off the caller's thread: one worker per GPU, one coordinator that assembles
-//! snapshots at the configured rate.
+//! Sampling off the caller's thread: GPUs read on sampling threads ("lanes"), one coordinator
+//! that assembles snapshots at the configured rate.
 //!
-//! A worker that hangs inside a driver call holds only its own GPU: the coordinator keeps
-//! publishing, with that GPU's last reading marked `stale`. Nothing here blocks a reader of
-//! [`Sampler::latest`] for longer than a mutex swap.
+//! The first readings are taken in parallel (a lane per GPU, so the first snapshot waits for
+//! the slowest GPU only); after them, while every GPU answers promptly, one lane reads them all
+//! in turn each period: one thread wake-up per period instead of one per GPU. A GPU whose call holds its lane past half a
+//! period (a hung or very slow driver call) keeps that lane to itself: the lane's other GPUs
+//! move to a new lane at once. So a worker that hangs inside a driver call holds only its own
+//! GPU: the coordinator keeps publishing, with that GPU's last reading marked `stale`, and the
+//! other GPUs keep updating. At worst (every GPU slow) each GPU has a lane of its own. Nothing
+//! here blocks a reader of [`Sampler::latest`] for longer than a mutex swap.
 
 use super::host::HostSampler;
 use super::{GpuSample, NodeInfo, Snapshot, Source, now_s};
-use crossbeam_channel::{Receiver, Sender, bounded, select, tick};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, bounded, select, tick};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How often to sample and when a reading counts as stale.
 #[derive(Debug, Clone)]
@@ -38,8 +43,12 @@ impl SamplerConfig {
 
 type Slots = Arc<Vec<Mutex<Option<GpuSample>>>>;
 
-/// A running sampler. Dropping it stops the workers (a worker stuck in a call exits when the
-/// call returns).
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A running sampler. Dropping it stops the lanes (a lane stuck in a call exits when the call
+/// returns).
 pub struct Sampler {
     latest: Arc<Mutex<Snapshot>>,
     subscribers: Arc<Mutex<Vec<Sender<Snapshot>>>>,
@@ -57,26 +66,33 @@ impl Sampler {
         let slots: Slots = Arc::new((0..count).map(|_| Mutex::new(None)).collect());
         let stop = Arc::new(AtomicBool::new(false));
         // Nobody sends on this channel: dropping the sender (in Drop) disconnects it, which
-        // wakes every worker blocked in `select!` at once.
+        // wakes every lane and the coordinator at once.
         let (stop_tx, stop_rx) = bounded::<()>(0);
         let node = source.node_info();
-        let started = std::time::Instant::now();
+        let started = Instant::now();
 
-        for index in 0..count {
-            let source = Arc::clone(&source);
-            let slots = Arc::clone(&slots);
-            let stop = Arc::clone(&stop);
-            let stop_rx = stop_rx.clone();
-            let period = config.period;
-            thread::Builder::new()
-                .name(format!("sample-gpu{index}"))
-                .spawn(move || gpu_worker(index, source, slots, stop, stop_rx, period))
-                .expect("spawning a sampler thread");
+        let mut lanes = Lanes {
+            lanes: Vec::new(),
+            ctx: Arc::new(LaneContext {
+                source,
+                slots: Arc::clone(&slots),
+                stop: Arc::clone(&stop),
+                stop_rx: stop_rx.clone(),
+                started,
+                period: config.period,
+            }),
+        };
+        // The first readings in parallel, one lane per GPU: the first snapshot waits for the
+        // slowest GPU, not for all of them in turn.
+        for gpu in 0..count {
+            lanes.spawn(vec![gpu]);
         }
-
-        // Give the workers one period to fill their slots, so the first snapshot is complete
+        // Give the lanes one period to fill their slots, so the first snapshot is complete
         // when the driver is healthy.
         wait_for_slots(&slots, config.period.max(Duration::from_millis(200)));
+        // From now on one lane reads every GPU that answered; one still in a call keeps its
+        // lane to itself.
+        lanes.merge_idle();
 
         let mut host = config.host.then(HostSampler::new);
         let first = assemble(&node, &slots, host.as_mut(), &config);
@@ -90,7 +106,7 @@ impl Sampler {
             thread::Builder::new()
                 .name("sample-coord".into())
                 .spawn(move || {
-                    // Workers read at start + k·period; assembling half a period later keeps
+                    // Lanes read at start + k·period; assembling half a period later keeps
                     // each snapshot between two readings, so none is taken twice or skipped.
                     let p = config.period.as_secs_f64();
                     let since = started.elapsed().as_secs_f64();
@@ -108,9 +124,12 @@ impl Sampler {
                         if stop.load(Ordering::Relaxed) {
                             break;
                         }
+                        // A lane still reading half a period after its readings began is
+                        // held up by one GPU: the others go on without it.
+                        lanes.split_held(config.period / 2);
                         let snap = assemble(&node, &slots, host.as_mut(), &config);
-                        *latest.lock().unwrap_or_else(|e| e.into_inner()) = snap.clone();
-                        let mut subs = subscribers.lock().unwrap_or_else(|e| e.into_inner());
+                        *lock(&latest) = snap.clone();
+                        let mut subs = lock(&subscribers);
                         // A subscriber that is behind skips a snapshot rather than stalling us;
                         // one that has gone away is dropped.
                         subs.retain(|tx| {
@@ -134,20 +153,14 @@ impl Sampler {
 
     /// The newest snapshot.
     pub fn latest(&self) -> Snapshot {
-        self.latest
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        lock(&self.latest).clone()
     }
 
     /// A channel that receives every new snapshot (a slow reader skips some; it never blocks
     /// the sampler).
     pub fn subscribe(&self) -> Receiver<Snapshot> {
         let (tx, rx) = bounded(2);
-        self.subscribers
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(tx);
+        lock(&self.subscribers).push(tx);
         rx
     }
 }
@@ -161,35 +174,151 @@ impl Drop for Sampler {
     }
 }
 
-fn gpu_worker(
-    index: usize,
+/// What every lane shares.
+struct LaneContext {
     source: Arc<dyn Source>,
     slots: Slots,
     stop: Arc<AtomicBool>,
     stop_rx: Receiver<()>,
+    /// Readings are taken at `started + k·period`.
+    started: Instant,
     period: Duration,
-) {
-    let ticker = tick(period);
-    loop {
-        let sample = source.sample_gpu(index);
-        if stop.load(Ordering::Relaxed) {
-            break;
+}
+
+/// One lane: the GPUs it reads in turn, and where its current round of readings is.
+#[derive(Debug)]
+struct Lane {
+    /// Ascending.
+    gpus: Vec<usize>,
+    /// The GPU in a driver call now.
+    busy: Option<usize>,
+    /// When the current round of readings began.
+    round: Instant,
+}
+
+/// The lanes, as the coordinator keeps them.
+struct Lanes {
+    lanes: Vec<Arc<Mutex<Lane>>>,
+    ctx: Arc<LaneContext>,
+}
+
+impl Lanes {
+    fn spawn(&mut self, gpus: Vec<usize>) {
+        debug_assert!(!gpus.is_empty(), "a lane with no GPU ends at once");
+        let lane = Arc::new(Mutex::new(Lane {
+            gpus,
+            busy: None,
+            round: Instant::now(),
+        }));
+        self.lanes.push(Arc::clone(&lane));
+        let ctx = Arc::clone(&self.ctx);
+        thread::Builder::new()
+            .name("sample-gpus".into())
+            .spawn(move || run_lane(&lane, &ctx))
+            .expect("spawning a sampler thread");
+    }
+
+    /// Move the GPUs of every lane that is not in a call onto one lane; the lanes left with
+    /// none end before their next round.
+    fn merge_idle(&mut self) {
+        let mut kept: Option<&Arc<Mutex<Lane>>> = None;
+        let mut moved = Vec::new();
+        for lane in &self.lanes {
+            let mut l = lock(lane);
+            if l.busy.is_some() {
+                continue;
+            }
+            match kept {
+                None => kept = Some(lane),
+                Some(_) => moved.append(&mut l.gpus),
+            }
         }
-        *slots[index].lock().unwrap_or_else(|e| e.into_inner()) = Some(sample);
-        select! {
-            recv(stop_rx) -> _ => break,
-            recv(ticker) -> _ => {}
+        if let Some(kept) = kept {
+            // A round under way reads the moved GPUs above where it is, the next one all.
+            let mut l = lock(kept);
+            l.gpus.extend(moved);
+            l.gpus.sort_unstable();
+        }
+        self.lanes.retain(|l| !lock(l).gpus.is_empty());
+    }
+
+    /// Every lane whose round began `after` ago or more and is still in a call keeps only the
+    /// GPU in that call; its other GPUs move to a new lane.
+    fn split_held(&mut self, after: Duration) {
+        let mut moved = Vec::new();
+        for lane in &self.lanes {
+            let mut l = lock(lane);
+            let Some(held) = l.busy else { continue };
+            if l.gpus.len() < 2 || l.round.elapsed() < after {
+                continue;
+            }
+            let rest: Vec<usize> = l.gpus.iter().copied().filter(|&g| g != held).collect();
+            l.gpus = vec![held];
+            tracing::info!(
+                "GPU {held} has held its sampling thread for {:.0?}: GPUs {rest:?} are read on \
+                 another thread from now on",
+                l.round.elapsed()
+            );
+            moved.push(rest);
+        }
+        for gpus in moved {
+            self.spawn(gpus);
         }
     }
 }
 
-fn wait_for_slots(slots: &Slots, limit: Duration) {
-    let deadline = std::time::Instant::now() + limit;
-    while std::time::Instant::now() < deadline {
-        if slots
-            .iter()
-            .all(|s| s.lock().unwrap_or_else(|e| e.into_inner()).is_some())
+/// Read the lane's GPUs in turn at `started + k·period` until the sampler stops.
+fn run_lane(lane: &Mutex<Lane>, ctx: &LaneContext) {
+    loop {
         {
+            let mut l = lock(lane);
+            if l.gpus.is_empty() {
+                // Its GPUs went to another lane (see `Lanes::merge_idle`).
+                return;
+            }
+            l.round = Instant::now();
+        }
+        let mut next = 0;
+        loop {
+            // The lane's GPUs may change between two calls (see `Lanes::split_held`).
+            let gpu = {
+                let mut l = lock(lane);
+                let Some(&gpu) = l.gpus.iter().find(|&&g| g >= next) else {
+                    break;
+                };
+                l.busy = Some(gpu);
+                gpu
+            };
+            let sample = ctx.source.sample_gpu(gpu);
+            lock(lane).busy = None;
+            if ctx.stop.load(Ordering::Relaxed) {
+                return;
+            }
+            *lock(&ctx.slots[gpu]) = Some(sample);
+            next = gpu + 1;
+        }
+        let wait = until_next_reading(ctx.started.elapsed(), ctx.period);
+        match ctx.stop_rx.recv_timeout(wait) {
+            Err(RecvTimeoutError::Timeout) => {}
+            // Disconnected: the sampler stopped (nobody ever sends).
+            _ => return,
+        }
+    }
+}
+
+/// From `elapsed` since the start to the next reading time (a multiple of `period`), strictly
+/// after now.
+fn until_next_reading(elapsed: Duration, period: Duration) -> Duration {
+    let p = period.as_nanos().max(1);
+    let e = elapsed.as_nanos();
+    let next = (e / p + 1) * p;
+    Duration::from_nanos(u64::try_from(next - e).unwrap_or(u64::MAX))
+}
+
+fn wait_for_slots(slots: &Slots, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if slots.iter().all(|s| lock(s).is_some()) {
             return;
         }
         thread::sleep(Duration::from_millis(5));
@@ -208,7 +337,7 @@ fn assemble(
         .iter()
         .enumerate()
         .map(|(i, slot)| {
-            match slot.lock().unwrap_or_else(|e| e.into_inner()).clone() {
+            match lock(slot).clone() {
                 Some(mut s) => {
                     s.stale = now - s.time_s > stale_s;
                     s
@@ -235,7 +364,6 @@ fn assemble(
 mod tests {
     use super::*;
     use std::sync::atomic::AtomicU64;
-    use std::time::Instant;
 
     /// GPU 1 hangs in its first call until released; GPU 0 answers with a counter.
     struct Hanging {
@@ -314,5 +442,223 @@ mod tests {
             .latest()
             .gpus[1]
             .stale));
+    }
+
+    /// GPUs that answer at once, or (`hang`) one that hangs in every call until released;
+    /// records which threads call.
+    struct Counting {
+        gpus: usize,
+        hang: Option<usize>,
+        release: Mutex<Option<Receiver<()>>>,
+        threads: Mutex<std::collections::HashSet<thread::ThreadId>>,
+        calls: AtomicU64,
+    }
+
+    impl Counting {
+        fn new(gpus: usize, hang: Option<usize>) -> (Arc<Counting>, Sender<()>) {
+            let (tx, rx) = bounded(1);
+            let src = Counting {
+                gpus,
+                hang,
+                release: Mutex::new(Some(rx)),
+                threads: Mutex::default(),
+                calls: AtomicU64::new(0),
+            };
+            (Arc::new(src), tx)
+        }
+        /// How many threads have called since the last `forget_threads`.
+        fn threads(&self) -> usize {
+            self.threads.lock().unwrap().len()
+        }
+        fn forget_threads(&self) {
+            self.threads.lock().unwrap().clear();
+        }
+    }
+
+    impl Source for Counting {
+        fn node_info(&self) -> NodeInfo {
+            NodeInfo::default()
+        }
+        fn gpu_count(&self) -> usize {
+            self.gpus
+        }
+        fn sample_gpu(&self, index: usize) -> GpuSample {
+            self.threads.lock().unwrap().insert(thread::current().id());
+            if Some(index) == self.hang {
+                let rx = self.release.lock().unwrap().take();
+                if let Some(rx) = rx {
+                    let _ = rx.recv();
+                }
+            }
+            let n = self.calls.fetch_add(1, Ordering::Relaxed);
+            GpuSample {
+                index: index as u32,
+                time_s: now_s(),
+                power_w: Some(n as f64),
+                ..GpuSample::default()
+            }
+        }
+    }
+
+    fn config(period_ms: u64) -> SamplerConfig {
+        SamplerConfig {
+            period: Duration::from_millis(period_ms),
+            stale_after: Duration::from_millis(period_ms * 5),
+            host: false,
+        }
+    }
+
+    #[test]
+    fn one_thread_reads_every_gpu_while_all_answer() {
+        let (src, _release) = Counting::new(8, None);
+        let sampler = Sampler::start(Arc::clone(&src) as Arc<dyn Source>, config(20));
+        let first = sampler.latest();
+        assert!(first.gpus.iter().all(|g| !g.stale && g.power_w.is_some()));
+        assert_eq!(src.threads(), 8, "the first readings, one thread per GPU");
+        src.forget_threads();
+        let rx = sampler.subscribe();
+        for _ in 0..5 {
+            let s = rx.recv_timeout(Duration::from_secs(2)).unwrap();
+            assert!(s.gpus.iter().all(|g| !g.stale), "{s:?}");
+        }
+        assert!(src.calls.load(Ordering::Relaxed) >= 8 * 5);
+        assert_eq!(src.threads(), 1, "then one lane for eight healthy GPUs");
+    }
+
+    #[test]
+    fn a_gpu_that_hangs_first_holds_only_its_own_thread() {
+        // GPU 0 is read first: it hangs before the others are read at all.
+        let (src, release) = Counting::new(3, Some(0));
+        let sampler = Sampler::start(Arc::clone(&src) as Arc<dyn Source>, config(100));
+        let first = sampler.latest();
+        assert!(first.gpus[0].stale && first.gpus[0].power_w.is_none());
+        assert!(
+            first.gpus[1..]
+                .iter()
+                .all(|g| !g.stale && g.power_w.is_some()),
+            "the others make the first snapshot: {first:?}"
+        );
+        src.forget_threads();
+        let rx = sampler.subscribe();
+        let p1 = first.gpus[1].power_w.unwrap();
+        assert!(
+            wait_until(Duration::from_secs(3), || {
+                let s = rx.recv_timeout(Duration::from_secs(1)).unwrap();
+                s.gpus[0].stale && !s.gpus[2].stale && s.gpus[1].power_w.unwrap() > p1 + 4.0
+            }),
+            "GPUs 1 and 2 must keep updating while GPU 0 hangs"
+        );
+        assert_eq!(
+            src.threads(),
+            1,
+            "one lane for the rest; the hung one is still in its call"
+        );
+        release.send(()).unwrap();
+        assert!(wait_until(Duration::from_secs(3), || !sampler
+            .latest()
+            .gpus[0]
+            .stale));
+    }
+
+    #[test]
+    fn a_gpu_that_hangs_later_is_left_behind_within_a_period() {
+        struct Later(Arc<Counting>, AtomicBool);
+        impl Source for Later {
+            fn node_info(&self) -> NodeInfo {
+                NodeInfo::default()
+            }
+            fn gpu_count(&self) -> usize {
+                self.0.gpu_count()
+            }
+            fn sample_gpu(&self, index: usize) -> GpuSample {
+                // GPU 1 answers until `hang` is set, then hangs once.
+                if index == 1 && !self.1.load(Ordering::Relaxed) {
+                    self.0
+                        .threads
+                        .lock()
+                        .unwrap()
+                        .insert(thread::current().id());
+                    return GpuSample {
+                        index: 1,
+                        time_s: now_s(),
+                        ..GpuSample::default()
+                    };
+                }
+                self.0.sample_gpu(index)
+            }
+        }
+        let (counting, release) = Counting::new(4, Some(1));
+        let src = Arc::new(Later(Arc::clone(&counting), AtomicBool::new(false)));
+        let sampler = Sampler::start(Arc::clone(&src) as Arc<dyn Source>, config(50));
+        assert!(sampler.latest().gpus.iter().all(|g| !g.stale));
+        let rx = sampler.subscribe();
+        counting.forget_threads();
+        for _ in 0..3 {
+            rx.recv_timeout(Duration::from_secs(1)).unwrap();
+        }
+        assert_eq!(counting.threads(), 1, "one lane for four healthy GPUs");
+        src.1.store(true, Ordering::Relaxed);
+        // Stale after 5 periods (250 ms); GPU 3 is read after the hung GPU 1 on its lane.
+        assert!(
+            wait_until(Duration::from_secs(3), || {
+                let s = rx.recv_timeout(Duration::from_secs(1)).unwrap();
+                s.gpus[1].stale
+            }),
+            "GPU 1 goes stale"
+        );
+        let before = rx.recv_timeout(Duration::from_secs(1)).unwrap();
+        let mut after = before.clone();
+        for _ in 0..4 {
+            after = rx.recv_timeout(Duration::from_secs(1)).unwrap();
+        }
+        for g in [0, 2, 3] {
+            assert!(!after.gpus[g].stale, "GPU {g}: {after:?}");
+            assert!(
+                after.gpus[g].time_s > before.gpus[g].time_s,
+                "GPU {g} updates"
+            );
+        }
+        assert_eq!(counting.threads(), 2);
+        release.send(()).unwrap();
+    }
+
+    #[test]
+    fn the_first_readings_are_taken_in_parallel() {
+        /// Each GPU's first call waits (up to 5 s) for every GPU to be in its first call.
+        struct Together {
+            in_call: AtomicU64,
+            met: AtomicU64,
+        }
+        impl Source for Together {
+            fn node_info(&self) -> NodeInfo {
+                NodeInfo::default()
+            }
+            fn gpu_count(&self) -> usize {
+                4
+            }
+            fn sample_gpu(&self, index: usize) -> GpuSample {
+                if self.in_call.load(Ordering::SeqCst) < 4 {
+                    self.in_call.fetch_add(1, Ordering::SeqCst);
+                    if wait_until(Duration::from_secs(5), || {
+                        self.in_call.load(Ordering::SeqCst) >= 4
+                    }) {
+                        self.met.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+                GpuSample {
+                    index: index as u32,
+                    time_s: now_s(),
+                    power_w: Some(1.0),
+                    ..GpuSample::default()
+                }
+            }
+        }
+        let src = Arc::new(Together {
+            in_call: AtomicU64::new(0),
+            met: AtomicU64::new(0),
+        });
+        let sampler = Sampler::start(Arc::clone(&src) as Arc<dyn Source>, config(2000));
+        assert_eq!(src.met.load(Ordering::SeqCst), 4, "all four read at once");
+        assert!(sampler.latest().gpus.iter().all(|g| !g.stale));
     }
 }
