@@ -1,17 +1,39 @@
-//! The host around the GPUs: CPU, memory, load, and per-process CPU and RSS (sysinfo).
+//! The host around the GPUs: CPU, memory and load from /proc, and per-process CPU and RSS
+//! (sysinfo).
+//!
+//! The host is sampled with every snapshot, so its three /proc files are opened once and read
+//! again from the start each time (no open, no close, no allocation per sample), and parsed
+//! here. The figures are computed as sysinfo computes them (the same fields, the same
+//! arithmetic), so they match what `sysinfo::System` reports for the same readings.
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::time::{Duration, Instant};
 
 use super::HostSample;
-use sysinfo::{
-    CpuRefreshKind, MemoryRefreshKind, Pid, ProcessRefreshKind, ProcessesToUpdate, RefreshKind,
-    System,
-};
+use sysinfo::{Pid, ProcessRefreshKind, ProcessesToUpdate, System};
 
-/// Samples the host. CPU percentages need two refreshes apart in time; the first sample after
+/// CPU times closer together than this are not re-read (as sysinfo: a shorter window says
+/// little); the previous percentage is reported again.
+const MIN_CPU_INTERVAL: Duration = Duration::from_millis(200);
+
+/// Samples the host. CPU percentages need two readings apart in time; the first sample after
 /// `new` reports CPU as absent rather than a meaningless zero.
 pub struct HostSampler {
-    /// None where the OS gives sysinfo nothing to read (no /proc): every host value is absent.
-    sys: Option<System>,
+    stat: Option<File>,
+    meminfo: Option<File>,
+    loadavg: Option<File>,
+    /// The last read of a file.
+    buf: Vec<u8>,
+    cpu: CpuUsage,
+    /// `cpuN` lines in /proc/stat at the first reading.
+    cpu_count: usize,
+    /// When /proc/stat was last read.
+    cpu_read: Option<Instant>,
+    memory: Memory,
     primed: bool,
+    /// For [`HostSampler::processes`] only, made at its first call.
+    procs: Option<System>,
 }
 
 /// CPU and resident memory of one process.
@@ -24,41 +46,77 @@ pub struct ProcessStat {
 
 impl HostSampler {
     pub fn new() -> HostSampler {
-        let sys = System::new_with_specifics(
-            RefreshKind::nothing()
-                .with_cpu(CpuRefreshKind::nothing().with_usage())
-                .with_memory(MemoryRefreshKind::nothing().with_ram()),
-        )
-        .ok();
-        HostSampler { sys, primed: false }
+        let open = |path: &str| File::open(path).ok();
+        let mut h = HostSampler {
+            stat: open("/proc/stat"),
+            meminfo: open("/proc/meminfo"),
+            loadavg: open("/proc/loadavg"),
+            buf: Vec::with_capacity(8192),
+            cpu: CpuUsage::default(),
+            cpu_count: 0,
+            cpu_read: None,
+            memory: Memory::default(),
+            primed: false,
+            procs: None,
+        };
+        // The first CPU reading, for the next sample's percentage.
+        h.read_cpu();
+        h.read_memory();
+        h
     }
 
-    /// Refresh and read CPU, memory and load.
+    /// Read and report CPU, memory and load.
     pub fn sample(&mut self) -> HostSample {
-        let Some(sys) = self.sys.as_mut() else {
-            return HostSample::default();
-        };
-        sys.refresh_cpu_usage();
-        sys.refresh_memory_specifics(MemoryRefreshKind::nothing().with_ram());
-        let cpu_pct = self.primed.then(|| sys.global_cpu_usage() as f64);
+        if self
+            .cpu_read
+            .is_none_or(|at| at.elapsed() >= MIN_CPU_INTERVAL)
+        {
+            self.read_cpu();
+        }
+        self.read_memory();
+        let cpu_pct = (self.primed && self.stat.is_some()).then_some(f64::from(self.cpu.percent));
         self.primed = true;
-        let load = System::load_average().ok();
-        let total = sys.total_memory();
+        let load = read_all(self.loadavg.as_ref(), &mut self.buf)
+            .then(|| parse_loadavg(&String::from_utf8_lossy(&self.buf)));
+        let total = self.memory.total;
         HostSample {
             cpu_pct,
-            cpu_count: Some(sys.cpus().len()).filter(|&n| n > 0),
-            memory_used_bytes: (total > 0).then(|| sys.used_memory()),
+            cpu_count: Some(self.cpu_count).filter(|&n| n > 0),
+            memory_used_bytes: (total > 0).then(|| self.memory.used()),
             memory_total_bytes: (total > 0).then_some(total),
-            load_1m: load.as_ref().map(|l| l.one),
-            load_5m: load.as_ref().map(|l| l.five),
-            load_15m: load.as_ref().map(|l| l.fifteen),
+            load_1m: load.map(|l| l[0]),
+            load_5m: load.map(|l| l[1]),
+            load_15m: load.map(|l| l[2]),
+        }
+    }
+
+    fn read_cpu(&mut self) {
+        self.cpu_read = Some(Instant::now());
+        if !read_all(self.stat.as_ref(), &mut self.buf) {
+            return;
+        }
+        if let Some((times, cpus)) = parse_stat(&self.buf) {
+            self.cpu.set(times);
+            if self.cpu_count == 0 {
+                self.cpu_count = cpus;
+            }
+        }
+    }
+
+    fn read_memory(&mut self) {
+        if read_all(self.meminfo.as_ref(), &mut self.buf) {
+            self.memory.parse(&String::from_utf8_lossy(&self.buf));
         }
     }
 
     /// CPU and RSS of the given processes (those that exist). CPU is measured since the
     /// previous call that named the same process; the first call reports 0 CPU.
     pub fn processes(&mut self, pids: &[u32]) -> Vec<(u32, ProcessStat)> {
-        let Some(sys) = self.sys.as_mut() else {
+        if self.procs.is_none() {
+            self.procs = System::new().ok();
+        }
+        // None where the OS gives sysinfo nothing to read.
+        let Some(sys) = self.procs.as_mut() else {
             return Vec::new();
         };
         let pids: Vec<Pid> = pids.iter().map(|&p| Pid::from_u32(p)).collect();
@@ -94,9 +152,331 @@ pub fn hostname() -> String {
     System::host_name().unwrap_or_else(|_| "localhost".into())
 }
 
+/// Read all of `file` from its start into `buf`; false when there is no file or it fails.
+///
+/// A /proc file fills a read as far as it has data (the kernel's seq_file goes on until the
+/// buffer is full or the file ends), so a read that leaves room is the end: no second read,
+/// which would make the kernel generate the file again only to say so.
+fn read_all(file: Option<&File>, buf: &mut Vec<u8>) -> bool {
+    let Some(file) = file else {
+        return false;
+    };
+    buf.clear();
+    loop {
+        if buf.len() == buf.capacity() {
+            buf.reserve(4096);
+        }
+        let len = buf.len();
+        buf.resize(buf.capacity(), 0);
+        match file.read_at(&mut buf[len..], len as u64) {
+            Ok(n) => {
+                buf.truncate(len + n);
+                if buf.len() < buf.capacity() {
+                    return true;
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => buf.truncate(len),
+            Err(_) => {
+                buf.clear();
+                return false;
+            }
+        }
+    }
+}
+
+/// The aggregate `cpu` line's ten times (user … guest_nice; absent ones 0) and the number of
+/// `cpuN` lines that follow it. None when the file does not start with the `cpu ` line.
+fn parse_stat(text: &[u8]) -> Option<([u64; 10], usize)> {
+    let mut lines = text.split(|&b| b == b'\n');
+    let first = lines.next()?;
+    if !first.starts_with(b"cpu ") {
+        return None;
+    }
+    let mut times = [0u64; 10];
+    let fields = first
+        .split(|&b| b == b' ')
+        .filter(|f| !f.is_empty())
+        .skip(1);
+    for (t, f) in times.iter_mut().zip(fields) {
+        *t = std::str::from_utf8(f)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
+    }
+    let cpus = lines.take_while(|l| l.starts_with(b"cpu")).count();
+    Some((times, cpus))
+}
+
+/// One reading of the aggregate CPU times, as sysinfo keeps them (guest time is taken out of
+/// user and nice, where the kernel counts it too).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct CpuTimes {
+    user: u64,
+    nice: u64,
+    system: u64,
+    idle: u64,
+    iowait: u64,
+    irq: u64,
+    softirq: u64,
+    steal: u64,
+    guest: u64,
+    guest_nice: u64,
+}
+
+impl CpuTimes {
+    fn from_fields(f: [u64; 10]) -> CpuTimes {
+        let [
+            user,
+            nice,
+            system,
+            idle,
+            iowait,
+            irq,
+            softirq,
+            steal,
+            guest,
+            guest_nice,
+        ] = f;
+        CpuTimes {
+            user: user.saturating_sub(guest),
+            nice: nice.saturating_sub(guest_nice),
+            system,
+            idle,
+            iowait,
+            irq,
+            softirq,
+            steal,
+            guest,
+            guest_nice,
+        }
+    }
+    fn system_time(&self) -> u64 {
+        self.system
+            .saturating_add(self.irq)
+            .saturating_add(self.softirq)
+    }
+    fn virtual_time(&self) -> u64 {
+        self.guest.saturating_add(self.guest_nice)
+    }
+    fn total_time(&self) -> u64 {
+        self.user
+            .saturating_add(self.nice)
+            .saturating_add(self.system_time())
+            .saturating_add(self.idle.saturating_add(self.iowait))
+            .saturating_add(self.virtual_time())
+            .saturating_add(self.steal)
+    }
+}
+
+/// Busy percentage of the whole machine between the last two readings (sysinfo's
+/// `global_cpu_usage`, in the same f32 arithmetic).
+#[derive(Debug, Default)]
+struct CpuUsage {
+    now: CpuTimes,
+    percent: f32,
+}
+
+impl CpuUsage {
+    fn set(&mut self, fields: [u64; 10]) {
+        let old = self.now;
+        let new = CpuTimes::from_fields(fields);
+        self.now = new;
+        let (total_new, total_old) = (new.total_time(), old.total_time());
+        let total = if total_new > total_old {
+            (total_new - total_old) as f32
+        } else {
+            1.0
+        };
+        let nice = new.nice.saturating_sub(old.nice) as f32 / total;
+        let user = new.user.saturating_sub(old.user) as f32 / total;
+        let system = new.system_time().saturating_sub(old.system_time()) as f32 / total;
+        let steal = new.steal.saturating_sub(old.steal);
+        let guest = new.virtual_time().saturating_sub(old.virtual_time());
+        let irq = (steal + guest) as f32 / total;
+        self.percent = ((nice + user + system + irq) * 100.0).min(100.0);
+    }
+}
+
+/// The /proc/meminfo fields the used-memory figure needs, in bytes. A field missing from a
+/// reading keeps its last value.
+#[derive(Debug, Default, PartialEq)]
+struct Memory {
+    total: u64,
+    free: u64,
+    available: Option<u64>,
+    buffers: u64,
+    cached: u64,
+    shmem: u64,
+    reclaimable: u64,
+}
+
+impl Memory {
+    fn parse(&mut self, text: &str) {
+        let mut available = None;
+        for line in text.split('\n') {
+            let mut parts = line.split(':');
+            let (Some(key), Some(value)) = (parts.next(), parts.next()) else {
+                continue;
+            };
+            let Some(Ok(kib)) = value.trim_start().split(' ').next().map(str::parse::<u64>) else {
+                continue;
+            };
+            // "kB" in the file, KiB in fact.
+            let bytes = kib.saturating_mul(1024);
+            match key {
+                "MemTotal" => self.total = bytes,
+                "MemFree" => self.free = bytes,
+                "MemAvailable" => available = Some(bytes),
+                "Buffers" => self.buffers = bytes,
+                "Cached" => self.cached = bytes,
+                "Shmem" => self.shmem = bytes,
+                "SReclaimable" => self.reclaimable = bytes,
+                _ => {}
+            }
+        }
+        // Kernels before 3.14 have no MemAvailable: estimated from the rest.
+        self.available = Some(available.unwrap_or_else(|| {
+            self.free
+                .saturating_add(self.buffers)
+                .saturating_add(self.cached)
+                .saturating_add(self.reclaimable)
+                .saturating_sub(self.shmem)
+        }));
+    }
+
+    fn used(&self) -> u64 {
+        self.total.saturating_sub(self.available.unwrap_or(0))
+    }
+}
+
+/// The 1, 5 and 15 minute load averages (missing ones 0).
+fn parse_loadavg(text: &str) -> [f64; 3] {
+    let mut load = [0.0; 3];
+    let values = text
+        .trim()
+        .split(' ')
+        .take(3)
+        .filter_map(|v| v.parse::<f64>().ok());
+    for (l, v) in load.iter_mut().zip(values) {
+        *l = v;
+    }
+    load
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const STAT_1: &str = "cpu  10132153 290696 3084719 46828483 16683 0 25195 0 175628 0\n\
+                          cpu0 1393280 32966 572056 13343292 6130 0 17875 0 23933 0\n\
+                          cpu1 1335140 34637 481394 13297246 3404 0 5001 0 44131 0\n\
+                          intr 1462898 0 0 0\n\
+                          ctxt 4291235\n\
+                          btime 1769000000\n";
+    const STAT_2: &str = "cpu  10132353 290716 3084819 46829183 16693 0 25205 7 175700 0\n\
+                          cpu0 1393380 32976 572106 13343642 6135 0 17880 3 23969 0\n\
+                          cpu1 1335240 34647 481444 13297596 3409 0 5006 4 44167 0\n\
+                          intr 1462999 0 0 0\n";
+
+    const MEMINFO: &str = "MemTotal:       32780440 kB\n\
+                           MemFree:         1201432 kB\n\
+                           MemAvailable:   20418300 kB\n\
+                           Buffers:          774920 kB\n\
+                           Cached:         17339420 kB\n\
+                           SwapCached:            0 kB\n\
+                           Shmem:            712068 kB\n\
+                           SReclaimable:    1320704 kB\n\
+                           HugePages_Total:       0\n";
+
+    #[test]
+    fn the_stat_line_and_the_cpu_count() {
+        let (times, cpus) = parse_stat(STAT_1.as_bytes()).unwrap();
+        assert_eq!(
+            times,
+            [
+                10132153, 290696, 3084719, 46828483, 16683, 0, 25195, 0, 175628, 0
+            ]
+        );
+        assert_eq!(cpus, 2);
+        // An old kernel with fewer columns: the missing ones are 0.
+        let (times, cpus) = parse_stat(b"cpu 1 2 3 4\ncpu0 1 2 3 4\n").unwrap();
+        assert_eq!(times, [1, 2, 3, 4, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(cpus, 1);
+        assert_eq!(parse_stat(b"intr 1 2\n"), None);
+        assert_eq!(parse_stat(b""), None);
+    }
+
+    #[test]
+    fn cpu_percentage_between_two_readings() {
+        let mut u = CpuUsage::default();
+        u.set(parse_stat(STAT_1.as_bytes()).unwrap().0);
+        u.set(parse_stat(STAT_2.as_bytes()).unwrap().0);
+        // Deltas: user 200-72 guest = 128, nice 20, system 100+10 softirq = 110, idle 700,
+        // iowait 10, steal 7, guest 72: busy 128+20+110+7+72 = 337 of 1047.
+        let by_hand = 337.0 / 1047.0 * 100.0;
+        assert!(
+            (f64::from(u.percent) - by_hand).abs() < 1e-4,
+            "{} against {by_hand}",
+            u.percent
+        );
+        // Sysinfo's own arithmetic, term by term in f32.
+        let t = 1047.0f32;
+        assert_eq!(
+            u.percent,
+            (20.0 / t + 128.0 / t + 110.0 / t + 79.0 / t) * 100.0
+        );
+        // Times that went backwards (a counter reset) give no division by zero.
+        u.set(parse_stat(STAT_1.as_bytes()).unwrap().0);
+        assert!(u.percent.is_finite() && (0.0..=100.0).contains(&u.percent));
+    }
+
+    #[test]
+    fn memory_used_is_total_less_available() {
+        let mut m = Memory::default();
+        m.parse(MEMINFO);
+        assert_eq!(m.total, 32780440 * 1024);
+        assert_eq!(m.used(), (32780440 - 20418300) * 1024);
+        // Without MemAvailable: free + buffers + cached + reclaimable - shmem.
+        let old: String = MEMINFO
+            .lines()
+            .filter(|l| !l.starts_with("MemAvailable"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let mut m = Memory::default();
+        m.parse(&old);
+        let avail = 1201432 + 774920 + 17339420 + 1320704 - 712068;
+        assert_eq!(m.used(), (32780440 - avail) * 1024);
+    }
+
+    #[test]
+    fn load_averages() {
+        assert_eq!(
+            parse_loadavg("0.52 1.07 1.30 2/611 123456\n"),
+            [0.52, 1.07, 1.30]
+        );
+        assert_eq!(parse_loadavg("0.52\n"), [0.52, 0.0, 0.0]);
+    }
+
+    #[test]
+    fn the_same_figures_as_sysinfo() {
+        use sysinfo::{CpuRefreshKind, MemoryRefreshKind, RefreshKind};
+        let mut h = HostSampler::new();
+        let mut sys = System::new_with_specifics(
+            RefreshKind::nothing()
+                .with_cpu(CpuRefreshKind::nothing().with_usage())
+                .with_memory(MemoryRefreshKind::nothing().with_ram()),
+        )
+        .unwrap();
+        assert_eq!(Some(sys.cpus().len()), h.sample().cpu_count);
+        // Memory moves between two reads; the figures must agree within what moved.
+        let ours = h.sample();
+        sys.refresh_memory_specifics(MemoryRefreshKind::nothing().with_ram());
+        assert_eq!(ours.memory_total_bytes, Some(sys.total_memory()));
+        let used = ours.memory_used_bytes.unwrap() as f64;
+        assert!((used - sys.used_memory() as f64).abs() < 64e6, "{used}");
+        let load = System::load_average().unwrap();
+        assert!((ours.load_15m.unwrap() - load.fifteen).abs() < 0.05);
+    }
 
     #[test]
     fn host_sample_reads_memory_and_primes_cpu() {
@@ -110,6 +490,7 @@ mod tests {
         let second = h.sample();
         let cpu = second.cpu_pct.expect("cpu after two refreshes");
         assert!((0.0..=100.0).contains(&cpu), "{cpu}");
+        assert!(second.load_1m.is_some());
     }
 
     #[test]
