@@ -368,7 +368,7 @@ fn read_frame(reader: &mut impl BufRead) -> std::io::Result<Option<ServerFrame>>
         return Ok(None);
     }
     let text = std::str::from_utf8(&buf).map_err(std::io::Error::other)?;
-    protocol::decode(text, MAX_REPLY_FRAME)
+    protocol::decode_server_frame(text, MAX_REPLY_FRAME)
         .map(Some)
         .map_err(std::io::Error::other)
 }

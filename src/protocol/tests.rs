@@ -527,3 +527,99 @@ fn trainer_channel_events_and_frames_round_trip() {
         }
     );
 }
+
+/// A snapshot with most fields filled (and some absent), as a push carries it.
+fn a_snapshot_push() -> ServerFrame {
+    use crate::telemetry::{GpuProcess, GpuSample, HostSample, NodeInfo};
+    let gpu = |i: u32| GpuSample {
+        index: i,
+        name: Some("NVIDIA H100 80GB HBM3".into()),
+        uuid: Some(format!("GPU-{i}")),
+        time_s: 1_796_008_500.5,
+        util_gpu_pct: Some(97.0),
+        memory_used_bytes: Some(30 << 30),
+        memory_total_bytes: Some(80 << 30),
+        temperature_c: Some(71.0),
+        power_w: Some(690.291),
+        power_limit_w: Some(700.0),
+        throttle_reasons: Some(4),
+        stale: i == 1,
+        processes: Some(vec![GpuProcess {
+            pid: 4200 + i,
+            name: Some("python3 \"train.py\" é".into()),
+            used_memory_bytes: Some(30 << 30),
+        }]),
+        ..GpuSample::default()
+    };
+    ServerFrame {
+        id: None,
+        response: Response::Telemetry {
+            snapshot: Box::new(Snapshot {
+                time_s: 1_796_008_500.75,
+                node: NodeInfo {
+                    hostname: "gpu-node-07".into(),
+                    source: "nvml".into(),
+                    driver_version: Some("550.54.15".into()),
+                    ..NodeInfo::default()
+                },
+                gpus: (0..3).map(gpu).collect(),
+                host: Some(HostSample {
+                    cpu_pct: Some(12.5),
+                    ..HostSample::default()
+                }),
+            }),
+        },
+    }
+}
+
+#[test]
+fn server_frames_decode_the_same_by_the_short_way_for_snapshots() {
+    let push = a_snapshot_push();
+    let line = encode(&push);
+    assert!(
+        line.starts_with(r#"{"type":"telemetry","snapshot":"#),
+        "{line}"
+    );
+    assert!(
+        snapshot_push(line.trim_end()).is_some(),
+        "read the short way"
+    );
+    assert_eq!(decode_server_frame(&line, MAX_REPLY_FRAME).unwrap(), push);
+    assert_eq!(
+        decode_server_frame(&line, MAX_REPLY_FRAME).unwrap(),
+        decode::<ServerFrame>(&line, MAX_REPLY_FRAME).unwrap()
+    );
+    // Answers carrying a snapshot, other pushes and errors go the general way, unchanged.
+    let answer = ServerFrame {
+        id: Some(7),
+        ..push.clone()
+    };
+    assert_eq!(
+        decode_server_frame(&encode(&answer), MAX_REPLY_FRAME).unwrap(),
+        answer
+    );
+    let shutdown = ServerFrame {
+        id: None,
+        response: Response::Shutdown {
+            reason: "bye".into(),
+        },
+    };
+    assert_eq!(
+        decode_server_frame(&encode(&shutdown), MAX_REPLY_FRAME).unwrap(),
+        shutdown
+    );
+    // A push with a field this client does not know is still read (the general way ignores it).
+    let extra = line.replacen(
+        r#"{"type":"telemetry","#,
+        r#"{"type":"telemetry","from":"a newer daemon","#,
+        1,
+    );
+    assert_eq!(decode_server_frame(&extra, MAX_REPLY_FRAME).unwrap(), push);
+    assert!(snapshot_push(extra.trim_end()).is_none());
+    assert!(snapshot_push(encode(&answer).trim_end()).is_none());
+    assert!(matches!(
+        decode_server_frame(&line, 10),
+        Err(FrameError::TooLong { max: 10 })
+    ));
+    assert!(decode_server_frame("{\"type\":\"telemetry\",}", MAX_REPLY_FRAME).is_err());
+}
