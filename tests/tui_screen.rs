@@ -132,3 +132,28 @@ fn a_frame_is_sent_in_one_draw() {
         c.cells
     );
 }
+
+#[test]
+fn a_frame_late_in_a_period_changes_nothing() {
+    // Readings are taken some time before the snapshot that carries them reaches the console;
+    // a frame drawn late in the period (an answer, a key) must not shift every sparkline by a
+    // column and back on the next snapshot.
+    let mut a = app(8);
+    let (mut screen, counts) = terminal(200, 50);
+    let last_reading = T0 + (SECONDS - 1) as f64;
+    a.data.now = last_reading + 0.5;
+    a.size = screen.draw(&a).unwrap();
+    a.data.now = last_reading + 1.4;
+    a.size = screen.draw(&a).unwrap();
+    assert_eq!(
+        counts.borrow().cells[1],
+        0,
+        "nothing moved 1.4 s after the last reading"
+    );
+    // Once the source is stale, the gap since its last data shows.
+    a.data.now = last_reading + 6.0;
+    a.size = screen.draw(&a).unwrap();
+    let frame = whole(&a, a.size);
+    assert_eq!(screen.backend().inner.buffer(), &frame);
+    assert!(counts.borrow().cells[2] > 0);
+}

@@ -118,9 +118,18 @@ pub struct Trend {
 }
 
 impl Trend {
-    /// The last `width` sampling intervals of a series. Bins sit on the sampling grid of the
-    /// series (centred on its samples), so a steady sampler fills every column and a gap
-    /// means samples really were missing.
+    /// The last `width` sampling intervals of a series, up to the newest snapshot. Bins sit
+    /// on the sampling grid of the series (centred on its samples), so a steady sampler fills
+    /// every column and a gap means samples really were missing.
+    ///
+    /// The series is placed against the newest snapshot's time, not the frame's: a reading is
+    /// taken some time before the snapshot that carries it is sent, so a frame drawn late in a
+    /// period (for an answer or a key) would otherwise find every series a period behind and
+    /// shift every sparkline by a column, and back on the next snapshot. Snapshot and readings
+    /// also share a clock (the daemon's, which may be another machine's). A GPU that stops
+    /// reporting while the others go on falls behind the snapshots and shows the gap; once the
+    /// whole source is stale, the series are placed against the frame's time, so the gap
+    /// since the last data shows too.
     pub fn recent(data: &Data, gpu: usize, metric: Metric, width: usize, max: f64) -> Trend {
         let period = data.refresh_s();
         let Some((last_t, _)) = data.history.last(gpu, metric) else {
@@ -129,7 +138,11 @@ impl Trend {
                 max,
             };
         };
-        let behind = ((data.now - last_t) / period).floor().max(0.0);
+        let newest = match &data.snapshot {
+            Some(s) if !data.source_stale() => s.time_s,
+            _ => data.now,
+        };
+        let behind = ((newest - last_t) / period).floor().max(0.0);
         let to = last_t + (behind + 0.5) * period;
         let from = to - width as f64 * period;
         // Columns older than the first sample stay empty: the query starts on the grid at or
