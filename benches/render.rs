@@ -5,7 +5,7 @@
 //! median and p90 time to render the app into a buffer, to draw a whole frame through
 //! ratatui's terminal (render, diff against the last frame, crossterm's escape codes into
 //! memory), and to draw the same frame through the console's own terminal (`tui::screen`,
-//! which redraws only the GPU blocks that changed), and the bytes each frame sends.
+//! which redraws only the GPU blocks that changed), and the bytes each sends per frame.
 
 use gpupilot::cli::SimArgs;
 use gpupilot::config::keymap::Keymap;
@@ -144,8 +144,9 @@ fn main() {
         render_us.push(t.elapsed().as_secs_f64() * 1e6);
     }
 
-    // Whole frames through ratatui's terminal into memory.
-    let written = Rc::new(Cell::new(0usize));
+    // Whole frames through ratatui's terminal, and the same frames through the console's own
+    // terminal, each into memory.
+    let (written, screen_written) = (Rc::new(Cell::new(0usize)), Rc::new(Cell::new(0usize)));
     let mut term = Terminal::with_options(
         CrosstermBackend::new(Counter(Rc::clone(&written))),
         ratatui::TerminalOptions {
@@ -153,8 +154,15 @@ fn main() {
         },
     )
     .expect("terminal");
+    let mut screen = Screen::new(SizedTo(
+        CrosstermBackend::new(Counter(Rc::clone(&screen_written))),
+        area,
+    ));
     let mut frame_us = Vec::with_capacity(frames);
     let mut bytes = Vec::with_capacity(frames);
+    let mut screen_us = Vec::with_capacity(frames);
+    let mut screen_bytes = Vec::with_capacity(frames);
+    let mut blocks = 0usize;
     for _ in 0..frames {
         next(&mut app);
         written.set(0);
@@ -163,22 +171,11 @@ fn main() {
             .expect("draw");
         frame_us.push(t.elapsed().as_secs_f64() * 1e6);
         bytes.push(written.get() as f64);
-    }
-    // The console's own terminal, on the same frames.
-    let mut screen = Screen::new(SizedTo(
-        CrosstermBackend::new(Counter(Rc::clone(&written))),
-        area,
-    ));
-    let mut screen_us = Vec::with_capacity(frames);
-    let mut screen_bytes = Vec::with_capacity(frames);
-    let mut blocks = 0usize;
-    for _ in 0..frames {
-        next(&mut app);
-        written.set(0);
+        screen_written.set(0);
         let t = Instant::now();
         screen.draw(&app).expect("draw");
         screen_us.push(t.elapsed().as_secs_f64() * 1e6);
-        screen_bytes.push(written.get() as f64);
+        screen_bytes.push(screen_written.get() as f64);
         blocks += screen.last_frame().blocks;
     }
     // The first frame draws every cell: leave it out.
