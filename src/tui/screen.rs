@@ -165,9 +165,32 @@ impl<B: Backend> Screen<B> {
         }
         for (pos, rect, model) in block_models(app, a.body) {
             let i = CHROME + pos;
-            if let Some(Some(p)) = self.pieces.get(i) {
+            if let Some(Some(p)) = self.pieces.get_mut(i) {
                 if p.shown.area == rect && p.model.as_ref() == Some(&model) {
                     continue;
+                }
+                if p.shown.area == rect {
+                    let parts = p.model.as_ref().and_then(|m| m.changed_parts(&model, rect));
+                    if let Some(parts) = parts {
+                        // The border and titles stand: only the meters that changed are
+                        // drawn again.
+                        self.last.blocks += 1;
+                        for (r, part) in parts {
+                            let mut next = Buffer::empty(r);
+                            ui::base(app, r, &mut next);
+                            model.draw_part(&app.theme, rect, part, &mut next);
+                            let mut was = Buffer::empty(r);
+                            copy(&p.shown, &mut was);
+                            self.changed.extend(
+                                was.diff(&next)
+                                    .into_iter()
+                                    .map(|(x, y, c)| (x, y, c.clone())),
+                            );
+                            copy(&next, &mut p.shown);
+                        }
+                        p.model = Some(model);
+                        continue;
+                    }
                 }
             }
             self.last.blocks += 1;

@@ -353,6 +353,76 @@ impl BlockModel {
             }
         }
     }
+
+    /// Where this block (on `area`) and `next` (on the same area) differ, when only meters or
+    /// the info line do: those parts' areas, each drawn by [`Self::draw_part`] alike. `None`
+    /// when the border, the titles or the layout differ (the whole block is redrawn then).
+    pub fn changed_parts(&self, next: &BlockModel, area: Rect) -> Option<Vec<(Rect, Part)>> {
+        if (self.border, &self.title, &self.badges) != (next.border, &next.title, &next.badges) {
+            return None;
+        }
+        match (&self.body, &next.body) {
+            (
+                BlockBody::Meters {
+                    density,
+                    meter_rows,
+                    meters,
+                    info,
+                },
+                BlockBody::Meters {
+                    density: d2,
+                    meter_rows: r2,
+                    meters: m2,
+                    info: i2,
+                },
+            ) if (density, meter_rows) == (d2, r2) => {
+                let a = BlockAreas::of(area, *density, *meter_rows);
+                let mut parts: Vec<(Rect, Part)> = (0..4)
+                    .filter(|&i| meters[i] != m2[i])
+                    .map(|i| (a.meters[i], Part::Meter(i)))
+                    .collect();
+                if info != i2 {
+                    parts.push((rows(a.inner, 4 * meter_rows, 1), Part::Info));
+                }
+                Some(parts)
+            }
+            _ => None,
+        }
+    }
+
+    /// Draw one part of the block on `area` (the block's area) into `buf`, whose area is the
+    /// part's: the same cells [`Self::draw`] draws there.
+    pub fn draw_part(&self, t: &Theme, area: Rect, part: Part, buf: &mut Buffer) {
+        let BlockBody::Meters {
+            density,
+            meter_rows,
+            meters,
+            info,
+        } = &self.body
+        else {
+            return;
+        };
+        let a = BlockAreas::of(area, *density, *meter_rows);
+        match part {
+            Part::Meter(i) => meters[i]
+                .meter(t, a.label, a.gauge, a.value)
+                .render(a.meters[i], buf),
+            Part::Info => {
+                if let Some(info) = info {
+                    info.clone().render(rows(a.inner, 4 * meter_rows, 1), buf);
+                }
+            }
+        }
+    }
+}
+
+/// A part of a GPU block that can be redrawn alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Part {
+    /// Meter 0–3: utilization, memory, temperature, power.
+    Meter(usize),
+    /// The clocks, P-state, fan and PCIe line.
+    Info,
 }
 
 /// `n` rows of `area` from row `i` (clipped to its bottom; empty when past it).
