@@ -53,7 +53,7 @@ async fn run_with<F, Fut>(
     drive: F,
 ) -> (Exit, App, Screen<Counting>, Rc<RefCell<Counts>>)
 where
-    F: FnOnce(Input, mpsc::Sender<gpupilot::telemetry::Snapshot>) -> Fut,
+    F: FnOnce(Input, mpsc::Sender<Update>) -> Fut,
     Fut: std::future::Future<Output = ()>,
 {
     let (mut term, counts) = terminal(w, h);
@@ -136,7 +136,10 @@ async fn new_data_redraws_and_views_switch() {
     a.data.snapshot = None;
     let (exit, app, term, counts) = run_with(a, 200, 50, |tx, snaps| async move {
         tokio::time::sleep(Duration::from_millis(100)).await;
-        snaps.send(snapshot_at(4, SECONDS - 1)).await.unwrap();
+        snaps
+            .send(snapshot_at(4, SECONDS - 1).into())
+            .await
+            .unwrap();
         tokio::time::sleep(Duration::from_millis(100)).await;
         tx.unbounded_send(Ok(Event::Key(KeyEvent::new(
             KeyCode::Tab,
@@ -186,15 +189,15 @@ async fn data_arriving_together_costs_one_frame_and_input_does_not_wait() {
     // All within the first second, long before the source could turn stale.
     let (exit, _app, _term, counts) = run_with(app(4), 200, 50, |tx, snaps| async move {
         tokio::time::sleep(Duration::from_millis(200)).await;
-        // A snapshot and, a few milliseconds later, more data (as the answers to the
-        // console's polls come after the daemon's snapshot): one frame.
-        snaps.send(snapshot_at(4, SECONDS - 1)).await.unwrap();
+        // Answers to the console's polls and, a few milliseconds later, the snapshot they go
+        // with (the feed sends them in that order): one frame, at the snapshot.
+        snaps.send(Update::Runs(vec![])).await.unwrap();
         tokio::time::sleep(Duration::from_millis(20)).await;
-        snaps.send(snapshot_at(4, SECONDS)).await.unwrap();
+        snaps.send(snapshot_at(4, SECONDS).into()).await.unwrap();
         tokio::time::sleep(Duration::from_millis(200)).await;
         // A key right after data draws at once (within the frame cap), data and all, not
         // after the settle.
-        snaps.send(snapshot_at(4, SECONDS)).await.unwrap();
+        snaps.send(Update::Runs(vec![])).await.unwrap();
         tokio::time::sleep(Duration::from_millis(10)).await;
         tx.unbounded_send(key('j')).unwrap();
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -211,12 +214,43 @@ async fn data_arriving_together_costs_one_frame_and_input_does_not_wait() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_snapshot_is_drawn_at_once_and_other_data_settles() {
+    let (exit, _app, _term, counts) = run_with(app(4), 200, 50, |tx, snaps| async move {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        snaps.send(snapshot_at(4, SECONDS).into()).await.unwrap();
+        // Quit before the settle would have let the snapshot through.
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        tx.unbounded_send(key('q')).unwrap();
+    })
+    .await;
+    assert_eq!(exit, Exit::Quit);
+    assert_eq!(
+        counts.borrow().frames,
+        2,
+        "the first frame, then the snapshot"
+    );
+
+    let (exit, _app, _term, counts) = run_with(app(4), 200, 50, |tx, snaps| async move {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        snaps.send(Update::Runs(vec![])).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        tx.unbounded_send(key('q')).unwrap();
+    })
+    .await;
+    assert_eq!(exit, Exit::Quit);
+    assert_eq!(counts.borrow().frames, 1, "the answers wait for the settle");
+}
+
+#[tokio::test(start_paused = true)]
 async fn the_first_snapshot_is_drawn_at_once() {
     let mut a = app(4);
     a.data.snapshot = None;
     let (exit, _app, term, counts) = run_with(a, 200, 50, |tx, snaps| async move {
         tokio::time::sleep(Duration::from_millis(100)).await;
-        snaps.send(snapshot_at(4, SECONDS - 1)).await.unwrap();
+        snaps
+            .send(snapshot_at(4, SECONDS - 1).into())
+            .await
+            .unwrap();
         // Quit well before DATA_SETTLE would have let a data frame through.
         tokio::time::sleep(Duration::from_millis(30)).await;
         tx.unbounded_send(key('q')).unwrap();

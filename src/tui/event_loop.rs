@@ -30,9 +30,10 @@ use tokio::time::{Instant, sleep_until};
 /// this often, however fast the terminal repeats it.
 pub const FRAME_CAP: Duration = Duration::from_millis(50);
 
-/// How long a frame caused by data alone waits for more data: a daemon's snapshot and the
-/// answers to the console's polls arrive a few milliseconds apart, and one frame for all of
-/// them costs half as much as one each. Input, and the first snapshot, never wait.
+/// How long a frame caused by data other than a snapshot waits for more data: the answers to
+/// the console's polls arrive a few milliseconds apart, and the feed sends them just before
+/// the snapshot they go with; one frame for all of them costs half as much as one each. A
+/// snapshot is drawn at once (with whatever came before it), as is input.
 pub const DATA_SETTLE: Duration = Duration::from_millis(100);
 
 /// Why the loop ended.
@@ -149,13 +150,19 @@ where
             u = updates.recv(), if updates_open => match u {
                 Some(u) => {
                     // The first data is drawn at once: it is what the user waits for.
-                    let settle = app.data.snapshot.is_some();
+                    let mut settle = app.data.snapshot.is_some();
                     app.data.now = clock();
-                    app.on_update(u.into());
+                    let mut take = |u: Update| {
+                        settle &= !matches!(u, Update::Snapshot(_));
+                        app.on_update(u);
+                    };
+                    take(u.into());
                     while let Ok(u) = updates.try_recv() {
-                        app.on_update(u.into());
+                        take(u.into());
                     }
-                    if !dirty && settle {
+                    if !settle {
+                        data_since = None;
+                    } else if !dirty {
                         data_since = Some(Instant::now());
                     }
                     dirty = true;

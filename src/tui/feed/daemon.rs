@@ -297,6 +297,12 @@ impl Worker {
     fn on_push(&mut self, u: crate::client::Update) -> Result<(), Done> {
         use crate::client::Update as U;
         match u {
+            // A poll due within half a refresh goes first, so that its answers reach the
+            // console just before the snapshot they go with: one frame for both.
+            U::Telemetry(s) if self.poll_due() <= Instant::now() + self.refresh / 2 => {
+                self.pending = Some(s);
+                self.poll()
+            }
             U::Telemetry(s) => self.forward(s),
             U::Event(e) => {
                 self.last_seq = Some(e.seq);
@@ -414,11 +420,17 @@ impl Worker {
         self.poll()
     }
 
-    /// The run list, the watched run's new log bytes and exits, and a held-back snapshot.
+    /// The run list, the control status, the watched run's new log bytes and exits, then a
+    /// held-back snapshot (last: the console draws a snapshot at once, with what came before).
     fn poll(&mut self) -> Result<(), Done> {
-        if let Some(s) = self.pending.take() {
-            self.forward(s)?;
+        self.poll_node()?;
+        match self.pending.take() {
+            Some(s) => self.forward(s),
+            None => Ok(()),
         }
+    }
+
+    fn poll_node(&mut self) -> Result<(), Done> {
         self.last_poll = Some(Instant::now());
         self.advise_if_due()?;
         let Some(client) = &self.client else {
