@@ -14,57 +14,15 @@ use gpupilot::telemetry::open::open_sim;
 use gpupilot::telemetry::{NodeInfo, Snapshot};
 use gpupilot::tui::App;
 use gpupilot::tui::screen::Screen;
+use gpupilot::tui::tty::{KnownSize, SizedBackend};
 use ratatui::Terminal;
-use ratatui::backend::{Backend, CrosstermBackend};
+use ratatui::backend::CrosstermBackend;
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use ratatui::widgets::Widget;
 use std::cell::Cell;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
-
-/// A backend of a fixed size (the counting writer is not a terminal to ask).
-struct SizedTo<B>(B, Rect);
-
-impl<B: Backend> Backend for SizedTo<B> {
-    type Error = B::Error;
-    fn draw<'a, I: Iterator<Item = (u16, u16, &'a ratatui::buffer::Cell)>>(
-        &mut self,
-        content: I,
-    ) -> Result<(), B::Error> {
-        self.0.draw(content)
-    }
-    fn hide_cursor(&mut self) -> Result<(), B::Error> {
-        self.0.hide_cursor()
-    }
-    fn show_cursor(&mut self) -> Result<(), B::Error> {
-        self.0.show_cursor()
-    }
-    fn get_cursor_position(&mut self) -> Result<ratatui::layout::Position, B::Error> {
-        self.0.get_cursor_position()
-    }
-    fn set_cursor_position<P: Into<ratatui::layout::Position>>(
-        &mut self,
-        p: P,
-    ) -> Result<(), B::Error> {
-        self.0.set_cursor_position(p)
-    }
-    fn clear(&mut self) -> Result<(), B::Error> {
-        self.0.clear()
-    }
-    fn clear_region(&mut self, t: ratatui::backend::ClearType) -> Result<(), B::Error> {
-        self.0.clear_region(t)
-    }
-    fn size(&self) -> Result<ratatui::layout::Size, B::Error> {
-        Ok(self.1.as_size())
-    }
-    fn window_size(&mut self) -> Result<ratatui::backend::WindowSize, B::Error> {
-        self.0.window_size()
-    }
-    fn flush(&mut self) -> Result<(), B::Error> {
-        self.0.flush()
-    }
-}
 
 /// A terminal that counts what it is sent.
 struct Counter(Rc<Cell<usize>>);
@@ -154,9 +112,9 @@ fn main() {
         },
     )
     .expect("terminal");
-    let mut screen = Screen::new(SizedTo(
+    let mut screen = Screen::new(SizedBackend::new(
         CrosstermBackend::new(Counter(Rc::clone(&screen_written))),
-        area,
+        KnownSize::of(area.as_size()),
     ));
     let mut frame_us = Vec::with_capacity(frames);
     let mut bytes = Vec::with_capacity(frames);

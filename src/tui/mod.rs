@@ -34,7 +34,7 @@ pub mod format;
 pub mod log;
 pub mod metrics;
 pub mod screen;
-mod tty;
+pub mod tty;
 pub mod tuner;
 pub mod ui;
 pub mod views;

@@ -181,11 +181,7 @@ impl<B: Backend> Screen<B> {
                             model.draw_part(&app.theme, rect, part, &mut next);
                             let mut was = Buffer::empty(r);
                             copy(&p.shown, &mut was);
-                            self.changed.extend(
-                                was.diff(&next)
-                                    .into_iter()
-                                    .map(|(x, y, c)| (x, y, c.clone())),
-                            );
+                            note_changes(&mut self.changed, &was, &next);
                             copy(&next, &mut p.shown);
                         }
                         p.model = Some(model);
@@ -246,15 +242,18 @@ impl<B: Backend> Screen<B> {
         piece.spare.reset();
         piece.model = model;
         draw(&mut piece.spare, piece.model.as_ref());
-        self.changed.extend(
-            piece
-                .shown
-                .diff(&piece.spare)
-                .into_iter()
-                .map(|(x, y, c)| (x, y, c.clone())),
-        );
+        note_changes(&mut self.changed, &piece.shown, &piece.spare);
         std::mem::swap(&mut piece.shown, &mut piece.spare);
     }
+}
+
+/// Add the cells of `next` that differ from `was` (same area) to `changed`.
+fn note_changes(changed: &mut Vec<(u16, u16, Cell)>, was: &Buffer, next: &Buffer) {
+    changed.extend(
+        was.diff(next)
+            .into_iter()
+            .map(|(x, y, c)| (x, y, c.clone())),
+    );
 }
 
 /// Copy the cells of `from` that lie on `to`'s area into `to`.

@@ -23,6 +23,13 @@ use tokio::sync::mpsc;
 pub struct KnownSize(Arc<AtomicU32>);
 
 impl KnownSize {
+    /// A size known from the start (a terminal that is not asked, as in a benchmark).
+    pub fn of(size: Size) -> KnownSize {
+        let k = KnownSize::default();
+        k.set(size.width, size.height);
+        k
+    }
+
     fn get(&self) -> Option<Size> {
         match self.0.load(Ordering::Relaxed) {
             0 => None,
