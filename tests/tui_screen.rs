@@ -1,5 +1,5 @@
-//! The console's terminal (`tui::screen`) draws an overview piece by piece: the rows around
-//! it on every frame, each GPU block only when what it shows changed. What reaches the
+//! The console's terminal (`tui::screen`) draws an overview piece by piece: each row around
+//! it and each GPU block only when what it shows changed. What reaches the
 //! terminal must be exactly the whole frame, whatever happens between frames: new data, a
 //! selection, help and dialogs over the body, other views, a long footer error, resizes, a
 //! theme change, Ctrl-L.

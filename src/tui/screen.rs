@@ -5,9 +5,9 @@
 //! GPUs at 200×50 that is 10,000 cells cleared, drawn and compared each second, to send the
 //! terminal the few that changed. [`Screen`] does the same for every frame that needs it (any
 //! other view, anything over the overview, a resize), but an overview with nothing over it is
-//! drawn piece by piece ([`ui::piecewise`]): the rows around it on every frame, and each GPU
-//! block only when its [`BlockModel`] changed (most frames, one or two of them, or none). Only
-//! what was drawn is compared with what the terminal shows.
+//! drawn piece by piece ([`ui::piecewise`]): each row around it only when its [`ui::Row`]
+//! changed, and each GPU block only when its [`BlockModel`] changed (most frames, one or two
+//! of them, or none). Only what was drawn is compared with what the terminal shows.
 
 use super::app::App;
 use super::ui;
@@ -46,8 +46,15 @@ struct Piece {
     shown: Buffer,
     /// A buffer of the same area to draw the next version into, kept for its memory.
     spare: Buffer,
-    /// The model a GPU block was drawn from.
-    model: Option<BlockModel>,
+    /// What the piece was drawn from.
+    model: Option<Model>,
+}
+
+/// What a piece shows: equal models on the same area draw the same cells.
+#[derive(Debug, Clone, PartialEq)]
+enum Model {
+    Row(ui::Row),
+    Block(BlockModel),
 }
 
 /// How the last frame was drawn.
@@ -157,20 +164,29 @@ impl<B: Backend> Screen<B> {
     }
 
     fn draw_pieces(&mut self, app: &App, a: &ui::Areas) -> Result<(), B::Error> {
-        for (i, (rect, render)) in ui::chrome(a).into_iter().enumerate() {
-            self.put(i, rect, None, |next, _| {
+        for (i, (rect, row_of)) in ui::chrome(a).into_iter().enumerate() {
+            let row = row_of(app, rect);
+            if self.shows(i, rect, |m| matches!(m, Model::Row(r) if *r == row)) {
+                continue;
+            }
+            self.put(i, rect, Model::Row(row), |next, model| {
                 ui::base(app, rect, next);
-                render(app, rect, next);
+                if let Model::Row(r) = model {
+                    r.draw(rect, next);
+                }
             });
         }
         for (pos, rect, model) in block_models(app, a.body) {
             let i = CHROME + pos;
+            if self.shows(i, rect, |m| matches!(m, Model::Block(b) if *b == model)) {
+                continue;
+            }
             if let Some(Some(p)) = self.pieces.get_mut(i) {
-                if p.shown.area == rect && p.model.as_ref() == Some(&model) {
-                    continue;
-                }
                 if p.shown.area == rect {
-                    let parts = p.model.as_ref().and_then(|m| m.changed_parts(&model, rect));
+                    let parts = match &p.model {
+                        Some(Model::Block(m)) => m.changed_parts(&model, rect),
+                        _ => None,
+                    };
                     if let Some(parts) = parts {
                         // The border and titles stand: only the meters that changed are
                         // drawn again.
@@ -184,15 +200,15 @@ impl<B: Backend> Screen<B> {
                             note_changes(&mut self.changed, &was, &next);
                             copy(&next, &mut p.shown);
                         }
-                        p.model = Some(model);
+                        p.model = Some(Model::Block(model));
                         continue;
                     }
                 }
             }
             self.last.blocks += 1;
-            self.put(i, rect, Some(model), |next, model| {
+            self.put(i, rect, Model::Block(model), |next, model| {
                 ui::base(app, rect, next);
-                if let Some(m) = model {
+                if let Model::Block(m) = model {
                     m.draw(&app.theme, rect, next);
                 }
             });
@@ -208,15 +224,17 @@ impl<B: Backend> Screen<B> {
         Ok(())
     }
 
+    /// Whether piece `i` shows, on `rect`, a model that `same` says is the one to show.
+    fn shows(&self, i: usize, rect: Rect, same: impl FnOnce(&Model) -> bool) -> bool {
+        match self.pieces.get(i) {
+            Some(Some(p)) => p.shown.area == rect && p.model.as_ref().is_some_and(same),
+            _ => false,
+        }
+    }
+
     /// Draw piece `i` on `rect` with `draw` (given the piece's model), note what differs from
     /// what the terminal shows there (in `changed`), and keep it as shown.
-    fn put(
-        &mut self,
-        i: usize,
-        rect: Rect,
-        model: Option<BlockModel>,
-        draw: impl FnOnce(&mut Buffer, Option<&BlockModel>),
-    ) {
+    fn put(&mut self, i: usize, rect: Rect, model: Model, draw: impl FnOnce(&mut Buffer, &Model)) {
         // The pieces are laid out inside the frame's area (`ui::Areas`).
         if rect.is_empty() || rect.intersection(self.shown.area) != rect {
             debug_assert!(rect.is_empty(), "a piece outside the screen: {rect:?}");
@@ -240,8 +258,7 @@ impl<B: Backend> Screen<B> {
             }
         };
         piece.spare.reset();
-        piece.model = model;
-        draw(&mut piece.spare, piece.model.as_ref());
+        draw(&mut piece.spare, piece.model.insert(model));
         note_changes(&mut self.changed, &piece.shown, &piece.spare);
         std::mem::swap(&mut piece.shown, &mut piece.spare);
     }

@@ -17,7 +17,7 @@ use super::widgets::bar;
 use crate::config::keymap::{Context, Keymap};
 use ratatui::buffer::Buffer;
 use ratatui::layout::{Alignment, Rect};
-use ratatui::style::Color;
+use ratatui::style::{Color, Style};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Paragraph, Widget, Wrap};
 
@@ -119,8 +119,8 @@ pub fn base(app: &App, area: Rect, buf: &mut Buffer) {
     }
 }
 
-/// A part of the frame around the view, and what draws it.
-pub type Part = (Rect, fn(&App, Rect, &mut Buffer));
+/// A row of the frame around the view, and what it shows there.
+pub type Part = (Rect, fn(&App, Rect) -> Row);
 
 /// The frame's parts when it can be drawn piece by piece: an overview with nothing over it,
 /// every GPU on one page, on a terminal big enough. Then the frame is the rows around the view
@@ -157,11 +157,76 @@ pub struct Pieces {
 /// The rows around the view, in the order the frame draws them.
 pub fn chrome(a: &Areas) -> [Part; 4] {
     [
-        (a.header, render_header),
-        (a.host, render_host),
-        (a.tabs, render_tabs),
-        (a.footer, render_footer),
+        (a.header, header_row),
+        (a.host, host_row),
+        (a.tabs, tabs_row),
+        (a.footer, footer_row),
     ]
+}
+
+/// What a row around the view shows (the header, the host line, the tabs, the footer): the
+/// same row on the same area draws the same cells, so the console leaves a row alone on a
+/// frame where it did not change (see `tui::screen`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Row {
+    /// A style over the whole area first.
+    base: Option<Style>,
+    left: Line<'static>,
+    /// Right-aligned over the end of `left`: drawn only when both fit, unless it matters more
+    /// (`right_first`).
+    right: Option<Line<'static>>,
+    right_first: bool,
+    /// Instead of lines: text wrapped over the area (an error in the footer), in its style.
+    wrapped: Option<(String, Style)>,
+}
+
+impl Row {
+    fn line(base: Option<Style>, left: Line<'static>) -> Row {
+        Row {
+            base,
+            left,
+            right: None,
+            right_first: false,
+            wrapped: None,
+        }
+    }
+
+    /// `left` and, right-aligned, `right` on one row. When both do not fit, `right` is
+    /// dropped, unless it matters more (`right_first`): then it is drawn over the end of
+    /// `left`.
+    fn split(
+        base: Option<Style>,
+        left: Line<'static>,
+        right: Line<'static>,
+        right_first: bool,
+    ) -> Row {
+        Row {
+            right: Some(right.right_aligned()),
+            right_first,
+            ..Row::line(base, left)
+        }
+    }
+
+    /// Draw the row on `area`.
+    pub fn draw(&self, area: Rect, buf: &mut Buffer) {
+        if let Some(style) = self.base {
+            buf.set_style(area, style);
+        }
+        if let Some((text, style)) = &self.wrapped {
+            buf.set_style(area, *style);
+            Paragraph::new(text.as_str())
+                .style(*style)
+                .wrap(Wrap { trim: false })
+                .render(area, buf);
+            return;
+        }
+        (&self.left).render(area, buf);
+        if let Some(right) = &self.right {
+            if self.right_first || self.left.width() + right.width() < area.width as usize {
+                right.render(area, buf);
+            }
+        }
+    }
 }
 
 impl Widget for &App {
@@ -181,16 +246,16 @@ impl Widget for &App {
             return;
         }
         let a = Areas::of_app(self, area);
-        render_header(self, a.header, buf);
-        render_host(self, a.host, buf);
-        render_tabs(self, a.tabs, buf);
+        header_row(self, a.header).draw(a.header, buf);
+        host_row(self, a.host).draw(a.host, buf);
+        tabs_row(self, a.tabs).draw(a.tabs, buf);
         match self.view {
             ViewId::Overview => OverviewView { app: self }.render(a.body, buf),
             ViewId::Detail => DetailView { app: self }.render(a.body, buf),
             ViewId::Run => RunView { app: self }.render(a.body, buf),
             ViewId::Events => EventsView { app: self }.render(a.body, buf),
         }
-        render_footer(self, a.footer, buf);
+        footer_row(self, a.footer).draw(a.footer, buf);
         if self.help.open {
             HelpView { app: self }.render(a.body, buf);
         }
@@ -210,9 +275,8 @@ fn sep(t: &crate::config::theme::Theme) -> Span<'static> {
     Span::styled(" │ ", t.dim)
 }
 
-fn render_header(app: &App, area: Rect, buf: &mut Buffer) {
+fn header_row(app: &App, _area: Rect) -> Row {
     let t = &app.theme;
-    buf.set_style(area, t.header);
     let mut spans = vec![Span::styled(" gpupilot", t.header)];
     match (&app.data.snapshot, &app.data.link) {
         (
@@ -276,20 +340,10 @@ fn render_header(app: &App, area: Rect, buf: &mut Buffer) {
         )
     };
     let gone = matches!(app.data.link, Link::Gone { .. });
-    split_line(Line::from(spans), right, stale || gone, area, buf);
+    Row::split(Some(t.header), Line::from(spans), right, stale || gone)
 }
 
-/// `left` and, right-aligned, `right` on one row. When both do not fit, `right` is dropped,
-/// unless it matters more (`right_first`): then it is drawn over the end of `left`.
-fn split_line(left: Line, right: Line, right_first: bool, area: Rect, buf: &mut Buffer) {
-    let fits = left.width() + right.width() < area.width as usize;
-    left.render(area, buf);
-    if fits || right_first {
-        right.right_aligned().render(area, buf);
-    }
-}
-
-fn render_host(app: &App, area: Rect, buf: &mut Buffer) {
+fn host_row(app: &App, area: Rect) -> Row {
     let t = &app.theme;
     let mut spans = vec![Span::styled(" host ", t.dim)];
     match app.data.snapshot.as_ref().and_then(|s| s.host.as_ref()) {
@@ -329,10 +383,10 @@ fn render_host(app: &App, area: Rect, buf: &mut Buffer) {
             spans.push(Span::raw(load));
         }
     }
-    Line::from(spans).render(area, buf);
+    Row::line(None, Line::from(spans))
 }
 
-fn render_tabs(app: &App, area: Rect, buf: &mut Buffer) {
+fn tabs_row(app: &App, _area: Rect) -> Row {
     let t = &app.theme;
     let mut spans = vec![Span::raw(" ")];
     for (i, v) in ViewId::ALL.into_iter().enumerate() {
@@ -361,13 +415,7 @@ fn render_tabs(app: &App, area: Rect, buf: &mut Buffer) {
         },
         (_, None) => String::new(),
     };
-    split_line(
-        Line::from(spans),
-        Line::styled(right, t.dim),
-        false,
-        area,
-        buf,
-    );
+    Row::split(None, Line::from(spans), Line::styled(right, t.dim), false)
 }
 
 /// Footer hints, from the keymap: `key word` for each binding that has a hint.
@@ -396,67 +444,59 @@ fn hints(app: &App) -> Vec<Span<'static>> {
     spans
 }
 
-fn render_footer(app: &App, area: Rect, buf: &mut Buffer) {
+fn footer_row(app: &App, area: Rect) -> Row {
     let t = &app.theme;
-    buf.set_style(area, t.footer);
+    let row = |left: Line<'static>| Row::line(Some(t.footer), left);
     if let Some(Confirm::Stop(id)) = &app.run.confirm {
-        Line::from(vec![
+        return row(Line::from(vec![
             Span::styled(format!(" Stop run {id}? "), t.warn),
             Span::styled("y", t.key),
             Span::styled(
                 " stops it (SIGTERM, SIGKILL after 10 s) · any other key: no",
                 t.footer,
             ),
-        ])
-        .render(area, buf);
-        return;
+        ]));
     }
     if let Some(ask) = &app.tuner.ask {
         let (q, rest) = super::tuner::question(ask);
-        Line::from(vec![
+        return row(Line::from(vec![
             Span::styled(q, t.warn),
             Span::styled("y", t.key),
             Span::styled(rest, t.footer),
-        ])
-        .render(area, buf);
-        return;
+        ]));
     }
     if let Some(d) = &app.run.dialog {
-        Line::styled(format!(" {}", d.keys()), t.footer).render(area, buf);
-        return;
+        return row(Line::styled(format!(" {}", d.keys()), t.footer));
     }
     if let Some(d) = &app.power {
-        Line::styled(format!(" {}", d.keys()), t.footer).render(area, buf);
-        return;
+        return row(Line::styled(format!(" {}", d.keys()), t.footer));
     }
     if app.advisor.open {
-        Line::styled(super::advisor::footer(&app.advisor), t.footer).render(area, buf);
-        return;
+        return row(Line::styled(super::advisor::footer(&app.advisor), t.footer));
     }
     if let Some(q) = &app.run.prompt {
-        Line::from(vec![
+        return row(Line::from(vec![
             Span::styled(" /", t.key),
             Span::styled(format!("{q}█"), t.text),
             Span::styled("   Enter: search · Esc: cancel", t.dim),
-        ])
-        .render(area, buf);
-        return;
+        ]));
     }
     match app.data.visible_status() {
-        Some(s) if s.level == Level::Error => {
-            buf.set_style(area, t.status_error);
-            Paragraph::new(format!(" {}", s.text))
-                .style(t.status_error)
-                .wrap(Wrap { trim: false })
-                .render(area, buf);
-        }
+        Some(s) if s.level == Level::Error => Row {
+            wrapped: Some((format!(" {}", s.text), t.status_error)),
+            ..row(Line::default())
+        },
         status => {
-            Line::from(hints(app)).render(area, buf);
+            let hints = Line::from(hints(app));
+            let half = (area.width / 2) as usize;
             if let Some(s) = status {
-                let text = format::fit(&format!(" {} ", s.text), (area.width / 2) as usize);
-                Line::styled(text, t.status_info)
-                    .right_aligned()
-                    .render(area, buf);
+                let text = format::fit(&format!(" {} ", s.text), half);
+                Row::split(
+                    Some(t.footer),
+                    hints,
+                    Line::styled(text, t.status_info),
+                    true,
+                )
             } else if let Some(a) = app
                 .data
                 .control
@@ -464,8 +504,10 @@ fn render_footer(app: &App, area: Rect, buf: &mut Buffer) {
                 .and_then(super::control::alert_line)
             {
                 // Active alerts, while no message is shown.
-                let text = format::fit(&format!(" {a} "), (area.width / 2) as usize);
-                Line::styled(text, t.warn).right_aligned().render(area, buf);
+                let text = format::fit(&format!(" {a} "), half);
+                Row::split(Some(t.footer), hints, Line::styled(text, t.warn), true)
+            } else {
+                row(hints)
             }
         }
     }

@@ -258,49 +258,128 @@ pub struct Meter<'a> {
     pub theme: &'a Theme,
 }
 
+/// A part of a [`Meter`] that can be drawn alone (see [`MeterAreas`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MeterPart {
+    Label,
+    Gauge,
+    Value,
+    Trend,
+}
+
+/// Where the parts of a meter go on its area: the label, the gauge and the value on its first
+/// row, each value and sparkline after a blank column (which its area includes); the
+/// sparkline fills every row. A part with no room is empty. Nothing else is drawn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MeterAreas {
+    pub label: Rect,
+    pub gauge: Rect,
+    pub value: Rect,
+    pub trend: Rect,
+}
+
+impl MeterAreas {
+    /// The parts of a meter on `area` with these widths, with a sparkline or without.
+    pub fn of(
+        area: Rect,
+        label_width: u16,
+        gauge_width: u16,
+        value_width: u16,
+        trend: bool,
+    ) -> MeterAreas {
+        let label_w = label_width.min(area.width);
+        let mut x = area.x + label_w;
+        let gauge_w = gauge_width.min(area.right().saturating_sub(x));
+        let gauge = Rect::new(x, area.y, gauge_w, area.height.min(1));
+        x += gauge_w;
+        let value_w = (value_width + 1).min(area.right().saturating_sub(x));
+        let value = Rect::new(x, area.y, value_w, area.height.min(1));
+        x += value_w;
+        let w = area.right().saturating_sub(x + 1);
+        let trend = if trend && w >= 4 {
+            Rect::new(x, area.y, w + 1, area.height)
+        } else {
+            Rect::new(x, area.y, 0, 0)
+        };
+        MeterAreas {
+            label: Rect::new(area.x, area.y, label_w, area.height.min(1)),
+            gauge,
+            value,
+            trend,
+        }
+    }
+
+    /// The area of `part`.
+    pub fn of_part(&self, part: MeterPart) -> Rect {
+        match part {
+            MeterPart::Label => self.label,
+            MeterPart::Gauge => self.gauge,
+            MeterPart::Value => self.value,
+            MeterPart::Trend => self.trend,
+        }
+    }
+}
+
+impl Meter<'_> {
+    /// Where this meter's parts go on `area`.
+    pub fn areas(&self, area: Rect) -> MeterAreas {
+        MeterAreas::of(
+            area,
+            self.label_width,
+            self.gauge_width,
+            self.value_width,
+            self.trend.is_some(),
+        )
+    }
+
+    /// Draw one part of the meter on `area` (the whole meter's): the same cells the whole
+    /// meter draws there, and nothing outside the part's area.
+    pub fn render_part(&self, area: Rect, buf: &mut Buffer, part: MeterPart) {
+        let t = self.theme;
+        let a = self.areas(area).of_part(part);
+        if a.is_empty() {
+            return;
+        }
+        match part {
+            MeterPart::Label => {
+                buf.set_stringn(a.x, a.y, self.label, a.width as usize, t.dim);
+            }
+            MeterPart::Gauge => {
+                let empty = if self.ratio.is_some() {
+                    t.gauge_empty
+                } else {
+                    t.na
+                };
+                draw_bar(self.ratio, a, buf, self.fill, empty);
+            }
+            MeterPart::Value => {
+                let style = if self.value == format::NA {
+                    t.na
+                } else {
+                    self.value_style
+                };
+                let w = a.width.saturating_sub(1) as usize;
+                buf.set_stringn(a.x + 1, a.y, format::fit(self.value, w), w, style);
+            }
+            MeterPart::Trend => {
+                if let Some(trend) = self.trend {
+                    let bars = Rect::new(a.x + 1, a.y, a.width - 1, a.height);
+                    trend.render(bars, buf, self.trend_style);
+                }
+            }
+        }
+    }
+}
+
 impl Widget for Meter<'_> {
     fn render(self, area: Rect, buf: &mut Buffer) {
-        let t = self.theme;
-        let label_w = self.label_width.min(area.width);
-        buf.set_stringn(area.x, area.y, self.label, label_w as usize, t.dim);
-        let mut x = area.x + label_w;
-        let gauge_w = self.gauge_width.min(area.right().saturating_sub(x));
-        let empty = if self.ratio.is_some() {
-            t.gauge_empty
-        } else {
-            t.na
-        };
-        draw_bar(
-            self.ratio,
-            Rect::new(x, area.y, gauge_w, 1),
-            buf,
-            self.fill,
-            empty,
-        );
-        x += gauge_w;
-        let value_w = (self.value_width + 1).min(area.right().saturating_sub(x));
-        let style = if self.value == format::NA {
-            t.na
-        } else {
-            self.value_style
-        };
-        buf.set_stringn(
-            x + 1,
-            area.y,
-            format::fit(self.value, value_w.saturating_sub(1) as usize),
-            value_w.saturating_sub(1) as usize,
-            style,
-        );
-        x += value_w;
-        if let Some(trend) = self.trend {
-            let w = area.right().saturating_sub(x + 1);
-            if w >= 4 {
-                trend.render(
-                    Rect::new(x + 1, area.y, w, area.height),
-                    buf,
-                    self.trend_style,
-                );
-            }
+        for part in [
+            MeterPart::Label,
+            MeterPart::Gauge,
+            MeterPart::Value,
+            MeterPart::Trend,
+        ] {
+            self.render_part(area, buf, part);
         }
     }
 }

@@ -10,7 +10,9 @@ use crate::history::Metric;
 use crate::telemetry::GpuSample;
 use crate::tui::app::App;
 use crate::tui::format;
-use crate::tui::widgets::{Bars, Meter, Trend, badges, draw_frame, gauge_ratio, level};
+use crate::tui::widgets::{
+    Bars, Meter, MeterAreas, MeterPart, Trend, badges, draw_frame, gauge_ratio, level,
+};
 use ratatui::buffer::Buffer;
 use ratatui::layout::{Margin, Position, Rect};
 use ratatui::style::Style;
@@ -247,6 +249,11 @@ struct BlockAreas {
 }
 
 impl BlockAreas {
+    /// Where the parts of meter `i` go (every meter of a block has a sparkline).
+    fn meter_areas(&self, i: usize) -> MeterAreas {
+        MeterAreas::of(self.meters[i], self.label, self.gauge, self.value, true)
+    }
+
     fn of(area: Rect, density: Density, meter_rows: u16) -> BlockAreas {
         let inner = area.inner(Margin::new(2, 1));
         match density {
@@ -354,9 +361,10 @@ impl BlockModel {
         }
     }
 
-    /// Where this block (on `area`) and `next` (on the same area) differ, when only meters or
-    /// the info line do: those parts' areas, each drawn by [`Self::draw_part`] alike. `None`
-    /// when the border, the titles or the layout differ (the whole block is redrawn then).
+    /// Where this block (on `area`) and `next` (on the same area) differ, when only parts of
+    /// meters (a gauge, a value, a sparkline) or the info line do: those parts' areas, each
+    /// drawn by [`Self::draw_part`] alike. `None` when the border, the titles or the layout
+    /// differ (the whole block is redrawn then).
     pub fn changed_parts(&self, next: &BlockModel, area: Rect) -> Option<Vec<(Rect, Part)>> {
         if (self.border, &self.title, &self.badges) != (next.border, &next.title, &next.badges) {
             return None;
@@ -377,10 +385,16 @@ impl BlockModel {
                 },
             ) if (density, meter_rows) == (d2, r2) => {
                 let a = BlockAreas::of(area, *density, *meter_rows);
-                let mut parts: Vec<(Rect, Part)> = (0..4)
-                    .filter(|&i| meters[i] != m2[i])
-                    .map(|i| (a.meters[i], Part::Meter(i)))
-                    .collect();
+                let mut parts: Vec<(Rect, Part)> = Vec::new();
+                for (i, (m, n)) in meters.iter().zip(m2.iter()).enumerate() {
+                    let at = a.meter_areas(i);
+                    for part in m.changed(n) {
+                        let r = at.of_part(part);
+                        if !r.is_empty() {
+                            parts.push((r, Part::Meter(i, part)));
+                        }
+                    }
+                }
                 if info != i2 {
                     parts.push((rows(a.inner, 4 * meter_rows, 1), Part::Info));
                 }
@@ -404,9 +418,11 @@ impl BlockModel {
         };
         let a = BlockAreas::of(area, *density, *meter_rows);
         match part {
-            Part::Meter(i) => meters[i]
-                .meter(t, a.label, a.gauge, a.value)
-                .render(a.meters[i], buf),
+            Part::Meter(i, p) => {
+                meters[i]
+                    .meter(t, a.label, a.gauge, a.value)
+                    .render_part(a.meters[i], buf, p)
+            }
             Part::Info => {
                 if let Some(info) = info {
                     info.clone().render(rows(a.inner, 4 * meter_rows, 1), buf);
@@ -419,8 +435,8 @@ impl BlockModel {
 /// A part of a GPU block that can be redrawn alone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Part {
-    /// Meter 0–3: utilization, memory, temperature, power.
-    Meter(usize),
+    /// A part of meter 0–3 (utilization, memory, temperature, power).
+    Meter(usize, MeterPart),
     /// The clocks, P-state, fan and PCIe line.
     Info,
 }
@@ -447,6 +463,24 @@ struct MeterSpec {
 }
 
 impl MeterSpec {
+    /// The parts of the meter that draw differently as `next`.
+    fn changed(&self, next: &MeterSpec) -> impl Iterator<Item = MeterPart> {
+        [
+            (MeterPart::Label, self.label != next.label),
+            (
+                MeterPart::Gauge,
+                (self.ratio, self.fill) != (next.ratio, next.fill),
+            ),
+            (MeterPart::Value, self.value != next.value),
+            (
+                MeterPart::Trend,
+                (&self.bars, self.trend_style) != (&next.bars, next.trend_style),
+            ),
+        ]
+        .into_iter()
+        .filter_map(|(part, changed)| changed.then_some(part))
+    }
+
     fn meter<'a>(
         &'a self,
         theme: &'a Theme,
