@@ -198,3 +198,111 @@ fn a_quiet_node_is_not_polled_at_the_refresh_rate() {
     let after = r.during(Duration::from_millis(1500));
     assert_eq!(runs(&after), 0, "quiet again once the run ended");
 }
+
+/// The snapshots `r` receives over `d`.
+fn snapshot_times(r: &mut Reader, d: Duration) -> Vec<f64> {
+    r.during(d)
+        .iter()
+        .filter_map(|u| match u {
+            Update::Snapshot(s) => Some(s.time_s),
+            _ => None,
+        })
+        .collect()
+}
+
+/// At most one snapshot per refresh of 500 ms (less a fifth for jitter) in 3 s, against 30
+/// sampled, newest first and never an older one after it.
+fn check_once_per_refresh(times: &[f64]) {
+    assert!(
+        (4..=8).contains(&times.len()),
+        "{} snapshots in 3 s: {times:?}",
+        times.len()
+    );
+    assert!(times.windows(2).all(|w| w[0] < w[1]), "in order: {times:?}");
+}
+
+/// A daemon sampling at 10 Hz does not make a console at a 500 ms refresh redraw ten times a
+/// second: snapshots come at most once per refresh (most straight from the client's reader,
+/// some held back by the feed), the newest first and never an older one after it.
+#[test]
+fn snapshots_come_once_per_refresh_and_in_order() {
+    let home = Home::new();
+    let _daemon = home.daemon(&[]);
+    let feed = DataSource::Daemon(home.client()).start(Duration::from_millis(500));
+    let mut r = Reader::new(feed, WAIT);
+    r.until("a snapshot", |u| matches!(u, Update::Snapshot(_)));
+    check_once_per_refresh(&snapshot_times(&mut r, Duration::from_millis(3000)));
+}
+
+/// Given the console's runtime, the feed reads a local daemon's snapshots on it, over a
+/// connection of their own (its own connection then carries no snapshots): the same snapshots
+/// as through the feed's thread, and again after the daemon restarts.
+#[test]
+fn on_a_runtime_snapshots_come_over_a_connection_of_their_own() {
+    let home = Home::new();
+    let mut daemon = home.daemon(&[]);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let feed = DataSource::Daemon(home.client()).start_on(Duration::from_millis(500), rt.handle());
+    let mut r = Reader::new(feed, WAIT);
+    r.until("a snapshot", |u| matches!(u, Update::Snapshot(_)));
+    check_once_per_refresh(&snapshot_times(&mut r, Duration::from_millis(3000)));
+    // The feed's connection, the snapshots' and the one asking.
+    let status = home.client().status().unwrap();
+    assert_eq!(status.daemon.clients, 3, "{:?}", status.daemon);
+
+    let (status, _) = daemon.signal_and_wait(Signal::TERM);
+    assert!(status.success(), "{status}");
+    r.until("the daemon gone", |u| {
+        matches!(u, Update::Link(Link::Gone { .. }))
+    });
+    let _again = home.daemon(&[]);
+    r.until("the daemon back", |u| {
+        matches!(u, Update::Link(Link::Daemon { .. }))
+    });
+    r.until("a snapshot", |u| matches!(u, Update::Snapshot(_)));
+    check_once_per_refresh(&snapshot_times(&mut r, Duration::from_millis(3000)));
+}
+
+/// The node's run list is asked for just before a snapshot goes out, so that the console
+/// draws both in one frame: with a daemon sampling at the console's refresh (2 Hz and 500 ms,
+/// where a late sample would otherwise let the poll go first on its own), every run list comes
+/// with a snapshot right behind it.
+#[test]
+fn polls_go_out_with_the_snapshot_after_them() {
+    let home = Home::new();
+    let _daemon = home.daemon(&["--rate", "2"]);
+    let id = home
+        .ok(&["run", "-d", "--name", "busy", "--", "sleep", "60"])
+        .trim()
+        .to_string();
+    let feed = DataSource::Daemon(home.client()).start(Duration::from_millis(500));
+    let mut r = Reader::new(feed, WAIT);
+    r.until("the run in the list", |u| status_of(u, &id).is_some());
+    let got = r.during_timed(Duration::from_millis(5000));
+    let polls: Vec<Instant> = got
+        .iter()
+        .filter(|(_, u)| matches!(u, Update::Runs(_)))
+        .map(|(t, _)| *t)
+        .collect();
+    assert!(
+        polls.len() >= 6,
+        "a live run is polled each refresh: {polls:?}"
+    );
+    for t in &polls {
+        let next = got
+            .iter()
+            .find(|(at, u)| at >= t && matches!(u, Update::Snapshot(_)));
+        assert!(
+            next.is_some_and(|(at, _)| *at - *t < Duration::from_millis(100)),
+            "a run list at {:?} without a snapshot right behind it: {:?}",
+            t.duration_since(got[0].0),
+            got.iter()
+                .map(|(at, u)| (at.duration_since(got[0].0), std::mem::discriminant(u)))
+                .collect::<Vec<_>>()
+        );
+    }
+}

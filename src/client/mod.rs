@@ -122,7 +122,10 @@ pub struct LogChunk {
 }
 
 mod calls;
+mod push;
 mod remote;
+
+pub use push::{PushStream, telemetry_stream};
 
 pub use remote::Origin;
 
@@ -130,12 +133,19 @@ pub use calls::{KnobPending, RunMetrics};
 
 type Pending = Arc<Mutex<HashMap<u64, Sender<Response>>>>;
 
+/// Takes pushed snapshots on the reader thread, before they would go on the updates channel,
+/// and gives back those it leaves to the channel (see [`Client::tap_snapshots`]).
+pub type SnapshotTap = Box<dyn FnMut(Box<Snapshot>) -> Option<Box<Snapshot>> + Send>;
+
+type Tap = Arc<Mutex<Option<SnapshotTap>>>;
+
 /// A connection to the daemon. See the module doc.
 pub struct Client {
     writer: Mutex<UnixStream>,
     pending: Pending,
     next_id: AtomicU64,
     updates: Receiver<Update>,
+    tap: Tap,
     welcome: Welcome,
     socket: PathBuf,
     timeout: Duration,
@@ -156,19 +166,7 @@ impl Client {
 
     /// Connect to the daemon at `socket`, saying hello as `client_name`.
     pub fn connect_to(socket: &Path, client_name: &str) -> Result<Client, ClientError> {
-        let stream = UnixStream::connect(socket).map_err(|source| ClientError::NoDaemon {
-            socket: socket.to_path_buf(),
-            source,
-        })?;
-        let me = rustix::process::getuid().as_raw();
-        let daemon = Peer::of(&stream)?;
-        if !peer_allowed(me, daemon.uid) {
-            return Err(ClientError::Refused(format!(
-                "the socket {} is served by uid {}, not by you (uid {me}) or root: refusing to use it",
-                socket.display(),
-                daemon.uid
-            )));
-        }
+        let stream = connect_checked(socket)?;
         Client::handshake(stream, socket.to_path_buf(), client_name)
     }
 
@@ -246,18 +244,20 @@ impl Client {
             }
         };
         let pending: Pending = Arc::default();
+        let tap: Tap = Arc::default();
         let (tx, updates) = bounded(UPDATES_QUEUE);
         {
-            let pending = Arc::clone(&pending);
+            let (pending, tap) = (Arc::clone(&pending), Arc::clone(&tap));
             std::thread::Builder::new()
                 .name("gpupilot-client".into())
-                .spawn(move || read_loop(reader, pending, tx))?;
+                .spawn(move || read_loop(reader, pending, tap, tx))?;
         }
         Ok(Client {
             writer: Mutex::new(writer),
             pending,
             next_id: AtomicU64::new(1),
             updates,
+            tap,
             welcome,
             origin: Origin::Socket(socket.clone()),
             socket,
@@ -308,6 +308,14 @@ impl Client {
         &self.updates
     }
 
+    /// Hand pushed snapshots to `tap` on the reader thread as they arrive: those it keeps
+    /// never reach [`Client::updates`]; those it gives back go there as before. A consumer that
+    /// can take a snapshot from any thread saves a thread's wake-up per snapshot this way.
+    /// Replaces any earlier tap.
+    pub fn tap_snapshots(&self, tap: SnapshotTap) {
+        *lock(&self.tap) = Some(tap);
+    }
+
     /// Send `request`, wait for its answer. An error answer is returned as
     /// [`ClientError::Daemon`].
     pub fn request(&self, request: Request) -> Result<Response, ClientError> {
@@ -347,6 +355,24 @@ impl Drop for Client {
     }
 }
 
+/// Connect to the daemon's socket and check who serves it: this user or root.
+fn connect_checked(socket: &Path) -> Result<UnixStream, ClientError> {
+    let stream = UnixStream::connect(socket).map_err(|source| ClientError::NoDaemon {
+        socket: socket.to_path_buf(),
+        source,
+    })?;
+    let me = rustix::process::getuid().as_raw();
+    let daemon = Peer::of(&stream)?;
+    if !peer_allowed(me, daemon.uid) {
+        return Err(ClientError::Refused(format!(
+            "the socket {} is served by uid {}, not by you (uid {me}) or root: refusing to use it",
+            socket.display(),
+            daemon.uid
+        )));
+    }
+    Ok(stream)
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -373,7 +399,12 @@ fn read_frame(reader: &mut impl BufRead) -> std::io::Result<Option<ServerFrame>>
         .map_err(std::io::Error::other)
 }
 
-fn read_loop(mut reader: BufReader<UnixStream>, pending: Pending, updates: Sender<Update>) {
+fn read_loop(
+    mut reader: BufReader<UnixStream>,
+    pending: Pending,
+    tap: Tap,
+    updates: Sender<Update>,
+) {
     loop {
         let frame = match read_frame(&mut reader) {
             Ok(Some(f)) => f,
@@ -390,7 +421,16 @@ fn read_loop(mut reader: BufReader<UnixStream>, pending: Pending, updates: Sende
                 }
                 continue;
             }
-            (None, Response::Telemetry { snapshot }) => Update::Telemetry(snapshot),
+            (None, Response::Telemetry { snapshot }) => {
+                let left = match lock(&tap).as_mut() {
+                    Some(tap) => tap(snapshot),
+                    None => Some(snapshot),
+                };
+                match left {
+                    Some(s) => Update::Telemetry(s),
+                    None => continue,
+                }
+            }
             (None, Response::Event { event }) => Update::Event(event),
             (None, Response::Lagged { missed }) => Update::Lagged(missed),
             (

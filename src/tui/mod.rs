@@ -145,10 +145,11 @@ pub fn run(opts: TuiOptions) -> anyhow::Result<()> {
         return Err(e).context("taking over the terminal");
     }
     let size = tty::KnownSize::default();
-    let backend = tty::SizedBackend::new(
-        ratatui::backend::CrosstermBackend::new(std::io::stdout()),
-        size.clone(),
-    );
+    // Each frame goes out in one write: stdout's own buffer holds 1 KiB, and a frame drawn
+    // whole is ten times that. (The backend flushes at the end of every frame.)
+    let out = std::io::BufWriter::with_capacity(64 << 10, std::io::stdout());
+    let backend =
+        tty::SizedBackend::new(ratatui::backend::CrosstermBackend::new(out), size.clone());
     let mut terminal = screen::Screen::new(backend);
     // ratatui's hook restores raw mode and the screen; mouse reporting must go too, or the
     // shell is flooded with escape codes after a panic.
@@ -162,7 +163,7 @@ pub fn run(opts: TuiOptions) -> anyhow::Result<()> {
     let result = (|| -> anyhow::Result<()> {
         // A first frame at once, before the first sample (which may take a period).
         app.size = terminal.draw(&app)?;
-        let feed = opts.source.start(opts.refresh);
+        let feed = opts.source.start_on(opts.refresh, rt.handle());
         let requests = feed.requests.clone();
         rt.block_on(event_loop::run(
             &mut terminal,

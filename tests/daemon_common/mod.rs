@@ -120,9 +120,13 @@ impl Home {
         String::from_utf8(out.stdout).unwrap()
     }
 
-    /// Start a daemon in the foreground (a child of the test) and wait until it answers.
+    /// Start a daemon in the foreground (a child of the test) and wait until it answers;
+    /// it samples at 10 Hz unless `extra` says `--rate`.
     pub fn daemon(&self, extra: &[&str]) -> DaemonProc {
-        let mut args = vec!["daemon", "--rate", "10"];
+        let mut args = vec!["daemon"];
+        if !extra.contains(&"--rate") {
+            args.extend(["--rate", "10"]);
+        }
         args.extend_from_slice(extra);
         let child = self
             .gpupilot(&args)

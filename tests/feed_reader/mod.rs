@@ -57,6 +57,11 @@ impl Reader {
 
     /// Everything received over the next `d` (also kept in `seen`).
     pub fn during(&mut self, d: Duration) -> Vec<Update> {
+        self.during_timed(d).into_iter().map(|(_, u)| u).collect()
+    }
+
+    /// [`Reader::during`], each update with when it came.
+    pub fn during_timed(&mut self, d: Duration) -> Vec<(Instant, Update)> {
         let deadline = Instant::now() + d;
         let mut got = Vec::new();
         loop {
@@ -68,7 +73,7 @@ impl Reader {
             {
                 Ok(Some(u)) => {
                     self.seen.push(u.clone());
-                    got.push(u);
+                    got.push((Instant::now(), u));
                 }
                 Ok(None) => panic!("the feed ended"),
                 Err(_) => return got,

@@ -9,7 +9,9 @@
 //! refreshes), and otherwise only every [`IDLE_POLL_EVERY`]: on a quiet node everything that
 //! changes those answers is an event, and events are pushed. Snapshots are passed on at most
 //! once per refresh (the newest wins), so a daemon sampling at 10 Hz does not make a 1 s
-//! console redraw ten times a second. The thread sleeps until the next of these is due.
+//! console redraw ten times a second. The thread sleeps until the next of these is due. A
+//! snapshot that needs nothing of this thread (no poll due with it, a refresh passed since the
+//! last) goes from the client's reader thread straight to the console ([`pass`]).
 //!
 //! When the daemon goes away it says so ([`Link::Gone`]) and tries to connect again every two
 //! seconds: a daemon restarted with `gpupilot daemon --detach` is picked up, and the runs
@@ -27,8 +29,12 @@ use tokio::sync::mpsc;
 
 mod advise;
 mod knobs;
+mod pass;
 mod power;
+mod pump;
 mod tune;
+
+use pass::{Offer, Pass, Via};
 
 pub use tune::TunerGuard;
 
@@ -52,19 +58,28 @@ const BUSY_AFTER_EVENT: u32 = 3;
 /// History back-filled on connect: the last hour, at 10 s, then the last ten minutes at 1 s.
 const BACKFILL: [(f64, f64, u32); 2] = [(3600.0, 600.0, 300), (600.0, 0.0, 600)];
 
-/// Start the feed from `client`'s daemon. See the module doc.
-pub fn start(client: Client, refresh: Duration) -> Feed {
+/// Start the feed from `client`'s daemon. See the module doc. With `rt` (the console's
+/// runtime), snapshots from a local daemon are read on that runtime's thread ([`pump`]).
+pub fn start(client: Client, refresh: Duration, rt: Option<&tokio::runtime::Handle>) -> Feed {
     let (tx, requests, feed) = channels();
     let origin = client.origin().clone();
+    let pass = Pass::new(tx.clone(), refresh);
+    let pump = match (rt, &origin) {
+        (Some(rt), crate::client::Origin::Socket(_)) => {
+            Some(pump::Pump::start(rt, std::sync::Arc::clone(&pass)))
+        }
+        _ => None,
+    };
     let mut worker = Worker {
         client: None,
         origin,
+        pass,
+        pump,
         tx,
         refresh,
         watch: None,
         last_seq: None,
         pending: None,
-        last_forward: None,
         last_poll: None,
         live: false,
         event_at: None,
@@ -104,13 +119,16 @@ struct Worker {
     /// How to connect again (a local socket, or `ssh NODE gpupilot bridge`).
     origin: crate::client::Origin,
     tx: mpsc::Sender<Update>,
+    /// Passes snapshots on, from this thread or the client's reader.
+    pass: std::sync::Arc<Pass>,
+    /// Reads snapshots on the console's thread, when it has a runtime and the daemon is local.
+    pump: Option<pump::Pump>,
     refresh: Duration,
     watch: Option<Watch>,
     /// The newest node event seen (to catch up after a lag or a reconnect).
     last_seq: Option<u64>,
     /// A snapshot held back until a refresh has passed since the last one passed on.
     pending: Option<Box<Snapshot>>,
-    last_forward: Option<Instant>,
     /// When the node was last polled.
     last_poll: Option<Instant>,
     /// The last poll found something live: a run that has not ended, a governor, a budget or
@@ -134,9 +152,18 @@ impl Worker {
             let step = match &self.client {
                 Some(c) => {
                     let updates = c.updates().clone();
+                    let pumped = self
+                        .pump
+                        .as_ref()
+                        .map_or_else(crossbeam_channel::never, |p| p.to_feed.clone());
+                    self.pass.set_poll_due(self.poll_due());
                     let wait = self.next_due().saturating_duration_since(Instant::now());
                     select! {
                         recv(updates) -> u => self.on_push(u.unwrap_or(crate::client::Update::Closed)),
+                        recv(pumped) -> s => match s {
+                            Ok(s) => self.on_push(crate::client::Update::Telemetry(s)),
+                            Err(_) => return,
+                        },
                         recv(requests) -> r => match r {
                             Ok(r) => self.on_request(r),
                             Err(_) => return,
@@ -177,10 +204,12 @@ impl Worker {
         self.last_poll.map_or_else(Instant::now, |t| t + every)
     }
 
-    /// When the thread must wake next: a poll, or a held-back snapshot.
+    /// When the thread must wake next: a poll, or a held-back snapshot. A poll waits up to
+    /// half a refresh past its time for a snapshot to go with (see `pass`): one comes every
+    /// refresh, and when it takes the poll along the console draws one frame for both.
     fn next_due(&self) -> Instant {
-        let poll = self.poll_due();
-        match (&self.pending, self.last_forward) {
+        let poll = self.poll_due() + self.refresh / 2;
+        match (&self.pending, self.pass.last_sent()) {
             (Some(_), Some(t)) => poll.min(t + self.refresh.mul_f64(0.8)),
             (Some(_), None) => Instant::now(),
             (None, _) => poll,
@@ -215,12 +244,39 @@ impl Worker {
             self.backfill(&client, &snap)?;
             self.forward(Box::new(snap))?;
         }
-        if let Err(e) = client.subscribe(true, true) {
+        // Snapshots that need nothing of this thread go straight to the console: read on its
+        // own thread over a connection of their own, or else from the client's reader.
+        self.pass.set_poll_due(Instant::now());
+        let pumped = self.pump_connect();
+        if !pumped {
+            let pass = std::sync::Arc::clone(&self.pass);
+            client.tap_snapshots(Box::new(move |s| match pass.offer(s, Via::Reader) {
+                Offer::ToFeed(s) => Some(s),
+                _ => None,
+            }));
+        }
+        if let Err(e) = client.subscribe(!pumped, true) {
             return self.gone(&e.to_string());
         }
         self.client = Some(client);
         self.catch_up_events()?;
         self.poll()
+    }
+
+    /// Give the pump a connection of its own to read snapshots from; false when there is no
+    /// pump or the connection failed (the feed's own connection carries them then).
+    fn pump_connect(&self) -> bool {
+        let (Some(pump), crate::client::Origin::Socket(socket)) = (&self.pump, &self.origin) else {
+            return false;
+        };
+        let name = format!("gpupilot-console {} (telemetry)", env!("CARGO_PKG_VERSION"));
+        match crate::client::telemetry_stream(socket, &name) {
+            Ok(conn) => pump.conns.send(conn).is_ok(),
+            Err(e) => {
+                tracing::debug!("a connection for snapshots: {e}");
+                false
+            }
+        }
     }
 
     fn reconnect(&mut self) -> Result<(), Done> {
@@ -235,6 +291,7 @@ impl Worker {
     fn gone(&mut self, reason: &str) -> Result<(), Done> {
         self.client = None;
         self.pending = None;
+        self.pass.reset();
         self.send(Update::Link(Link::Gone {
             reason: reason.to_string(),
         }))
@@ -278,19 +335,14 @@ impl Worker {
 
     /// Pass a snapshot on, or hold it until a refresh has passed since the last one.
     fn forward(&mut self, snap: Box<Snapshot>) -> Result<(), Done> {
-        let due = self
-            .last_forward
-            .is_none_or(|t| t.elapsed() >= self.refresh.mul_f64(0.8));
-        if !due {
-            self.pending = Some(snap);
-            return Ok(());
-        }
         self.pending = None;
-        self.last_forward = Some(Instant::now());
-        match self.tx.try_send(Update::Snapshot(snap)) {
-            Err(mpsc::error::TrySendError::Closed(_)) => Err(Done),
-            // A console that is behind skips a snapshot; the next supersedes it.
-            _ => Ok(()),
+        match self.pass.offer(snap, Via::Feed) {
+            Offer::Held(s) | Offer::ToFeed(s) => {
+                self.pending = Some(s);
+                Ok(())
+            }
+            Offer::Closed => Err(Done),
+            Offer::Sent | Offer::Stale => Ok(()),
         }
     }
 
@@ -298,7 +350,8 @@ impl Worker {
         use crate::client::Update as U;
         match u {
             // A poll due within half a refresh goes first, so that its answers reach the
-            // console just before the snapshot they go with: one frame for both.
+            // console just before the snapshot they go with: one frame for both. (A snapshot
+            // comes this way only when the reader left it here: see `pass`.)
             U::Telemetry(s) if self.poll_due() <= Instant::now() + self.refresh / 2 => {
                 self.pending = Some(s);
                 self.poll()
