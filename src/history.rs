@@ -214,9 +214,10 @@ impl Series {
             + std::mem::size_of::<Series>()
     }
 
-    fn window(&self, from: f64, to: f64, max_points: usize) -> Vec<Point> {
+    /// Each point of [`History::window`] on this series, oldest first, to `f`.
+    fn window_each(&self, from: f64, to: f64, max_points: usize, mut f: impl FnMut(Point)) {
         if max_points == 0 || to <= from {
-            return Vec::new();
+            return;
         }
         let width = (to - from) / max_points as f64;
         let mut bins: Vec<Option<Bucket>> = vec![None; max_points];
@@ -239,9 +240,9 @@ impl Series {
         // The finest level that still reaches back to `from`; else the one reaching furthest.
         // A ring that has never dropped a sample holds the whole series, however young: a
         // coarse tier would place its one open bucket at a centre that may lie past `to`.
-        let raw_oldest = self.raw.front().map(|&(t, _)| t);
+        let raw_oldest = || self.raw.front().map(|&(t, _)| t);
         let raw_complete = self.raw.len() < self.raw_capacity;
-        if raw_oldest.is_some_and(|o| o <= from) || raw_complete || self.tiers.is_empty() {
+        if raw_complete || self.tiers.is_empty() || raw_oldest().is_some_and(|o| o <= from) {
             for &(t, v) in self.raw_between(from, to) {
                 put(&mut bins, t, Bucket::new(t, v));
             }
@@ -259,7 +260,7 @@ impl Series {
             // Samples newer than the tier's open bucket do not exist: raw and tiers are fed
             // together. But a tier bucket is coarse; where raw covers the recent part of the
             // window, prefer its detail so the right edge of a chart is sharp.
-            if let Some(ro) = raw_oldest {
+            if let Some(ro) = raw_oldest() {
                 let cut = from + (((ro - from) / width).ceil() * width);
                 for bin in bins
                     .iter_mut()
@@ -272,25 +273,42 @@ impl Series {
                 }
             }
         }
-        bins.iter()
-            .enumerate()
-            .filter_map(|(i, b)| {
-                b.map(|b| Point {
+        for (i, b) in bins.iter().enumerate() {
+            if let Some(b) = b {
+                f(Point {
                     t: from + (i as f64 + 0.5) * width,
                     min: b.min as f64,
                     mean: b.mean as f64,
                     max: b.max as f64,
-                })
-            })
-            .collect()
+                });
+            }
+        }
     }
 
-    /// Raw samples with `from <= t < to`, found by binary search: the ring is sorted by time,
-    /// and a chart asks for a few hundred of its thousands of samples every frame.
+    /// Raw samples with `from <= t < to`: the ring is sorted by time, and a chart asks for a
+    /// few hundred of its thousands of samples every frame. Most ask for the newest ones (the
+    /// console's sparklines, every second): those are found by walking back from the end,
+    /// over memory the newest samples share, where a binary search over the whole ring would
+    /// touch a line of memory per step (most of them cold by the next frame). Anything
+    /// further back is found by binary search.
     fn raw_between(&self, from: f64, to: f64) -> impl Iterator<Item = &(f64, f32)> {
-        let lo = self.raw.partition_point(|&(t, _)| t < from);
-        let hi = self.raw.partition_point(|&(t, _)| t < to);
-        self.raw.range(lo..hi.max(lo))
+        /// How many samples back from the end the walk goes before it searches instead.
+        const WALK: usize = 128;
+        let raw = &self.raw;
+        let hi = if raw.back().is_none_or(|&(t, _)| t < to) {
+            raw.len()
+        } else {
+            raw.partition_point(|&(t, _)| t < to)
+        };
+        let floor = hi.saturating_sub(WALK);
+        let mut lo = hi;
+        while lo > floor && raw[lo - 1].0 >= from {
+            lo -= 1;
+        }
+        if lo == floor && lo > 0 && raw[lo - 1].0 >= from {
+            lo = raw.partition_point(|&(t, _)| t < from);
+        }
+        raw.range(lo..hi)
     }
 
     fn last(&self) -> Option<(f64, f64)> {
@@ -377,9 +395,24 @@ impl History {
         to: f64,
         max_points: usize,
     ) -> Vec<Point> {
-        self.series(gpu, metric)
-            .map(|s| s.window(from, to, max_points))
-            .unwrap_or_default()
+        let mut points = Vec::new();
+        self.window_each(gpu, metric, from, to, max_points, |p| points.push(p));
+        points
+    }
+
+    /// The points of [`History::window`], oldest first, to `f` (without collecting them).
+    pub fn window_each(
+        &self,
+        gpu: usize,
+        metric: Metric,
+        from: f64,
+        to: f64,
+        max_points: usize,
+        f: impl FnMut(Point),
+    ) {
+        if let Some(s) = self.series(gpu, metric) {
+            s.window_each(from, to, max_points, f);
+        }
     }
 
     /// For a 0/1 series ([`Metric::PowerLimited`], [`Metric::ThermalLimited`]): seconds spent
@@ -436,6 +469,37 @@ impl Default for History {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn raw_samples_between_two_times_are_those_a_search_finds() {
+        let config = HistoryConfig::default();
+        let mut s = Series::new(&config);
+        for i in 0..500 {
+            s.push(1000.0 + i as f64 * 0.5, i as f32);
+        }
+        let search = |from: f64, to: f64| -> Vec<(f64, f32)> {
+            let lo = s.raw.partition_point(|&(t, _)| t < from);
+            let hi = s.raw.partition_point(|&(t, _)| t < to);
+            s.raw.range(lo..hi.max(lo)).copied().collect()
+        };
+        // Windows at the end (walked), far back (searched), across the walk's reach, empty,
+        // reversed, before and after every sample.
+        for (from, to) in [
+            (1240.0, 1250.0),
+            (1200.0, 1300.0),
+            (1000.0, 1010.3),
+            (1100.0, 1240.0),
+            (1185.75, 1249.6),
+            (1300.0, 1310.0),
+            (900.0, 1000.0),
+            (1200.0, 1100.0),
+            (0.0, 1e12),
+            (1249.5, 1249.5),
+        ] {
+            let got: Vec<_> = s.raw_between(from, to).copied().collect();
+            assert_eq!(got, search(from, to), "[{from}, {to})");
+        }
+    }
 
     #[test]
     fn time_limited_is_the_share_of_samples_at_one() {

@@ -152,12 +152,13 @@ impl Trend {
         });
         let mut values = vec![None; width];
         let from_q = from + skip as f64 * period;
-        for p in data.history.window(gpu, metric, from_q, to, width - skip) {
-            let i = ((p.t - from) / period).floor() as usize;
-            if let Some(v) = values.get_mut(i) {
-                *v = Some(p.mean);
-            }
-        }
+        data.history
+            .window_each(gpu, metric, from_q, to, width - skip, |p| {
+                let i = ((p.t - from) / period).floor() as usize;
+                if let Some(v) = values.get_mut(i) {
+                    *v = Some(p.mean);
+                }
+            });
         // A sampler whose tick runs close to the GPU's reading may publish one reading twice
         // and skip the next; a lone empty column between two readings is that jitter, not an
         // outage (those last several intervals and stay empty), so it takes its left
