@@ -211,6 +211,28 @@ pub struct Binding {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Keymap {
     sections: [Vec<Binding>; 6],
+    memo: Memo,
+}
+
+/// The footer's hints, worked out once per view (the console draws its footer every second,
+/// and working them out looks up every binding's key again). Not part of a keymap's identity.
+#[derive(Debug, Clone, Default)]
+struct Memo {
+    /// By view (its place in [`ViewId::ALL`]), then help open or not.
+    hints: [[std::sync::OnceLock<Vec<Hint>>; 2]; ViewId::ALL.len()],
+}
+
+impl PartialEq for Memo {
+    fn eq(&self, _: &Memo) -> bool {
+        true
+    }
+}
+
+/// A hint for the footer: the key, and the word for what it does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hint {
+    pub key: String,
+    pub word: String,
 }
 
 impl Keymap {
@@ -235,6 +257,38 @@ impl Keymap {
             .map(|b| b.action)
     }
 
+    /// The footer's hints in `view` (or in help): each binding of the context that has a
+    /// hint, with its first key, unless that key runs something else there (a global key the
+    /// view binds otherwise would be a wrong hint).
+    pub fn hints(&self, view: ViewId, help_open: bool) -> &[Hint] {
+        let at = ViewId::ALL.iter().position(|v| *v == view).unwrap_or(0);
+        self.memo.hints[at][usize::from(help_open)].get_or_init(|| {
+            let contexts: Vec<Context> = if help_open {
+                vec![Context::Help]
+            } else {
+                [Context::Global]
+                    .into_iter()
+                    .chain(Context::of_view(view))
+                    .collect()
+            };
+            contexts
+                .iter()
+                .flat_map(|c| self.bindings(*c))
+                .filter_map(|b| match (&b.hint, b.keys.first()) {
+                    (Some(hint), Some(key))
+                        if self.lookup(view, help_open, *key) == Some(b.action) =>
+                    {
+                        Some(Hint {
+                            key: key.to_string(),
+                            word: hint.clone(),
+                        })
+                    }
+                    _ => None,
+                })
+                .collect()
+        })
+    }
+
     /// The embedded defaults.
     pub fn defaults() -> Keymap {
         Keymap::from_file(
@@ -253,6 +307,7 @@ impl Keymap {
                 conv(f.events),
                 conv(f.help),
             ],
+            memo: Memo::default(),
         }
     }
 
@@ -269,6 +324,7 @@ impl Keymap {
                 }
             }
         }
+        self.memo = Memo::default();
         self
     }
 }
@@ -516,6 +572,38 @@ mod tests {
             km.lookup(ViewId::Overview, false, k("<C-c>")),
             Some(Action::Quit),
             "the other key of the default binding stays"
+        );
+    }
+
+    #[test]
+    fn footer_hints_follow_the_view_and_a_merged_keymap() {
+        let hint = |key: &str, word: &str| Hint {
+            key: key.into(),
+            word: word.into(),
+        };
+        let km = Keymap::defaults();
+        let overview = km.hints(ViewId::Overview, false);
+        assert_eq!(overview.first(), Some(&hint("q", "quit")));
+        assert!(overview.contains(&hint("?", "help")), "{overview:?}");
+        // Asked twice: the same hints (kept, not worked out again).
+        assert!(std::ptr::eq(overview, km.hints(ViewId::Overview, false)));
+        let help = km.hints(ViewId::Overview, true);
+        assert!(!help.contains(&hint("q", "quit")), "{help:?}");
+        // A user's keymap merged over the defaults: its hints, not the ones kept before.
+        let user = Keymap::from_file(
+            parse(
+                "[[global]]\non = \"x\"\nrun = \"quit\"\nhint = \"leave\"\n\n[[global]]\non = \"q\"\nrun = \"noop\"\n",
+                "keymap.toml",
+            )
+            .unwrap(),
+        );
+        let merged = km.clone().merged(user);
+        let hints = merged.hints(ViewId::Overview, false);
+        assert!(hints.contains(&hint("x", "leave")), "{hints:?}");
+        assert!(!hints.iter().any(|h| h.key == "q"), "{hints:?}");
+        assert_eq!(
+            merged.lookup(ViewId::Overview, false, k("x")),
+            Some(Action::Quit)
         );
     }
 

@@ -38,6 +38,9 @@ pub struct Screen<B: Backend> {
     /// The cells a frame drawn piece by piece changes, sent together at its end: each call
     /// of the backend's `draw` ends by resetting the colours, which costs bytes per call.
     changed: Vec<(u16, u16, Cell)>,
+    /// Two buffers to draw a part of a block into and to compare it with, kept for their
+    /// memory.
+    scratch: [Buffer; 2],
 }
 
 /// One piece of a frame drawn piece by piece.
@@ -83,6 +86,7 @@ impl<B: Backend> Screen<B> {
             cursor_hidden: false,
             last: FrameStats::default(),
             changed: Vec::new(),
+            scratch: [Buffer::empty(Rect::ZERO), Buffer::empty(Rect::ZERO)],
         }
     }
 
@@ -191,14 +195,16 @@ impl<B: Backend> Screen<B> {
                         // The border and titles stand: only the meters that changed are
                         // drawn again.
                         self.last.blocks += 1;
+                        let [next, was] = &mut self.scratch;
                         for (r, part) in parts {
-                            let mut next = Buffer::empty(r);
-                            ui::base(app, r, &mut next);
-                            model.draw_part(&app.theme, rect, part, &mut next);
-                            let mut was = Buffer::empty(r);
-                            copy(&p.shown, &mut was);
-                            note_changes(&mut self.changed, &was, &next);
-                            copy(&next, &mut p.shown);
+                            next.resize(r);
+                            next.reset();
+                            ui::base(app, r, next);
+                            model.draw_part(&app.theme, rect, part, next);
+                            was.resize(r);
+                            copy(&p.shown, was);
+                            note_changes(&mut self.changed, was, next);
+                            copy(next, &mut p.shown);
                         }
                         p.model = Some(Model::Block(model));
                         continue;

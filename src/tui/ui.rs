@@ -421,25 +421,10 @@ fn tabs_row(app: &App, _area: Rect) -> Row {
 /// Footer hints, from the keymap: `key word` for each binding that has a hint.
 fn hints(app: &App) -> Vec<Span<'static>> {
     let t = &app.theme;
-    let contexts: Vec<Context> = if app.help.open {
-        vec![Context::Help]
-    } else {
-        [Context::Global]
-            .into_iter()
-            .chain(Context::of_view(app.view))
-            .collect()
-    };
     let mut spans = vec![Span::raw(" ")];
-    for b in contexts.iter().flat_map(|c| app.keymap.bindings(*c)) {
-        let (Some(hint), Some(key)) = (&b.hint, b.keys.first()) else {
-            continue;
-        };
-        // A global key the view binds to something else would be a wrong hint.
-        if app.keymap.lookup(app.view, app.help.open, *key) != Some(b.action) {
-            continue;
-        }
-        spans.push(Span::styled(key.to_string(), t.key));
-        spans.push(Span::styled(format!(" {hint}  "), t.footer));
+    for h in app.keymap.hints(app.view, app.help.open) {
+        spans.push(Span::styled(h.key.clone(), t.key));
+        spans.push(Span::styled(format!(" {}  ", h.word), t.footer));
     }
     spans
 }
