@@ -10,6 +10,7 @@
 
 use crate::telemetry::{Snapshot, throttle};
 use serde::{Deserialize, Serialize};
+use std::cell::RefCell;
 use std::collections::VecDeque;
 
 /// The per-GPU series gpupilot keeps (`util_gpu`, `memory_used`, … in the daemon protocol).
@@ -215,12 +216,33 @@ impl Series {
     }
 
     /// Each point of [`History::window`] on this series, oldest first, to `f`.
-    fn window_each(&self, from: f64, to: f64, max_points: usize, mut f: impl FnMut(Point)) {
+    fn window_each(&self, from: f64, to: f64, max_points: usize, f: impl FnMut(Point)) {
+        thread_local! {
+            /// Bins kept between windows: the console asks for dozens every frame.
+            static BINS: RefCell<Vec<Option<Bucket>>> = const { RefCell::new(Vec::new()) };
+        }
+        BINS.with(|bins| match bins.try_borrow_mut() {
+            Ok(mut bins) => self.window_in(from, to, max_points, &mut bins, f),
+            // A window asked for while visiting another's points.
+            Err(_) => self.window_in(from, to, max_points, &mut Vec::new(), f),
+        });
+    }
+
+    /// [`Series::window_each`] with `bins` to work in.
+    fn window_in(
+        &self,
+        from: f64,
+        to: f64,
+        max_points: usize,
+        bins: &mut Vec<Option<Bucket>>,
+        mut f: impl FnMut(Point),
+    ) {
         if max_points == 0 || to <= from {
             return;
         }
         let width = (to - from) / max_points as f64;
-        let mut bins: Vec<Option<Bucket>> = vec![None; max_points];
+        bins.clear();
+        bins.resize(max_points, None);
         let put = |bins: &mut Vec<Option<Bucket>>, t: f64, b: Bucket| {
             if t < from || t >= to {
                 return;
@@ -244,7 +266,7 @@ impl Series {
         let raw_complete = self.raw.len() < self.raw_capacity;
         if raw_complete || self.tiers.is_empty() || raw_oldest().is_some_and(|o| o <= from) {
             for &(t, v) in self.raw_between(from, to) {
-                put(&mut bins, t, Bucket::new(t, v));
+                put(bins, t, Bucket::new(t, v));
             }
         } else {
             let tier = self
@@ -255,7 +277,7 @@ impl Series {
                 .expect("tiers is not empty");
             for b in tier.buckets_between(from, to) {
                 // A bucket counts at its centre.
-                put(&mut bins, b.start + tier.width / 2.0, *b);
+                put(bins, b.start + tier.width / 2.0, *b);
             }
             // Samples newer than the tier's open bucket do not exist: raw and tiers are fed
             // together. But a tier bucket is coarse; where raw covers the recent part of the
@@ -269,7 +291,7 @@ impl Series {
                     *bin = None;
                 }
                 for &(t, v) in self.raw_between(cut, to) {
-                    put(&mut bins, t, Bucket::new(t, v));
+                    put(bins, t, Bucket::new(t, v));
                 }
             }
         }

@@ -220,6 +220,8 @@ pub struct Keymap {
 struct Memo {
     /// By view (its place in [`ViewId::ALL`]), then help open or not.
     hints: [[std::sync::OnceLock<Vec<Hint>>; 2]; ViewId::ALL.len()],
+    /// The key that shows each view, by its place in [`ViewId::ALL`].
+    view_keys: std::sync::OnceLock<[Option<Key>; ViewId::ALL.len()]>,
 }
 
 impl PartialEq for Memo {
@@ -287,6 +289,20 @@ impl Keymap {
                 })
                 .collect()
         })
+    }
+
+    /// The first key that shows `view` from anywhere (its tab's label).
+    pub fn view_key(&self, view: ViewId) -> Option<Key> {
+        let keys = self.memo.view_keys.get_or_init(|| {
+            ViewId::ALL.map(|v| {
+                self.bindings(Context::Global)
+                    .iter()
+                    .find(|b| b.action == Action::ShowView(v))
+                    .and_then(|b| b.keys.first().copied())
+            })
+        });
+        let at = ViewId::ALL.iter().position(|v| *v == view)?;
+        keys[at]
     }
 
     /// The embedded defaults.
@@ -576,7 +592,7 @@ mod tests {
     }
 
     #[test]
-    fn footer_hints_follow_the_view_and_a_merged_keymap() {
+    fn footer_hints_and_tab_keys_follow_the_view_and_a_merged_keymap() {
         let hint = |key: &str, word: &str| Hint {
             key: key.into(),
             word: word.into(),
@@ -592,11 +608,12 @@ mod tests {
         // A user's keymap merged over the defaults: its hints, not the ones kept before.
         let user = Keymap::from_file(
             parse(
-                "[[global]]\non = \"x\"\nrun = \"quit\"\nhint = \"leave\"\n\n[[global]]\non = \"q\"\nrun = \"noop\"\n",
+                "[[global]]\non = \"x\"\nrun = \"quit\"\nhint = \"leave\"\n\n[[global]]\non = \"q\"\nrun = \"noop\"\n\n[[global]]\non = \"1\"\nrun = \"noop\"\n\n[[global]]\non = \"0\"\nrun = \"view overview\"\n",
                 "keymap.toml",
             )
             .unwrap(),
         );
+        assert_eq!(km.view_key(ViewId::Overview), Some(k("1")));
         let merged = km.clone().merged(user);
         let hints = merged.hints(ViewId::Overview, false);
         assert!(hints.contains(&hint("x", "leave")), "{hints:?}");
@@ -605,6 +622,8 @@ mod tests {
             merged.lookup(ViewId::Overview, false, k("x")),
             Some(Action::Quit)
         );
+        assert_eq!(merged.view_key(ViewId::Overview), Some(k("0")));
+        assert_eq!(merged.view_key(ViewId::Detail), Some(k("2")));
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! hints and status), and the help over it. Render reads the [`App`] and changes nothing; the
 //! layout functions here are also what mouse clicks are resolved against.
 
-use super::action::{Action, ViewId};
+use super::action::ViewId;
 use super::app::App;
 use super::data::Level;
 use super::feed::Link;
@@ -14,7 +14,7 @@ use super::views::{
     detail::DetailView, events::EventsView, help::HelpView, overview::OverviewView, run::RunView,
 };
 use super::widgets::bar;
-use crate::config::keymap::{Context, Keymap};
+use crate::config::keymap::Keymap;
 use ratatui::buffer::Buffer;
 use ratatui::layout::{Alignment, Rect};
 use ratatui::style::{Color, Style};
@@ -85,12 +85,7 @@ pub fn footer_height(app: &App, width: u16) -> u16 {
 
 /// A view's tab: its title, after the key that shows it (from the keymap) when there is one.
 fn tab_label(keymap: &Keymap, v: ViewId) -> String {
-    let key = keymap
-        .bindings(Context::Global)
-        .iter()
-        .find(|b| b.action == Action::ShowView(v))
-        .and_then(|b| b.keys.first());
-    match key {
+    match keymap.view_key(v) {
         Some(k) => format!(" {k} {} ", v.title()),
         None => format!(" {} ", v.title()),
     }
