@@ -11,7 +11,9 @@
 //! once per refresh (the newest wins), so a daemon sampling at 10 Hz does not make a 1 s
 //! console redraw ten times a second. The thread sleeps until the next of these is due. A
 //! snapshot that needs nothing of this thread (no poll due with it, a refresh passed since the
-//! last) goes from the client's reader thread straight to the console ([`pass`]).
+//! last) goes straight to the console ([`pass`]): read on the console's own thread over a
+//! connection of its own from a local daemon ([`pump`]), or else from the client's reader
+//! thread. A poll waits up to half a refresh for the snapshot it goes with.
 //!
 //! When the daemon goes away it says so ([`Link::Gone`]) and tries to connect again every two
 //! seconds: a daemon restarted with `gpupilot daemon --detach` is picked up, and the runs
