@@ -57,7 +57,8 @@ pub fn telemetry_stream(socket: &Path, client_name: &str) -> Result<PushStream, 
         };
         match (frame.id, frame.response) {
             (Some(1), Response::Subscribed { .. }) => break,
-            (Some(_), Response::Error { code, message }) => {
+            // A refusal (of this peer, or of the hello) may come without an id.
+            (_, Response::Error { code, message }) => {
                 return Err(ClientError::Daemon { code, message });
             }
             (Some(0), Response::Welcome { .. }) | (None, Response::Telemetry { .. }) => {}

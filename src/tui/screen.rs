@@ -192,8 +192,8 @@ impl<B: Backend> Screen<B> {
                         _ => None,
                     };
                     if let Some(parts) = parts {
-                        // The border and titles stand: only the meters that changed are
-                        // drawn again.
+                        // The border and titles stand: only the parts of meters that
+                        // changed (gauges, values, sparklines) are drawn again.
                         self.last.blocks += 1;
                         let [next, was] = &mut self.scratch;
                         for (r, part) in parts {
