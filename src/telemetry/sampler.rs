@@ -365,36 +365,6 @@ mod tests {
     use super::*;
     use std::sync::atomic::AtomicU64;
 
-    /// GPU 1 hangs in its first call until released; GPU 0 answers with a counter.
-    struct Hanging {
-        calls: AtomicU64,
-        release: Mutex<Option<Receiver<()>>>,
-    }
-
-    impl Source for Hanging {
-        fn node_info(&self) -> NodeInfo {
-            NodeInfo::default()
-        }
-        fn gpu_count(&self) -> usize {
-            2
-        }
-        fn sample_gpu(&self, index: usize) -> GpuSample {
-            if index == 1 {
-                let rx = self.release.lock().unwrap().take();
-                if let Some(rx) = rx {
-                    let _ = rx.recv();
-                }
-            }
-            let n = self.calls.fetch_add(1, Ordering::Relaxed);
-            GpuSample {
-                index: index as u32,
-                time_s: now_s(),
-                power_w: Some(n as f64),
-                ..GpuSample::default()
-            }
-        }
-    }
-
     fn wait_until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
         let end = Instant::now() + limit;
         while Instant::now() < end {
@@ -408,11 +378,8 @@ mod tests {
 
     #[test]
     fn hung_gpu_goes_stale_while_others_keep_sampling() {
-        let (release_tx, release_rx) = bounded(1);
-        let src = Arc::new(Hanging {
-            calls: AtomicU64::new(0),
-            release: Mutex::new(Some(release_rx)),
-        });
+        // GPU 1 hangs in its first call until released; GPU 0 answers with a counter.
+        let (src, release_tx) = Counting::new(2, Some(1));
         let config = SamplerConfig {
             period: Duration::from_millis(20),
             stale_after: Duration::from_millis(100),
