@@ -135,6 +135,7 @@ fn trainer() -> TrainerInfo {
             knob(KnobName::BatchSize, 256, Some(1024)),
             knob(KnobName::Prefetch, 2, Some(8)),
         ],
+        ..TrainerInfo::default()
     }
 }
 

@@ -54,6 +54,7 @@ fn points() -> Vec<MetricsPoint> {
                     prefetch: Some(if deep { 4 } else { 2 }),
                     ..MetricsReport::default()
                 },
+                rank: None,
             }
         })
         .collect()
@@ -88,6 +89,7 @@ fn trainer() -> TrainerInfo {
                 last_outcome: Some("pending".into()),
             },
         ],
+        ..TrainerInfo::default()
     }
 }
 
@@ -128,6 +130,8 @@ fn events_with_changes() -> Vec<NodeEventRecord> {
                 knob: KnobName::BatchSize,
                 value: 512,
                 rtt_ms: 7.46,
+                ranks: None,
+                step: None,
             },
         ),
         (
@@ -138,6 +142,8 @@ fn events_with_changes() -> Vec<NodeEventRecord> {
                 knob: KnobName::Prefetch,
                 value: 4,
                 rtt_ms: 3.1,
+                ranks: None,
+                step: None,
             },
         ),
     ];

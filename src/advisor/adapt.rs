@@ -204,6 +204,7 @@ mod tests {
                 prefetch: Some(2),
                 ..Default::default()
             },
+            rank: None,
         };
         let reports = [report(1.0, 64), report(2.0, 64), report(3.0, 128)];
         let caps = cap_changes(0, &[pt(0.5, 700.0), pt(1.5, 700.0), pt(2.5, 500.0)]);

@@ -191,6 +191,10 @@ pub struct KnobPending {
     pub seq: u64,
     pub old: Option<i64>,
     pub via: KnobVia,
+    /// A run of several ranks: the step they will all apply it at, once they agree.
+    pub apply_step: Option<u64>,
+    /// A run of several ranks: how many the change was proposed to.
+    pub ranks: Option<u32>,
 }
 
 /// What `run_metrics` answered.
@@ -221,8 +225,21 @@ impl Client {
         };
         match self.request(request)? {
             Response::KnobPending {
-                run, seq, old, via, ..
-            } => Ok(KnobPending { run, seq, old, via }),
+                run,
+                seq,
+                old,
+                via,
+                apply_step,
+                ranks,
+                ..
+            } => Ok(KnobPending {
+                run,
+                seq,
+                old,
+                via,
+                apply_step,
+                ranks,
+            }),
             other => Err(unexpected("knob_set", other)),
         }
     }

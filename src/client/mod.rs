@@ -100,12 +100,20 @@ pub enum Update {
     },
     /// The connection is gone; nothing more will come.
     Closed,
-    /// To a trainer: use `value` for `knob`, then acknowledge `seq`.
+    /// To a trainer: use `value` for `knob`, then acknowledge `seq` (or, with `apply_step`,
+    /// vote on it and wait for its [`Update::KnobDecision`]).
     Knob {
         run: String,
         seq: u64,
         knob: crate::protocol::KnobName,
         value: i64,
+        apply_step: Option<u64>,
+    },
+    /// To a rank: change `seq` is committed (apply it at its step) or called off.
+    KnobDecision {
+        seq: u64,
+        commit: bool,
+        reason: Option<String>,
     },
 }
 
@@ -440,12 +448,27 @@ fn read_loop(
                     seq,
                     knob,
                     value,
+                    apply_step,
                 },
             ) => Update::Knob {
                 run,
                 seq,
                 knob,
                 value,
+                apply_step,
+            },
+            (
+                None,
+                Response::KnobDecision {
+                    seq,
+                    commit,
+                    reason,
+                    ..
+                },
+            ) => Update::KnobDecision {
+                seq,
+                commit,
+                reason,
             },
             (None, Response::Shutdown { reason }) => Update::Shutdown(reason),
             (None, Response::Error { code, message }) => Update::Error { code, message },

@@ -72,6 +72,7 @@ impl Access {
             | Request::TrainerAttach { .. }
             | Request::Metrics(_)
             | Request::KnobAck { .. }
+            | Request::KnobVote { .. }
             | Request::TrainerError { .. } => Access::Runs,
             // A request not classified above is root's on the system daemon until it is.
             #[allow(unreachable_patterns)]

@@ -137,6 +137,7 @@ async fn connection(
         tx,
         id: daemon.conn_id(),
         trainer_of: None,
+        trainer_rank: 0,
         greeted: false,
         telemetry: None,
         events: None,
@@ -208,6 +209,8 @@ struct Conn {
     id: u64,
     /// The run this connection is the trainer of, after `trainer_attach`.
     trainer_of: Option<String>,
+    /// Which rank of that run (0 for a single-process script).
+    trainer_rank: u32,
     greeted: bool,
     telemetry: Option<JoinHandle<()>>,
     events: Option<JoinHandle<()>>,
@@ -330,6 +333,7 @@ impl Conn {
                 pid,
                 knobs,
                 ranges,
+                rank,
             } => {
                 if self.trainer_of.is_some() {
                     self.send(error(
@@ -343,12 +347,13 @@ impl Conn {
                 let daemon = Arc::clone(&self.daemon);
                 let (conn, tx) = (self.id, self.tx.clone());
                 let answer = tokio::task::spawn_blocking(move || {
-                    daemon.trainer_attach(conn, tx, &run, pid, &knobs, &ranges)
+                    daemon.trainer_attach(conn, tx, &run, pid, rank, &knobs, &ranges)
                 })
                 .await;
                 match answer {
-                    Ok(Ok((run, response, pushes))) => {
+                    Ok(Ok((run, rank, response, pushes))) => {
                         self.trainer_of = Some(run);
+                        self.trainer_rank = rank;
                         self.send(reply(id, response)).await;
                         for line in pushes {
                             self.send(line).await;
@@ -367,7 +372,10 @@ impl Conn {
                 }
                 true
             }
-            Request::Metrics(_) | Request::KnobAck { .. } | Request::TrainerError { .. }
+            Request::Metrics(_)
+            | Request::KnobAck { .. }
+            | Request::KnobVote { .. }
+            | Request::TrainerError { .. }
                 if self.trainer_of.is_none() =>
             {
                 self.send(error(
@@ -382,7 +390,7 @@ impl Conn {
             // a knob's round trip stays short.
             Request::Metrics(report) => {
                 let run = self.trainer_of.as_deref().expect("checked above");
-                let response = self.daemon.trainer_metrics(run, report);
+                let response = self.daemon.trainer_metrics(run, self.trainer_rank, report);
                 self.send(reply(id, response)).await;
                 true
             }
@@ -390,9 +398,23 @@ impl Conn {
                 seq,
                 applied,
                 reason,
+                step,
             } => {
                 let run = self.trainer_of.as_deref().expect("checked above");
-                let response = self.daemon.knob_ack(run, seq, applied, reason);
+                let rank = self.trainer_rank;
+                let response = self.daemon.knob_ack(run, rank, seq, applied, reason, step);
+                self.send(reply(id, response)).await;
+                true
+            }
+            Request::KnobVote {
+                seq,
+                ready,
+                reason,
+                step,
+            } => {
+                let run = self.trainer_of.as_deref().expect("checked above");
+                let rank = self.trainer_rank;
+                let response = self.daemon.knob_vote(run, rank, seq, ready, reason, step);
                 self.send(reply(id, response)).await;
                 true
             }

@@ -319,6 +319,7 @@ impl Daemon {
             Request::TrainerAttach { .. }
             | Request::Metrics(_)
             | Request::KnobAck { .. }
+            | Request::KnobVote { .. }
             | Request::TrainerError { .. } => Err(RequestError::new(
                 ErrorCode::BadRequest,
                 "trainer requests belong to a trainer's connection",

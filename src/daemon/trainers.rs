@@ -149,6 +149,7 @@ impl Channel {
             n: self.next_n,
             t: now_s(),
             from: from.into(),
+            rank: None,
             report,
         };
         self.next_n += 1;
@@ -212,6 +213,10 @@ impl Channel {
             pid: self.link.as_ref().and_then(|l| l.pid),
             last: self.points.back().cloned(),
             knobs,
+            world_size: None,
+            ranks: Vec::new(),
+            job: None,
+            staged: None,
         }
     }
 }
@@ -290,6 +295,7 @@ fn knob_push(run: &str, seq: u64, knob: KnobName, value: i64) -> String {
             seq,
             knob,
             value,
+            apply_step: None,
         },
     })
 }
@@ -324,9 +330,11 @@ impl Daemon {
         tx: mpsc::Sender<String>,
         spec: &str,
         pid: Option<u32>,
+        rank: Option<crate::protocol::RankSpec>,
         knobs: &BTreeMap<String, i64>,
         ranges: &BTreeMap<String, KnobRange>,
-    ) -> Result<(String, Response, Vec<String>), RequestError> {
+    ) -> Result<(String, u32, Response, Vec<String>), RequestError> {
+        let _ = &rank;
         let table = lock(&self.runs);
         let id = table.resolve(spec)?;
         let entry = table.get(&id).expect("resolved");
@@ -375,9 +383,11 @@ impl Daemon {
             run: id.clone(),
             attached: true,
             pid,
+            rank: None,
         });
         Ok((
             id.clone(),
+            0,
             Response::TrainerAttached {
                 run: id,
                 knobs: values,
@@ -401,12 +411,13 @@ impl Daemon {
                 run,
                 attached: false,
                 pid,
+                rank: None,
             });
         }
     }
 
     /// A metrics report from `run`'s trainer.
-    pub fn trainer_metrics(&self, run: &str, report: MetricsReport) -> Response {
+    pub fn trainer_metrics(&self, run: &str, _rank: u32, report: MetricsReport) -> Response {
         let mut channels = lock(&self.channels);
         match channels.runs.get_mut(run) {
             Some(ch) => {
@@ -418,7 +429,27 @@ impl Daemon {
     }
 
     /// `knob_ack` from `run`'s trainer.
-    pub fn knob_ack(&self, run: &str, seq: u64, applied: bool, reason: Option<String>) -> Response {
+    pub fn knob_vote(
+        &self,
+        _run: &str,
+        _rank: u32,
+        _seq: u64,
+        _ready: bool,
+        _reason: Option<String>,
+        _step: Option<u64>,
+    ) -> Response {
+        Response::Ok {}
+    }
+
+    pub fn knob_ack(
+        &self,
+        run: &str,
+        _rank: u32,
+        seq: u64,
+        applied: bool,
+        reason: Option<String>,
+        _step: Option<u64>,
+    ) -> Response {
         let mut channels = lock(&self.channels);
         let Some(ch) = channels.runs.get_mut(run) else {
             return Response::Ok {};
@@ -468,6 +499,8 @@ impl Daemon {
                 knob: p.knob,
                 value: p.value,
                 rtt_ms,
+                ranks: None,
+                step: None,
             }
         } else {
             NodeEvent::KnobRejected {
@@ -478,6 +511,7 @@ impl Daemon {
                 kept,
                 reason,
                 rtt_ms,
+                rank: None,
             }
         });
         Response::Ok {}
@@ -643,6 +677,8 @@ impl Daemon {
             old,
             value,
             via,
+            apply_step: None,
+            ranks: None,
         })
     }
 

@@ -140,6 +140,7 @@ fn runs_export_throughput_knobs_and_loss() {
                 samples_per_s: Some(1520.0),
                 ..Default::default()
             },
+            rank: None,
         }),
         knobs: vec![KnobState {
             knob: KnobName::BatchSize,
@@ -149,6 +150,7 @@ fn runs_export_throughput_knobs_and_loss() {
             last_rtt_ms: None,
             last_outcome: None,
         }],
+        ..TrainerInfo::default()
     };
     let p = page(&Snapshot::default(), &[(info, trainer)]);
     let l = "{run=\"20250101-000000-rn50\",name=\"rn50\",gpus=\"0,1\",Hostname=\"node-\\\"7\\\"\"}";

@@ -24,7 +24,8 @@ use serde::{Deserialize, Serialize};
 
 pub use control::{GpuChange, GpuSelection, GpuSettings};
 pub use trainer::{
-    KnobName, KnobRange, KnobState, KnobVia, MetricsPoint, MetricsReport, TrainerInfo,
+    JobFigures, KnobName, KnobRange, KnobState, KnobVia, MetricsPoint, MetricsReport, RankInfo,
+    RankSpec, StagedChange, TrainerInfo,
 };
 pub use types::{
     DaemonInfo, LogStream, NodeEvent, NodeEventRecord, RunCounts, RunInfo, RunSignal, StatusReply,
@@ -172,6 +173,9 @@ pub enum Request {
         /// Ranges for knobs the profile does not bound.
         #[serde(default)]
         ranges: BTreeMap<String, KnobRange>,
+        /// Which rank of a distributed job this is; absent for a single-process script.
+        #[serde(default, flatten)]
+        rank: Option<RankSpec>,
     },
     /// Trainer channel: one metrics report.
     Metrics(MetricsReport),
@@ -181,6 +185,20 @@ pub enum Request {
         applied: bool,
         #[serde(default)]
         reason: Option<String>,
+        /// The step it was applied at (a change with an `apply_step`).
+        #[serde(default)]
+        step: Option<u64>,
+    },
+    /// Trainer channel: a rank's vote on a change proposed for an `apply_step` — ready to apply
+    /// it there, or not, and why.
+    KnobVote {
+        seq: u64,
+        ready: bool,
+        #[serde(default)]
+        reason: Option<String>,
+        /// The step the rank was at when it voted.
+        #[serde(default)]
+        step: Option<u64>,
     },
     /// Trainer channel: the trainer hit an error (`kind`: `oom` or `other`).
     TrainerError {
@@ -307,6 +325,7 @@ impl Request {
             Request::TrainerAttach { .. } => "trainer_attach",
             Request::Metrics(_) => "metrics",
             Request::KnobAck { .. } => "knob_ack",
+            Request::KnobVote { .. } => "knob_vote",
             Request::TrainerError { .. } => "trainer_error",
             Request::KnobSet { .. } => "knob_set",
             Request::RunMetrics { .. } => "run_metrics",
@@ -432,12 +451,25 @@ pub enum Response {
         knobs: BTreeMap<String, i64>,
     },
     /// Pushed to a trainer (no id): use `value` for `knob` from the next batch on, then
-    /// acknowledge `seq` with `knob_ack`.
+    /// acknowledge `seq` with `knob_ack`. With `apply_step` (a run of several ranks), it is a
+    /// proposal: answer `knob_vote`, and apply it at that step only once `knob_decision`
+    /// commits it.
     Knob {
         run: String,
         seq: u64,
         knob: KnobName,
         value: i64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        apply_step: Option<u64>,
+    },
+    /// Pushed to every rank (no id): change `seq` is committed (apply it at its step) or called
+    /// off (keep the value; `reason` says why).
+    KnobDecision {
+        run: String,
+        seq: u64,
+        commit: bool,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
     },
     /// A knob change was taken: its outcome arrives as a `knob_applied` / `knob_rejected`
     /// event (`via` trainer) or as the run's restart (`via` restart).
@@ -448,6 +480,12 @@ pub enum Response {
         old: Option<i64>,
         value: i64,
         via: KnobVia,
+        /// A run of several ranks: the step every rank will apply it at, once all agree.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        apply_step: Option<u64>,
+        /// A run of several ranks: how many the change was proposed to.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        ranks: Option<u32>,
     },
     RunMetrics {
         run: String,

@@ -449,6 +449,7 @@ fn trainer_channel_events_and_frames_round_trip() {
             run: "r".into(),
             attached: true,
             pid: Some(7),
+            rank: None,
         },
         NodeEvent::KnobChanged {
             run: "r".into(),
@@ -466,6 +467,8 @@ fn trainer_channel_events_and_frames_round_trip() {
             knob: KnobName::BatchSize,
             value: 128,
             rtt_ms: 2.5,
+            ranks: None,
+            step: None,
         },
         NodeEvent::KnobRejected {
             run: "r".into(),
@@ -475,6 +478,7 @@ fn trainer_channel_events_and_frames_round_trip() {
             kept: Some(2),
             reason: "no".into(),
             rtt_ms: 1.0,
+            rank: None,
         },
         NodeEvent::TrainerError {
             run: "r".into(),
@@ -523,7 +527,8 @@ fn trainer_channel_events_and_frames_round_trip() {
         Request::KnobAck {
             seq: 7,
             applied: false,
-            reason: Some("too big".into())
+            reason: Some("too big".into()),
+            step: None,
         }
     );
 }

@@ -110,6 +110,9 @@ pub struct MetricsPoint {
     pub t: f64,
     /// `trainer` (the SDK) or `stdout` (parsed from the run's output).
     pub from: String,
+    /// The rank that sent it, where the trainer said which rank it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rank: Option<u32>,
     #[serde(flatten)]
     pub report: MetricsReport,
 }
@@ -140,13 +143,102 @@ pub struct KnobState {
     pub last_outcome: Option<String>,
 }
 
+/// Who a trainer connection is within its run: the rank of a distributed (data-parallel) job,
+/// as `trainer_attach` says it. A script that says nothing is rank 0 of a world of 1.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RankSpec {
+    /// The global rank (`RANK`), 0-based.
+    pub rank: u32,
+    /// How many ranks the job has (`WORLD_SIZE`).
+    pub world_size: u32,
+    /// The rank on its node (`LOCAL_RANK`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local_rank: Option<u32>,
+    /// The host it runs on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    /// The physical index of the GPU it trains on (as NVML numbers it, not as
+    /// `CUDA_VISIBLE_DEVICES` renumbers it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_uuid: Option<String>,
+}
+
+/// One rank of a run as the daemon knows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RankInfo {
+    #[serde(flatten)]
+    pub spec: RankSpec,
+    /// Connected over the trainer channel now.
+    pub attached: bool,
+    #[serde(default)]
+    pub pid: Option<u32>,
+    /// This rank's newest report.
+    #[serde(default)]
+    pub last: Option<MetricsPoint>,
+    /// Its steps per second over its last reports, when it reported at least two steps.
+    #[serde(default)]
+    pub steps_per_s: Option<f64>,
+}
+
+/// The job's figures over its ranks' newest reports: what a data-parallel job does as a whole.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct JobFigures {
+    /// Ranks with a report.
+    pub reporting: u32,
+    /// The lowest step any rank reported last (the job is as far as its slowest rank).
+    pub step: Option<u64>,
+    /// Samples per second, summed over the ranks.
+    pub samples_per_s: Option<f64>,
+    /// The slowest rank's step time (every rank waits for it at the gradient sync).
+    pub step_time_s: Option<f64>,
+    /// The slowest rank's, and which rank that is.
+    pub slowest_rank: Option<u32>,
+    /// The longest data wait of any rank.
+    pub data_wait_s: Option<f64>,
+    /// Rank 0's loss (every rank of a data-parallel job trains the same model).
+    pub loss: Option<f64>,
+}
+
+/// A knob change to a run of several ranks, in flight: proposed for `apply_step`, voted on by
+/// every rank, then committed or called off (docs/protocol.md, "Distributed runs").
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StagedChange {
+    pub seq: u64,
+    pub knob: KnobName,
+    pub value: i64,
+    pub apply_step: u64,
+    /// The ranks it was proposed to.
+    pub ranks: Vec<u32>,
+    /// The ranks that agreed so far.
+    pub ready: Vec<u32>,
+    /// `None` while votes are outstanding; then committed (`true`) or called off.
+    pub committed: Option<bool>,
+    /// The ranks that applied it at `apply_step` so far.
+    pub applied: Vec<u32>,
+}
+
 /// A run's trainer side as `runs` and the console show it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct TrainerInfo {
-    /// A trainer is attached over the channel now.
+    /// A trainer is attached over the channel now (any rank).
     pub attached: bool,
+    /// Rank 0's process (the only one of a single-process run).
     pub pid: Option<u32>,
-    /// The newest report.
+    /// The newest report (of any rank).
     pub last: Option<MetricsPoint>,
     pub knobs: Vec<KnobState>,
+    /// The job's world size, once a rank said it (1 for a single-process script).
+    #[serde(default)]
+    pub world_size: Option<u32>,
+    /// Every rank that attached, by rank.
+    #[serde(default)]
+    pub ranks: Vec<RankInfo>,
+    /// The job's figures over its ranks.
+    #[serde(default)]
+    pub job: Option<JobFigures>,
+    /// A change to several ranks in flight.
+    #[serde(default)]
+    pub staged: Option<StagedChange>,
 }

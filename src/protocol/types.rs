@@ -192,6 +192,38 @@ pub enum NodeEvent {
         run: String,
         attached: bool,
         pid: Option<u32>,
+        /// Which rank, for a distributed run.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        rank: Option<u32>,
+    },
+    /// A trainer's attach was refused: a rank outside the world size, a world size that
+    /// differs from the other ranks', or a rank already attached on another connection.
+    RankRefused {
+        run: String,
+        rank: u32,
+        world_size: u32,
+        pid: Option<u32>,
+        reason: String,
+    },
+    /// A change to a run of several ranks was committed: every rank agreed to apply it at
+    /// `apply_step`.
+    KnobStaged {
+        run: String,
+        change: u64,
+        knob: crate::protocol::KnobName,
+        value: i64,
+        apply_step: u64,
+        ranks: u32,
+        /// Milliseconds from the request to the last rank's vote.
+        rtt_ms: f64,
+    },
+    /// Something a rank said that does not fit the change it names (an ack for a change never
+    /// sent to it, a late apply): recorded, and the ranks brought back to one value.
+    KnobStray {
+        run: String,
+        rank: Option<u32>,
+        change: u64,
+        what: String,
     },
     /// Someone asked for a knob change: `old` → `new`, applied `via` the trainer or a restart.
     KnobChanged {
@@ -212,8 +244,14 @@ pub enum NodeEvent {
         change: u64,
         knob: crate::protocol::KnobName,
         value: i64,
-        /// Milliseconds from the request to the acknowledgement.
+        /// Milliseconds from the request to the acknowledgement (the last rank's).
         rtt_ms: f64,
+        /// How many ranks applied it (a run of several ranks).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        ranks: Option<u32>,
+        /// The step every rank applied it at (a run of several ranks).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        step: Option<u64>,
     },
     /// The trainer refused change `seq`; the run keeps `kept`.
     KnobRejected {
@@ -225,6 +263,9 @@ pub enum NodeEvent {
         kept: Option<i64>,
         reason: String,
         rtt_ms: f64,
+        /// The rank that refused or failed it (a run of several ranks).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        rank: Option<u32>,
     },
     /// The trainer reported an error (`kind` `oom`: out of memory).
     TrainerError {

@@ -259,6 +259,7 @@ impl Channel {
                 ("prefetch".into(), i64::from(model.config.prefetch_depth)),
             ]),
             ranges: BTreeMap::new(),
+            rank: None,
         };
         match client.request(request) {
             Ok(Response::TrainerAttached { .. }) => {}
@@ -291,6 +292,7 @@ impl Channel {
                 seq,
                 applied,
                 reason,
+                step: None,
             });
         }
     }

@@ -224,6 +224,7 @@ mod tests {
                 samples_per_s: Some(800.0 + n as f64),
                 ..MetricsReport::default()
             },
+            rank: None,
         }
     }
 
@@ -233,6 +234,7 @@ mod tests {
             pid: Some(7),
             last: None,
             knobs,
+            ..TrainerInfo::default()
         }
     }
 
@@ -321,6 +323,8 @@ mod tests {
             knob: KnobName::BatchSize,
             value: 512,
             rtt_ms: 7.5,
+            ranks: None,
+            step: None,
         };
         let changed = |via| NodeEvent::KnobChanged {
             run: "a".into(),
@@ -359,6 +363,7 @@ mod tests {
                     kept: Some(512),
                     reason: "out of memory".into(),
                     rtt_ms: 3.0,
+                    rank: None,
                 },
             ),
         ];

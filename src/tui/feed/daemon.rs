@@ -373,7 +373,7 @@ impl Worker {
             U::Error { message, .. } => self.gone(&message),
             U::Closed => self.gone("the connection closed"),
             // Knob changes go to trainers, never to a console.
-            U::Knob { .. } => Ok(()),
+            U::Knob { .. } | U::KnobDecision { .. } => Ok(()),
         }
     }
 

@@ -95,11 +95,54 @@ pub fn columns(e: &NodeEvent) -> [String; 4] {
             String::new(),
             reason.clone(),
         ],
-        NodeEvent::Trainer { run, attached, pid } => [
+        NodeEvent::Trainer {
+            run,
+            attached,
+            pid,
+            rank,
+        } => [
             "trainer".into(),
             run.clone(),
-            if *attached { "attached" } else { "detached" }.into(),
+            match (rank, attached) {
+                (Some(r), true) => format!("rank {r} attached"),
+                (Some(r), false) => format!("rank {r} detached"),
+                (None, true) => "attached".into(),
+                (None, false) => "detached".into(),
+            },
             pid.map_or(String::new(), |p| format!("pid {p}")),
+        ],
+        NodeEvent::RankRefused {
+            run,
+            rank,
+            world_size,
+            reason,
+            ..
+        } => [
+            "trainer".into(),
+            run.clone(),
+            format!("rank {rank} of {world_size} refused"),
+            reason.clone(),
+        ],
+        NodeEvent::KnobStaged {
+            run,
+            knob,
+            value,
+            apply_step,
+            ranks,
+            ..
+        } => [
+            "trainer".into(),
+            run.clone(),
+            format!("{knob} = {value} committed on {ranks} ranks"),
+            format!("applies at step {apply_step}"),
+        ],
+        NodeEvent::KnobStray {
+            run, rank, what, ..
+        } => [
+            "trainer".into(),
+            run.clone(),
+            rank.map_or("a rank".to_string(), |r| format!("rank {r}")),
+            what.clone(),
         ],
         NodeEvent::KnobChanged {
             run,
@@ -127,11 +170,18 @@ pub fn columns(e: &NodeEvent) -> [String; 4] {
             knob,
             value,
             rtt_ms,
+            ranks,
+            step,
             ..
         } => [
             "trainer".into(),
             run.clone(),
-            format!("{knob} = {value} applied"),
+            match (ranks, step) {
+                (Some(n), Some(s)) => {
+                    format!("{knob} = {value} applied on {n}/{n} ranks at step {s}")
+                }
+                _ => format!("{knob} = {value} applied"),
+            },
             format!("round trip {rtt_ms:.1} ms"),
         ],
         NodeEvent::KnobRejected {

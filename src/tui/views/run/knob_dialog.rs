@@ -322,6 +322,7 @@ mod tests {
                     knob(KnobName::BatchSize, 256, Some(1024)),
                     knob(KnobName::Prefetch, 2, Some(8)),
                 ],
+                ..TrainerInfo::default()
             }),
         });
         assert_eq!(app.take_requests(), [Request::Watch(RUN.into())]);
