@@ -30,6 +30,9 @@ pub const THERMAL_HYSTERESIS_C: f64 = 5.0;
 /// Loader jitter per step is uniform in `[0, 2·frac)` of the batch's loading time; this is the
 /// mean `frac` for a GPU made with [`Gpu::new`].
 pub const DEFAULT_DATA_JITTER_FRAC: f64 = 0.25;
+/// The factors a cooling fault may multiply the thermal resistance by: from slightly better
+/// than the board's own cooling to ten times worse (a dead fan on a passively cooled part).
+pub const COOLING_SCALE_RANGE: (f64, f64) = (0.5, 10.0);
 /// PCIe traffic with nothing running (driver polling, monitoring), KB/s.
 const IDLE_PCIE_RX_KBPS: u64 = 48;
 const IDLE_PCIE_TX_KBPS: u64 = 24;
@@ -98,6 +101,9 @@ pub struct Gpu {
     thermal_slowdown: bool,
     /// This board's thermal resistance (the spec's, staggered per GPU by `Node`), C/W.
     thermal_resistance_c_per_w: f64,
+    /// What a cooling fault multiplies the thermal resistance by (1 while cooling works).
+    #[serde(default = "no_cooling_fault")]
+    cooling_scale: f64,
     data_jitter_frac: f64,
     rng: SplitMix64,
     out: Output,
@@ -137,6 +143,7 @@ impl Gpu {
             energy_mj: 0.0,
             thermal_slowdown: false,
             thermal_resistance_c_per_w: spec.thermal_resistance_c_per_w,
+            cooling_scale: 1.0,
             data_jitter_frac: DEFAULT_DATA_JITTER_FRAC,
             rng: SplitMix64::new(seed),
             out: Output {
@@ -164,9 +171,32 @@ impl Gpu {
         self.spec
     }
 
-    /// This board's thermal resistance, C/W.
+    /// The thermal resistance in effect, C/W: the board's, times a cooling fault's factor.
     pub fn thermal_resistance_c_per_w(&self) -> f64 {
-        self.thermal_resistance_c_per_w
+        self.thermal_resistance_c_per_w * self.cooling_scale
+    }
+
+    /// What a cooling fault multiplies the thermal resistance by (1 while cooling works).
+    pub fn cooling_scale(&self) -> f64 {
+        self.cooling_scale
+    }
+
+    /// A cooling fault (a failed fan, a clogged heatsink, hot exhaust drawn back in): from the
+    /// next step heat leaves the board `scale` times harder, so it settles at
+    /// `ambient + scale·R·P`. 1 is healthy cooling; `scale` must be within
+    /// [`COOLING_SCALE_RANGE`].
+    pub fn set_cooling_scale(&mut self, scale: f64) -> Result<(), SimError> {
+        let (min, max) = COOLING_SCALE_RANGE;
+        if !(min..=max).contains(&scale) {
+            return Err(SimError::OutOfRange {
+                what: "cooling fault factor (thermal resistance ×)",
+                value: scale,
+                min,
+                max,
+            });
+        }
+        self.cooling_scale = scale;
+        Ok(())
     }
 
     /// Mean loader jitter as a fraction of the batch's loading time.
@@ -311,7 +341,7 @@ impl Gpu {
         self.energy_mj += op.power_w * dt_s * 1e3;
         // Exact solution of dT/dt = (ambient + R·P − T)/tau over dt at constant P: stable for
         // any step size.
-        let target = ambient_c + self.thermal_resistance_c_per_w * op.power_w;
+        let target = ambient_c + self.thermal_resistance_c_per_w() * op.power_w;
         let decay = (-dt_s / self.spec.thermal_tau_s).exp();
         self.temperature_c = target + (self.temperature_c - target) * decay;
         if self.temperature_c >= self.spec.slowdown_c {
@@ -334,7 +364,7 @@ impl Gpu {
 
     /// Temperature the GPU settles at under the current load: `ambient + R·P`, Celsius.
     pub fn steady_temperature_c(&self, ambient_c: f64) -> f64 {
-        ambient_c + self.thermal_resistance_c_per_w * self.steady_power_w()
+        ambient_c + self.thermal_resistance_c_per_w() * self.steady_power_w()
     }
 
     fn running(&self) -> Option<(&'static ModelSpec, &Training)> {
@@ -399,6 +429,10 @@ impl Gpu {
             work: Some((model, timing)),
         }
     }
+}
+
+fn no_cooling_fault() -> f64 {
+    1.0
 }
 
 /// Fan duty for boards with a fan: 30% up to 45 C, rising linearly to 100% at 90 C.

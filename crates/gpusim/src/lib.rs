@@ -53,6 +53,10 @@
 //! step. `R` is chosen so the heaviest job at the default cap in 25 C settles at 67-72 C; at
 //! 45 C ambient the heavy models reach `slowdown_c` on the data-centre parts. At `T ≥
 //! slowdown_c` the clock halves (`HW_SLOWDOWN | HW_THERMAL_SLOWDOWN`) until `T` falls 5 C below.
+//! A cooling fault ([`CoolingFault`]: a dead fan, a clogged heatsink) multiplies one GPU's `R`
+//! from a given time on; an H100 training at 700 W with `R` tripled settles far above its
+//! slowdown, so it throttles (its halved clock draws less, and it hovers around the threshold)
+//! while its siblings run at full clock — the straggler of a data-parallel job.
 //! Fans (RTX 4090 only) run 30% up to 45 C, rising to 100% at 90 C. `shutdown_c` is reported,
 //! not enforced.
 //!
@@ -87,7 +91,7 @@ pub mod workload;
 pub use catalog::{CATALOG, GpuSpec, find};
 pub use error::SimError;
 pub use gpu::{Gpu, GpuReading, throttle};
-pub use node::{Node, NodeConfig};
+pub use node::{CoolingFault, Node, NodeConfig};
 pub use power::{energy_optimal_cap_w, energy_per_sample_at_cap};
 pub use rng::SplitMix64;
 pub use workload::{MODELS, ModelSpec, Training, TrainingConfig, find_model};

@@ -2,6 +2,11 @@
 //!
 //! Time is kept as a whole number of steps, so `time_s()` never drifts and two nodes fed the same
 //! calls stay bit-identical.
+//!
+//! A node may carry scheduled [`CoolingFault`]s: from its `at_s`, one GPU's thermal resistance
+//! is multiplied by the fault's factor (see [`crate::Gpu::set_cooling_scale`]), so that GPU
+//! alone runs hot and, under load, reaches its slowdown temperature and throttles while its
+//! siblings do not — a straggler with a physical cause.
 
 use serde::{Deserialize, Serialize};
 
@@ -47,6 +52,20 @@ impl Default for NodeConfig {
     }
 }
 
+/// A fault in one GPU's cooling from a given moment on: a fan that stops, a heatsink clogged
+/// with dust, a neighbour's exhaust drawn into the inlet. Heat leaves the board
+/// `thermal_resistance_scale` times harder, so under load it settles at `ambient + scale·R·P`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CoolingFault {
+    /// The GPU's index in the node.
+    pub gpu: usize,
+    /// Simulated seconds since the node started.
+    pub at_s: f64,
+    /// What the thermal resistance is multiplied by (within
+    /// [`crate::gpu::COOLING_SCALE_RANGE`]).
+    pub thermal_resistance_scale: f64,
+}
+
 /// The simulated machine.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Node {
@@ -54,6 +73,8 @@ pub struct Node {
     steps: u64,
     ambient_c: f64,
     gpus: Vec<Gpu>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    cooling_faults: Vec<CoolingFault>,
 }
 
 impl Node {
@@ -88,7 +109,36 @@ impl Node {
             steps: 0,
             ambient_c: cfg.ambient_c,
             gpus,
+            cooling_faults: Vec::new(),
         })
+    }
+
+    /// Schedule `fault` (a GPU index past the end, or a factor out of range, is refused). It
+    /// takes effect at the first step that starts at or after its `at_s`; several faults on
+    /// one GPU multiply.
+    pub fn add_cooling_fault(&mut self, fault: CoolingFault) -> Result<(), SimError> {
+        let gpu = self
+            .gpus
+            .get(fault.gpu)
+            .ok_or(SimError::NoSuchGpu(fault.gpu))?;
+        // Checked by the GPU's own setter, on a copy, so a bad factor changes nothing.
+        gpu.clone()
+            .set_cooling_scale(fault.thermal_resistance_scale)?;
+        if !fault.at_s.is_finite() {
+            return Err(SimError::OutOfRange {
+                what: "cooling fault start (s)",
+                value: fault.at_s,
+                min: 0.0,
+                max: f64::MAX,
+            });
+        }
+        self.cooling_faults.push(fault);
+        Ok(())
+    }
+
+    /// The cooling faults scheduled, in effect or not.
+    pub fn cooling_faults(&self) -> &[CoolingFault] {
+        &self.cooling_faults
     }
 
     /// The config the node was built from (ambient as at creation).
@@ -108,6 +158,25 @@ impl Node {
 
     /// One fixed step of `config().step_s`.
     pub fn step(&mut self) {
+        if !self.cooling_faults.is_empty() {
+            let now = self.time_s();
+            for (i, gpu) in self.gpus.iter_mut().enumerate() {
+                let mut scale = None;
+                for f in self.cooling_faults.iter().filter(|f| f.gpu == i) {
+                    let s = if f.at_s <= now {
+                        f.thermal_resistance_scale
+                    } else {
+                        1.0
+                    };
+                    scale = Some(scale.unwrap_or(1.0) * s);
+                }
+                if let Some(s) = scale {
+                    let (min, max) = crate::gpu::COOLING_SCALE_RANGE;
+                    // Checked when added; the product of several is kept within range.
+                    let _ = gpu.set_cooling_scale(s.clamp(min, max));
+                }
+            }
+        }
         for gpu in &mut self.gpus {
             gpu.step(self.config.step_s, self.ambient_c);
         }

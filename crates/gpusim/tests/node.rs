@@ -182,3 +182,80 @@ fn ambient_is_shared_and_settable() {
         );
     }
 }
+
+#[test]
+fn a_cooling_fault_makes_one_gpu_hot_and_throttled_while_its_siblings_run_on() {
+    let mut node = Node::new(&NodeConfig::default()).unwrap();
+    node.add_cooling_fault(gpusim::CoolingFault {
+        gpu: 2,
+        at_s: 120.0,
+        thermal_resistance_scale: 3.0,
+    })
+    .unwrap();
+    // Refused: no such GPU, a factor out of range; nothing is scheduled by them.
+    let bad = |gpu, scale| gpusim::CoolingFault {
+        gpu,
+        at_s: 0.0,
+        thermal_resistance_scale: scale,
+    };
+    assert_eq!(
+        node.add_cooling_fault(bad(9, 2.0)),
+        Err(SimError::NoSuchGpu(9))
+    );
+    assert!(node.add_cooling_fault(bad(1, 50.0)).is_err());
+    assert_eq!(node.cooling_faults().len(), 1);
+
+    node.advance_to(119.0);
+    let before = readings(&node);
+    let max = node.gpu(0).unwrap().spec().sm_clock_max_mhz;
+    for r in &before {
+        assert!(r.temperature_c < 75.0, "healthy cooling: {r:?}");
+        assert_eq!(
+            r.throttle_reasons & gpusim::throttle::HW_THERMAL_SLOWDOWN,
+            0
+        );
+    }
+    // From a minute after the fault: GPU 2 sits at its slowdown threshold, throttled to half
+    // its clock; the others are as they were.
+    let slowdown = node.gpu(2).unwrap().spec().slowdown_c;
+    let (mut throttled, mut n) = (0, 0);
+    let mut hottest: f64 = 0.0;
+    let mut t = 180.0;
+    while t <= 300.0 {
+        node.advance_to(t);
+        let r = readings(&node);
+        n += 1;
+        if r[2].throttle_reasons & gpusim::throttle::HW_THERMAL_SLOWDOWN != 0 {
+            throttled += 1;
+            assert!(r[2].sm_clock_mhz <= max / 2 + 15, "{:?}", r[2]);
+        }
+        hottest = hottest.max(r[2].temperature_c);
+        for i in [0, 1, 3] {
+            assert!(r[i].temperature_c < 75.0, "GPU {i}: {:?}", r[i]);
+            assert_eq!(
+                r[i].throttle_reasons & gpusim::throttle::HW_THERMAL_SLOWDOWN,
+                0
+            );
+        }
+        assert!(
+            r[2].temperature_c > slowdown - 6.0,
+            "GPU 2 stays at its threshold: {:?}",
+            r[2]
+        );
+        t += 1.0;
+    }
+    // Throttled, it draws about half: it settles just under the threshold, latched.
+    assert!(
+        hottest > slowdown - 3.0 && hottest < slowdown + 3.0,
+        "{hottest}"
+    );
+    assert!(
+        throttled * 10 >= n * 9,
+        "throttled {throttled} of {n} seconds"
+    );
+    // The fault survives a round trip through the serialized state.
+    let json = serde_json::to_string(&node).unwrap();
+    let back: Node = serde_json::from_str(&json).unwrap();
+    assert_eq!(back.cooling_faults(), node.cooling_faults());
+    assert_eq!(back.gpu(2).unwrap().cooling_scale(), 3.0);
+}
