@@ -9,7 +9,9 @@
 
 Under gpupilot (``GPUPILOT_SOCKET`` and ``GPUPILOT_RUN_ID`` set by the daemon for a supervised
 run) a background thread attaches to the run, sends the reports and applies the knob changes the
-operator asks for. Anywhere else ``connect`` returns a trainer that does nothing over the wire but
+operator asks for. In a distributed job (``RANK`` and ``WORLD_SIZE`` set, as torchrun and
+``gpupilot ranks`` do) every rank attaches as itself, and a change is applied by every rank at
+the same step: the one after the step it reported last when that step comes (see ``report``). Anywhere else ``connect`` returns a trainer that does nothing over the wire but
 still holds the knobs, so the same script runs unchanged. Nothing here raises into the training
 loop or waits on the daemon. Standard library only; PyTorch helpers live in ``gpupilot.torch``.
 """
@@ -19,6 +21,7 @@ import logging
 import math
 import numbers
 import os
+import socket
 import threading
 
 from ._channel import Channel
@@ -41,7 +44,7 @@ _MAX_TEXT = 8192
 _live = set()
 
 
-def connect(knobs=None, ranges=None, queue_size=1024, env=None):
+def connect(knobs=None, ranges=None, queue_size=1024, env=None, gpu=None):
     """The ``Trainer`` for this process (call it once: each trainer holds its own connection).
 
     ``knobs`` maps knob names to the script's defaults (whole numbers); ``GPUPILOT_BATCH_SIZE``,
@@ -49,7 +52,8 @@ def connect(knobs=None, ranges=None, queue_size=1024, env=None):
     operator's profile and restarts set those. ``ranges`` bounds knobs, as ``{"batch_size": (1,
     1024)}`` or ``{"batch_size": {"min": 1, "max": 1024}}``; the daemon uses it for knobs its
     profile does not bound. ``queue_size`` bounds the reports waiting for the daemon (the oldest
-    are dropped). ``env`` replaces ``os.environ`` (tests).
+    are dropped). ``env`` replaces ``os.environ`` (tests). ``gpu`` is the physical index of the
+    GPU this process trains on, where ``LOCAL_RANK`` and ``CUDA_VISIBLE_DEVICES`` do not tell it.
 
     Without ``GPUPILOT_SOCKET`` and ``GPUPILOT_RUN_ID`` the trainer is local: every method works
     and nothing is sent.
@@ -60,7 +64,14 @@ def connect(knobs=None, ranges=None, queue_size=1024, env=None):
     run_id = env.get("GPUPILOT_RUN_ID") or None
     if socket_path is None or run_id is None:
         return Trainer(values, ranges)
-    trainer = Trainer(values, ranges, run_id=run_id, socket_path=socket_path, queue_size=queue_size)
+    trainer = Trainer(
+        values,
+        ranges,
+        run_id=run_id,
+        socket_path=socket_path,
+        queue_size=queue_size,
+        rank=_rank_spec(env, gpu),
+    )
     trainer._start()
     return trainer
 
@@ -71,9 +82,17 @@ class Trainer(object):
     Methods are safe from any thread. ``on_change`` callbacks run on the SDK's background thread.
     """
 
-    def __init__(self, knobs=None, ranges=None, run_id=None, socket_path=None, queue_size=1024):
+    def __init__(self, knobs=None, ranges=None, run_id=None, socket_path=None, queue_size=1024, rank=None):
         self.run_id = run_id
         self.socket_path = socket_path
+        # Which rank of a distributed job this is (None: a single process).
+        self.rank = rank
+        # The number of the step the loop does next (after ``report(step=k)``: k + 1).
+        self._next_step = None
+        # Changes to several ranks this rank agreed to, by seq: applied at their step once
+        # committed (``_advance``).
+        self._staged = {}
+        self._applied_callbacks = {}
         self._lock = threading.RLock()
         # Serialises knob changes (pushes and ``set``) so callbacks see them one at a time.
         self._change_lock = threading.RLock()
@@ -96,6 +115,7 @@ class Trainer(object):
                 _Handler(self),
                 "gpupilot-python {}".format(__version__),
                 queue_size=queue_size,
+                rank=rank,
             )
 
     def _start(self):
@@ -171,6 +191,21 @@ class Trainer(object):
             self._callbacks.setdefault(name, []).append(callback)
         return callback
 
+    def on_applied(self, name, callback=None):
+        """Call ``callback(new, old)`` once a change of ``name`` has taken effect.
+
+        For a change to several ranks it runs on the training thread, inside the ``report`` that
+        reaches the change's step (so between two steps, on every rank at the same step); for a
+        single process, on the background thread right after the change. Exceptions are logged,
+        never raised. Usable as a decorator.
+        """
+        if callback is None:
+            return lambda cb: self.on_applied(name, cb)
+        with self._lock:
+            self._used.add(name)
+            self._applied_callbacks.setdefault(name, []).append(callback)
+        return callback
+
     def set(self, name, value):
         """Change a knob from the script (the same checks and callbacks as a daemon push).
 
@@ -202,44 +237,84 @@ class Trainer(object):
         Every field is optional. ``batch_size`` and ``prefetch`` default to the knobs' current
         values. ``extra`` maps names to numbers (anything else is left out). NaN and infinite
         values are left out too: they are not JSON.
+
+        ``step`` is the step just done. In a distributed job it is also the clock of knob
+        changes: one agreed for step S takes effect in the ``report`` of step S − 1, so the next
+        ``knob()`` read (and the next batch a ``KnobBatchSampler`` forms) sees it on every rank
+        at the same step. Report the step every step, or at the same steps on every rank.
         """
         channel = self._channel
         if channel is None or self._closed:
             return
         try:
-            if batch_size is None:
-                batch_size = self._knobs.get("batch_size")
-            if prefetch is None:
-                prefetch = self._knobs.get("prefetch")
-            given = {
-                "step": step,
-                "epoch": epoch,
-                "loss": loss,
-                "samples_per_s": samples_per_s,
-                "step_time_s": step_time_s,
-                "data_wait_s": data_wait_s,
-                "batch_size": batch_size,
-                "prefetch": prefetch,
-            }
-            frame = {"type": "metrics"}
-            for key in _INT_FIELDS:
-                value = _as_count(given[key])
-                if value is not None:
-                    frame[key] = value
-            for key in _FLOAT_FIELDS:
-                value = _as_number(given[key])
-                if value is not None:
-                    frame[key] = value
-            numbers_only = {}
-            for key, value in extra.items():
-                value = _as_number(value)
-                if value is not None:
-                    numbers_only[key] = value
-            if numbers_only:
-                frame["extra"] = numbers_only
-            channel.send(frame)
+            self._report(channel, step, epoch, loss, samples_per_s, step_time_s, data_wait_s, batch_size, prefetch, extra)
         except Exception:
             log.debug("gpupilot: report failed", exc_info=True)
+        done = _as_count(step)
+        if done is not None:
+            try:
+                self._advance(done + 1)
+            except Exception:
+                log.debug("gpupilot: applying a staged change failed", exc_info=True)
+
+    def _report(self, channel, step, epoch, loss, samples_per_s, step_time_s, data_wait_s, batch_size, prefetch, extra):
+        if batch_size is None:
+            batch_size = self._knobs.get("batch_size")
+        if prefetch is None:
+            prefetch = self._knobs.get("prefetch")
+        given = {
+            "step": step,
+            "epoch": epoch,
+            "loss": loss,
+            "samples_per_s": samples_per_s,
+            "step_time_s": step_time_s,
+            "data_wait_s": data_wait_s,
+            "batch_size": batch_size,
+            "prefetch": prefetch,
+        }
+        frame = {"type": "metrics"}
+        for key in _INT_FIELDS:
+            value = _as_count(given[key])
+            if value is not None:
+                frame[key] = value
+        for key in _FLOAT_FIELDS:
+            value = _as_number(given[key])
+            if value is not None:
+                frame[key] = value
+        numbers_only = {}
+        for key, value in extra.items():
+            value = _as_number(value)
+            if value is not None:
+                numbers_only[key] = value
+        if numbers_only:
+            frame["extra"] = numbers_only
+        channel.send(frame)
+
+    def _advance(self, next_step):
+        """The loop is about to do step ``next_step``: apply the agreed changes due by then."""
+        with self._lock:
+            self._next_step = next_step
+            due = [(seq, st) for seq, st in self._staged.items() if st["apply_step"] <= next_step]
+            for seq, _ in due:
+                del self._staged[seq]
+        for seq, st in sorted(due, key=lambda item: item[1]["apply_step"]):
+            name, value = st["name"], st["value"]
+            ack = {"type": "knob_ack", "seq": seq, "step": next_step}
+            if st["committed"]:
+                old = self._commit(name, value)
+                ack["applied"] = True
+                self._run_applied(name, value, old)
+            else:
+                # No decision before the step: nothing changes here (the daemon brings every
+                # rank back to one value if another rank did change).
+                ack["applied"] = False
+                ack["reason"] = "no decision had come by step {}; keeping {} = {}".format(
+                    st["apply_step"], name, self._knobs.get(name)
+                )
+                log.warning("gpupilot: %s", ack["reason"])
+            channel = self._channel
+            if channel is not None:
+                channel.send(ack, priority=True)
 
     def error(self, kind, message, **fields):
         """Tell the daemon the training failed: ``kind`` is "oom" or "other". Never raises.
@@ -310,34 +385,63 @@ class Trainer(object):
 
     def _change(self, name, value):
         """Check, run the callbacks, then commit; returns (applied, reason)."""
-        if not isinstance(name, str) or not name:
-            return False, "a knob push without a knob name"
         with self._change_lock:
-            with self._lock:
-                used = name in self._used
-                old = self._knobs.get(name)
-                callbacks = list(self._callbacks.get(name, ()))
-                bounds = self._ranges.get(name)
-            if not used:
-                return False, "this script does not use the knob {}".format(name)
-            new, reason = _check_value(name, value, bounds)
+            new, old, reason = self._vet(name, value)
             if reason is not None:
                 return False, reason
             if new == old:
                 return True, None
-            for callback in callbacks:
-                try:
-                    verdict = callback(new, old)
-                except Exception as exc:
-                    text = str(exc) or type(exc).__name__
-                    return False, text
-                if verdict is False:
-                    return False, "the script refused {} = {}".format(name, new)
-            with self._lock:
-                self._knobs[name] = new
-                self._generation[name] = self._generation.get(name, 0) + 1
-            log.info("gpupilot: knob %s %s -> %s", name, old, new)
-            return True, None
+            self._commit(name, new)
+        self._run_applied(name, new, old)
+        return True, None
+
+    def _vet(self, name, value):
+        """(new, old, None) when ``value`` may be used for ``name`` (callbacks agreeing), else
+        (None, old, why not)."""
+        if not isinstance(name, str) or not name:
+            return None, None, "a knob push without a knob name"
+        with self._lock:
+            used = name in self._used
+            old = self._knobs.get(name)
+            callbacks = list(self._callbacks.get(name, ()))
+            bounds = self._ranges.get(name)
+        if not used:
+            return None, old, "this script does not use the knob {}".format(name)
+        new, reason = _check_value(name, value, bounds)
+        if reason is not None:
+            return None, old, reason
+        if new == old:
+            return new, old, None
+        for callback in callbacks:
+            try:
+                verdict = callback(new, old)
+            except Exception as exc:
+                return None, old, str(exc) or type(exc).__name__
+            if verdict is False:
+                return None, old, "the script refused {} = {}".format(name, new)
+        return new, old, None
+
+    def _commit(self, name, new):
+        """Use ``new`` for ``name`` from now on; returns the old value."""
+        with self._lock:
+            old = self._knobs.get(name)
+            if old == new:
+                return old
+            self._knobs[name] = new
+            self._generation[name] = self._generation.get(name, 0) + 1
+        log.info("gpupilot: knob %s %s -> %s", name, old, new)
+        return old
+
+    def _run_applied(self, name, new, old):
+        if new == old:
+            return
+        with self._lock:
+            callbacks = list(self._applied_callbacks.get(name, ()))
+        for callback in callbacks:
+            try:
+                callback(new, old)
+            except Exception:
+                log.exception("gpupilot: an on_applied callback of %s failed", name)
 
 
 class Watch(object):
@@ -400,6 +504,57 @@ class _Handler(object):
         if not applied:
             log.warning("gpupilot: refused knob %s = %r: %s", name, value, reason)
         return applied, reason
+
+    def attached(self, values):
+        """The daemon's values for the run. A rank of a distributed job that has not started
+        training yet takes the job's values (it attached late, or was restarted alone)."""
+        trainer = self._trainer
+        if not trainer.rank or trainer.rank.get("world_size", 1) <= 1:
+            return
+        with trainer._lock:
+            started = trainer._next_step is not None
+            differ = dict(
+                (k, v) for k, v in values.items()
+                if k in PROTOCOL_KNOBS and k in trainer._used and trainer._knobs.get(k) != v
+            )
+        if started or not differ:
+            return
+        for name, value in sorted(differ.items()):
+            applied, reason = trainer._change(name, value)
+            if applied:
+                log.info("gpupilot: taking the job's %s = %s", name, value)
+            else:
+                log.warning("gpupilot: cannot take the job's %s = %r: %s", name, value, reason)
+
+    def propose_knob(self, seq, name, value, apply_step):
+        """A change to several ranks proposed for ``apply_step``: (ready, reason, step)."""
+        trainer = self._trainer
+        with trainer._lock:
+            next_step = trainer._next_step
+        done = None if next_step is None else next_step - 1
+        if next_step is not None and next_step >= apply_step:
+            return False, "already at step {}, past the apply step {}".format(next_step, apply_step), done
+        with trainer._change_lock:
+            new, _old, reason = trainer._vet(name, value)
+        if reason is not None:
+            log.warning("gpupilot: refused knob %s = %r: %s", name, value, reason)
+            return False, reason, done
+        with trainer._lock:
+            trainer._staged[seq] = {"name": name, "value": new, "apply_step": apply_step, "committed": False}
+        return True, None, done
+
+    def decide_knob(self, seq, commit, reason):
+        trainer = self._trainer
+        with trainer._lock:
+            st = trainer._staged.get(seq)
+            if st is None:
+                return
+            if commit:
+                st["committed"] = True
+            else:
+                del trainer._staged[seq]
+        if not commit:
+            log.info("gpupilot: knob change %s called off: %s", seq, reason)
 
 
 # --- values ------------------------------------------------------------------------------------
@@ -525,6 +680,55 @@ def _normalize_ranges(ranges):
             raise ValueError("gpupilot.connect: the range of {} has min > max".format(name))
         out[name] = entry
     return out
+
+
+def _env_int(env, name):
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return None
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        log.warning("gpupilot: ignoring %s=%r (not a whole number)", name, raw)
+        return None
+    return value if value >= 0 else None
+
+
+def _rank_spec(env, gpu=None):
+    """Which rank of a distributed job this process is, from torchrun's environment (RANK,
+    WORLD_SIZE, LOCAL_RANK), or None for a single process."""
+    rank, world = _env_int(env, "RANK"), _env_int(env, "WORLD_SIZE")
+    if rank is None or world is None or world < 1 or rank >= world:
+        if rank is not None or world is not None:
+            log.warning("gpupilot: RANK=%r WORLD_SIZE=%r do not name a rank; attaching as one process",
+                        env.get("RANK"), env.get("WORLD_SIZE"))
+        return None
+    spec = {"rank": rank, "world_size": world}
+    local = _env_int(env, "LOCAL_RANK")
+    if local is not None:
+        spec["local_rank"] = local
+    try:
+        spec["host"] = socket.gethostname()
+    except OSError:
+        pass
+    # The physical GPU: CUDA_VISIBLE_DEVICES renumbers devices from 0, and the script's device
+    # is its LOCAL_RANK (the torchrun convention) unless it says otherwise.
+    if gpu is None:
+        visible = env.get("CUDA_VISIBLE_DEVICES")
+        index = local if local is not None else 0
+        if visible is not None and visible.strip():
+            entries = [e.strip() for e in visible.split(",") if e.strip()]
+            if index < len(entries):
+                entry = entries[index]
+                if entry.isdigit():
+                    spec["gpu"] = int(entry)
+                elif entry.startswith("GPU-"):
+                    spec["gpu_uuid"] = entry
+        elif local is not None:
+            spec["gpu"] = local
+    else:
+        spec["gpu"] = int(gpu)
+    return spec
 
 
 @atexit.register

@@ -95,13 +95,17 @@ class Outbox(object):
 class Channel(object):
     """The background connection of one trainer.
 
-    ``handler`` gives ``attach_payload()`` -> (knobs, ranges) and ``apply_pushed_knob(name,
-    value)`` -> (applied, reason); both run on this channel's thread.
+    ``handler`` gives ``attach_payload()`` -> (knobs, ranges), ``attached(knobs)`` (the daemon's
+    values), ``apply_pushed_knob(name, value)`` -> (applied, reason), and for a run of several
+    ranks ``propose_knob(seq, name, value, apply_step)`` -> (ready, reason, step) and
+    ``decide_knob(seq, commit, reason)``; all run on this channel's thread. ``rank`` (a dict:
+    rank, world_size, local_rank, host, gpu, gpu_uuid) goes with the attach.
     """
 
-    def __init__(self, socket_path, run_id, handler, client_name, queue_size=1024):
+    def __init__(self, socket_path, run_id, handler, client_name, queue_size=1024, rank=None):
         self.socket_path = socket_path
         self.run_id = run_id
+        self.rank = rank
         self.client_name = client_name
         self.connected = False
         # How many times the channel attached (a test and `repr` read it; only this thread writes).
@@ -277,7 +281,12 @@ class Channel(object):
         attach = {"type": "trainer_attach", "run": self.run_id, "pid": os.getpid(), "knobs": knobs}
         if ranges:
             attach["ranges"] = ranges
-        self._request(sock, attach, "trainer_attached")
+        if self.rank:
+            attach.update(self.rank)
+        answer = self._request(sock, attach, "trainer_attached")
+        values = answer.get("knobs")
+        if isinstance(values, dict):
+            self._handler.attached(values)
 
     def _read_frames(self, sock, deadline=None):
         """Block (up to ``deadline``) for data, then return the complete frames it finished."""
@@ -382,8 +391,12 @@ class Channel(object):
                     frame.get("message"),
                 )
             return
-        if kind == "knob":
+        if kind == "knob" and frame.get("apply_step") is not None:
+            self._on_proposal(sock, frame)
+        elif kind == "knob":
             self._on_knob(sock, frame)
+        elif kind == "knob_decision":
+            self._on_decision(frame)
         elif kind == "shutdown":
             log.info("gpupilot: the daemon is stopping (%s); reconnecting in the background", frame.get("reason"))
         elif kind == "error":
@@ -405,3 +418,30 @@ class Channel(object):
             ack["reason"] = reason or "rejected"
         # Written at once, ahead of queued reports: the daemon times this round trip.
         self._write(sock, ack)
+
+    def _on_proposal(self, sock, frame):
+        """A change to several ranks: vote on it now; it is applied at its step, if committed."""
+        seq, step = frame.get("seq"), frame.get("apply_step")
+        if isinstance(seq, bool) or not isinstance(seq, int) or isinstance(step, bool) or not isinstance(step, int):
+            log.warning("gpupilot: ignoring a knob proposal without a usable seq and step: %r", frame)
+            return
+        name = frame.get("knob")
+        try:
+            ready, reason, at = self._handler.propose_knob(seq, name, frame.get("value"), step)
+        except Exception as exc:  # propose_knob catches callbacks; this is a last resort
+            log.exception("gpupilot: voting on knob %r failed", name)
+            ready, reason, at = False, "the SDK failed to check it: {}".format(exc), None
+        vote = {"id": self._new_id(), "type": "knob_vote", "seq": seq, "ready": bool(ready)}
+        if not ready:
+            vote["reason"] = reason or "not ready"
+        if at is not None:
+            vote["step"] = at
+        # At once, ahead of queued reports: every rank's vote is waited for.
+        self._write(sock, vote)
+
+    def _on_decision(self, frame):
+        seq = frame.get("seq")
+        if isinstance(seq, bool) or not isinstance(seq, int):
+            log.warning("gpupilot: ignoring a knob decision without a usable seq: %r", frame)
+            return
+        self._handler.decide_knob(seq, frame.get("commit") is True, frame.get("reason"))

@@ -38,10 +38,13 @@ pub mod logging;
 mod logs;
 mod metrics;
 mod ops;
+mod rank_changes;
+mod ranks;
 mod run_power;
 mod runs;
 mod server;
 mod state;
+mod trainer_output;
 mod trainers;
 
 use std::path::PathBuf;

@@ -137,7 +137,7 @@ async fn connection(
         tx,
         id: daemon.conn_id(),
         trainer_of: None,
-        trainer_rank: 0,
+        trainer_rank: None,
         greeted: false,
         telemetry: None,
         events: None,
@@ -209,8 +209,8 @@ struct Conn {
     id: u64,
     /// The run this connection is the trainer of, after `trainer_attach`.
     trainer_of: Option<String>,
-    /// Which rank of that run (0 for a single-process script).
-    trainer_rank: u32,
+    /// Which rank of that run, where the trainer said.
+    trainer_rank: Option<u32>,
     greeted: bool,
     telemetry: Option<JoinHandle<()>>,
     events: Option<JoinHandle<()>>,

@@ -214,6 +214,7 @@ impl Daemon {
     pub fn poll_runs(&self) {
         let changes = lock(&self.runs).poll(&self.clock);
         self.parse_outputs();
+        self.check_rank_changes();
         for c in changes {
             self.events.record(NodeEvent::RunStatus {
                 run: c.id,

@@ -2,16 +2,18 @@
 //! knob changes asked of each run and their acknowledgements, and each run's metrics (from the
 //! SDK, or parsed from the output of a script that does not use it).
 //!
-//! Per run, the daemon keeps the knob values the run uses as far as it knows, the changes in
-//! flight (by sequence number, with the instant they were asked, for the round trip), and the
-//! newest metrics reports (every report is also in the run's `metrics.jsonl`). The sequence
-//! number is kept in the run directory (`knobs.json`), so it goes on across daemon restarts.
+//! Per run, the daemon keeps the knob values the run uses as far as it knows, its ranks (one
+//! for a single-process script; see `ranks.rs`), the changes in flight (by sequence number,
+//! with the instant they were asked, for the round trip), and the newest metrics reports (every
+//! report is also in the run's `metrics.jsonl`). The sequence number and a change to several
+//! ranks in flight are kept in the run directory (`knobs.json`), so they outlive the daemon.
+//! Changes to several ranks are driven by `rank_changes.rs`.
 //!
 //! Locks: the run table before the channels, never the other way round.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
+use std::io::{BufRead, BufReader, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -20,11 +22,13 @@ use tokio::sync::mpsc;
 
 use super::auth::Peer;
 use super::ops::append_run_event;
+use super::ranks::{Link, Ranks, Refused, Staged};
 use super::state::{Daemon, RequestError, lock};
+use super::trainer_output::{OutputParser, parse_line, read_new_lines};
 use crate::profile::{Knob, MetricsSettings};
 use crate::protocol::{
     self, ErrorCode, KnobName, KnobRange, KnobState, KnobVia, MetricsPoint, MetricsReport,
-    NodeEvent, Response, ServerFrame, TrainerInfo,
+    NodeEvent, RankSpec, Response, ServerFrame, TrainerInfo,
 };
 use crate::supervisor::{DEFAULT_GRACE, Event, KnobValues, Run, RunStatus};
 use crate::telemetry::now_s;
@@ -38,44 +42,54 @@ pub const MAX_METRICS: u32 = 5_000;
 /// The end of `metrics.jsonl` read when a daemon first looks at a run (enough for
 /// [`KEEP_POINTS`] reports of typical size).
 const TAIL_BYTES: u64 = 8 << 20;
-/// A run's output read for metrics per poll, at most.
-const PARSE_CHUNK: u64 = 256 * 1024;
 
-/// A trainer's connection: where to push knob changes.
-pub struct Link {
-    pub conn: u64,
-    pub tx: mpsc::Sender<String>,
-    pub pid: Option<u32>,
-}
-
-struct Pending {
+pub(super) struct Pending {
     knob: KnobName,
     value: i64,
     asked: Instant,
 }
 
+/// What `knobs.json` keeps.
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct Persisted {
     seq: u64,
+    /// A change to several ranks in flight when it was written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    staged: Option<PersistedStaged>,
 }
 
-/// Reading metrics from a run's stdout.
-#[derive(Default)]
-struct OutputParser {
-    offset: u64,
-    partial: Vec<u8>,
-    patterns: Option<Vec<regex::Regex>>,
+/// A change to several ranks as `knobs.json` keeps it: a daemon that starts again knows what
+/// was decided (a committed value is the run's; an undecided one was never applied).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct PersistedStaged {
+    seq: u64,
+    knob: KnobName,
+    value: i64,
+    apply_step: u64,
+    committed: Option<bool>,
 }
 
 /// One run's side of the channel.
-struct Channel {
+pub(super) struct Channel {
     dir: PathBuf,
-    link: Option<Link>,
-    values: BTreeMap<KnobName, i64>,
+    /// Every rank attached (or once attached); a single-process script is rank 0 of 1.
+    pub(super) ranks: Ranks,
+    /// The values the run uses; for a run of several ranks, the values the job agreed on.
+    pub(super) values: BTreeMap<KnobName, i64>,
+    /// Changes pushed to a single-process trainer, not yet acknowledged.
     pending: BTreeMap<u64, Pending>,
+    /// A change to several ranks in flight.
+    pub(super) staged: Option<Staged>,
+    /// Whether that change was asked by the daemon to bring the ranks back to one value.
+    pub(super) staged_repair: bool,
+    /// The step the last change to several ranks took effect at: reports of earlier steps may
+    /// still carry the old value.
+    pub(super) last_apply_step: u64,
+    /// No new repair before this (one that failed is not retried at the poll rate).
+    pub(super) repair_after: Option<Instant>,
     trainer_ranges: BTreeMap<KnobName, KnobRange>,
-    last_rtt_ms: BTreeMap<KnobName, f64>,
-    last_outcome: BTreeMap<KnobName, String>,
+    pub(super) last_rtt_ms: BTreeMap<KnobName, f64>,
+    pub(super) last_outcome: BTreeMap<KnobName, String>,
     points: VecDeque<MetricsPoint>,
     next_n: u64,
     seq: u64,
@@ -89,10 +103,19 @@ struct Channel {
 impl Channel {
     /// Load what the run directory holds: the sequence number and the newest reports.
     fn load(dir: &Path) -> Channel {
-        let seq = std::fs::read(dir.join("knobs.json"))
+        let persisted = std::fs::read(dir.join("knobs.json"))
             .ok()
             .and_then(|b| serde_json::from_slice::<Persisted>(&b).ok())
-            .map_or(0, |p| p.seq);
+            .unwrap_or_default();
+        let seq = persisted.seq;
+        let mut values = BTreeMap::new();
+        let mut last_apply_step = 0;
+        // A change the last daemon committed is the run's value: ranks that did not apply it
+        // are brought to it. One it had not decided was applied by no rank.
+        if let Some(st) = persisted.staged.filter(|st| st.committed == Some(true)) {
+            values.insert(st.knob, st.value);
+            last_apply_step = st.apply_step;
+        }
         let points = read_tail(&dir.join("metrics.jsonl"));
         // Reports carry their number: the next one follows the newest.
         let next_n = points.back().map_or(0, |p| p.n + 1);
@@ -106,9 +129,13 @@ impl Channel {
         };
         Channel {
             dir: dir.to_path_buf(),
-            link: None,
-            values: BTreeMap::new(),
+            ranks: Ranks::default(),
+            values,
             pending: BTreeMap::new(),
+            staged: None,
+            staged_repair: false,
+            last_apply_step,
+            repair_after: None,
             trainer_ranges: BTreeMap::new(),
             last_rtt_ms: BTreeMap::new(),
             last_outcome: BTreeMap::new(),
@@ -124,34 +151,57 @@ impl Channel {
         }
     }
 
-    fn next_seq(&mut self) -> u64 {
+    pub(super) fn next_seq(&mut self) -> u64 {
         self.seq += 1;
-        let body = serde_json::to_vec(&Persisted { seq: self.seq }).expect("serializes");
+        self.persist();
+        self.seq
+    }
+
+    /// Write `knobs.json`: the sequence number and the change to several ranks in flight.
+    pub(super) fn persist(&self) {
+        let staged = self.staged.as_ref().map(|st| PersistedStaged {
+            seq: st.seq,
+            knob: st.knob,
+            value: st.value,
+            apply_step: st.apply_step,
+            committed: st.committed,
+        });
+        let body = serde_json::to_vec(&Persisted {
+            seq: self.seq,
+            staged,
+        })
+        .expect("serializes");
         let path = self.dir.join("knobs.json");
         let tmp = self.dir.join("knobs.json.tmp");
         if let Err(e) = std::fs::write(&tmp, body).and_then(|_| std::fs::rename(&tmp, &path)) {
             tracing::warn!("writing {}: {e}", path.display());
         }
-        self.seq
     }
 
-    /// Stamp, keep and append one report.
-    fn record(&mut self, report: MetricsReport, from: &str) {
-        for (knob, v) in [
-            (KnobName::BatchSize, report.batch_size),
-            (KnobName::Prefetch, report.prefetch),
-        ] {
-            if let Some(v) = v {
-                self.values.insert(knob, v);
+    /// Stamp, keep and append one report (of `rank`, where the trainer said which it is).
+    fn record(&mut self, report: MetricsReport, from: &str, rank: Option<u32>) {
+        // A job of several ranks has the values it agreed on; one rank's report does not
+        // change them.
+        if !self.ranks.distributed() {
+            for (knob, v) in [
+                (KnobName::BatchSize, report.batch_size),
+                (KnobName::Prefetch, report.prefetch),
+            ] {
+                if let Some(v) = v {
+                    self.values.insert(knob, v);
+                }
             }
         }
         let point = MetricsPoint {
             n: self.next_n,
             t: now_s(),
             from: from.into(),
-            rank: None,
+            rank,
             report,
         };
+        if let Some(r) = rank {
+            self.ranks.record(r, &point);
+        }
         self.next_n += 1;
         if self.metrics_file.is_none() {
             let path = self.dir.join("metrics.jsonl");
@@ -197,7 +247,13 @@ impl Channel {
                     .pending
                     .values()
                     .rfind(|p| p.knob == knob)
-                    .map(|p| p.value);
+                    .map(|p| p.value)
+                    .or_else(|| {
+                        self.staged
+                            .as_ref()
+                            .filter(|st| st.knob == knob && st.committed != Some(false))
+                            .map(|st| st.value)
+                    });
                 (value.is_some() || range.is_some()).then(|| KnobState {
                     knob,
                     value,
@@ -209,14 +265,14 @@ impl Channel {
             })
             .collect();
         TrainerInfo {
-            attached: self.link.is_some(),
-            pid: self.link.as_ref().and_then(|l| l.pid),
+            attached: self.ranks.any_attached(),
+            pid: self.ranks.first_link().and_then(|l| l.pid),
             last: self.points.back().cloned(),
             knobs,
-            world_size: None,
-            ranks: Vec::new(),
-            job: None,
-            staged: None,
+            world_size: self.ranks.world_size(),
+            ranks: self.ranks.info(),
+            job: self.ranks.job(),
+            staged: self.staged.as_ref().map(Staged::view),
         }
     }
 }
@@ -252,13 +308,13 @@ fn read_tail(path: &Path) -> VecDeque<MetricsPoint> {
 /// Every run's channel, by run id.
 #[derive(Default)]
 pub struct Channels {
-    runs: HashMap<String, Channel>,
+    pub(super) runs: HashMap<String, Channel>,
     /// Lookups so far: the clock of `Channel::used`.
     lookups: u64,
 }
 
 impl Channels {
-    fn get(&mut self, id: &str, dir: &Path) -> &mut Channel {
+    pub(super) fn get(&mut self, id: &str, dir: &Path) -> &mut Channel {
         if !self.runs.contains_key(id) && self.runs.len() >= KEEP_CHANNELS {
             self.let_go_of_one();
         }
@@ -278,7 +334,9 @@ impl Channels {
         let idle = self
             .runs
             .iter()
-            .filter(|(_, ch)| ch.link.is_none() && ch.pending.is_empty())
+            .filter(|(_, ch)| {
+                !ch.ranks.any_attached() && ch.pending.is_empty() && ch.staged.is_none()
+            })
             .min_by_key(|(_, ch)| ch.used)
             .map(|(id, _)| id.clone());
         if let Some(id) = idle {
@@ -287,7 +345,14 @@ impl Channels {
     }
 }
 
-fn knob_push(run: &str, seq: u64, knob: KnobName, value: i64) -> String {
+/// A `knob` push: apply now, or (with `apply_step`) a proposal to vote on.
+pub(super) fn knob_push(
+    run: &str,
+    seq: u64,
+    knob: KnobName,
+    value: i64,
+    apply_step: Option<u64>,
+) -> String {
     protocol::encode(&ServerFrame {
         id: None,
         response: Response::Knob {
@@ -295,26 +360,26 @@ fn knob_push(run: &str, seq: u64, knob: KnobName, value: i64) -> String {
             seq,
             knob,
             value,
-            apply_step: None,
+            apply_step,
         },
     })
 }
 
-fn profile_knob(run: &Run, knob: KnobName) -> Option<Knob> {
+pub(super) fn profile_knob(run: &Run, knob: KnobName) -> Option<Knob> {
     match knob {
         KnobName::BatchSize => run.knob_ranges().batch_size,
         KnobName::Prefetch => run.knob_ranges().prefetch,
     }
 }
 
-fn planned(values: KnobValues, knob: KnobName) -> Option<i64> {
+pub(super) fn planned(values: KnobValues, knob: KnobName) -> Option<i64> {
     match knob {
         KnobName::BatchSize => values.batch_size,
         KnobName::Prefetch => values.prefetch,
     }
 }
 
-fn with_value(mut values: KnobValues, knob: KnobName, v: i64) -> KnobValues {
+pub(super) fn with_value(mut values: KnobValues, knob: KnobName, v: i64) -> KnobValues {
     match knob {
         KnobName::BatchSize => values.batch_size = Some(v),
         KnobName::Prefetch => values.prefetch = Some(v),
@@ -330,11 +395,16 @@ impl Daemon {
         tx: mpsc::Sender<String>,
         spec: &str,
         pid: Option<u32>,
-        rank: Option<crate::protocol::RankSpec>,
+        rank: Option<RankSpec>,
         knobs: &BTreeMap<String, i64>,
         ranges: &BTreeMap<String, KnobRange>,
-    ) -> Result<(String, u32, Response, Vec<String>), RequestError> {
-        let _ = &rank;
+    ) -> Result<(String, Option<u32>, Response, Vec<String>), RequestError> {
+        let said = rank.as_ref().map(|r| r.rank);
+        let who = rank.unwrap_or(RankSpec {
+            rank: 0,
+            world_size: 1,
+            ..RankSpec::default()
+        });
         let table = lock(&self.runs);
         let id = table.resolve(spec)?;
         let entry = table.get(&id).expect("resolved");
@@ -350,16 +420,37 @@ impl Daemon {
         let mut channels = lock(&self.channels);
         let ch = channels.get(&id, entry.run.dir().path());
         drop(table);
-        if let Some(old) = &ch.link {
-            tracing::info!(
-                "run {id}: a new trainer connection replaces connection {}",
+        let (rank_no, world) = (who.rank, who.world_size);
+        match ch.ranks.attach(who, Link { conn, tx, pid }) {
+            Ok(Some(old)) => tracing::info!(
+                "run {id}: a new trainer connection replaces connection {} (rank {rank_no})",
                 old.conn
-            );
+            ),
+            Ok(None) => {}
+            Err(Refused(reason)) => {
+                drop(channels);
+                tracing::warn!("run {id}: trainer attach refused: {reason}");
+                self.events.record(NodeEvent::RankRefused {
+                    run: id.clone(),
+                    rank: rank_no,
+                    world_size: world,
+                    pid,
+                    reason: reason.clone(),
+                });
+                return Err(RequestError::new(
+                    ErrorCode::BadRequest,
+                    format!("run {id}: {reason}; this connection is not attached"),
+                ));
+            }
         }
-        ch.link = Some(Link { conn, tx, pid });
+        // A job of several ranks keeps the values it agreed on: a rank that attaches later
+        // is told them (the SDK takes them when it has not started training yet).
+        let distributed = ch.ranks.distributed();
         for (name, v) in knobs {
             if let Some(k) = KnobName::parse(name) {
-                ch.values.insert(k, *v);
+                if !distributed || !ch.values.contains_key(&k) {
+                    ch.values.insert(k, *v);
+                }
             }
         }
         for (name, r) in ranges {
@@ -371,7 +462,7 @@ impl Daemon {
         let pushes = ch
             .pending
             .iter()
-            .map(|(seq, p)| knob_push(&id, *seq, p.knob, p.value))
+            .map(|(seq, p)| knob_push(&id, *seq, p.knob, p.value, None))
             .collect();
         let values = ch
             .values
@@ -383,11 +474,11 @@ impl Daemon {
             run: id.clone(),
             attached: true,
             pid,
-            rank: None,
+            rank: said,
         });
         Ok((
             id.clone(),
-            0,
+            said,
             Response::TrainerAttached {
                 run: id,
                 knobs: values,
@@ -396,32 +487,38 @@ impl Daemon {
         ))
     }
 
-    /// Connection `conn` closed: if it was a trainer, its run has none now.
+    /// Connection `conn` closed: if it was a rank of a run, that rank is away now (and a
+    /// change to several ranks it was part of goes on without it, or is called off).
     pub fn trainer_detached(&self, conn: u64) {
         let mut channels = lock(&self.channels);
-        let gone: Vec<(String, Option<u32>)> = channels
-            .runs
-            .iter_mut()
-            .filter(|(_, ch)| ch.link.as_ref().is_some_and(|l| l.conn == conn))
-            .map(|(id, ch)| (id.clone(), ch.link.take().and_then(|l| l.pid)))
-            .collect();
+        let mut gone = Vec::new();
+        for (id, ch) in channels.runs.iter_mut() {
+            let Some((rank, pid)) = ch.ranks.detach(conn) else {
+                continue;
+            };
+            let said = ch.ranks.distributed().then_some(rank);
+            let mut effects = Vec::new();
+            ch.rank_left(id, rank, &mut effects);
+            gone.push((id.clone(), pid, said, effects));
+        }
         drop(channels);
-        for (run, pid) in gone {
+        for (run, pid, rank, effects) in gone {
             self.events.record(NodeEvent::Trainer {
-                run,
+                run: run.clone(),
                 attached: false,
                 pid,
-                rank: None,
+                rank,
             });
+            self.apply_effects(&run, effects);
         }
     }
 
     /// A metrics report from `run`'s trainer.
-    pub fn trainer_metrics(&self, run: &str, _rank: u32, report: MetricsReport) -> Response {
+    pub fn trainer_metrics(&self, run: &str, rank: Option<u32>, report: MetricsReport) -> Response {
         let mut channels = lock(&self.channels);
         match channels.runs.get_mut(run) {
             Some(ch) => {
-                ch.record(report, "trainer");
+                ch.record(report, "trainer", rank);
                 Response::Ok {}
             }
             None => RequestError::new(ErrorCode::BadState, "attach first").into_response(),
@@ -429,31 +526,34 @@ impl Daemon {
     }
 
     /// `knob_ack` from `run`'s trainer.
-    pub fn knob_vote(
-        &self,
-        _run: &str,
-        _rank: u32,
-        _seq: u64,
-        _ready: bool,
-        _reason: Option<String>,
-        _step: Option<u64>,
-    ) -> Response {
-        Response::Ok {}
-    }
-
     pub fn knob_ack(
         &self,
         run: &str,
-        _rank: u32,
+        rank: Option<u32>,
         seq: u64,
         applied: bool,
         reason: Option<String>,
-        _step: Option<u64>,
+        step: Option<u64>,
     ) -> Response {
         let mut channels = lock(&self.channels);
         let Some(ch) = channels.runs.get_mut(run) else {
             return Response::Ok {};
         };
+        if ch.ranks.distributed() {
+            let mut effects = Vec::new();
+            ch.rank_ack(
+                run,
+                rank.unwrap_or(0),
+                seq,
+                applied,
+                reason,
+                step,
+                &mut effects,
+            );
+            drop(channels);
+            self.apply_effects(run, effects);
+            return Response::Ok {};
+        }
         let Some(p) = ch.pending.remove(&seq) else {
             tracing::debug!("run {run}: knob_ack for seq {seq}, which is not pending");
             return Response::Ok {};
@@ -594,7 +694,43 @@ impl Daemon {
             .copied()
             .or_else(|| planned(run.plan().knobs(), knob));
         let by = peer.describe();
-        let via = if ch.link.is_some() {
+        if ch.ranks.distributed() {
+            let asked = Instant::now();
+            let (seq, apply_step, ranks) = ch.propose(&id, knob, value, old, asked)?;
+            drop(channels);
+            append_run_event(
+                run,
+                Event::Changed {
+                    by: by.clone(),
+                    what: knob.as_str().into(),
+                    old: old.map(|o| o.to_string()),
+                    new: Some(value.to_string()),
+                    why: why.clone(),
+                },
+            );
+            drop(table);
+            self.events.record(NodeEvent::KnobChanged {
+                run: id.clone(),
+                change: seq,
+                knob,
+                old,
+                new: value,
+                via: KnobVia::Trainer,
+                by,
+                why,
+            });
+            return Ok(Response::KnobPending {
+                run: id,
+                seq,
+                knob,
+                old,
+                value,
+                via: KnobVia::Trainer,
+                apply_step: Some(apply_step),
+                ranks: Some(ranks),
+            });
+        }
+        let via = if ch.ranks.any_attached() {
             KnobVia::Trainer
         } else if run.plan().command_uses(knob.as_str()) {
             if !restart {
@@ -620,7 +756,7 @@ impl Daemon {
             ));
         };
         let seq = ch.next_seq();
-        let line = knob_push(&id, seq, knob, value);
+        let line = knob_push(&id, seq, knob, value, None);
         match via {
             KnobVia::Trainer => {
                 ch.pending.insert(
@@ -631,7 +767,7 @@ impl Daemon {
                         asked: Instant::now(),
                     },
                 );
-                let link = ch.link.as_ref().expect("checked above");
+                let link = ch.ranks.first_link().expect("checked above");
                 if let Err(e) = link.tx.try_send(line) {
                     // Still pending: it goes out again when the trainer attaches next.
                     tracing::warn!("run {id}: knob change {seq} not sent now: {e}");
@@ -753,7 +889,7 @@ impl Daemon {
             }
             let ch = channels.get(&id, &dir);
             let lines = read_new_lines(&dir.join("stdout.log"), &mut ch.parser);
-            if ch.link.is_some() {
+            if ch.ranks.any_attached() {
                 // The SDK reports; what the script prints is not read twice.
                 continue;
             }
@@ -769,97 +905,8 @@ impl Daemon {
                 .filter_map(|l| parse_line(l, settings.json, patterns))
                 .collect();
             for r in reports {
-                ch.record(r, "stdout");
+                ch.record(r, "stdout", None);
             }
-        }
-    }
-}
-
-/// Complete lines appended to `path` since the parser's offset (at most [`PARSE_CHUNK`] bytes
-/// a call; a line cut at the end waits for its newline).
-fn read_new_lines(path: &Path, parser: &mut OutputParser) -> Vec<String> {
-    // A stat every poll; the file is opened only when it has grown.
-    let len = std::fs::metadata(path).map_or(0, |m| m.len());
-    if len < parser.offset {
-        // Truncated or replaced: start again.
-        parser.offset = 0;
-        parser.partial.clear();
-    }
-    if len == parser.offset {
-        return Vec::new();
-    }
-    let Ok(mut f) = File::open(path) else {
-        return Vec::new();
-    };
-    if f.seek(SeekFrom::Start(parser.offset)).is_err() {
-        return Vec::new();
-    }
-    let mut buf = Vec::new();
-    let n = f
-        .take(PARSE_CHUNK)
-        .read_to_end(&mut buf)
-        .unwrap_or_default();
-    parser.offset += n as u64;
-    parser.partial.extend_from_slice(&buf[..n]);
-    let mut lines = Vec::new();
-    while let Some(i) = parser.partial.iter().position(|&b| b == b'\n') {
-        let line: Vec<u8> = parser.partial.drain(..=i).collect();
-        lines.push(String::from_utf8_lossy(&line[..i]).into_owned());
-    }
-    if parser.partial.len() > 64 * 1024 {
-        // A "line" that never ends is not a metrics line.
-        parser.partial.clear();
-    }
-    lines
-}
-
-/// One line of output as a metrics report: a JSON object (known names to their fields, other
-/// numbers to `extra`), else the first pattern that matches (named groups the same way).
-pub fn parse_line(line: &str, json: bool, patterns: &[regex::Regex]) -> Option<MetricsReport> {
-    let trimmed = line.trim();
-    if json && trimmed.starts_with('{') {
-        if let Ok(serde_json::Value::Object(map)) = serde_json::from_str(trimmed) {
-            let mut r = MetricsReport::default();
-            for (k, v) in &map {
-                if let Some(x) = v.as_f64() {
-                    set_field(&mut r, k, x);
-                }
-            }
-            return (!r.is_empty()).then_some(r);
-        }
-    }
-    for re in patterns {
-        if let Some(caps) = re.captures(line) {
-            let mut r = MetricsReport::default();
-            for name in re.capture_names().flatten() {
-                if let Some(x) = caps.name(name).and_then(|m| m.as_str().parse::<f64>().ok()) {
-                    set_field(&mut r, name, x);
-                }
-            }
-            if !r.is_empty() {
-                return Some(r);
-            }
-        }
-    }
-    None
-}
-
-fn set_field(r: &mut MetricsReport, name: &str, x: f64) {
-    if !x.is_finite() {
-        return;
-    }
-    let whole = |x: f64| (x >= 0.0 && x.fract() == 0.0).then_some(x as u64);
-    match name {
-        "step" | "global_step" | "iteration" => r.step = whole(x),
-        "epoch" => r.epoch = whole(x),
-        "loss" | "train_loss" => r.loss = Some(x),
-        "samples_per_s" | "samples_per_sec" | "throughput" => r.samples_per_s = Some(x),
-        "step_time_s" | "step_time" => r.step_time_s = Some(x),
-        "data_wait_s" | "data_time" | "data_wait" => r.data_wait_s = Some(x),
-        "batch_size" => r.batch_size = whole(x).map(|v| v as i64),
-        "prefetch" | "prefetch_factor" => r.prefetch = whole(x).map(|v| v as i64),
-        other => {
-            r.extra.insert(other.to_string(), x);
         }
     }
 }
@@ -867,26 +914,6 @@ fn set_field(r: &mut MetricsReport, name: &str, x: f64) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn json_lines_and_patterns_become_reports() {
-        let r = parse_line(
-            r#"{"step": 12, "loss": 0.5, "lr": 0.001, "name": "x"}"#,
-            true,
-            &[],
-        )
-        .unwrap();
-        assert_eq!(r.step, Some(12));
-        assert_eq!(r.loss, Some(0.5));
-        assert_eq!(r.extra.get("lr"), Some(&0.001));
-        assert_eq!(r.extra.len(), 1, "strings are not metrics");
-        assert!(parse_line(r#"{"step": 12}"#, false, &[]).is_none());
-        let re = [regex::Regex::new(r"step (?P<step>\d+) loss=(?P<loss>[0-9.]+)").unwrap()];
-        let r = parse_line("epoch 1 step 40 loss=2.25 lr=0.1", true, &re).unwrap();
-        assert_eq!((r.step, r.loss), (Some(40), Some(2.25)));
-        assert!(parse_line("nothing to see", true, &re).is_none());
-        assert!(parse_line("{not json", true, &re).is_none());
-    }
 
     #[test]
     fn a_new_daemon_numbers_reports_on_from_the_file() {
@@ -899,6 +926,7 @@ mod tests {
                     ..MetricsReport::default()
                 },
                 "trainer",
+                None,
             );
         }
         let again = Channel::load(tmp.path());
@@ -916,26 +944,19 @@ mod tests {
         }
         // run0 is in use (a trainer attached): run1, the oldest idle one, goes.
         let (tx, _rx) = mpsc::channel(1);
-        chs.get("run0", tmp.path()).link = Some(Link {
+        let one = RankSpec {
+            rank: 0,
+            world_size: 1,
+            ..RankSpec::default()
+        };
+        let link = Link {
             conn: 1,
             tx,
             pid: None,
-        });
+        };
+        assert!(chs.get("run0", tmp.path()).ranks.attach(one, link).is_ok());
         chs.get("new", tmp.path());
         assert_eq!(chs.runs.len(), KEEP_CHANNELS);
         assert!(chs.runs.contains_key("run0") && !chs.runs.contains_key("run1"));
-    }
-
-    #[test]
-    fn lines_are_read_whole_and_once() {
-        let tmp = tempfile::tempdir().unwrap();
-        let path = tmp.path().join("stdout.log");
-        let mut p = OutputParser::default();
-        std::fs::write(&path, "a\nb").unwrap();
-        assert_eq!(read_new_lines(&path, &mut p), ["a"]);
-        let mut f = OpenOptions::new().append(true).open(&path).unwrap();
-        f.write_all(b"c\nd\n").unwrap();
-        assert_eq!(read_new_lines(&path, &mut p), ["bc", "d"]);
-        assert!(read_new_lines(&path, &mut p).is_empty());
     }
 }

@@ -1,0 +1,728 @@
+//! The ranks of one run's trainer channel, and a knob change to several ranks applied at one
+//! step.
+//!
+//! A data-parallel job is N processes (ranks) that each attach to the run's channel, saying
+//! which rank they are (`RankSpec`). A single-process script says nothing and is rank 0 of a
+//! world of 1. For a run of several ranks a knob change is all or nothing and takes effect at the
+//! same step on every rank, in two phases (docs/protocol.md, "Distributed runs"):
+//!
+//! 1. the daemon proposes `value` for an apply step `S` ahead of the newest step any rank
+//!    reported, to every rank;
+//! 2. each rank votes: ready (it can use the value and has not started step `S`) or not;
+//! 3. every rank ready: the change is committed and every rank told; any refusal, a rank that
+//!    leaves, or votes that do not all come within [`VOTE_WINDOW_S`]: called off, and every rank
+//!    told to keep its value;
+//! 4. each rank applies a committed change when it starts step `S` and acknowledges it with the
+//!    step. A rank that reaches `S` before it heard the decision does not apply it (the
+//!    absence of a decision never changes anything), and says so: the daemon then brings every
+//!    rank back to one value with a new change.
+//!
+//! This file is bookkeeping only: no I/O, no locks, and times are given, not read, so tests
+//! drive it step by step. `trainers.rs` sends what it decides.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Instant;
+
+use tokio::sync::mpsc;
+
+use crate::protocol::{JobFigures, KnobName, MetricsPoint, RankInfo, RankSpec, StagedChange};
+
+/// How far ahead of the ranks' newest step a change is proposed, in seconds of their progress:
+/// the proposal, every vote and the decision must all travel before the fastest rank starts
+/// the apply step.
+pub const APPLY_LEAD_S: f64 = 0.5;
+/// The fewest steps between the newest reported step and the apply step.
+pub const MIN_LEAD_STEPS: u64 = 2;
+/// Votes that have not all come this long after the proposal call the change off (a rank that
+/// answers nothing cannot be told apart from one that is stuck).
+pub const VOTE_WINDOW_S: f64 = 0.25;
+/// After commit, how long the daemon waits for every rank to say it applied the change before
+/// it looks at the ranks' reports instead (a rank that reports no steps for that long has
+/// stopped anyway).
+pub const APPLY_WINDOW_S: f64 = 600.0;
+
+/// A trainer's connection: where to push knob changes.
+pub struct Link {
+    pub conn: u64,
+    pub tx: mpsc::Sender<String>,
+    pub pid: Option<u32>,
+}
+
+/// One rank of the run.
+pub struct Rank {
+    pub spec: RankSpec,
+    pub link: Option<Link>,
+    /// Its newest report.
+    pub last: Option<MetricsPoint>,
+    /// Its first report with a step in the current stretch of reporting (for the step rate).
+    first: Option<(u64, f64)>,
+    /// Its newest report with a step: (step, daemon time).
+    stepped: Option<(u64, f64)>,
+}
+
+impl Rank {
+    fn new(spec: RankSpec) -> Rank {
+        Rank {
+            spec,
+            link: None,
+            last: None,
+            first: None,
+            stepped: None,
+        }
+    }
+
+    /// Steps per second between its first and newest step report (at least two reports).
+    fn rate(&self) -> Option<f64> {
+        let ((s0, t0), (s1, t1)) = (self.first?, self.stepped?);
+        (s1 > s0 && t1 > t0).then(|| (s1 - s0) as f64 / (t1 - t0))
+    }
+
+    fn info(&self) -> RankInfo {
+        RankInfo {
+            spec: self.spec.clone(),
+            attached: self.link.is_some(),
+            pid: self.link.as_ref().and_then(|l| l.pid),
+            last: self.last.clone(),
+            steps_per_s: self.rate(),
+        }
+    }
+}
+
+/// Why an attach was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refused(pub String);
+
+/// Every rank of one run.
+#[derive(Default)]
+pub struct Ranks {
+    world_size: Option<u32>,
+    by_rank: BTreeMap<u32, Rank>,
+}
+
+impl Ranks {
+    /// Take `link` as rank `spec.rank`. A rank already attached on another live connection is
+    /// refused unless it is the same process (it reconnected), or the run has one rank (a
+    /// script that says nothing reconnects from anywhere): then the new link replaces the old,
+    /// which is returned.
+    pub fn attach(&mut self, spec: RankSpec, link: Link) -> Result<Option<Link>, Refused> {
+        if spec.world_size == 0 || spec.rank >= spec.world_size {
+            return Err(Refused(format!(
+                "rank {} is outside a world of {} (ranks are 0 to world_size − 1)",
+                spec.rank, spec.world_size
+            )));
+        }
+        let others_attached = self
+            .by_rank
+            .iter()
+            .any(|(r, rank)| *r != spec.rank && rank.link.is_some());
+        match self.world_size {
+            Some(w) if w != spec.world_size && others_attached => {
+                return Err(Refused(format!(
+                    "rank {} says the world has {} ranks, but the ranks attached say {w}",
+                    spec.rank, spec.world_size
+                )));
+            }
+            Some(w) if w != spec.world_size => {
+                // A new attempt of the run with another size: the old ranks are history.
+                self.by_rank.clear();
+            }
+            _ => {}
+        }
+        self.world_size = Some(spec.world_size);
+        if let Some(old) = self.by_rank.get(&spec.rank).and_then(|r| r.link.as_ref()) {
+            let same_process = old.pid.is_some() && old.pid == link.pid;
+            if spec.world_size > 1 && !same_process {
+                return Err(Refused(format!(
+                    "rank {} is already attached (pid {}, connection {}); two processes cannot be \
+                     the same rank",
+                    spec.rank,
+                    old.pid.map_or("?".into(), |p| p.to_string()),
+                    old.conn
+                )));
+            }
+        }
+        let rank = self
+            .by_rank
+            .entry(spec.rank)
+            .or_insert_with(|| Rank::new(spec.clone()));
+        rank.spec = spec;
+        Ok(rank.link.replace(link))
+    }
+
+    /// Connection `conn` closed: the rank it was, and its pid.
+    pub fn detach(&mut self, conn: u64) -> Option<(u32, Option<u32>)> {
+        self.by_rank.iter_mut().find_map(|(r, rank)| {
+            if rank.link.as_ref().is_some_and(|l| l.conn == conn) {
+                let pid = rank.link.take().and_then(|l| l.pid);
+                Some((*r, pid))
+            } else {
+                None
+            }
+        })
+    }
+
+    pub fn world_size(&self) -> Option<u32> {
+        self.world_size
+    }
+
+    /// More than one rank: changes go through [`Staged`].
+    pub fn distributed(&self) -> bool {
+        self.world_size.is_some_and(|w| w > 1)
+    }
+
+    pub fn any_attached(&self) -> bool {
+        self.by_rank.values().any(|r| r.link.is_some())
+    }
+
+    /// The attached ranks' links, by rank.
+    pub fn links(&self) -> impl Iterator<Item = (u32, &Link)> {
+        self.by_rank
+            .iter()
+            .filter_map(|(r, rank)| Some((*r, rank.link.as_ref()?)))
+    }
+
+    /// The lowest rank's link (rank 0's, unless it is away).
+    pub fn first_link(&self) -> Option<&Link> {
+        self.links().next().map(|(_, l)| l)
+    }
+
+    /// Ranks of the world that are not attached now.
+    pub fn missing(&self) -> Vec<u32> {
+        let world = self.world_size.unwrap_or(1);
+        (0..world)
+            .filter(|r| self.by_rank.get(r).is_none_or(|rank| rank.link.is_none()))
+            .collect()
+    }
+
+    /// Keep `point` as `rank`'s newest report.
+    pub fn record(&mut self, rank: u32, point: &MetricsPoint) {
+        let Some(r) = self.by_rank.get_mut(&rank) else {
+            return;
+        };
+        if let Some(step) = point.report.step {
+            match r.stepped {
+                // A step that went back: the script started over (a restart); so does the rate.
+                Some((s, _)) if step < s => r.first = Some((step, point.t)),
+                None => r.first = Some((step, point.t)),
+                _ => {}
+            }
+            r.stepped = Some((step, point.t));
+        }
+        r.last = Some(point.clone());
+    }
+
+    pub fn info(&self) -> Vec<RankInfo> {
+        self.by_rank.values().map(Rank::info).collect()
+    }
+
+    /// The job's figures over the attached ranks' newest reports.
+    pub fn job(&self) -> Option<JobFigures> {
+        let reports: Vec<(u32, &MetricsPoint)> = self
+            .by_rank
+            .iter()
+            .filter(|(_, r)| r.link.is_some())
+            .filter_map(|(n, r)| Some((*n, r.last.as_ref()?)))
+            .collect();
+        if reports.is_empty() {
+            return None;
+        }
+        let sum = |f: fn(&MetricsPoint) -> Option<f64>| {
+            let v: Vec<f64> = reports.iter().filter_map(|(_, p)| f(p)).collect();
+            (!v.is_empty()).then(|| v.iter().sum())
+        };
+        let slowest = reports
+            .iter()
+            .filter_map(|(n, p)| Some((*n, p.report.step_time_s?)))
+            .max_by(|a, b| a.1.total_cmp(&b.1));
+        Some(JobFigures {
+            reporting: reports.len() as u32,
+            step: reports.iter().filter_map(|(_, p)| p.report.step).min(),
+            samples_per_s: sum(|p| p.report.samples_per_s),
+            step_time_s: slowest.map(|s| s.1),
+            slowest_rank: slowest.map(|s| s.0),
+            data_wait_s: reports
+                .iter()
+                .filter_map(|(_, p)| p.report.data_wait_s)
+                .max_by(f64::total_cmp),
+            loss: reports
+                .iter()
+                .find(|(n, _)| *n == 0)
+                .and_then(|(_, p)| p.report.loss),
+        })
+    }
+
+    /// The step to apply a change at, `now` (daemon seconds) being when it is asked: ahead of
+    /// where the fastest rank is now by [`APPLY_LEAD_S`] of its progress, and at least
+    /// [`MIN_LEAD_STEPS`] past the newest step reported. An error names a rank that has not
+    /// reported a step (nothing tells where it is).
+    pub fn apply_step(&self, now: f64) -> Result<u64, String> {
+        let mut at = 0.0f64;
+        let mut newest = 0u64;
+        for (n, rank) in self.by_rank.iter().filter(|(_, r)| r.link.is_some()) {
+            let Some((step, t)) = rank.stepped else {
+                return Err(format!(
+                    "rank {n} has reported no step yet: a change to several ranks is applied at \
+                     a step, so every rank must report its step (gp.report(step=…))"
+                ));
+            };
+            newest = newest.max(step);
+            // Where it is now, and how far it gets while the change is agreed on.
+            let rate = rank.rate().unwrap_or(0.0);
+            let ahead = rate * ((now - t).max(0.0) + APPLY_LEAD_S);
+            at = at.max(step as f64 + ahead);
+        }
+        // Reported step k means step k is done: the next one is k + 1.
+        Ok((at.ceil() as u64 + 1).max(newest + MIN_LEAD_STEPS))
+    }
+
+    /// The value each attached rank's newest report gives for `knob`, for reports of steps
+    /// from `since` on.
+    pub fn reported(&self, knob: KnobName, since: u64) -> BTreeMap<u32, i64> {
+        self.by_rank
+            .iter()
+            .filter(|(_, r)| r.link.is_some())
+            .filter_map(|(n, r)| {
+                let p = r.last.as_ref()?;
+                if p.report.step? < since {
+                    return None;
+                }
+                let v = match knob {
+                    KnobName::BatchSize => p.report.batch_size,
+                    KnobName::Prefetch => p.report.prefetch,
+                }?;
+                Some((*n, v))
+            })
+            .collect()
+    }
+}
+
+/// What a vote, an acknowledgement or a departure led to.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// Nothing to do yet.
+    Waiting,
+    /// Every rank is ready: commit.
+    Commit,
+    /// Call it off, for this reason (naming the rank).
+    Abort { rank: Option<u32>, reason: String },
+    /// Every rank has answered after the commit: `missed` are the ranks that did not apply it
+    /// (with why), empty when all did; `steps` the step each one that did applied it at (the
+    /// apply step, or for a rank that reports every few steps, its first report past it).
+    Done {
+        missed: BTreeMap<u32, String>,
+        steps: BTreeMap<u32, u64>,
+    },
+    /// Something that does not fit this change: recorded, nothing else.
+    Stray(String),
+}
+
+/// A change to several ranks in flight.
+#[derive(Debug, Clone)]
+pub struct Staged {
+    pub seq: u64,
+    pub knob: KnobName,
+    pub value: i64,
+    pub old: Option<i64>,
+    pub apply_step: u64,
+    pub asked: Instant,
+    /// Milliseconds from the request to the last vote, once all came.
+    pub votes_ms: Option<f64>,
+    /// The ranks it was proposed to.
+    pub ranks: BTreeSet<u32>,
+    ready: BTreeSet<u32>,
+    pub committed: Option<bool>,
+    applied: BTreeMap<u32, u64>,
+    missed: BTreeMap<u32, String>,
+    /// Ranks that left after the commit (they get the value when they attach again).
+    left: BTreeSet<u32>,
+}
+
+impl Staged {
+    pub fn new(
+        seq: u64,
+        knob: KnobName,
+        value: i64,
+        old: Option<i64>,
+        apply_step: u64,
+        ranks: BTreeSet<u32>,
+        asked: Instant,
+    ) -> Staged {
+        Staged {
+            seq,
+            knob,
+            value,
+            old,
+            apply_step,
+            asked,
+            votes_ms: None,
+            ranks,
+            ready: BTreeSet::new(),
+            committed: None,
+            applied: BTreeMap::new(),
+            missed: BTreeMap::new(),
+            left: BTreeSet::new(),
+        }
+    }
+
+    pub fn view(&self) -> StagedChange {
+        StagedChange {
+            seq: self.seq,
+            knob: self.knob,
+            value: self.value,
+            apply_step: self.apply_step,
+            ranks: self.ranks.iter().copied().collect(),
+            ready: self.ready.iter().copied().collect(),
+            committed: self.committed,
+            applied: self.applied.keys().copied().collect(),
+        }
+    }
+
+    /// `rank` voted at `now`.
+    pub fn vote(
+        &mut self,
+        rank: u32,
+        ready: bool,
+        reason: Option<String>,
+        now: Instant,
+    ) -> Outcome {
+        if !self.ranks.contains(&rank) {
+            return Outcome::Stray(format!(
+                "voted on change {}, which was not proposed to it",
+                self.seq
+            ));
+        }
+        if self.committed.is_some() {
+            return Outcome::Stray(format!("voted on change {} after it was decided", self.seq));
+        }
+        if !ready {
+            let reason = reason.unwrap_or_else(|| "no reason given".into());
+            return Outcome::Abort {
+                rank: Some(rank),
+                reason: format!("rank {rank} refused: {reason}"),
+            };
+        }
+        self.ready.insert(rank);
+        if self.ready == self.ranks {
+            self.votes_ms = Some(now.duration_since(self.asked).as_secs_f64() * 1000.0);
+            Outcome::Commit
+        } else {
+            Outcome::Waiting
+        }
+    }
+
+    /// `rank` says it applied the change at `step` (or did not, and why).
+    pub fn ack(
+        &mut self,
+        rank: u32,
+        applied: bool,
+        step: Option<u64>,
+        reason: Option<String>,
+    ) -> Outcome {
+        if !self.ranks.contains(&rank) {
+            return Outcome::Stray(format!(
+                "acknowledged change {}, which was not proposed to it",
+                self.seq
+            ));
+        }
+        if self.committed != Some(true) {
+            if applied {
+                return Outcome::Stray(format!(
+                    "says it applied change {} before it was committed",
+                    self.seq
+                ));
+            }
+            // Not applied, and not committed (yet): nothing changes on that rank.
+            return Outcome::Waiting;
+        }
+        match (applied, step) {
+            (true, Some(s)) if s >= self.apply_step => {
+                self.applied.insert(rank, s);
+            }
+            (true, Some(s)) => {
+                self.missed.insert(
+                    rank,
+                    format!(
+                        "applied it at step {s}, before the apply step {}",
+                        self.apply_step
+                    ),
+                );
+            }
+            (true, None) => {
+                self.missed
+                    .insert(rank, "applied it without saying at which step".into());
+            }
+            (false, _) => {
+                self.missed
+                    .insert(rank, reason.unwrap_or_else(|| "it did not apply it".into()));
+            }
+        }
+        self.done()
+    }
+
+    /// `rank`'s connection closed.
+    pub fn left(&mut self, rank: u32) -> Outcome {
+        if !self.ranks.contains(&rank) {
+            return Outcome::Waiting;
+        }
+        match self.committed {
+            None => Outcome::Abort {
+                rank: Some(rank),
+                reason: format!("rank {rank} left before every rank had agreed"),
+            },
+            Some(true) => {
+                if !self.applied.contains_key(&rank) && !self.missed.contains_key(&rank) {
+                    self.left.insert(rank);
+                }
+                self.done()
+            }
+            Some(false) => Outcome::Waiting,
+        }
+    }
+
+    /// Votes overdue at `now`: the reason to call it off.
+    pub fn overdue(&self, now: Instant) -> Option<Outcome> {
+        let waited = now.duration_since(self.asked).as_secs_f64();
+        match self.committed {
+            None if waited > VOTE_WINDOW_S => {
+                let silent: Vec<String> = self
+                    .ranks
+                    .difference(&self.ready)
+                    .map(|r| r.to_string())
+                    .collect();
+                Some(Outcome::Abort {
+                    rank: None,
+                    reason: format!(
+                        "rank {} did not answer within {:.0} ms",
+                        silent.join(", "),
+                        VOTE_WINDOW_S * 1000.0
+                    ),
+                })
+            }
+            Some(true) if waited > APPLY_WINDOW_S => {
+                let mut missed = self.missed.clone();
+                for r in self.ranks.iter() {
+                    if !self.applied.contains_key(r) && !self.left.contains(r) {
+                        missed
+                            .entry(*r)
+                            .or_insert_with(|| "never said it applied it".into());
+                    }
+                }
+                Some(Outcome::Done {
+                    missed,
+                    steps: self.applied.clone(),
+                })
+            }
+            _ => None,
+        }
+    }
+
+    fn done(&self) -> Outcome {
+        let answered = self.applied.len() + self.missed.len() + self.left.len();
+        if answered >= self.ranks.len() {
+            Outcome::Done {
+                missed: self.missed.clone(),
+                steps: self.applied.clone(),
+            }
+        } else {
+            Outcome::Waiting
+        }
+    }
+
+    /// The ranks that applied it.
+    pub fn applied(&self) -> usize {
+        self.applied.len()
+    }
+
+    /// The ranks that left after the commit.
+    pub fn gone(&self) -> &BTreeSet<u32> {
+        &self.left
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::MetricsReport;
+
+    fn spec(rank: u32, world: u32) -> RankSpec {
+        RankSpec {
+            rank,
+            world_size: world,
+            ..RankSpec::default()
+        }
+    }
+
+    fn link(conn: u64, pid: u32) -> Link {
+        let (tx, _rx) = mpsc::channel(1);
+        Link {
+            conn,
+            tx,
+            pid: Some(pid),
+        }
+    }
+
+    fn point(step: u64, t: f64, step_time: f64) -> MetricsPoint {
+        MetricsPoint {
+            n: 0,
+            t,
+            from: "trainer".into(),
+            rank: None,
+            report: MetricsReport {
+                step: Some(step),
+                step_time_s: Some(step_time),
+                samples_per_s: Some(100.0),
+                batch_size: Some(32),
+                ..MetricsReport::default()
+            },
+        }
+    }
+
+    #[test]
+    fn ranks_outside_the_world_twins_and_other_worlds_are_refused() {
+        let mut r = Ranks::default();
+        assert!(r.attach(spec(4, 4), link(1, 10)).is_err());
+        assert!(r.attach(spec(0, 0), link(1, 10)).is_err());
+        assert!(r.attach(spec(0, 4), link(1, 10)).unwrap().is_none());
+        let Err(twin) = r.attach(spec(0, 4), link(2, 11)) else {
+            panic!("a twin was taken")
+        };
+        assert!(twin.0.contains("already attached (pid 10"), "{twin:?}");
+        // The same process reconnecting replaces its old link.
+        let old = r.attach(spec(0, 4), link(3, 10)).unwrap().unwrap();
+        assert_eq!(old.conn, 1);
+        let Err(other) = r.attach(spec(1, 8), link(4, 12)) else {
+            panic!("another world was taken")
+        };
+        assert!(other.0.contains("say 4"), "{other:?}");
+        assert_eq!(r.missing(), [1, 2, 3]);
+        assert_eq!(r.detach(3), Some((0, Some(10))));
+        // Nobody attached: a new size is a new attempt.
+        assert!(r.attach(spec(1, 8), link(5, 13)).is_ok());
+        assert_eq!(r.world_size(), Some(8));
+    }
+
+    #[test]
+    fn a_single_process_script_reconnecting_replaces_its_link() {
+        let mut r = Ranks::default();
+        r.attach(spec(0, 1), link(1, 10)).unwrap();
+        let old = r.attach(spec(0, 1), link(2, 99)).unwrap();
+        assert_eq!(old.map(|l| l.conn), Some(1));
+        assert!(!r.distributed());
+    }
+
+    #[test]
+    fn job_figures_sum_samples_and_take_the_slowest_step() {
+        let mut r = Ranks::default();
+        for n in 0..3 {
+            r.attach(spec(n, 3), link(u64::from(n), 10 + n)).unwrap();
+            r.record(n, &point(10 + u64::from(n), 1.0, 0.1 * f64::from(n + 1)));
+        }
+        let job = r.job().unwrap();
+        assert_eq!(job.reporting, 3);
+        assert_eq!(job.step, Some(10));
+        assert_eq!(job.samples_per_s, Some(300.0));
+        assert_eq!(job.slowest_rank, Some(2));
+        assert!((job.step_time_s.unwrap() - 0.3).abs() < 1e-9);
+    }
+
+    #[test]
+    fn the_apply_step_leads_the_fastest_rank_by_its_progress() {
+        let mut r = Ranks::default();
+        r.attach(spec(0, 2), link(0, 10)).unwrap();
+        r.attach(spec(1, 2), link(1, 11)).unwrap();
+        let e = r.apply_step(0.0).unwrap_err();
+        assert!(e.contains("rank 0 has reported no step"), "{e}");
+        // Rank 0: 10 steps a second, newest step 20 at t = 2; rank 1 at step 19.
+        r.record(0, &point(10, 1.0, 0.1));
+        r.record(0, &point(20, 2.0, 0.1));
+        r.record(1, &point(19, 2.0, 0.1));
+        // Asked at t = 2.2: rank 0 is near step 22, and 0.5 s on near 27; the next step is 28.
+        assert_eq!(r.apply_step(2.2).unwrap(), 28);
+        // Without a rate the lead is the minimum.
+        let mut slow = Ranks::default();
+        slow.attach(spec(0, 2), link(0, 10)).unwrap();
+        slow.attach(spec(1, 2), link(1, 11)).unwrap();
+        slow.record(0, &point(5, 1.0, 0.1));
+        slow.record(1, &point(5, 1.0, 0.1));
+        assert_eq!(slow.apply_step(1.0).unwrap(), 5 + MIN_LEAD_STEPS);
+    }
+
+    fn staged(n: u32) -> Staged {
+        Staged::new(
+            7,
+            KnobName::BatchSize,
+            64,
+            Some(32),
+            100,
+            (0..n).collect(),
+            Instant::now(),
+        )
+    }
+
+    #[test]
+    fn every_rank_ready_commits_and_one_refusal_calls_it_off() {
+        let now = Instant::now();
+        let mut s = staged(3);
+        assert_eq!(s.vote(0, true, None, now), Outcome::Waiting);
+        assert_eq!(s.vote(1, true, None, now), Outcome::Waiting);
+        assert_eq!(s.vote(2, true, None, now), Outcome::Commit);
+        let mut s = staged(3);
+        s.vote(0, true, None, now);
+        let Outcome::Abort { rank, reason } = s.vote(1, false, Some("too big".into()), now) else {
+            panic!()
+        };
+        assert_eq!(rank, Some(1));
+        assert_eq!(reason, "rank 1 refused: too big");
+        assert!(matches!(s.vote(9, true, None, now), Outcome::Stray(_)));
+    }
+
+    #[test]
+    fn after_the_commit_every_rank_answers_or_leaves() {
+        let now = Instant::now();
+        let mut s = staged(3);
+        for r in 0..3 {
+            s.vote(r, true, None, now);
+        }
+        s.committed = Some(true);
+        assert_eq!(s.ack(0, true, Some(100), None), Outcome::Waiting);
+        assert_eq!(s.left(1), Outcome::Waiting);
+        let Outcome::Done { missed, steps } = s.ack(2, false, Some(100), Some("late".into()))
+        else {
+            panic!()
+        };
+        assert_eq!(missed.get(&2).map(String::as_str), Some("late"));
+        assert_eq!(steps, BTreeMap::from([(0, 100)]));
+        assert_eq!(s.applied(), 1);
+        assert!(s.gone().contains(&1));
+        let mut s = staged(2);
+        s.committed = Some(true);
+        s.ack(0, true, Some(99), None);
+        let Outcome::Done { missed, steps } = s.ack(1, true, Some(110), None) else {
+            panic!()
+        };
+        assert!(missed[&0].contains("step 99, before the apply step 100"));
+        assert_eq!(steps, BTreeMap::from([(1, 110)]));
+    }
+
+    #[test]
+    fn a_rank_that_leaves_before_the_decision_or_silence_calls_it_off() {
+        let now = Instant::now();
+        let mut s = staged(2);
+        s.vote(0, true, None, now);
+        assert!(matches!(s.left(1), Outcome::Abort { rank: Some(1), .. }));
+        let s = staged(2);
+        assert!(s.overdue(now).is_none());
+        let late = now + std::time::Duration::from_secs(1);
+        let Some(Outcome::Abort { reason, .. }) = s.overdue(late) else {
+            panic!()
+        };
+        assert!(reason.contains("rank 0, 1 did not answer"), "{reason}");
+    }
+
+    #[test]
+    fn an_ack_for_an_undecided_change_changes_nothing() {
+        let mut s = staged(2);
+        assert!(matches!(s.ack(0, true, Some(100), None), Outcome::Stray(_)));
+        assert_eq!(s.ack(0, false, Some(100), None), Outcome::Waiting);
+    }
+}

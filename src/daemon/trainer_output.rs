@@ -1,0 +1,150 @@
+//! A run's output read for metrics: the lines a script prints that are JSON objects, or that
+//! match the profile's `[metrics] patterns`, become reports (for scripts that do not use the
+//! SDK). Reading is incremental and bounded: at most [`PARSE_CHUNK`] bytes a poll.
+
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::Path;
+
+use crate::protocol::MetricsReport;
+
+/// A run's output read for metrics per poll, at most.
+const PARSE_CHUNK: u64 = 256 * 1024;
+
+/// Reading metrics from a run's stdout.
+#[derive(Default)]
+pub(super) struct OutputParser {
+    pub(super) offset: u64,
+    pub(super) partial: Vec<u8>,
+    pub(super) patterns: Option<Vec<regex::Regex>>,
+}
+
+/// Complete lines appended to `path` since the parser's offset (at most [`PARSE_CHUNK`] bytes
+/// a call; a line cut at the end waits for its newline).
+pub(super) fn read_new_lines(path: &Path, parser: &mut OutputParser) -> Vec<String> {
+    // A stat every poll; the file is opened only when it has grown.
+    let len = std::fs::metadata(path).map_or(0, |m| m.len());
+    if len < parser.offset {
+        // Truncated or replaced: start again.
+        parser.offset = 0;
+        parser.partial.clear();
+    }
+    if len == parser.offset {
+        return Vec::new();
+    }
+    let Ok(mut f) = File::open(path) else {
+        return Vec::new();
+    };
+    if f.seek(SeekFrom::Start(parser.offset)).is_err() {
+        return Vec::new();
+    }
+    let mut buf = Vec::new();
+    let n = f
+        .take(PARSE_CHUNK)
+        .read_to_end(&mut buf)
+        .unwrap_or_default();
+    parser.offset += n as u64;
+    parser.partial.extend_from_slice(&buf[..n]);
+    let mut lines = Vec::new();
+    while let Some(i) = parser.partial.iter().position(|&b| b == b'\n') {
+        let line: Vec<u8> = parser.partial.drain(..=i).collect();
+        lines.push(String::from_utf8_lossy(&line[..i]).into_owned());
+    }
+    if parser.partial.len() > 64 * 1024 {
+        // A "line" that never ends is not a metrics line.
+        parser.partial.clear();
+    }
+    lines
+}
+
+/// One line of output as a metrics report: a JSON object (known names to their fields, other
+/// numbers to `extra`), else the first pattern that matches (named groups the same way).
+pub fn parse_line(line: &str, json: bool, patterns: &[regex::Regex]) -> Option<MetricsReport> {
+    let trimmed = line.trim();
+    if json && trimmed.starts_with('{') {
+        if let Ok(serde_json::Value::Object(map)) = serde_json::from_str(trimmed) {
+            let mut r = MetricsReport::default();
+            for (k, v) in &map {
+                if let Some(x) = v.as_f64() {
+                    set_field(&mut r, k, x);
+                }
+            }
+            return (!r.is_empty()).then_some(r);
+        }
+    }
+    for re in patterns {
+        if let Some(caps) = re.captures(line) {
+            let mut r = MetricsReport::default();
+            for name in re.capture_names().flatten() {
+                if let Some(x) = caps.name(name).and_then(|m| m.as_str().parse::<f64>().ok()) {
+                    set_field(&mut r, name, x);
+                }
+            }
+            if !r.is_empty() {
+                return Some(r);
+            }
+        }
+    }
+    None
+}
+
+fn set_field(r: &mut MetricsReport, name: &str, x: f64) {
+    if !x.is_finite() {
+        return;
+    }
+    let whole = |x: f64| (x >= 0.0 && x.fract() == 0.0).then_some(x as u64);
+    match name {
+        "step" | "global_step" | "iteration" => r.step = whole(x),
+        "epoch" => r.epoch = whole(x),
+        "loss" | "train_loss" => r.loss = Some(x),
+        "samples_per_s" | "samples_per_sec" | "throughput" => r.samples_per_s = Some(x),
+        "step_time_s" | "step_time" => r.step_time_s = Some(x),
+        "data_wait_s" | "data_time" | "data_wait" => r.data_wait_s = Some(x),
+        "batch_size" => r.batch_size = whole(x).map(|v| v as i64),
+        "prefetch" | "prefetch_factor" => r.prefetch = whole(x).map(|v| v as i64),
+        other => {
+            r.extra.insert(other.to_string(), x);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fs::OpenOptions;
+    use std::io::Write;
+
+    use super::*;
+
+    #[test]
+    fn json_lines_and_patterns_become_reports() {
+        let r = parse_line(
+            r#"{"step": 12, "loss": 0.5, "lr": 0.001, "name": "x"}"#,
+            true,
+            &[],
+        )
+        .unwrap();
+        assert_eq!(r.step, Some(12));
+        assert_eq!(r.loss, Some(0.5));
+        assert_eq!(r.extra.get("lr"), Some(&0.001));
+        assert_eq!(r.extra.len(), 1, "strings are not metrics");
+        assert!(parse_line(r#"{"step": 12}"#, false, &[]).is_none());
+        let re = [regex::Regex::new(r"step (?P<step>\d+) loss=(?P<loss>[0-9.]+)").unwrap()];
+        let r = parse_line("epoch 1 step 40 loss=2.25 lr=0.1", true, &re).unwrap();
+        assert_eq!((r.step, r.loss), (Some(40), Some(2.25)));
+        assert!(parse_line("nothing to see", true, &re).is_none());
+        assert!(parse_line("{not json", true, &re).is_none());
+    }
+
+    #[test]
+    fn lines_are_read_whole_and_once() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("stdout.log");
+        let mut p = OutputParser::default();
+        std::fs::write(&path, "a\nb").unwrap();
+        assert_eq!(read_new_lines(&path, &mut p), ["a"]);
+        let mut f = OpenOptions::new().append(true).open(&path).unwrap();
+        f.write_all(b"c\nd\n").unwrap();
+        assert_eq!(read_new_lines(&path, &mut p), ["bc", "d"]);
+        assert!(read_new_lines(&path, &mut p).is_empty());
+    }
+}
