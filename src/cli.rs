@@ -261,9 +261,19 @@ pub struct SyntheticTrainArgs {
     /// gpusim GPU model (for memory and compute speed).
     #[arg(long = "gpu-model", value_name = "NAME", default_value = "h100-sxm")]
     pub gpu_model: String,
-    /// The GPU whose SM clock (from the daemon's telemetry) paces the steps.
-    #[arg(long = "gpu", value_name = "INDEX", default_value_t = 0)]
-    pub gpu: u32,
+    /// The GPU whose SM clock (from the daemon's telemetry) paces the steps; for a job of
+    /// several ranks, the GPU of local rank 0 (rank l trains on INDEX + l). Default: 0.
+    #[arg(long = "gpu", value_name = "INDEX")]
+    pub gpu: Option<u32>,
+    /// This process's rank in a data-parallel job (default: $RANK, else 0).
+    #[arg(long, value_name = "N")]
+    pub rank: Option<u32>,
+    /// How many ranks the job has (default: $WORLD_SIZE, else 1: a single process).
+    #[arg(long = "world-size", value_name = "N")]
+    pub world_size: Option<u32>,
+    /// The rank on this node (default: $LOCAL_RANK, else the rank).
+    #[arg(long = "local-rank", value_name = "N")]
+    pub local_rank: Option<u32>,
     /// Stop after this many steps (0: run until stopped).
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub steps: u64,

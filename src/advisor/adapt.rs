@@ -2,12 +2,14 @@
 //! per second: util, memory, power, cap, temperature, SM clock) completed with the fixed
 //! figures of the newest sample, and a run's window from its metrics reports, where a change of
 //! batch size or prefetch between two reports, or of a GPU's cap in its history, is a change.
+//! A job of several ranks also gets each rank's own reports, and its run-level rules read rank
+//! 0's (every rank of a data-parallel job trains with the same knobs).
 
 use crate::history::{Metric, Point};
-use crate::protocol::{KnobName, KnobState, MetricsPoint as Report};
+use crate::protocol::{KnobName, MetricsPoint as Report, TrainerInfo};
 use crate::telemetry::GpuSample;
 
-use super::{GpuPoint, GpuSeries, Knob, KnobChange, MetricsPoint, RunWindow};
+use super::{GpuPoint, GpuSeries, Knob, KnobChange, MetricsPoint, RankWindow, RunWindow};
 
 /// The history series the advisor reads.
 pub const METRICS: [Metric; 6] = [
@@ -62,6 +64,7 @@ pub fn gpu_series(latest: &GpuSample, series: &[(Metric, Vec<Point>)]) -> GpuSer
     GpuSeries {
         index: latest.index,
         points,
+        latest: Some(latest.clone()),
     }
 }
 
@@ -82,29 +85,70 @@ pub fn cap_changes(gpu: u32, limits: &[Point]) -> Vec<KnobChange> {
         .collect()
 }
 
-/// A run's window from its reports (oldest first) and knob states; `caps` are the cap changes
-/// of its GPUs.
+fn point(p: &Report) -> MetricsPoint {
+    let r = &p.report;
+    MetricsPoint {
+        t: p.t,
+        step: r.step,
+        samples_per_s: r.samples_per_s,
+        step_time_s: r.step_time_s,
+        data_wait_s: r.data_wait_s,
+        batch_size: r.batch_size.and_then(|b| u32::try_from(b).ok()),
+        prefetch: r.prefetch.and_then(|b| u32::try_from(b).ok()),
+    }
+}
+
+/// Each rank of a job of several (every rank the trainer side lists, and any other that
+/// reported) with its own reports; empty for a single process.
+pub fn rank_windows(trainer: &TrainerInfo, reports: &[Report]) -> Vec<RankWindow> {
+    let mut ranks: Vec<RankWindow> = trainer
+        .ranks
+        .iter()
+        .map(|r| RankWindow {
+            rank: r.spec.rank,
+            gpu: r.spec.gpu,
+            host: r.spec.host.clone(),
+            pid: r.pid,
+            metrics: Vec::new(),
+        })
+        .collect();
+    for p in reports {
+        let Some(rank) = p.rank else { continue };
+        let i = match ranks.iter().position(|r| r.rank == rank) {
+            Some(i) => i,
+            None => {
+                ranks.push(RankWindow {
+                    rank,
+                    ..RankWindow::default()
+                });
+                ranks.len() - 1
+            }
+        };
+        ranks[i].metrics.push(point(p));
+    }
+    ranks.sort_by_key(|r| r.rank);
+    if ranks.len() < 2 && trainer.world_size.is_none_or(|w| w <= 1) {
+        return Vec::new();
+    }
+    ranks
+}
+
+/// A run's window from its reports (oldest first) and its trainer side (knob ranges, ranks);
+/// `caps` are the cap changes of its GPUs.
 pub fn run_window(
     run: &str,
     gpus: Vec<u32>,
     reports: &[Report],
-    knobs: &[KnobState],
+    trainer: &TrainerInfo,
     caps: Vec<KnobChange>,
 ) -> RunWindow {
+    let ranks = rank_windows(trainer, reports);
+    // A job's run-level rules read rank 0 (or, where it does not report, every report).
+    let rank0 = reports.iter().any(|p| p.rank == Some(0)) && !ranks.is_empty();
     let metrics: Vec<MetricsPoint> = reports
         .iter()
-        .map(|p| {
-            let r = &p.report;
-            MetricsPoint {
-                t: p.t,
-                step: r.step,
-                samples_per_s: r.samples_per_s,
-                step_time_s: r.step_time_s,
-                data_wait_s: r.data_wait_s,
-                batch_size: r.batch_size.and_then(|b| u32::try_from(b).ok()),
-                prefetch: r.prefetch.and_then(|b| u32::try_from(b).ok()),
-            }
-        })
+        .filter(|p| !rank0 || p.rank.is_none_or(|r| r == 0))
+        .map(point)
         .collect();
     let mut changes = caps;
     for w in metrics.windows(2) {
@@ -127,7 +171,7 @@ pub fn run_window(
     }
     changes.sort_by(|a, b| a.t.total_cmp(&b.t));
     let range = |name: KnobName| {
-        knobs.iter().find(|k| k.knob == name).and_then(|k| {
+        trainer.knobs.iter().find(|k| k.knob == name).and_then(|k| {
             let r = k.range.as_ref()?;
             let lo = u32::try_from(r.min).ok()?;
             let hi = r.max.map_or(Some(u32::MAX), |m| u32::try_from(m).ok())?;
@@ -141,6 +185,7 @@ pub fn run_window(
         changes,
         batch_range: range(KnobName::BatchSize),
         prefetch_range: range(KnobName::Prefetch),
+        ranks,
     }
 }
 
@@ -209,7 +254,7 @@ mod tests {
         let reports = [report(1.0, 64), report(2.0, 64), report(3.0, 128)];
         let caps = cap_changes(0, &[pt(0.5, 700.0), pt(1.5, 700.0), pt(2.5, 500.0)]);
         assert_eq!(caps.len(), 1);
-        let w = run_window("r", vec![0], &reports, &[], caps);
+        let w = run_window("r", vec![0], &reports, &TrainerInfo::default(), caps);
         assert_eq!(w.metrics.len(), 3);
         let summary: Vec<(f64, Knob, f64, f64)> = w
             .changes

@@ -17,13 +17,20 @@
 //!   target a few degrees below it;
 //! - **idle GPU drawing power**: a GPU a run holds that has done nothing all window → stop the
 //!   run;
-//! - **throughput drop after a change**: samples/s fell after a knob or cap change → undo it.
+//! - **throughput drop after a change**: samples/s fell after a knob or cap change → undo it;
+//! - **straggler** (a job of several ranks): one rank's own step time well above the median of
+//!   the others', named with the cause its GPU shows (thermal slowdown, power cap, a degraded
+//!   PCIe link, another process on it) or its own input pipeline, and the command that acts
+//!   on it ([`straggler`]).
 //!
 //! Pure: no I/O, no clock (the caller passes `now`). [`adapt`] builds the input from what the
 //! daemon keeps (history, metrics reports); `gpupilot advise` prints the hints.
 
 pub mod adapt;
 mod rules;
+pub mod straggler;
+#[cfg(test)]
+mod straggler_tests;
 #[cfg(test)]
 mod tests;
 
@@ -75,11 +82,14 @@ impl GpuPoint {
     }
 }
 
-/// One GPU's recent points, oldest first.
+/// One GPU's recent points, oldest first, and its newest sample whole (throttle reasons,
+/// processes, PCIe link: what history does not keep).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct GpuSeries {
     pub index: u32,
     pub points: Vec<GpuPoint>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latest: Option<GpuSample>,
 }
 
 /// One trainer metrics report.
@@ -125,6 +135,18 @@ pub struct KnobChange {
     pub gpu: Option<u32>,
 }
 
+/// One rank of a job of several: who it is, its GPU, and its own reports.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RankWindow {
+    pub rank: u32,
+    /// The physical index of the GPU it trains on, where it said.
+    pub gpu: Option<u32>,
+    pub host: Option<String>,
+    pub pid: Option<u32>,
+    /// Its reports, oldest first.
+    pub metrics: Vec<MetricsPoint>,
+}
+
 /// A run: its GPUs, its metrics and changes, and the ranges its knobs may take.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct RunWindow {
@@ -137,6 +159,9 @@ pub struct RunWindow {
     /// Inclusive ranges from the profile or the trainer; `None`: unbounded above 1.
     pub batch_range: Option<(u32, u32)>,
     pub prefetch_range: Option<(u32, u32)>,
+    /// A job of several ranks: each rank's reports (empty for a single process).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ranks: Vec<RankWindow>,
 }
 
 /// Everything the advisor looks at.
@@ -181,6 +206,13 @@ pub struct Thresholds {
     pub drop_share: f64,
     /// Reports in the first seconds after a change are the run settling, not its new speed.
     pub drop_settle_s: f64,
+    /// Straggler: a rank's own step time at least this many times the median of the others'
+    /// ([`straggler::RATIO`])…
+    pub straggler_ratio: f64,
+    /// …over each rank's reports of the last this many seconds…
+    pub straggler_recent_s: f64,
+    /// …of which every rank compared has at least this many ([`straggler::MIN_REPORTS`]).
+    pub straggler_min_reports: usize,
 }
 
 impl Default for Thresholds {
@@ -201,6 +233,9 @@ impl Default for Thresholds {
             idle_power_w: 40.0,
             drop_share: 0.1,
             drop_settle_s: 10.0,
+            straggler_ratio: straggler::RATIO,
+            straggler_recent_s: straggler::RECENT_S,
+            straggler_min_reports: straggler::MIN_REPORTS,
         }
     }
 }
@@ -215,6 +250,8 @@ pub enum HintKind {
     ThermalThrottle,
     IdleDrawingPower,
     ThroughputDrop,
+    /// One rank of a job of several holds the others back.
+    Straggler,
 }
 
 /// One number behind a hint.
@@ -280,19 +317,54 @@ pub struct Hint {
     pub action: Option<Suggestion>,
 }
 
-/// Every hint the window supports, runs first, then GPUs in index order.
+/// Every hint the window supports, runs first, then GPUs in index order. A GPU whose
+/// throttling a straggler hint already names (with the job it holds back) gets no throttling
+/// hint of its own.
 pub fn advise(input: &AdvisorInput, th: &Thresholds) -> Vec<Hint> {
     let w = rules::Window::new(input, th);
     let mut hints = Vec::new();
+    let mut named: Vec<(u32, HintKind)> = Vec::new();
     for run in &input.runs {
+        if let Some(v) = straggler::assess(&w, run) {
+            if let (Some(h), Some(c)) = (v.hint, v.cause) {
+                if let (Some(g), Some(k)) = (h.gpu, straggler::covers(c)) {
+                    named.push((g, k));
+                }
+                hints.push(h);
+            }
+        }
         hints.extend(rules::data_stall(&w, run));
         hints.extend(rules::memory_headroom(&w, run));
         hints.extend(rules::throughput_drop(&w, run));
     }
     for gpu in &input.gpus {
-        hints.extend(rules::power_cap_throttle(&w, gpu));
-        hints.extend(rules::thermal_throttle(&w, gpu));
+        let told = |k: HintKind| named.contains(&(gpu.index, k));
+        if !told(HintKind::PowerCapThrottle) {
+            hints.extend(rules::power_cap_throttle(&w, gpu));
+        }
+        if !told(HintKind::ThermalThrottle) {
+            hints.extend(rules::thermal_throttle(&w, gpu));
+        }
         hints.extend(rules::idle_drawing_power(&w, gpu));
     }
     hints
+}
+
+/// The straggler verdict on every run of several ranks in `input` (what the daemon turns into
+/// an alert): how far its slowest rank is behind, and the hint when it is a straggler.
+pub fn stragglers(input: &AdvisorInput, th: &Thresholds) -> Vec<straggler::Verdict> {
+    let w = rules::Window::new(input, th);
+    input
+        .runs
+        .iter()
+        .filter(|r| r.ranks.len() >= 2)
+        .map(|r| {
+            straggler::assess(&w, r).unwrap_or_else(|| straggler::Verdict {
+                run: r.run.clone(),
+                spread: None,
+                cause: None,
+                hint: None,
+            })
+        })
+        .collect()
 }

@@ -11,9 +11,9 @@ const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
 
 /// The window: what counts as recent, and the GPUs' points within it.
 pub(super) struct Window<'a> {
-    input: &'a AdvisorInput,
-    th: &'a Thresholds,
-    from: f64,
+    pub(super) input: &'a AdvisorInput,
+    pub(super) th: &'a Thresholds,
+    pub(super) from: f64,
 }
 
 impl<'a> Window<'a> {
@@ -55,14 +55,14 @@ impl<'a> Window<'a> {
     }
 }
 
-fn mean(values: impl IntoIterator<Item = f64>) -> Option<f64> {
+pub(super) fn mean(values: impl IntoIterator<Item = f64>) -> Option<f64> {
     let (n, sum) = values
         .into_iter()
         .fold((0usize, 0.0), |(n, s), v| (n + 1, s + v));
     (n > 0).then(|| sum / n as f64)
 }
 
-fn ev(name: &str, value: f64, unit: &str) -> Evidence {
+pub(super) fn ev(name: &str, value: f64, unit: &str) -> Evidence {
     Evidence::new(name, value, unit)
 }
 

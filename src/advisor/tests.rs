@@ -33,6 +33,7 @@ fn series(index: u32, n: usize, dt: f64, f: impl Fn(usize, f64) -> GpuPoint) -> 
         points: (0..n)
             .map(|k| f(k, NOW - dt * (n - 1 - k) as f64))
             .collect(),
+        latest: None,
     }
 }
 
@@ -63,6 +64,7 @@ fn run(metrics: Vec<MetricsPoint>) -> RunWindow {
         changes: Vec::new(),
         batch_range: None,
         prefetch_range: Some((0, 16)),
+        ranks: Vec::new(),
     }
 }
 

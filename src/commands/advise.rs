@@ -73,13 +73,9 @@ pub fn gather(client: &Client, th: &Thresholds) -> anyhow::Result<AdvisorInput> 
             .filter(|(i, _)| gpus.contains(i))
             .flat_map(|(i, ps)| adapt::cap_changes(*i, ps))
             .collect();
-        input.runs.push(adapt::run_window(
-            &run.id,
-            gpus,
-            &recent,
-            &m.trainer.knobs,
-            caps,
-        ));
+        input
+            .runs
+            .push(adapt::run_window(&run.id, gpus, &recent, &m.trainer, caps));
     }
     Ok(input)
 }
@@ -93,6 +89,7 @@ pub fn label(k: HintKind) -> &'static str {
         HintKind::ThermalThrottle => "thermal throttling",
         HintKind::IdleDrawingPower => "idle GPU drawing power",
         HintKind::ThroughputDrop => "throughput drop",
+        HintKind::Straggler => "straggler",
     }
 }
 

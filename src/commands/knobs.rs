@@ -133,7 +133,12 @@ pub fn synthetic_train(g: &GlobalArgs, args: &SyntheticTrainArgs) -> anyhow::Res
     let opts = crate::trainer::Options {
         model: args.train_model.clone(),
         gpu_model: args.gpu_model.clone(),
-        gpu: args.gpu,
+        ranks: crate::trainer::RankFlags {
+            rank: args.rank,
+            world_size: args.world_size,
+            local_rank: args.local_rank,
+            gpu: args.gpu,
+        },
         steps: args.steps,
         batch_size: args
             .batch_size

@@ -6,23 +6,32 @@
 //! depth and the GPU's SM clock — the clock comes from the daemon's telemetry, so a power cap
 //! set on the node slows the steps down. A batch that does not fit in the GPU's memory is an
 //! out-of-memory error, reported over the channel and on stderr, and the process exits 1 (the
-//! profile's `on_oom = "halve_batch"` restarts it smaller). Knob changes are acknowledged at
-//! once and used from the next step on.
+//! profile's `on_oom = "halve_batch"` restarts it smaller).
 //!
-//! [`Model`] is the pure part (no I/O, no sleeping) that tests drive; [`run`] adds the clock,
-//! the channel and the output.
+//! A single process (no `WORLD_SIZE`, or 1) acknowledges knob changes at once and uses them
+//! from the next step on. A rank of a data-parallel job ([`rank`]) attaches with its rank, is
+//! paced by the slowest of the job's GPUs, reports its own step time and its wait for the
+//! others (`sync_wait_s`), and takes knob changes through the vote and the apply step of the
+//! distributed change protocol ([`staging`]).
+//!
+//! [`Model`], [`rank`] and [`staging`] are the pure parts (no I/O, no sleeping) that tests
+//! drive; [`run`] adds the clock, the channel and the output.
+
+mod channel;
+mod model;
+pub mod rank;
+pub mod staging;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use gpusim::workload::{StepTiming, data_time_s, step_timing};
-use gpusim::{GpuSpec, ModelSpec, SplitMix64, TrainingConfig};
+pub use model::{Model, Step};
+pub use rank::{RankFlags, RankPlan};
 
-use crate::client::{Client, Update};
-use crate::protocol::{KnobName, MetricsReport, Request, Response};
+use channel::Channel;
+use staging::Staging;
 
-/// Loader jitter as a fraction of the batch's loading time (gpusim's default).
-const JITTER_FRAC: f64 = gpusim::gpu::DEFAULT_DATA_JITTER_FRAC;
+use crate::protocol::MetricsReport;
 
 /// What the trainer is told to do (`gpupilot synthetic-train --help`).
 #[derive(Debug, Clone)]
@@ -31,8 +40,8 @@ pub struct Options {
     pub model: String,
     /// gpusim GPU id: h100-sxm, …
     pub gpu_model: String,
-    /// Which GPU of the daemon's telemetry gives the SM clock.
-    pub gpu: u32,
+    /// The rank and GPU flags (each overrides torchrun's environment; see [`rank`]).
+    pub ranks: RankFlags,
     /// Stop after this many steps (0: never).
     pub steps: u64,
     pub batch_size: i64,
@@ -43,122 +52,70 @@ pub struct Options {
     pub speed: f64,
 }
 
-/// One step's outcome.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Step {
-    Done(StepTiming),
-    /// The batch does not fit: `needed` bytes against `total`.
-    OutOfMemory {
-        needed: u64,
-        total: u64,
-    },
+impl Default for Options {
+    /// ResNet-50 on an H100, batch 256, prefetch 2, 8 workers, forever, at wall-clock speed.
+    fn default() -> Options {
+        Options {
+            model: "resnet50".into(),
+            gpu_model: "h100-sxm".into(),
+            ranks: RankFlags::default(),
+            steps: 0,
+            batch_size: 256,
+            prefetch: 2,
+            workers: 8,
+            seed: 7,
+            speed: 1.0,
+        }
+    }
 }
 
-/// The pure training model: configuration, progress, loss.
-#[derive(Debug, Clone)]
-pub struct Model {
-    pub model: &'static ModelSpec,
-    pub spec: &'static GpuSpec,
-    pub config: TrainingConfig,
-    pub step: u64,
-    pub samples: f64,
-    pub loss: f64,
-    rng: SplitMix64,
-}
+/// Reports are sent at most this often, whatever the step time.
+const REPORT_EVERY: Duration = Duration::from_millis(250);
+/// The job's GPU clocks are read from the daemon this often.
+const CLOCKS_EVERY: Duration = Duration::from_secs(1);
 
-impl Model {
-    pub fn new(opts: &Options) -> anyhow::Result<Model> {
-        let model = gpusim::find_model(&opts.model).ok_or_else(|| {
-            anyhow::anyhow!(
-                "unknown model `{}`: use one of {}",
-                opts.model,
-                gpusim::MODELS
-                    .iter()
-                    .map(|m| m.id)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )
-        })?;
-        let spec = gpusim::find(&opts.gpu_model)
-            .ok_or_else(|| anyhow::anyhow!("unknown GPU model `{}`", opts.gpu_model))?;
-        let mut m = Model {
-            model,
-            spec,
-            config: TrainingConfig {
-                model: model.id.to_string(),
-                batch_size: 1,
-                prefetch_depth: 0,
-                workers: opts.workers,
-            },
-            step: 0,
-            samples: 0.0,
-            loss: model.initial_loss,
-            rng: SplitMix64::new(opts.seed),
-        };
-        m.set(KnobName::BatchSize, opts.batch_size)?;
-        m.set(KnobName::Prefetch, opts.prefetch)?;
-        Ok(m)
-    }
-
-    /// Use `value` for `knob` from the next step on; an impossible value is refused.
-    pub fn set(&mut self, knob: KnobName, value: i64) -> anyhow::Result<()> {
-        let v =
-            u32::try_from(value).map_err(|_| anyhow::anyhow!("{knob} = {value} is not a size"))?;
-        match knob {
-            KnobName::BatchSize if v == 0 => anyhow::bail!("batch size 0 trains nothing"),
-            KnobName::BatchSize => self.config.batch_size = v,
-            KnobName::Prefetch => self.config.prefetch_depth = v,
-        }
-        Ok(())
-    }
-
-    /// One step at `clock_mhz`: its timing (and the progress it makes), or out of memory.
-    pub fn step(&mut self, clock_mhz: f64) -> Step {
-        let b = self.config.batch_size;
-        if !self.model.fits(self.spec, b) {
-            return Step::OutOfMemory {
-                needed: self.model.memory_needed_bytes(b),
-                total: self.spec.memory_bytes,
-            };
-        }
-        let jitter =
-            data_time_s(self.model, &self.config) * JITTER_FRAC * 2.0 * self.rng.next_f64();
-        let timing = step_timing(self.model, self.spec, &self.config, clock_mhz, jitter);
-        self.step += 1;
-        self.samples += f64::from(b);
-        self.loss = self.model.loss_after(self.samples) * (1.0 + 0.01 * self.rng.next_signed());
-        Step::Done(timing)
-    }
-
-    /// The mean samples per second at `clock_mhz` over `steps` steps.
-    pub fn throughput(&mut self, clock_mhz: f64, steps: u32) -> Option<f64> {
-        let (mut samples, mut time) = (0.0, 0.0);
-        for _ in 0..steps {
-            match self.step(clock_mhz) {
-                Step::Done(t) => {
-                    samples += f64::from(self.config.batch_size);
-                    time += t.step_s;
-                }
-                Step::OutOfMemory { .. } => return None,
-            }
-        }
-        Some(samples / time)
-    }
+/// Steps since the last report: what the next report averages.
+#[derive(Debug, Default)]
+struct Window {
+    steps: u32,
+    samples: f64,
+    /// Wall (simulated) time of the steps: the job's step times.
+    time_s: f64,
+    /// This rank's own step times (compute and data wait).
+    own_s: f64,
+    wait_s: f64,
 }
 
 /// `gpupilot synthetic-train`: train until `steps` (or a signal), reporting over the channel
 /// when the environment names one. Returns the process's exit code.
 pub fn run(opts: &Options) -> anyhow::Result<i32> {
+    let plan = RankPlan::resolve(&opts.ranks, |k| std::env::var(k).ok())?;
     let mut model = Model::new(opts)?;
-    let channel = Channel::open(&model);
+    let gpu = plan.gpu();
+    let paced_by = if plan.distributed() {
+        plan.job_gpus()
+    } else {
+        vec![gpu]
+    };
+    let channel = Channel::open(&model, plan.spec(&crate::telemetry::host::hostname(), None));
+    let mut staging = Staging::default();
     let speed = opts.speed.clamp(0.01, 1000.0);
     let started = Instant::now();
-    let mut clock_mhz = f64::from(model.spec.sm_clock_max_mhz);
-    let mut clock_read = Instant::now() - Duration::from_secs(10);
-    let mut last_report = Instant::now() - Duration::from_secs(10);
-    let (mut window_samples, mut window_time, mut window_wait) = (0.0, 0.0, 0.0);
+    let max_clock = f64::from(model.spec.sm_clock_max_mhz);
+    let mut clocks: BTreeMap<u32, f64> = paced_by.iter().map(|g| (*g, max_clock)).collect();
+    let mut clocks_read = Instant::now() - CLOCKS_EVERY;
+    let mut last_report = Instant::now() - REPORT_EVERY;
+    let mut window = Window::default();
+    let rank_fields = if plan.distributed() {
+        format!(
+            ",\"rank\":{},\"world_size\":{},\"gpu_index\":{gpu}",
+            plan.rank, plan.world_size
+        )
+    } else {
+        String::new()
+    };
     println!(
-        "{{\"event\":\"start\",\"model\":\"{}\",\"gpu\":\"{}\",\"batch_size\":{},\"prefetch\":{},\"attached\":{}}}",
+        "{{\"event\":\"start\",\"model\":\"{}\",\"gpu\":\"{}\",\"batch_size\":{},\"prefetch\":{},\"attached\":{}{rank_fields}}}",
         model.model.id,
         model.spec.id,
         model.config.batch_size,
@@ -167,15 +124,17 @@ pub fn run(opts: &Options) -> anyhow::Result<i32> {
     );
     loop {
         if let Some(ch) = &channel {
-            ch.apply_knobs(&mut model);
-            if clock_read.elapsed() >= Duration::from_secs(1) {
-                if let Some(c) = ch.sm_clock(opts.gpu) {
-                    clock_mhz = c;
+            ch.take_knobs(&mut model, &mut staging);
+            ch.ack(staging.before_step(&mut model));
+            if clocks_read.elapsed() >= CLOCKS_EVERY {
+                if let Some(read) = ch.sm_clocks(&paced_by) {
+                    clocks.extend(read);
                 }
-                clock_read = Instant::now();
+                clocks_read = Instant::now();
             }
         }
-        let timing = match model.step(clock_mhz) {
+        let own_clock = clocks.get(&gpu).copied().unwrap_or(max_clock);
+        let timing = match model.step(own_clock) {
             Step::Done(t) => t,
             Step::OutOfMemory { needed, total } => {
                 let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
@@ -192,25 +151,24 @@ pub fn run(opts: &Options) -> anyhow::Result<i32> {
                 return Ok(1);
             }
         };
-        std::thread::sleep(Duration::from_secs_f64(timing.step_s / speed));
-        window_samples += f64::from(model.config.batch_size);
-        window_time += timing.step_s;
-        window_wait += timing.data_wait_s;
+        let step_s = if plan.distributed() {
+            let others = clocks
+                .iter()
+                .filter(|(g, _)| **g != gpu)
+                .map(|(_, c)| model.mean_step_s(*c));
+            rank::job_step_s(timing.step_s, others)
+        } else {
+            timing.step_s
+        };
+        std::thread::sleep(Duration::from_secs_f64(step_s / speed));
+        window.steps += 1;
+        window.samples += f64::from(model.config.batch_size);
+        window.time_s += step_s;
+        window.own_s += timing.step_s;
+        window.wait_s += timing.data_wait_s;
         let done = opts.steps > 0 && model.step >= opts.steps;
-        // At most about four reports a second, whatever the step time.
-        if last_report.elapsed() >= Duration::from_millis(250) || done {
-            let steps_in_window = (window_samples / f64::from(model.config.batch_size)).max(1.0);
-            let report = MetricsReport {
-                step: Some(model.step),
-                epoch: Some((model.samples / 1_281_167.0) as u64),
-                loss: Some(model.loss),
-                samples_per_s: Some(window_samples / window_time),
-                step_time_s: Some(window_time / steps_in_window),
-                data_wait_s: Some(window_wait / steps_in_window),
-                batch_size: Some(i64::from(model.config.batch_size)),
-                prefetch: Some(i64::from(model.config.prefetch_depth)),
-                extra: BTreeMap::from([("sm_clock_mhz".to_string(), clock_mhz)]),
-            };
+        if last_report.elapsed() >= REPORT_EVERY || done {
+            let report = report(&model, &window, own_clock, plan.distributed());
             println!(
                 "{}",
                 serde_json::to_string(&report).expect("a report serializes")
@@ -218,7 +176,7 @@ pub fn run(opts: &Options) -> anyhow::Result<i32> {
             if let Some(ch) = &channel {
                 ch.report(report);
             }
-            (window_samples, window_time, window_wait) = (0.0, 0.0, 0.0);
+            window = Window::default();
             last_report = Instant::now();
         }
         if done {
@@ -232,89 +190,24 @@ pub fn run(opts: &Options) -> anyhow::Result<i32> {
     }
 }
 
-/// The trainer channel, when the environment names one (`GPUPILOT_SOCKET`, `GPUPILOT_RUN_ID`).
-struct Channel {
-    client: Client,
-}
-
-impl Channel {
-    fn open(model: &Model) -> Option<Channel> {
-        let socket = std::env::var_os("GPUPILOT_SOCKET")?;
-        let run = std::env::var("GPUPILOT_RUN_ID").ok()?;
-        let client = match Client::connect_to(
-            std::path::Path::new(&socket),
-            concat!("gpupilot-synthetic-trainer ", env!("CARGO_PKG_VERSION")),
-        ) {
-            Ok(c) => c.with_timeout(Duration::from_secs(5)),
-            Err(e) => {
-                eprintln!("gpupilot: training without the trainer channel: {e}");
-                return None;
-            }
-        };
-        let request = Request::TrainerAttach {
-            run,
-            pid: Some(std::process::id()),
-            knobs: BTreeMap::from([
-                ("batch_size".into(), i64::from(model.config.batch_size)),
-                ("prefetch".into(), i64::from(model.config.prefetch_depth)),
-            ]),
-            ranges: BTreeMap::new(),
-            rank: None,
-        };
-        match client.request(request) {
-            Ok(Response::TrainerAttached { .. }) => {}
-            Ok(other) => {
-                eprintln!("gpupilot: the daemon refused the trainer: {other:?}");
-                return None;
-            }
-            Err(e) => {
-                eprintln!("gpupilot: the daemon refused the trainer: {e}");
-                return None;
-            }
-        }
-        Some(Channel { client })
+/// The report of the steps in `w`: throughput at the job's pace, this rank's own step and data
+/// wait, and, for a rank, how long it waited for the others at each step.
+fn report(model: &Model, w: &Window, clock_mhz: f64, rank: bool) -> MetricsReport {
+    let n = f64::from(w.steps.max(1));
+    let mut extra = BTreeMap::from([("sm_clock_mhz".to_string(), clock_mhz)]);
+    if rank {
+        extra.insert("sync_wait_s".into(), ((w.time_s - w.own_s) / n).max(0.0));
     }
-
-    /// Apply every knob change that has arrived, acknowledging each.
-    fn apply_knobs(&self, model: &mut Model) {
-        while let Ok(update) = self.client.updates().try_recv() {
-            let Update::Knob {
-                seq, knob, value, ..
-            } = update
-            else {
-                continue;
-            };
-            let (applied, reason) = match model.set(knob, value) {
-                Ok(()) => (true, None),
-                Err(e) => (false, Some(e.to_string())),
-            };
-            let _ = self.client.request(Request::KnobAck {
-                seq,
-                applied,
-                reason,
-                step: None,
-            });
-        }
-    }
-
-    /// The SM clock of GPU `gpu` in the daemon's newest snapshot.
-    fn sm_clock(&self, gpu: u32) -> Option<f64> {
-        let status = self.client.status().ok()?;
-        let snap = status.snapshot?;
-        let g = snap.gpus.iter().find(|g| g.index == gpu)?;
-        g.sm_clock_mhz.map(f64::from)
-    }
-
-    fn report(&self, report: MetricsReport) {
-        let _ = self.client.request(Request::Metrics(report));
-    }
-
-    fn error(&self, kind: &str, message: &str, batch: u32) {
-        let _ = self.client.request(Request::TrainerError {
-            kind: kind.into(),
-            message: Some(message.into()),
-            batch_size: Some(i64::from(batch)),
-        });
+    MetricsReport {
+        step: Some(model.step),
+        epoch: Some((model.samples / 1_281_167.0) as u64),
+        loss: Some(model.loss),
+        samples_per_s: Some(w.samples / w.time_s),
+        step_time_s: Some(w.own_s / n),
+        data_wait_s: Some(w.wait_s / n),
+        batch_size: Some(i64::from(model.config.batch_size)),
+        prefetch: Some(i64::from(model.config.prefetch_depth)),
+        extra,
     }
 }
 
@@ -322,57 +215,35 @@ impl Channel {
 mod tests {
     use super::*;
 
-    fn opts(batch: i64, prefetch: i64) -> Options {
-        Options {
-            model: "resnet50".into(),
-            gpu_model: "h100-sxm".into(),
-            gpu: 0,
-            steps: 0,
-            batch_size: batch,
-            prefetch,
-            workers: 8,
-            seed: 7,
-            speed: 1.0,
-        }
-    }
-
     #[test]
-    fn throughput_follows_batch_size_prefetch_and_clock() {
-        let clock = 1980.0;
-        let rate = |b, p, c| Model::new(&opts(b, p)).unwrap().throughput(c, 200).unwrap();
-        let small = rate(32, 2, clock);
-        let large = rate(256, 2, clock);
-        assert!(
-            large > small * 1.2,
-            "a larger batch amortizes per-step overhead: {small:.0} → {large:.0} samples/s"
-        );
-        let serial = rate(256, 0, clock);
-        let deep = rate(256, 4, clock);
-        assert!(
-            deep > serial * 1.2,
-            "prefetching overlaps loading with compute: {serial:.0} → {deep:.0} samples/s"
-        );
-        let capped = rate(256, 4, 1200.0);
-        assert!(
-            capped < deep * 0.9,
-            "a lower clock (a power cap) trains slower: {deep:.0} → {capped:.0} samples/s"
-        );
-    }
-
-    #[test]
-    fn too_large_a_batch_is_out_of_memory_and_bad_values_are_refused() {
-        let mut m = Model::new(&opts(1 << 20, 2)).unwrap();
-        assert!(matches!(m.step(1980.0), Step::OutOfMemory { needed, total } if needed > total));
-        let mut m = Model::new(&opts(64, 2)).unwrap();
-        assert!(m.set(KnobName::BatchSize, 0).is_err());
-        assert!(m.set(KnobName::Prefetch, -1).is_err());
-        assert_eq!(m.config.batch_size, 64);
-        m.set(KnobName::BatchSize, 128).unwrap();
-        assert_eq!(m.config.batch_size, 128);
-        let before = m.loss;
-        for _ in 0..2000 {
-            m.step(1980.0);
+    fn a_rank_reports_its_own_step_and_its_wait_for_the_others() {
+        let mut m = Model::new(&Options::default()).unwrap();
+        let mut w = Window::default();
+        // Two steps of its own at full clock, paced by a sibling GPU at half clock.
+        let slow = m.mean_step_s(990.0);
+        for _ in 0..2 {
+            let Step::Done(t) = m.step(1980.0) else {
+                panic!("fits")
+            };
+            let job = rank::job_step_s(t.step_s, [slow]);
+            w.steps += 1;
+            w.samples += 256.0;
+            w.time_s += job;
+            w.own_s += t.step_s;
+            w.wait_s += t.data_wait_s;
         }
-        assert!(m.loss < before, "loss falls as samples are seen");
+        let r = report(&m, &w, 1980.0, true);
+        let own = r.step_time_s.unwrap();
+        let wait = r.extra["sync_wait_s"];
+        assert!((own + wait - slow).abs() < 1e-9, "{own} + {wait} = {slow}");
+        assert!(
+            wait > 0.3 * own,
+            "it waits for the slow GPU: {wait} against {own}"
+        );
+        assert!((r.samples_per_s.unwrap() - 256.0 / slow).abs() < 1e-6);
+        assert_eq!(r.step, Some(2));
+        // A single process reports no wait.
+        let r = report(&m, &w, 1980.0, false);
+        assert!(!r.extra.contains_key("sync_wait_s"));
     }
 }

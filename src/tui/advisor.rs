@@ -319,6 +319,7 @@ mod tests {
                     ..GpuPoint::default()
                 })
                 .collect(),
+            latest: None,
         }
     }
 
