@@ -9,6 +9,10 @@
 //! directory (`tune-energy.json`) and prints the `[power] cap_w` line for the profile. Ctrl-C,
 //! a hang-up, SIGTERM or the run ending before the search does put each GPU's starting cap
 //! back.
+//!
+//! On a data-parallel job of several ranks it tunes the job: the GPUs its ranks train on, all
+//! at one cap, scored on their energy together against the samples of every rank
+//! ([`crate::control::tuner::job`]).
 
 use std::collections::BTreeMap;
 use std::process::ExitCode;
@@ -21,10 +25,12 @@ use anyhow::Context as _;
 use crate::cli::{GlobalArgs, TuneEnergyArgs};
 use crate::client::Client;
 use crate::config::Paths;
+use crate::control::jobs::gpu_ranges;
 use crate::control::tuner::Window;
+use crate::control::tuner::job::{JobTally, Scope, energy_of, scope};
 use crate::control::tuner::live::{LiveRun, Outcome, drive};
 use crate::control::tuner::{Observation, Phase, Progress, TuneResult, Tuner, TunerConfig, Unit};
-use crate::protocol::{GpuSelection, MetricsPoint, Request, Response};
+use crate::protocol::{GpuSelection, Request, Response};
 use crate::supervisor::RunStatus;
 
 /// File the result is written to, in the run's directory.
@@ -36,9 +42,8 @@ pub fn tune_energy(g: &GlobalArgs, args: &TuneEnergyArgs) -> anyhow::Result<Exit
     let (mut run, mut tuner) = prepare(client, args)?;
     let max_w = tuner.config().max_w;
     eprintln!(
-        "gpupilot: tuning the power cap of run {} on GPU {} ({} caps from {max_w:.0} W down, {} + {} {} each, eta {}); Ctrl-C puts the caps back",
-        run.id,
-        list(&run.gpus),
+        "gpupilot: tuning the power cap of {} ({} caps from {max_w:.0} W down, {} + {} {} each, eta {}); Ctrl-C puts the caps back",
+        run.what(),
         tuner.plan().len(),
         tuner.config().window.warmup,
         tuner.config().window.measure,
@@ -155,13 +160,6 @@ fn unit_name(u: Unit) -> &'static str {
     }
 }
 
-fn list(v: &[u32]) -> String {
-    v.iter()
-        .map(|i| i.to_string())
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
 /// One line of progress: the cap under test, how far through its window, the curve so far.
 pub fn progress_line(p: &Progress) -> String {
     let phase = match p.phase {
@@ -264,12 +262,14 @@ pub(crate) struct DaemonRun {
     limits: Vec<crate::control::PowerLimits>,
     /// Each GPU's cap before the search.
     start_w: BTreeMap<u32, f64>,
+    /// A job of several ranks: how many (None: one process).
+    ranks: Option<u32>,
+    /// Its ranks did not say their GPUs: the GPUs the run sees stand in.
+    gpus_from_run: bool,
     unit: Unit,
     since: u64,
-    /// Cumulative samples and the newest step, from the reports.
-    samples: f64,
-    last_step: Option<u64>,
-    last_t: Option<f64>,
+    /// The samples and the step, from the reports (every rank's).
+    tally: JobTally,
     /// The two newest (time, energy of the run's GPUs) from the daemon's snapshots.
     energy: Vec<(f64, f64)>,
 }
@@ -281,7 +281,27 @@ impl DaemonRun {
         let snap = status.snapshot.context(
             "the daemon has no GPU telemetry: the tuner needs the GPUs' energy counters",
         )?;
-        let gpus = run_gpus(&info.gpus, &snap.gpus)?;
+        // The trainer side only (no reports): whether this is a job, and its ranks' GPUs.
+        let trainer = client.run_metrics(&info.id, u64::MAX)?.trainer;
+        let scope = scope(&trainer).map_err(|e| anyhow::anyhow!("run {}: {e}", info.id))?;
+        let (gpus, ranks, gpus_from_run) = match scope {
+            Scope::Run => (run_gpus(&info.gpus, &snap.gpus)?, None, false),
+            Scope::Job { gpus, ranks } if gpus.is_empty() => {
+                (run_gpus(&info.gpus, &snap.gpus)?, Some(ranks), true)
+            }
+            Scope::Job { gpus, ranks } => {
+                if let Some(g) = gpus
+                    .iter()
+                    .find(|g| !snap.gpus.iter().any(|s| s.index == **g))
+                {
+                    anyhow::bail!(
+                        "run {}: a rank trains on GPU {g}, which is not a GPU this daemon sees",
+                        info.id
+                    );
+                }
+                (gpus, Some(ranks), false)
+            }
+        };
         let Response::Power { gpus: settings, .. } = client.request(Request::Power {})? else {
             anyhow::bail!("the daemon answered `power` with something else");
         };
@@ -305,13 +325,31 @@ impl DaemonRun {
             gpus,
             limits,
             start_w,
+            ranks,
+            gpus_from_run,
             unit: Unit::Steps,
             since: 0,
-            samples: 0.0,
-            last_step: None,
-            last_t: None,
+            tally: JobTally::new(ranks.is_some()),
             energy: Vec::new(),
         })
+    }
+
+    /// What is tuned, for people: `run r1 on GPU 0,1`, or for a job `job r1 (4 ranks) on GPUs
+    /// 0-3 together, one cap for all`.
+    pub(crate) fn what(&self) -> String {
+        match self.ranks {
+            None => format!("run {} on GPU {}", self.id, gpu_ranges(&self.gpus)),
+            Some(n) => format!(
+                "job {} ({n} ranks) on GPUs {} together, one cap for all{}",
+                self.id,
+                gpu_ranges(&self.gpus),
+                if self.gpus_from_run {
+                    " (its ranks do not say their GPUs: the run's GPUs)"
+                } else {
+                    ""
+                }
+            ),
+        }
     }
 
     fn cap(&self, gpus: Vec<u32>, watts: f64, why: &str) -> Result<(), String> {
@@ -323,29 +361,6 @@ impl DaemonRun {
         match self.client.request(request) {
             Ok(_) => Ok(()),
             Err(e) => Err(e.to_string()),
-        }
-    }
-
-    /// Take the reports since the last call into the sample count.
-    fn absorb(&mut self, points: &[MetricsPoint]) {
-        for p in points {
-            let r = &p.report;
-            let batch = r.batch_size.filter(|b| *b > 0).map(|b| b as f64);
-            match (r.step, self.last_step, batch) {
-                (Some(s), Some(prev), Some(b)) if s >= prev => {
-                    self.samples += (s - prev) as f64 * b;
-                }
-                // No step counter (or it went back): integrate the rate.
-                _ => {
-                    if let (Some(rate), Some(t0)) = (r.samples_per_s, self.last_t) {
-                        self.samples += rate * (p.t - t0).max(0.0);
-                    }
-                }
-            }
-            if r.step.is_some() {
-                self.last_step = r.step;
-            }
-            self.last_t = Some(p.t);
         }
     }
 
@@ -363,18 +378,7 @@ impl LiveRun for DaemonRun {
     fn observe(&mut self) -> Result<Option<Observation>, String> {
         let status = self.client.status().map_err(|e| e.to_string())?;
         if let Some(snap) = status.snapshot {
-            let mut total = 0.0;
-            for i in &self.gpus {
-                let e = snap
-                    .gpus
-                    .iter()
-                    .find(|g| g.index == *i)
-                    .and_then(|g| g.energy_j)
-                    .ok_or_else(|| {
-                        format!("GPU {i} reports no energy counter, which the tuner needs")
-                    })?;
-                total += e;
-            }
+            let total = energy_of(&self.gpus, &snap.gpus)?;
             if self.energy.last().is_none_or(|(t, _)| *t < snap.time_s) {
                 self.energy.push((snap.time_s, total));
                 if self.energy.len() > 2 {
@@ -390,12 +394,11 @@ impl LiveRun for DaemonRun {
         if m.points.is_empty() {
             return Ok(None);
         }
-        let had_steps = m.points.iter().any(|p| p.report.step.is_some());
-        self.absorb(&m.points);
-        let Some(t) = self.last_t else {
+        self.tally.absorb(&m.points);
+        let Some(t) = self.tally.last_t() else {
             return Ok(None);
         };
-        if self.unit == Unit::Steps && !had_steps {
+        if self.unit == Unit::Steps && self.tally.step().is_none() {
             return Err(
                 "the run's metrics carry no step counter: tune it with a window in seconds (--seconds N)"
                     .into(),
@@ -407,9 +410,9 @@ impl LiveRun for DaemonRun {
         Ok(Some(Observation {
             // The daemon stamps reports with its clock; the tuner only needs differences.
             time_s: t,
-            steps: self.last_step.map(|s| s as f64),
+            steps: self.tally.step().map(|s| s as f64),
             energy_j,
-            samples: self.samples,
+            samples: self.tally.samples(),
         }))
     }
 

@@ -9,6 +9,9 @@
 //! fit, each gets its minimum plus a share of the rest in proportion to how much it wants above
 //! its minimum. Caps are rounded down to whole watts, so rounding never adds a watt.
 //!
+//! The GPUs of a data-parallel job held together (`control::jobs`) are shared as one unit and
+//! split evenly, so the budget never makes one of its ranks the straggler ([`allocate_jobs`]).
+//!
 //! A GPU that cannot be changed (lost, or no limits known) keeps its cap, and that cap counts
 //! against the budget. When the minimums (plus the fixed caps) alone exceed the budget, no
 //! allocation can honour it: [`allocate`] says so and sets every cap to its minimum, the
@@ -87,11 +90,44 @@ pub fn want_w(gpu: &BudgetGpu, cfg: &BudgetConfig) -> f64 {
 
 /// Share `budget_w` among `gpus`. See the module doc.
 pub fn allocate(budget_w: f64, gpus: &[BudgetGpu], cfg: &BudgetConfig) -> Allocation {
+    allocate_jobs(budget_w, gpus, &[], cfg)
+}
+
+/// One share of the budget: a GPU, or the GPUs of a job held together (`weight` of them).
+struct Unit {
+    /// Positions in the caller's list.
+    members: Vec<usize>,
+    /// The highest minimum of its GPUs (one cap for all must be at least that).
+    gpu_min_w: f64,
+    min_w: f64,
+    ceiling_w: f64,
+    want_w: f64,
+}
+
+/// Share `budget_w` among `gpus`, each of `jobs` (GPU indices; see `control::jobs`) as one unit
+/// split evenly among its GPUs, so a job's GPUs get one cap. A job is shared as one unit whose
+/// minimum is its GPUs' highest minimum, whose ceiling is their lowest ceiling (a GPU its
+/// governor holds down holds down the job) and whose want is what its most wanting GPU wants
+/// (the straggler's demand is the job's: the other ranks wait for it and draw less), each times
+/// the number of GPUs. Fixed GPUs are never part of a job. When the jobs' minimums do not fit
+/// where the GPUs' own minimums would, the budget comes first: each GPU is shared on its own.
+pub fn allocate_jobs(
+    budget_w: f64,
+    gpus: &[BudgetGpu],
+    jobs: &[Vec<u32>],
+    cfg: &BudgetConfig,
+) -> Allocation {
     let fixed_w: f64 = gpus.iter().filter(|g| g.fixed).map(|g| g.cap_w).sum();
-    let free: Vec<&BudgetGpu> = gpus.iter().filter(|g| !g.fixed).collect();
-    let mins: f64 = free.iter().map(|g| g.min_w).sum();
-    let wants: Vec<f64> = free.iter().map(|g| want_w(g, cfg)).collect();
-    let demand_w = fixed_w + wants.iter().sum::<f64>();
+    let singles = units(gpus, &[], cfg);
+    let grouped = units(gpus, jobs, cfg);
+    let mins = |us: &[Unit]| us.iter().map(|u| u.min_w).sum::<f64>();
+    let units = if jobs.is_empty() || budget_w - fixed_w - mins(&grouped) < 0.0 {
+        singles
+    } else {
+        grouped
+    };
+    let mins = mins(&units);
+    let demand_w = fixed_w + units.iter().map(|u| u.want_w).sum::<f64>();
     let left = budget_w - fixed_w - mins;
     let mut infeasible = None;
     let shares: Vec<f64> = if left < 0.0 {
@@ -101,37 +137,40 @@ pub fn allocate(budget_w: f64, gpus: &[BudgetGpu], cfg: &BudgetConfig) -> Alloca
             fixed_w + mins,
             (fixed_w + mins).ceil()
         ));
-        free.iter().map(|g| g.min_w).collect()
+        units.iter().map(|u| u.min_w).collect()
     } else {
-        let extra: Vec<f64> = free.iter().zip(&wants).map(|(g, w)| w - g.min_w).collect();
+        let extra: Vec<f64> = units.iter().map(|u| u.want_w - u.min_w).collect();
         let extra_sum: f64 = extra.iter().sum();
         if extra_sum <= left {
             // Everyone gets their want; spare watts are shared up to the ceilings.
-            let mut caps: Vec<f64> = wants.clone();
-            let ceilings: Vec<f64> = free.iter().map(|g| g.ceiling_w.max(g.min_w)).collect();
-            water_fill(&mut caps, &ceilings, left - extra_sum);
+            let mut caps: Vec<f64> = units.iter().map(|u| u.want_w).collect();
+            let ceilings: Vec<f64> = units.iter().map(|u| u.ceiling_w).collect();
+            let weights: Vec<f64> = units.iter().map(|u| u.members.len() as f64).collect();
+            water_fill(&mut caps, &ceilings, &weights, left - extra_sum);
             caps
         } else {
             let scale = left / extra_sum;
-            free.iter()
+            units
+                .iter()
                 .zip(&extra)
-                .map(|(g, e)| g.min_w + e * scale)
+                .map(|(u, e)| u.min_w + e * scale)
                 .collect()
         }
     };
-    let mut by_index = shares.into_iter();
-    let caps: Vec<(u32, f64)> = gpus
-        .iter()
-        .map(|g| {
-            if g.fixed {
-                return (g.index, g.cap_w);
-            }
-            let x = by_index.next().expect("one share per free GPU");
-            // Whole watts, rounded down, never below the minimum.
-            let rounded = x.floor();
-            (g.index, if rounded >= g.min_w { rounded } else { x })
-        })
-        .collect();
+    let mut caps: Vec<(u32, f64)> = gpus.iter().map(|g| (g.index, g.cap_w)).collect();
+    for (u, share) in units.iter().zip(shares) {
+        let each = share / u.members.len() as f64;
+        // Whole watts, rounded down, never below the minimum (the same for a job's GPUs).
+        let rounded = each.floor();
+        let cap = if rounded >= u.gpu_min_w {
+            rounded
+        } else {
+            each
+        };
+        for &m in &u.members {
+            caps[m].1 = cap;
+        }
+    }
     let total_w = caps.iter().map(|(_, c)| c).sum();
     Allocation {
         caps,
@@ -141,8 +180,79 @@ pub fn allocate(budget_w: f64, gpus: &[BudgetGpu], cfg: &BudgetConfig) -> Alloca
     }
 }
 
-/// Add `spare` watts to `caps` evenly, none above its ceiling.
-fn water_fill(caps: &mut [f64], ceilings: &[f64], mut spare: f64) {
+/// The units the free GPUs make: each job's free GPUs (two or more) as one, every other free
+/// GPU on its own, in the order of `gpus`.
+fn units(gpus: &[BudgetGpu], jobs: &[Vec<u32>], cfg: &BudgetConfig) -> Vec<Unit> {
+    let mut job_of: Vec<Option<usize>> = vec![None; gpus.len()];
+    for (j, job) in jobs.iter().enumerate() {
+        let members: Vec<usize> = (0..gpus.len())
+            .filter(|&i| !gpus[i].fixed && job_of[i].is_none() && job.contains(&gpus[i].index))
+            .collect();
+        // One cap must fit every GPU's range: GPUs of different models whose ranges do not
+        // overlap are shared on their own.
+        let highest_min = members
+            .iter()
+            .map(|&i| gpus[i].min_w)
+            .fold(f64::MIN, f64::max);
+        let lowest_ceiling = members
+            .iter()
+            .map(|&i| gpus[i].ceiling_w.max(gpus[i].min_w))
+            .fold(f64::MAX, f64::min);
+        if members.len() >= 2 && highest_min <= lowest_ceiling {
+            for m in members {
+                job_of[m] = Some(j);
+            }
+        }
+    }
+    let mut out: Vec<Unit> = Vec::new();
+    let mut unit_of_job: Vec<Option<usize>> = vec![None; jobs.len()];
+    for (i, g) in gpus.iter().enumerate().filter(|(_, g)| !g.fixed) {
+        let ceiling = g.ceiling_w.max(g.min_w);
+        let want = want_w(g, cfg);
+        let Some(j) = job_of[i] else {
+            out.push(Unit {
+                members: vec![i],
+                gpu_min_w: g.min_w,
+                min_w: g.min_w,
+                ceiling_w: ceiling,
+                want_w: want,
+            });
+            continue;
+        };
+        match unit_of_job[j] {
+            None => {
+                unit_of_job[j] = Some(out.len());
+                out.push(Unit {
+                    members: vec![i],
+                    gpu_min_w: g.min_w,
+                    min_w: g.min_w,
+                    ceiling_w: ceiling,
+                    want_w: want,
+                });
+            }
+            Some(u) => {
+                let u = &mut out[u];
+                u.members.push(i);
+                u.min_w = u.min_w.max(g.min_w);
+                u.gpu_min_w = u.min_w;
+                u.ceiling_w = u.ceiling_w.min(ceiling);
+                u.want_w = u.want_w.max(want);
+            }
+        }
+    }
+    // Per GPU so far: a job's unit is its GPUs' figures times their number.
+    for u in &mut out {
+        let k = u.members.len() as f64;
+        u.ceiling_w = u.ceiling_w.max(u.min_w) * k;
+        u.want_w = u.want_w.clamp(u.min_w, u.ceiling_w / k) * k;
+        u.min_w *= k;
+    }
+    out
+}
+
+/// Add `spare` watts to `caps` in proportion to `weights` (a job's number of GPUs, so each GPU
+/// gets as much as a GPU on its own), none above its ceiling.
+fn water_fill(caps: &mut [f64], ceilings: &[f64], weights: &[f64], mut spare: f64) {
     for _ in 0..caps.len() {
         let open: Vec<usize> = (0..caps.len())
             .filter(|&i| caps[i] < ceilings[i] - 1e-9)
@@ -150,9 +260,9 @@ fn water_fill(caps: &mut [f64], ceilings: &[f64], mut spare: f64) {
         if open.is_empty() || spare <= 1e-9 {
             return;
         }
-        let each = spare / open.len() as f64;
+        let per_weight = spare / open.iter().map(|&i| weights[i]).sum::<f64>();
         for i in open {
-            let add = each.min(ceilings[i] - caps[i]);
+            let add = (per_weight * weights[i]).min(ceilings[i] - caps[i]);
             caps[i] += add;
             spare -= add;
         }
@@ -228,6 +338,40 @@ mod tests {
         assert!(a.caps[0].1 <= 400.0 && a.caps[0].1 >= 200.0, "{a:?}");
     }
 
+    #[test]
+    fn a_job_gets_one_cap_for_its_gpus() {
+        // GPUs 0 and 1 are one job: GPU 0 is its straggler (held back by its cap), GPU 1 waits
+        // for it at the sync and draws less. GPU 2 is another run's, idle.
+        let gpus = [
+            gpu(0, 400.0, Some(398.0), true),
+            gpu(1, 400.0, Some(250.0), false),
+            gpu(2, 400.0, Some(100.0), false),
+        ];
+        let cfg = BudgetConfig::default();
+        let apart = allocate(1200.0, &gpus, &cfg);
+        assert!(apart.caps[0].1 > apart.caps[1].1, "{apart:?}");
+        let a = allocate_jobs(1200.0, &gpus, &[vec![0, 1]], &cfg);
+        assert!(a.infeasible.is_none());
+        assert!(a.total_w <= 1200.0, "{a:?}");
+        let (c0, c1, c2) = (a.caps[0].1, a.caps[1].1, a.caps[2].1);
+        assert_eq!(c0, c1, "one cap for the job: {a:?}");
+        // The job wants what its straggler wants, on both GPUs: 400 + 10% of the range.
+        assert!(c0 >= 450.0, "{a:?}");
+        assert!(c2 < c0, "{a:?}");
+        // A governor holding GPU 1 at 300 W holds the job there, and the watts go elsewhere.
+        let mut held = gpus;
+        held[1].ceiling_w = 300.0;
+        let a = allocate_jobs(1200.0, &held, &[vec![0, 1]], &cfg);
+        assert_eq!((a.caps[0].1, a.caps[1].1), (300.0, 300.0), "{a:?}");
+        assert_eq!(a.caps[2].1, 600.0, "{a:?}");
+        // The job's minimums alone do not fit where the GPUs' do: each GPU on its own.
+        let mut mixed = gpus;
+        mixed[0].min_w = 350.0;
+        mixed[1].ceiling_w = 300.0;
+        let a = allocate_jobs(1200.0, &mixed, &[vec![0, 1]], &cfg);
+        assert!(a.caps[1].1 <= 300.0 && a.caps[0].1 >= 350.0, "{a:?}");
+    }
+
     fn arb_gpu() -> impl Strategy<Value = BudgetGpu> {
         (
             50.0f64..300.0,
@@ -252,6 +396,59 @@ mod tests {
     }
 
     proptest! {
+        /// With jobs held together, the budget is honoured whenever the GPUs' own minimums fit,
+        /// every cap stays within its GPU's bounds, and a job's free GPUs share one cap when
+        /// their ranges allow one.
+        #[test]
+        fn jobs_share_one_cap_within_the_budget(
+            gpus in proptest::collection::vec(arb_gpu(), 2..9),
+            budget in 100.0f64..6000.0,
+            split in 1usize..8,
+        ) {
+            let gpus: Vec<BudgetGpu> = gpus
+                .into_iter()
+                .enumerate()
+                .map(|(i, g)| BudgetGpu { index: i as u32, ..g })
+                .collect();
+            let split = split.min(gpus.len() - 1);
+            let job: Vec<u32> = (0..split as u32 + 1).collect();
+            let a = allocate_jobs(budget, &gpus, std::slice::from_ref(&job), &BudgetConfig::default());
+            let floor: f64 = gpus
+                .iter()
+                .map(|g| if g.fixed { g.cap_w } else { g.min_w })
+                .sum();
+            if floor <= budget {
+                prop_assert!(a.infeasible.is_none());
+                prop_assert!(a.total_w <= budget + 1e-6, "{} > {budget}", a.total_w);
+            }
+            for (g, (i, c)) in gpus.iter().zip(&a.caps) {
+                prop_assert_eq!(g.index, *i);
+                if g.fixed {
+                    prop_assert_eq!(*c, g.cap_w);
+                } else {
+                    prop_assert!(*c >= g.min_w - 1e-9 && *c <= g.ceiling_w.max(g.min_w) + 1e-9,
+                        "{c} outside {}..{}", g.min_w, g.ceiling_w);
+                }
+            }
+            let free: Vec<&BudgetGpu> = gpus
+                .iter()
+                .filter(|g| !g.fixed && job.contains(&g.index))
+                .collect();
+            let fits = free.iter().map(|g| g.min_w).fold(f64::MIN, f64::max)
+                <= free.iter().map(|g| g.ceiling_w.max(g.min_w)).fold(f64::MAX, f64::min);
+            let held_mins: f64 = free.iter().map(|g| g.min_w).fold(0.0, f64::max)
+                * free.len() as f64
+                + gpus
+                    .iter()
+                    .filter(|g| !free.iter().any(|f| f.index == g.index))
+                    .map(|g| if g.fixed { g.cap_w } else { g.min_w })
+                    .sum::<f64>();
+            if free.len() >= 2 && fits && held_mins <= budget {
+                let caps: Vec<f64> = free.iter().map(|g| a.caps[g.index as usize].1).collect();
+                prop_assert!(caps.iter().all(|c| *c == caps[0]), "{caps:?}");
+            }
+        }
+
         /// Under random demand, step after step (each allocation's caps become the next
         /// step's caps), the sum of caps never exceeds the budget when the budget can be met,
         /// and every cap stays within its GPU's bounds.

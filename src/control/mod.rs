@@ -7,6 +7,8 @@
 //! - `energy`: energy per GPU (NVML's counter, else power integrated) and per run (J, kWh,
 //!   J/sample, cost).
 //! - `alerts`: thresholds on temperature, power, ECC, lost GPUs and stalled runs.
+//! - `jobs`: one cap for all the GPUs of a data-parallel job (the governor's and the budget's
+//!   decisions per job, so capping one GPU does not make its rank the straggler).
 //! - `node`: the loops of one node per snapshot (governors, budget, energy, alerts), which the
 //!   daemon drives; `settings`: the daemon's `control.toml`; `status`: what clients are shown.
 //! - `tuner`: the energy-optimal power-cap search (Zeus's cost).
@@ -15,6 +17,7 @@ pub mod alerts;
 pub mod budget;
 pub mod energy;
 pub mod governor;
+pub mod jobs;
 pub mod node;
 pub mod power;
 pub mod settings;

@@ -13,6 +13,11 @@
 //! someone else (a cap that differs from the last one the loops set). When nothing controls a
 //! GPU any more, its user's cap is put back.
 //!
+//! Jobs: with `job_caps = "together"` (the default), the GPUs of a live job of several ranks
+//! ([`RunView::job_gpus`]) are held at one cap, the lowest the governors and the budget give any
+//! of them (`jobs`), and the budget shares watts to the job as one unit; a GPU of the job that
+//! nothing else controls is then controlled too, and let go (its user's cap back) with the job.
+//!
 //! No clock of its own (time is the snapshot's), no sleeping; reads run directories (profiles,
 //! log and metrics sizes) and nothing else.
 
@@ -23,6 +28,7 @@ use super::alerts::{AlertChange, Alerts, HookPayload, Observation};
 use super::budget::{self, BudgetConfig, BudgetGpu};
 use super::energy::{EnergySource, GpuEnergy, GpuMeter, RunEnergy, SampleCounter};
 use super::governor::{Action, Governor, GovernorConfig, GovernorInput, Mode, Target};
+use super::jobs::{self, JobCaps, JobGroup, JobHold};
 use super::settings::{AlertRules, ControlSettings};
 use super::status::{BudgetStatus, CapChange, ControlStatus, GovernorStatus};
 use super::{ControlError, PowerControl, PowerLimits};
@@ -53,6 +59,9 @@ pub struct RunView {
     pub started_s: f64,
     /// Energy recorded before this daemon (an adopted run's `summary.json`).
     pub recorded: Option<RunEnergy>,
+    /// The GPUs of its ranks, when it is a job of several ranks whose GPUs on this node are
+    /// known; empty otherwise (a single process is no job).
+    pub job_gpus: Vec<u32>,
 }
 
 /// What a run's profile asks of the loops.
@@ -153,6 +162,10 @@ pub struct NodeControl {
     notes: Vec<String>,
     /// control.toml's governor was started (at the first snapshot).
     config_applied: bool,
+    /// The live jobs held together (none with `job_caps = "per-gpu"`).
+    jobs: Vec<JobGroup>,
+    /// The cap each governor-led job was last said to be held at, by run.
+    jobs_said: BTreeMap<String, f64>,
 }
 
 impl NodeControl {
@@ -173,6 +186,8 @@ impl NodeControl {
             set_errors: BTreeMap::new(),
             notes: Vec::new(),
             config_applied: false,
+            jobs: Vec::new(),
+            jobs_said: BTreeMap::new(),
         };
         if let Some(w) = n.settings.node_budget_w {
             n.budget = Some(BudgetSetting {
@@ -305,6 +320,19 @@ impl NodeControl {
             }
         }
         self.sync_runs(snap, runs, load, &all, &mut out);
+        self.jobs = match self.settings.job_caps {
+            JobCaps::Together => jobs::normalize(
+                &runs
+                    .iter()
+                    .filter(|r| r.live)
+                    .map(|r| JobGroup {
+                        run: r.id.clone(),
+                        gpus: r.job_gpus.clone(),
+                    })
+                    .collect::<Vec<_>>(),
+            ),
+            JobCaps::PerGpu => Vec::new(),
+        };
         self.meter(snap);
         self.run_energy(runs, now, &mut out);
         self.notes.clear();
@@ -514,6 +542,12 @@ impl NodeControl {
                     .into_iter()
                     .flatten(),
             )
+            .chain(
+                (!self.governors.is_empty() || self.budget.is_some())
+                    .then(|| self.jobs.iter().flat_map(|j| j.gpus.iter().copied()))
+                    .into_iter()
+                    .flatten(),
+            )
             .collect();
         for g in wanted {
             if let Ok(l) = dev.power_limits(g as usize) {
@@ -531,7 +565,20 @@ impl NodeControl {
         }
         self.governors_step(snap, &limits, now, out);
         self.budget_step(snap, &limits, now, out);
-        self.apply(dev, &limits, out);
+        let holds = self.job_holds();
+        // A GPU of a held job that nothing else controls is controlled from now on, so that
+        // its user's cap comes back when the job is let go.
+        for h in &holds {
+            for g in &h.gpus {
+                if let Some(l) = limits.get(g) {
+                    self.touched.entry(*g).or_insert(Touch {
+                        user_cap_w: l.current_w,
+                        expected_w: l.current_w,
+                    });
+                }
+            }
+        }
+        self.apply(dev, &limits, &holds, out);
     }
 
     fn user_cap(&self, g: u32, l: &PowerLimits) -> f64 {
@@ -671,7 +718,8 @@ impl NodeControl {
                 }
             })
             .collect();
-        let a = budget::allocate(budget_w, &gpus, &self.budget_cfg);
+        let groups: Vec<Vec<u32>> = self.jobs.iter().map(|j| j.gpus.clone()).collect();
+        let a = budget::allocate_jobs(budget_w, &gpus, &groups, &self.budget_cfg);
         for (g, c) in &a.caps {
             if gpus.iter().any(|x| x.index == *g && !x.fixed) {
                 self.budget_caps.insert(*g, *c);
@@ -705,14 +753,23 @@ impl NodeControl {
         });
     }
 
-    /// Set every cap the loops decide, lowering before raising so a budget is never exceeded
-    /// on the way.
+    /// Set every cap the loops decide (each held job's GPUs at its cap), lowering before
+    /// raising so a budget is never exceeded on the way.
     fn apply<P: PowerControl + ?Sized>(
         &mut self,
         dev: &P,
         limits: &BTreeMap<u32, PowerLimits>,
+        holds: &[JobHold],
         out: &mut StepOutput,
     ) {
+        let own = self.own_targets();
+        let mut held: BTreeMap<u32, (f64, &'static str)> = BTreeMap::new();
+        for h in holds {
+            let who = own.get(&h.leader).map_or(BY_GOVERNOR, |(_, who)| *who);
+            for g in &h.gpus {
+                held.insert(*g, (h.cap_w, who));
+            }
+        }
         let mut plan: Vec<(u32, f64, f64, &'static str)> = Vec::new();
         let mut released = Vec::new();
         for (&g, t) in &self.touched {
@@ -720,20 +777,13 @@ impl NodeControl {
                 continue;
             };
             let gov = self.governors.get(&g).and_then(|x| x.cmd_w);
-            let bud = self.budget.as_ref().and(self.budget_caps.get(&g).copied());
-            let target = match (gov, bud) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
-            let (to, who) = match target {
-                Some(x) => {
-                    let who = if bud.is_some_and(|b| gov.is_none_or(|a| b < a)) {
-                        BY_BUDGET
-                    } else {
-                        BY_GOVERNOR
-                    };
-                    (x.clamp(l.min_w, l.max_w), who)
-                }
+            // A job's cap, never above this GPU's user's cap.
+            let job = held
+                .get(&g)
+                .map(|(w, who)| (w.min(t.user_cap_w), *who))
+                .filter(|(w, _)| own.get(&g).is_none_or(|(o, _)| w < o));
+            let (to, who) = match job.or(own.get(&g).copied()) {
+                Some((x, who)) => (x.clamp(l.min_w, l.max_w), who),
                 // Nothing controls it any more: its user's cap goes back.
                 None => {
                     released.push(g);
@@ -753,9 +803,11 @@ impl NodeControl {
         }
         plan.sort_by(|a, b| (a.2 - a.1).total_cmp(&(b.2 - b.1)));
         let mut budget_changes = Vec::new();
+        let mut changed = BTreeSet::new();
         for (g, from, to, who) in plan {
             match dev.set_power_limit_w(g as usize, to) {
                 Ok(()) => {
+                    changed.insert(g);
                     self.set_errors.remove(&g);
                     if let Some(t) = self.touched.get_mut(&g) {
                         t.expected_w = to;
@@ -789,16 +841,13 @@ impl NodeControl {
                 self.budget_caps.remove(&g);
             }
         }
+        self.say_job_holds(holds, &held, &changed, out);
         if !budget_changes.is_empty() {
             let (budget_w, total_w) = match &self.budget {
                 Some(b) => (Some(b.budget_w), b.last.as_ref().map(|l| l.total_w)),
                 None => (None, None),
             };
-            let why = budget_changes
-                .iter()
-                .map(|c| format!("GPU {} {:.0} → {:.0} W", c.gpu, c.old_w, c.new_w))
-                .collect::<Vec<_>>()
-                .join(", ");
+            let why = job_caps::budget_why(&budget_changes, &self.jobs);
             out.events.push(NodeEvent::Budget {
                 budget_w,
                 total_w,
@@ -1000,7 +1049,7 @@ impl NodeControl {
             }
         }
         let mut out = StepOutput::default();
-        self.apply(dev, &limits, &mut out);
+        self.apply(dev, &limits, &[], &mut out);
         out.events
     }
 }
@@ -1078,5 +1127,6 @@ fn read_metrics(path: &Path, track: &mut RunTrack) {
     track.metrics_read += end as u64 + 1;
 }
 
+mod job_caps;
 #[cfg(test)]
 mod tests;

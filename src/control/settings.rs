@@ -8,6 +8,7 @@
 //!
 //! [power]
 //! node_budget_w = 2800       # the node's budget: the sum of all caps stays within it
+//! job_caps = "together"      # a job of several ranks: all its GPUs at one cap (or "per-gpu")
 //!
 //! [thermal]
 //! margin_c = 8               # every GPU held 8 °C below its slowdown (or target_c = 78)
@@ -28,6 +29,7 @@ use serde::Deserialize;
 
 use super::energy::Price;
 use super::governor::Target;
+use super::jobs::JobCaps;
 
 /// Alert thresholds from one source (this file, or a run's profile).
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -64,6 +66,8 @@ impl AlertRules {
 pub struct ControlSettings {
     pub price: Option<Price>,
     pub node_budget_w: Option<f64>,
+    /// How the governor and the budget cap the GPUs of a job of several ranks.
+    pub job_caps: JobCaps,
     pub thermal: Option<Target>,
     pub alerts: AlertRules,
 }
@@ -92,6 +96,7 @@ struct RawEnergy {
 #[serde(deny_unknown_fields)]
 struct RawPower {
     node_budget_w: Option<f64>,
+    job_caps: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -168,12 +173,19 @@ pub fn parse(text: &str) -> Result<ControlSettings, String> {
         }
         (None, None) => None,
     };
+    let job_caps = match raw.power.job_caps.as_deref() {
+        None => JobCaps::default(),
+        Some(s) => JobCaps::parse(s).ok_or_else(|| {
+            format!("power.job_caps = \"{s}\": expected \"together\" or \"per-gpu\"")
+        })?,
+    };
     if raw.alerts.hook.as_ref().is_some_and(Vec::is_empty) {
         return Err("alerts.hook = []: give the program to run, e.g. [\"notify-send\"]".into());
     }
     Ok(ControlSettings {
         price,
         node_budget_w: positive(raw.power.node_budget_w, "power.node_budget_w")?,
+        job_caps,
         thermal,
         alerts: AlertRules {
             temp_c: positive(raw.alerts.temp_c, "alerts.temp_c")?,
@@ -207,6 +219,7 @@ mod tests {
             })
         );
         assert_eq!(s.node_budget_w, Some(2800.0));
+        assert_eq!(s.job_caps, JobCaps::Together);
         assert_eq!(s.thermal, Some(Target::BelowSlowdown(8.0)));
         assert_eq!(s.alerts.temp_c, Some(85.0));
         assert!(s.alerts.any());
@@ -229,6 +242,12 @@ mod tests {
                 .unwrap_err()
                 .contains("above 0")
         );
+        assert_eq!(
+            parse("[power]\njob_caps = \"per-gpu\"").unwrap().job_caps,
+            JobCaps::PerGpu
+        );
+        let e = parse("[power]\njob_caps = \"each\"").unwrap_err();
+        assert!(e.contains("\"together\" or \"per-gpu\""), "{e}");
         assert_eq!(parse("").unwrap(), ControlSettings::default());
         let tmp = tempfile::tempdir().unwrap();
         assert_eq!(load(tmp.path()).unwrap(), ControlSettings::default());

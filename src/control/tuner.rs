@@ -12,12 +12,17 @@
 //! default cap has been measured, which every saving is reported against), then asks for the
 //! best cap. Cancelling asks for the cap the run started with.
 //!
+//! On a data-parallel job of several ranks the search scores the job, the energy of all its
+//! GPUs against the samples of all its ranks, and moves all its GPUs' caps together ([`job`]):
+//! the job runs at the pace of its slowest rank, so one cap is a decision for all of them.
+//!
 //! Nothing here reads a clock, a GPU or a file: the caller feeds [`Observation`]s (cumulative
 //! energy, samples, steps, time) and carries out the [`Action`]s. [`live`] drives it on a run
 //! (`gpupilot tune energy`, through the daemon); [`sim`] drives it on a gpusim
 //! node in simulated time and runs the exhaustive sweep it is compared with (`cargo bench
 //! --bench tuner`, BENCHMARKS.md).
 
+pub mod job;
 pub mod live;
 mod search;
 pub mod sim;

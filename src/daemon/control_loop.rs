@@ -8,6 +8,10 @@
 //! read from `$CONFIG/control.toml` at the first snapshot (a bad file is logged and ignored, and
 //! `thermal` says so).
 //!
+//! Jobs of several ranks reach the loops as the GPUs their ranks train on
+//! (`Daemon::job_gpu_groups`), so that the governor and the budget can hold a job's GPUs at one
+//! cap (`control.toml`'s `[power] job_caps`).
+//!
 //! A read-only daemon measures energy and raises alerts, but moves no cap.
 
 use std::path::Path;
@@ -102,10 +106,14 @@ impl Daemon {
     /// is one no longer among them), so the ended ones, however many, are not looked at at
     /// every snapshot.
     fn run_views(&self) -> Vec<RunView> {
+        // Taken before the run table: the channels' lock comes after it, never with it here.
+        let mut jobs: std::collections::BTreeMap<String, Vec<u32>> =
+            self.job_gpu_groups().into_iter().collect();
         let runs = lock(&self.runs);
         runs.list_live(std::time::SystemTime::now())
             .into_iter()
             .map(|info| RunView {
+                job_gpus: jobs.remove(&info.id).unwrap_or_default(),
                 live: !info.is_final(),
                 paused: info.status == crate::supervisor::RunStatus::Paused,
                 visible: (info.gpus != "all").then(|| info.gpus.clone()),

@@ -249,6 +249,7 @@ fn run_view(dir: &Path, live: bool) -> RunView {
         dir: dir.to_path_buf(),
         started_s: T0,
         recorded: None,
+        job_gpus: Vec::new(),
     }
 }
 
@@ -463,3 +464,5 @@ fn a_cap_someone_else_sets_becomes_the_users_cap() {
     }
     assert_eq!(nc.status().governors[0].user_cap_w, Some(500.0));
 }
+
+mod jobs;

@@ -354,3 +354,103 @@ fn results_round_trip_as_json() {
     assert_eq!(back.best.cap_w, result.best.cap_w);
     assert_eq!(back.curve.len(), result.curve.len());
 }
+
+/// One GPU's (joules, seconds) per sample at a cap.
+type Curve = fn(f64) -> (f64, f64);
+
+/// A data-parallel job: one rank per GPU, each with its own (joules, seconds) per sample at a
+/// cap; all GPUs at the one cap the tuner sets. A step takes as long as its slowest rank, and
+/// the tuner sees the energy of every GPU and the samples of every rank.
+fn drive_job(t: &mut Tuner, gpus: &[Curve]) -> (Vec<f64>, Action) {
+    let batch = 16.0;
+    let mut obs = Observation {
+        time_s: 0.0,
+        steps: Some(0.0),
+        energy_j: 0.0,
+        samples: 0.0,
+    };
+    let Action::SetCap(mut cap) = t.start(&obs) else {
+        panic!("start sets a cap")
+    };
+    let mut set = vec![cap];
+    for _ in 0..100_000 {
+        let per_gpu: Vec<(f64, f64)> = gpus.iter().map(|f| f(cap)).collect();
+        let step_s = per_gpu.iter().map(|(_, s)| s * batch).fold(0.0, f64::max);
+        obs.time_s += step_s;
+        obs.energy_j += per_gpu.iter().map(|(j, _)| j * batch).sum::<f64>();
+        obs.samples += batch * gpus.len() as f64;
+        obs.steps = obs.steps.map(|n| n + 1.0);
+        match t.observe(&obs) {
+            Some(Action::SetCap(w)) => {
+                set.push(w);
+                cap = w;
+            }
+            Some(done) => return (set, done),
+            None => {}
+        }
+    }
+    panic!("the search never ended")
+}
+
+/// GPUs `n` of the h100 config, as `prepare` makes it for a job: max power summed.
+fn job_config(n: usize, eta: f64) -> TunerConfig {
+    let mut c = TunerConfig::new(200.0, 700.0, 700.0, 700.0, n);
+    c.eta = eta;
+    c.early_stop = false;
+    c
+}
+
+#[test]
+fn a_job_of_identical_ranks_scores_as_one_of_them() {
+    // Four times the energy over four times the samples, against four times the max power:
+    // every cap costs what it costs one GPU alone, whatever eta.
+    for eta in [0.0, 0.5, 1.0] {
+        let mut one = Tuner::new(job_config(1, eta)).unwrap();
+        let mut four = Tuner::new(job_config(4, eta)).unwrap();
+        assert_eq!(four.config().max_power_w, 4.0 * 700.0);
+        let (set1, end1) = drive_job(&mut one, &[bowl]);
+        let (set4, end4) = drive_job(&mut four, &[bowl, bowl, bowl, bowl]);
+        assert_eq!(set1, set4);
+        let (Action::Finish { result: r1, .. }, Action::Finish { result: r4, .. }) = (end1, end4)
+        else {
+            panic!("both finish")
+        };
+        assert_eq!(r1.best.cap_w, r4.best.cap_w, "eta {eta}");
+        for (a, b) in r1.curve.iter().zip(&r4.curve) {
+            assert!(
+                (a.cost - b.cost).abs() < 1e-9 * a.cost,
+                "eta {eta}: {a:?} {b:?}"
+            );
+            assert!((4.0 * a.energy_j - b.energy_j).abs() < 1e-6 * b.energy_j);
+            assert!((4.0 * a.samples - b.samples).abs() < 1e-9);
+        }
+    }
+}
+
+/// Energy per sample with a minimum at 550 W (a less efficient GPU at low clocks).
+fn bowl_550(cap: f64) -> (f64, f64) {
+    let x = (cap - 550.0) / 100.0;
+    (2.0 + 0.5 * x * x, 0.01 * 700.0 / cap)
+}
+
+#[test]
+fn a_job_is_scored_on_the_energy_of_all_its_gpus() {
+    // Alone, one GPU's best is 450 W, the other's 550 W; held at one cap, the job's energy
+    // per sample is their mean, lowest at 500 W.
+    let mut t = Tuner::new(job_config(1, 1.0)).unwrap();
+    let (_, Action::Finish { apply_w, .. }) = drive_job(&mut t, &[bowl]) else {
+        panic!()
+    };
+    assert_eq!(apply_w, 450.0);
+    let mut t = Tuner::new(job_config(2, 1.0)).unwrap();
+    let (set, end) = drive_job(&mut t, &[bowl, bowl_550]);
+    let Action::Finish { apply_w, result } = end else {
+        panic!("{end:?}")
+    };
+    assert_eq!(apply_w, 500.0, "{set:?}");
+    let best = result.best;
+    // (2 + 0.5·0.25) + (2 + 0.5·0.25) J over two samples.
+    assert!((best.energy_per_sample_j - 2.125).abs() < 1e-9, "{best:?}");
+    // The job's samples: 16 per rank per step.
+    assert_eq!(best.samples % 32.0, 0.0, "{best:?}");
+}
