@@ -41,6 +41,11 @@ pub const VOTE_WINDOW_S: f64 = 0.25;
 /// stopped anyway).
 pub const APPLY_WINDOW_S: f64 = 600.0;
 
+/// The largest world a run may have (a bound on what one attach can make the daemon keep or walk).
+pub const MAX_WORLD_SIZE: u32 = 65_536;
+/// The longest host name or GPU UUID a rank may give.
+const MAX_NAME: usize = 255;
+
 /// A trainer's connection: where to push knob changes.
 pub struct Link {
     pub conn: u64,
@@ -109,6 +114,19 @@ impl Ranks {
             return Err(Refused(format!(
                 "rank {} is outside a world of {} (ranks are 0 to world_size − 1)",
                 spec.rank, spec.world_size
+            )));
+        }
+        if spec.world_size > MAX_WORLD_SIZE {
+            return Err(Refused(format!(
+                "a world of {} ranks is more than the {MAX_WORLD_SIZE} a run may have",
+                spec.world_size
+            )));
+        }
+        let long = |s: &Option<String>| s.as_ref().is_some_and(|s| s.len() > MAX_NAME);
+        if long(&spec.host) || long(&spec.gpu_uuid) {
+            return Err(Refused(format!(
+                "rank {}'s host or GPU UUID is longer than {MAX_NAME} bytes",
+                spec.rank
             )));
         }
         let others_attached = self
@@ -582,6 +600,12 @@ mod tests {
         let mut r = Ranks::default();
         assert!(r.attach(spec(4, 4), link(1, 10)).is_err());
         assert!(r.attach(spec(0, 0), link(1, 10)).is_err());
+        assert!(r.attach(spec(0, MAX_WORLD_SIZE + 1), link(1, 10)).is_err());
+        let long = RankSpec {
+            host: Some("h".repeat(300)),
+            ..spec(0, 4)
+        };
+        assert!(r.attach(long, link(1, 10)).is_err());
         assert!(r.attach(spec(0, 4), link(1, 10)).unwrap().is_none());
         let Err(twin) = r.attach(spec(0, 4), link(2, 11)) else {
             panic!("a twin was taken")
