@@ -382,3 +382,259 @@ max = 256
     let out = std::fs::read_to_string(home.run_dir(&run).path().join("stdout.log")).unwrap();
     assert_eq!(out, "batch 64\nbatch 32\n");
 }
+
+/// One rank of a fake data-parallel job on its own trainer connection, as the SDK speaks it:
+/// attaches with its rank, reports a step every 10 ms with the batch size it uses, votes on a
+/// proposed change at once (or refuses it with `refuse`), and applies a committed one when it
+/// starts the apply step. Dropping it closes its connection.
+struct FakeRank {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl FakeRank {
+    fn start(home: &Home, run: &str, rank: u32, world: u32, refuse: Option<&str>) -> FakeRank {
+        use std::io::{BufRead, BufReader, Write};
+        use std::sync::atomic::Ordering;
+        let stream = std::os::unix::net::UnixStream::connect(home.socket()).unwrap();
+        let mut writer = stream.try_clone().unwrap();
+        let (tx, frames) = std::sync::mpsc::channel::<serde_json::Value>();
+        let reader = stream.try_clone().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(reader).lines() {
+                let Ok(line) = line else { break };
+                let Ok(v) = serde_json::from_str(&line) else {
+                    break;
+                };
+                if tx.send(v).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut send = move |v: serde_json::Value| {
+            let mut line = v.to_string();
+            line.push('\n');
+            let _ = writer.write_all(line.as_bytes());
+        };
+        send(serde_json::json!({"id": 1, "type": "hello", "version": 1, "client": "fake-rank"}));
+        send(serde_json::json!({
+            "id": 2, "type": "trainer_attach", "run": run, "pid": 7000 + rank,
+            "knobs": {"batch_size": 32},
+            "rank": rank, "world_size": world, "local_rank": rank,
+            "host": "node-a", "gpu": rank % 2,
+        }));
+        let attached = frames
+            .iter()
+            .find(|f| f.get("id") == Some(&2.into()))
+            .unwrap();
+        assert_eq!(attached["type"], "trainer_attached", "{attached}");
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let refuse = refuse.map(str::to_string);
+        let stopping = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let (mut step, mut batch, mut id) = (0u64, 32i64, 10u64);
+            // A committed change: (seq, value, apply step).
+            let mut staged: Option<(u64, i64, u64)> = None;
+            while !stopping.load(Ordering::Relaxed) {
+                while let Ok(f) = frames.try_recv() {
+                    id += 1;
+                    match f["type"].as_str() {
+                        Some("knob") if f.get("apply_step").is_some() => {
+                            let mut vote = serde_json::json!({
+                                "id": id, "type": "knob_vote", "seq": f["seq"],
+                                "ready": refuse.is_none(), "step": step,
+                            });
+                            if let Some(r) = &refuse {
+                                vote["reason"] = r.as_str().into();
+                            }
+                            send(vote);
+                            let v = f["value"].as_i64().unwrap();
+                            let at = f["apply_step"].as_u64().unwrap();
+                            staged = Some((f["seq"].as_u64().unwrap(), v, at));
+                        }
+                        Some("knob_decision") if f["commit"] != true => staged = None,
+                        _ => {}
+                    }
+                }
+                step += 1;
+                if let Some((seq, v, at)) = staged.filter(|s| s.2 <= step) {
+                    batch = v;
+                    staged = None;
+                    id += 1;
+                    send(serde_json::json!({
+                        "id": id, "type": "knob_ack", "seq": seq, "applied": true, "step": at,
+                    }));
+                }
+                id += 1;
+                send(serde_json::json!({
+                    "id": id, "type": "metrics", "step": step, "batch_size": batch,
+                    "step_time_s": 0.01 + 0.001 * rank as f64, "samples_per_s": 100.0 * batch as f64,
+                }));
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+        });
+        FakeRank {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for FakeRank {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A run that trains nothing itself (its ranks are [`FakeRank`]s) with a batch size knob.
+fn start_idle_run(home: &Home) -> String {
+    let body = r#"name = "job"
+[run]
+command = ["sleep", "600"]
+[knobs.batch_size]
+initial = 32
+min = 1
+max = 1024
+"#;
+    let profile = write_profile(home, "job", body);
+    start(home, &profile)
+}
+
+/// Wait until every rank of the job has reported a step to the daemon.
+fn wait_ranks_reporting(c: &Client, run: &str, n: usize) {
+    wait_for("every rank to report", Duration::from_secs(20), || {
+        c.run_metrics(run, 0).is_ok_and(|m| {
+            m.trainer.ranks.len() == n
+                && m.trainer
+                    .ranks
+                    .iter()
+                    .all(|r| r.attached && r.last.as_ref().is_some_and(|p| p.report.step.is_some()))
+        })
+    });
+}
+
+#[test]
+fn set_on_a_job_of_four_ranks_says_when_every_rank_applied_it_and_ps_shows_the_ranks() {
+    let home = Home::new();
+    let _daemon = home.daemon(&[]);
+    let run = start_idle_run(&home);
+    let c = home.client();
+    let mut ranks: Vec<FakeRank> = (0..4)
+        .map(|r| FakeRank::start(&home, &run, r, 4, None))
+        .collect();
+    wait_ranks_reporting(&c, &run, 4);
+
+    let out = home.run(&["set", &run, "batch-size", "64"], Duration::from_secs(30));
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    // Proposed for a step, then applied on every rank at that very step.
+    let proposed = format!("{run}: batch_size 32 → 64 proposed to 4 ranks for step ");
+    let step: u64 = stderr
+        .split(&proposed)
+        .nth(1)
+        .and_then(|s| s.split(';').next())
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no proposal in {stderr}"));
+    let applied =
+        format!("{run}: batch_size 32 → 64 applied on 4/4 ranks at step {step} (all agreed in ");
+    assert!(stdout.starts_with(&applied), "{stdout}\n{stderr}");
+    assert!(stdout.trim_end().ends_with(" ms)"), "{stdout}");
+    let staged = events_named(&home, "knob_staged");
+    assert_eq!(staged.len(), 1, "{staged:?}");
+    assert_eq!(staged[0]["apply_step"], step);
+
+    // Without waiting: the step it was proposed for.
+    let out = home.ok(&["set", &run, "batch-size", "128", "--no-wait"]);
+    assert!(
+        out.starts_with(&format!(
+            "{run}: batch_size 64 → 128 proposed to 4 ranks for step "
+        )) && out.contains(" (change "),
+        "{out}"
+    );
+    wait_for(
+        "the second change on every rank",
+        Duration::from_secs(10),
+        || events_named(&home, "knob_applied").len() == 2,
+    );
+
+    // `ps`: the job's ranks and figures, from one request per live run.
+    let ps: serde_json::Value = serde_json::from_str(&home.ok(&["ps", "--json"])).unwrap();
+    let t = &ps[0]["trainer"];
+    assert_eq!(t["world_size"], 4, "{ps}");
+    let listed: Vec<u64> = t["ranks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["rank"].as_u64().unwrap())
+        .collect();
+    assert_eq!(listed, [0, 1, 2, 3]);
+    let r2 = &t["ranks"][2];
+    assert_eq!(
+        (&r2["host"], &r2["gpu"], &r2["pid"], &r2["attached"]),
+        (&"node-a".into(), &0.into(), &7002.into(), &true.into())
+    );
+    assert!(r2["step"].as_u64().unwrap() >= step, "{r2}");
+    assert!(r2["step_time_s"].as_f64().is_some(), "{r2}");
+    assert_eq!(t["job"]["slowest_rank"], 3, "{t}");
+    assert_eq!(t["job"]["reporting"], 4, "{t}");
+    let table = home.ok(&["ps"]);
+    assert!(table.lines().next().unwrap().contains(" RANKS "), "{table}");
+    assert!(table.contains(" 4 ranks "), "{table}");
+
+    // A rank leaves: `ps` says how many are attached, and a change is refused for now.
+    drop(ranks.pop());
+    wait_for("rank 3 to be seen gone", Duration::from_secs(10), || {
+        home.ok(&["ps"]).contains(" 3/4 ranks attached ")
+    });
+    home.ok(&["stop", &run]);
+}
+
+#[test]
+fn a_rank_that_refuses_calls_the_change_off_on_every_rank() {
+    let home = Home::new();
+    let _daemon = home.daemon(&[]);
+    let run = start_idle_run(&home);
+    let c = home.client();
+    let _ranks: Vec<FakeRank> = (0..4)
+        .map(|r| {
+            let refuse = (r == 2).then_some("batch 512 does not fit in memory");
+            FakeRank::start(&home, &run, r, 4, refuse)
+        })
+        .collect();
+    wait_ranks_reporting(&c, &run, 4);
+    let out = home.run(&["set", &run, "batch-size", "512"], Duration::from_secs(30));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "gpupilot: {run}: batch_size = 512 called off: rank 2 refused: batch 512 does not \
+             fit in memory; every rank keeps 32"
+        )),
+        "{stderr}"
+    );
+    assert!(
+        out.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    // No rank changed.
+    std::thread::sleep(Duration::from_millis(200));
+    let m = c.run_metrics(&run, 0).unwrap();
+    assert!(
+        m.trainer
+            .ranks
+            .iter()
+            .all(|r| r.last.as_ref().unwrap().report.batch_size == Some(32)),
+        "{:?}",
+        m.trainer.ranks
+    );
+    assert!(events_named(&home, "knob_staged").is_empty());
+    home.ok(&["stop", &run]);
+}

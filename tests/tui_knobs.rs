@@ -1,13 +1,14 @@
 //! The Run view's training band (charts of loss, samples/s, step time and data wait, with marks
-//! where knobs and power caps changed, and the knob panel) and the knob dialog, on ratatui's
-//! TestBackend from hand-built fixtures (see `tui_common`).
+//! where knobs and power caps changed, and the knob panel), the rank table of a run of several
+//! ranks, and the knob dialog, on ratatui's TestBackend from hand-built fixtures (see
+//! `tui_common`).
 
 mod tui_common;
 
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use gpupilot::protocol::{
-    KnobName, KnobRange, KnobState, KnobVia, MetricsPoint, MetricsReport, NodeEvent,
-    NodeEventRecord, TrainerInfo,
+    JobFigures, KnobName, KnobRange, KnobState, KnobVia, MetricsPoint, MetricsReport, NodeEvent,
+    NodeEventRecord, RankInfo, RankSpec, StagedChange, TrainerInfo,
 };
 use gpupilot::supervisor::clock::rfc3339;
 use gpupilot::tui::feed::{Request, Update};
@@ -336,4 +337,191 @@ fn the_knob_dialog_checks_the_range_before_sending() {
             restart: true,
         }]
     );
+}
+
+/// The fixture's run as a job of four ranks: ranks 0–2 on this node's GPUs 0–2, rank 3 on
+/// another node (no telemetry here). Rank 2 trains on the V100 that sits at its slowdown
+/// temperature and is the slowest; a batch size change to 1024 is in flight, agreed by three.
+fn ranked_trainer() -> TrainerInfo {
+    let rank = |n: u32, host: &str, gpu: u32, step_time: f64, wait: f64| RankInfo {
+        spec: RankSpec {
+            rank: n,
+            world_size: 4,
+            local_rank: Some(if n == 3 { 0 } else { n }),
+            host: Some(host.into()),
+            gpu: Some(gpu),
+            gpu_uuid: None,
+        },
+        attached: true,
+        pid: Some(5120 + n),
+        last: Some(MetricsPoint {
+            n: REPORTS - 4 + n as u64,
+            t: t_of(REPORTS - 1),
+            from: "trainer".into(),
+            rank: Some(n),
+            report: MetricsReport {
+                step: Some(1296 + u64::from(n != 2)),
+                samples_per_s: Some(512.0 / step_time),
+                step_time_s: Some(step_time),
+                data_wait_s: Some(wait),
+                batch_size: Some(512),
+                ..MetricsReport::default()
+            },
+        }),
+        steps_per_s: Some(1.0 / step_time),
+    };
+    let mut t = trainer();
+    t.pid = Some(5120);
+    t.world_size = Some(4);
+    t.ranks = vec![
+        rank(0, "gpu-node-07", 0, 0.144, 0.0021),
+        rank(1, "gpu-node-07", 1, 0.151, 0.0024),
+        rank(2, "gpu-node-07", 2, 0.187, 0.0019),
+        rank(3, "gpu-node-08", 0, 0.146, 0.0022),
+    ];
+    t.job = Some(JobFigures {
+        reporting: 4,
+        step: Some(1296),
+        samples_per_s: Some(13_442.0),
+        step_time_s: Some(0.187),
+        slowest_rank: Some(2),
+        data_wait_s: Some(0.0024),
+        loss: Some(0.453),
+    });
+    t.knobs[0].pending = Some(1024);
+    t.staged = Some(StagedChange {
+        seq: 3,
+        knob: KnobName::BatchSize,
+        value: 1024,
+        apply_step: 1310,
+        ranks: vec![0, 1, 2, 3],
+        ready: vec![0, 1, 3],
+        committed: None,
+        applied: vec![],
+    });
+    t
+}
+
+/// The Run view of the four-rank job: rank 0's reports (as `points`) and, interleaved, the
+/// other ranks' with another loss, which the charts leave out.
+fn ranked_app() -> App {
+    let mut a = app();
+    let mut all = Vec::new();
+    for p in points() {
+        let n = p.n;
+        for r in 0..4u32 {
+            let mut q = p.clone();
+            q.n = n * 4 + u64::from(r);
+            q.rank = Some(r);
+            if r > 0 {
+                q.report.loss = Some(9.0);
+            }
+            all.push(q);
+        }
+    }
+    a.on_update(Update::Metrics {
+        run: RUN.into(),
+        points: all,
+        reset: true,
+        trainer: Box::new(ranked_trainer()),
+    });
+    a.take_requests();
+    a
+}
+
+#[test]
+fn a_run_of_several_ranks_shows_its_rank_table() {
+    for (w, h) in [(80, 24), (200, 50)] {
+        let mut a = ranked_app();
+        let term = render(&mut a, w, h);
+        assert_snapshot!(format!("run_ranks_{w}x{h}"), term.backend());
+        let screen = text(&term);
+        let row = |rank: &str| {
+            screen
+                .lines()
+                .find(|l| l.starts_with(&format!("│{rank} ")))
+                .unwrap_or_else(|| panic!("no row for rank {rank} at {w}×{h}:\n{screen}"))
+                .to_string()
+        };
+        assert!(screen.contains(" 4 ranks "), "{screen}");
+        assert!(
+            screen.contains("(3/4 ranks agreed)")
+                && screen.contains("batch_size → 1024 at step 1310"),
+            "the change in flight at {w}×{h}:\n{screen}"
+        );
+        // The slowest rank is marked, with its GPU's state.
+        let slow = row("▸  2");
+        assert!(slow.contains("187 ms") && slow.contains("1296"), "{slow}");
+        assert!(
+            slow.contains("82 °C")
+                || slow.contains("83 °C")
+                || slow.contains("84 °C")
+                || slow.contains("85 °C"),
+            "{slow}"
+        );
+        assert!(slow.contains("hw-therm") || w < 100, "{slow}");
+        // GPU 1 is held at its power cap.
+        let one = row("   1");
+        assert!(one.contains("/450 W") && one.contains("/1980"), "{one}");
+        assert!(one.contains("pwr-cap"), "{one}");
+        // The job's figures: samples/s summed, the slowest step time, rank 0's loss.
+        assert!(
+            screen.contains("13.4k samples/s") && screen.contains("loss 0.453"),
+            "{screen}"
+        );
+        // The charts are rank 0's: its loss, not the other ranks' 9.0.
+        assert!(!screen.contains(" 9.000 "), "{screen}");
+        assert!(screen.contains("stdout"), "the log stays at {w}×{h}");
+    }
+    let big = text(&render(&mut ranked_app(), 200, 50));
+    // Where there is room: the host, a rank on another node without telemetry, the straggler's
+    // cause, the band and the knob panel with the votes.
+    let remote = big
+        .lines()
+        .find(|l| l.starts_with("│   3 "))
+        .unwrap_or_else(|| panic!("{big}"));
+    assert!(
+        remote.contains("gpu-node-08") && remote.contains("N/A"),
+        "{remote}"
+    );
+    assert!(big.contains("(slowest: rank 2, thermal slowdown)"), "{big}");
+    assert!(big.contains("3/4 ranks agreed, for step 1310"), "{big}");
+    assert!(big.contains("4 ranks attached"), "{big}");
+    // At 80×24 with three runs listed, the slowest rank is kept and the rest counted.
+    let small = text(&render(&mut ranked_app(), 80, 24));
+    assert!(small.contains("+1 more rank"), "{small}");
+}
+
+#[test]
+fn the_slowest_rank_is_highlighted() {
+    let mut a = ranked_app();
+    let term = render(&mut a, 200, 50);
+    let buf = term.backend().buffer();
+    let row_of = |mark: &str| {
+        (0..buf.area.height)
+            .find(|&y| buf[(1, y)].symbol() == mark && buf[(4, y)].symbol() != " ")
+            .unwrap_or_else(|| panic!("no row marked {mark:?}"))
+    };
+    let slow = row_of("▸");
+    let warn = a.theme.warn.fg.expect("the theme's warn colour");
+    // The rank and step cells (plain text) take the row's highlight.
+    assert_eq!(buf[(4, slow)].fg, warn);
+    let step_x = (1..buf.area.width)
+        .find(|&x| buf[(x, slow)].symbol() == "1" && buf[(x + 3, slow)].symbol() == "6")
+        .expect("rank 2's step 1296");
+    assert_eq!(buf[(step_x, slow)].fg, warn);
+    // Another rank's row is not highlighted.
+    let other = slow - 1;
+    assert_ne!(buf[(4, other)].fg, warn, "rank 1 is not the slowest");
+}
+
+#[test]
+fn a_rank_table_fits_small_terminals_and_never_panics() {
+    for (w, h) in [(30, 10), (40, 12), (60, 16), (80, 20), (100, 30), (120, 40)] {
+        let mut a = ranked_app();
+        let screen = text(&render(&mut a, w, h));
+        if w >= 40 && h >= 12 {
+            assert!(screen.contains("stdout"), "the log at {w}×{h}:\n{screen}");
+        }
+    }
 }

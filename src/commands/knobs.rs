@@ -9,7 +9,7 @@ use super::connect;
 use crate::cli::{GlobalArgs, SetArgs, SyntheticTrainArgs};
 use crate::client::{Client, KnobPending, Update};
 use crate::config::Paths;
-use crate::protocol::{ErrorCode, KnobVia, NodeEvent};
+use crate::protocol::{ErrorCode, KnobName, KnobVia, NodeEvent};
 
 pub fn set(args: &SetArgs) -> anyhow::Result<ExitCode> {
     let client = connect(&Paths::from_env())?;
@@ -46,14 +46,81 @@ pub fn set(args: &SetArgs) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         KnobVia::Trainer if args.no_wait => {
-            println!(
-                "{}: {} {old} → {}: sent to the trainer (change {})",
-                pending.run, args.knob, args.value, pending.seq
-            );
+            match ranked(&pending) {
+                Some((n, step)) => println!(
+                    "{} (change {})",
+                    proposed_line(&pending.run, args.knob, &old, args.value, n, step),
+                    pending.seq
+                ),
+                None => println!(
+                    "{}: {} {old} → {}: sent to the trainer (change {})",
+                    pending.run, args.knob, args.value, pending.seq
+                ),
+            }
             Ok(ExitCode::SUCCESS)
         }
-        KnobVia::Trainer => wait_for_answer(&client, &pending, args, asked, &old),
+        KnobVia::Trainer => {
+            if let Some((n, step)) = ranked(&pending) {
+                eprintln!(
+                    "{}; waiting for every rank",
+                    proposed_line(&pending.run, args.knob, &old, args.value, n, step)
+                );
+            }
+            wait_for_answer(&client, &pending, args, asked, &old)
+        }
     }
+}
+
+/// A change proposed to a run of several ranks: how many, and the step they will apply it at.
+fn ranked(p: &KnobPending) -> Option<(u32, u64)> {
+    match (p.ranks, p.apply_step) {
+        (Some(n), Some(step)) => Some((n, step)),
+        _ => None,
+    }
+}
+
+/// `RUN: batch_size 32 → 64 proposed to 4 ranks for step 1234`.
+fn proposed_line(
+    run: &str,
+    knob: KnobName,
+    old: &str,
+    value: i64,
+    ranks: u32,
+    step: u64,
+) -> String {
+    format!("{run}: {knob} {old} → {value} proposed to {ranks} ranks for step {step}")
+}
+
+/// `RUN: batch_size 32 → 64 applied on 4/4 ranks at step 1234 (all agreed in 3.1 ms)`; the
+/// round trip to the last acknowledgement stands in when the agreement was not seen.
+#[allow(clippy::too_many_arguments)]
+fn applied_line(
+    run: &str,
+    knob: KnobName,
+    old: &str,
+    value: i64,
+    applied: u32,
+    proposed: u32,
+    step: u64,
+    agreed_ms: Option<f64>,
+    rtt_ms: f64,
+) -> String {
+    let how = match agreed_ms {
+        Some(ms) => format!("all agreed in {ms:.1} ms"),
+        None => format!("round trip {rtt_ms:.1} ms"),
+    };
+    format!(
+        "{run}: {knob} {old} → {value} applied on {applied}/{proposed} ranks at step {step} ({how})"
+    )
+}
+
+/// `gpupilot: RUN: batch_size = 64 called off: rank 2 refused: out of memory; every rank
+/// keeps 32`, from the daemon's reason (`called off on every rank: rank 2 refused: …`).
+fn called_off_line(run: &str, knob: KnobName, value: i64, reason: &str, kept: &str) -> String {
+    let why = reason
+        .strip_prefix("called off on every rank: ")
+        .unwrap_or(reason);
+    format!("gpupilot: {run}: {knob} = {value} called off: {why}; every rank keeps {kept}")
 }
 
 /// Ask on the terminal; false (and a hint) when there is none to ask on.
@@ -77,14 +144,31 @@ fn wait_for_answer(
     old: &str,
 ) -> anyhow::Result<ExitCode> {
     let deadline = asked + Duration::from_secs_f64(args.timeout.clamp(0.0, 3600.0));
+    let ranks = ranked(pending);
+    // A change to several ranks: the round trip to the last vote, once every rank agreed.
+    let mut agreed_ms: Option<f64> = None;
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            eprintln!(
-                "gpupilot: {}: {} {old} → {} was sent to the trainer, which has not answered in {} s; \
-                 it stays pending (`gpupilot ps` and the console show when it lands)",
-                pending.run, args.knob, args.value, args.timeout
-            );
+            match (ranks, agreed_ms) {
+                (Some((n, step)), Some(_)) => eprintln!(
+                    "gpupilot: {}: {} {old} → {} was agreed by all {n} ranks for step {step}, \
+                     and not every rank has applied it after {} s; it stays staged (the console's \
+                     rank table shows when it lands)",
+                    pending.run, args.knob, args.value, args.timeout
+                ),
+                (Some((n, step)), None) => eprintln!(
+                    "gpupilot: {}: {} {old} → {} was proposed to {n} ranks for step {step}, \
+                     and not every rank has answered in {} s; the daemon calls it off if one \
+                     stays silent (`gpupilot ps` shows where it stands)",
+                    pending.run, args.knob, args.value, args.timeout
+                ),
+                _ => eprintln!(
+                    "gpupilot: {}: {} {old} → {} was sent to the trainer, which has not answered in {} s; \
+                     it stays pending (`gpupilot ps` and the console show when it lands)",
+                    pending.run, args.knob, args.value, args.timeout
+                ),
+            }
             return Ok(ExitCode::FAILURE);
         }
         let update = match client.updates().recv_timeout(left) {
@@ -98,28 +182,67 @@ fn wait_for_answer(
             continue;
         };
         match rec.event {
+            NodeEvent::KnobStaged {
+                run,
+                change,
+                ranks: n,
+                apply_step,
+                rtt_ms,
+                ..
+            } if run == pending.run && change == pending.seq => {
+                agreed_ms = Some(rtt_ms);
+                eprintln!(
+                    "{run}: all {n} ranks agreed in {rtt_ms:.1} ms; they apply it at step {apply_step}"
+                );
+            }
             NodeEvent::KnobApplied {
                 run,
                 change,
                 rtt_ms,
+                ranks: applied,
+                step,
                 ..
             } if run == pending.run && change == pending.seq => {
-                println!(
-                    "{run}: {} {old} → {} applied by the trainer (round trip {rtt_ms:.1} ms)",
-                    args.knob, args.value
-                );
+                match (ranks, applied, step) {
+                    (Some((n, _)), Some(applied), Some(step)) => println!(
+                        "{}",
+                        applied_line(
+                            &run, args.knob, old, args.value, applied, n, step, agreed_ms, rtt_ms
+                        )
+                    ),
+                    _ => println!(
+                        "{run}: {} {old} → {} applied by the trainer (round trip {rtt_ms:.1} ms)",
+                        args.knob, args.value
+                    ),
+                }
                 return Ok(ExitCode::SUCCESS);
             }
             NodeEvent::KnobRejected {
                 run,
                 change,
                 reason,
+                kept,
                 ..
             } if run == pending.run && change == pending.seq => {
-                eprintln!(
-                    "gpupilot: {run}: the trainer refused {} = {}: {reason}; it keeps {old}",
-                    args.knob, args.value
-                );
+                if ranks.is_some() && agreed_ms.is_none() {
+                    let kept = kept.map_or_else(|| old.to_string(), |k| k.to_string());
+                    eprintln!(
+                        "{}",
+                        called_off_line(&run, args.knob, args.value, &reason, &kept)
+                    );
+                } else if ranks.is_some() {
+                    // Committed, then not applied by every rank at its step: the daemon brings
+                    // the others to the new value with a change of its own.
+                    eprintln!(
+                        "gpupilot: {run}: {} {old} → {} not applied by every rank: {reason}",
+                        args.knob, args.value
+                    );
+                } else {
+                    eprintln!(
+                        "gpupilot: {run}: the trainer refused {} = {}: {reason}; it keeps {old}",
+                        args.knob, args.value
+                    );
+                }
                 return Ok(ExitCode::FAILURE);
             }
             _ => {}
@@ -154,4 +277,56 @@ pub fn synthetic_train(g: &GlobalArgs, args: &SyntheticTrainArgs) -> anyhow::Res
     };
     let code = crate::trainer::run(&opts)?;
     Ok(ExitCode::from(code.clamp(0, 255) as u8))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_change_to_several_ranks_reads_as_proposed_applied_or_called_off() {
+        let knob = KnobName::BatchSize;
+        assert_eq!(
+            proposed_line("r1", knob, "32", 64, 4, 1234),
+            "r1: batch_size 32 → 64 proposed to 4 ranks for step 1234"
+        );
+        assert_eq!(
+            applied_line("r1", knob, "32", 64, 4, 4, 1234, Some(3.08), 40.0),
+            "r1: batch_size 32 → 64 applied on 4/4 ranks at step 1234 (all agreed in 3.1 ms)"
+        );
+        assert_eq!(
+            applied_line("r1", knob, "32", 64, 4, 4, 1234, None, 40.0),
+            "r1: batch_size 32 → 64 applied on 4/4 ranks at step 1234 (round trip 40.0 ms)"
+        );
+        assert_eq!(
+            called_off_line(
+                "r1",
+                knob,
+                64,
+                "called off on every rank: rank 2 refused: out of memory",
+                "32"
+            ),
+            "gpupilot: r1: batch_size = 64 called off: rank 2 refused: out of memory; every rank keeps 32"
+        );
+        assert_eq!(
+            called_off_line("r1", knob, 64, "rank 3 did not answer within 2000 ms", "32"),
+            "gpupilot: r1: batch_size = 64 called off: rank 3 did not answer within 2000 ms; every rank keeps 32"
+        );
+    }
+
+    #[test]
+    fn only_a_pending_change_with_ranks_and_a_step_is_ranked() {
+        let mut p = KnobPending {
+            run: "r1".into(),
+            seq: 1,
+            old: Some(32),
+            via: KnobVia::Trainer,
+            apply_step: None,
+            ranks: None,
+        };
+        assert_eq!(ranked(&p), None);
+        p.apply_step = Some(1234);
+        p.ranks = Some(4);
+        assert_eq!(ranked(&p), Some((4, 1234)));
+    }
 }

@@ -1,18 +1,25 @@
 //! `run`, `attach`, `ps`, `logs` and `stop`. On a terminal `run` and `attach` open the console
-//! on the run; otherwise they follow its output as text.
+//! on the run; otherwise they follow its output as text. `ps` asks each live run's trainer
+//! side (ranks, job figures, knobs) with one `run_metrics` of no reports.
 
+use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
+use serde::Serialize;
 
 use super::follow::{self, Ended, Tail};
 use super::{connect, connect_or_spawn, ctrl_c_flag, format_duration, is_broken_pipe, out};
 use crate::cli::{AttachArgs, GlobalArgs, LogsArgs, PsArgs, RunArgs, StopArgs};
+use crate::client::Client;
 use crate::config::Paths;
 use crate::profile::{Loader, Profile};
-use crate::protocol::{LogStream, RunInfo};
+use crate::protocol::{
+    JobFigures, KnobState, LogStream, RankInfo, Request, Response, RunInfo, StagedChange,
+    TrainerInfo,
+};
 use crate::supervisor::{Caller, KnobValues};
 
 /// How much of each log `attach` shows before following.
@@ -161,10 +168,11 @@ fn finish_following(
 pub fn ps(args: &PsArgs) -> anyhow::Result<ExitCode> {
     let client = connect(&Paths::from_env())?;
     let runs = client.runs()?;
+    let trainers = live_trainers(&client, &runs);
     let text = if args.json {
-        serde_json::to_string_pretty(&runs)? + "\n"
+        serde_json::to_string_pretty(&ps_json(&runs, &trainers))? + "\n"
     } else {
-        ps_table(&runs)
+        ps_table(&runs, &trainers)
     };
     match out(&text) {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
@@ -173,14 +181,144 @@ pub fn ps(args: &PsArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The `ps` table: one line per run, oldest first.
-pub fn ps_table(runs: &[RunInfo]) -> String {
-    let header = [
-        "ID", "STATUS", "PID", "UPTIME", "RESTARTS", "EXIT", "GPUS", "ENERGY", "COMMAND",
-    ];
-    let rows: Vec<[String; 9]> = runs
+/// The trainer side of every live run, by run id: one `run_metrics` each, asking for no
+/// reports (only where the trainer, its ranks and its knobs stand). A run that ended in
+/// between, or an answer that does not come, leaves its run without one.
+fn live_trainers(client: &Client, runs: &[RunInfo]) -> BTreeMap<String, TrainerInfo> {
+    runs.iter()
+        .filter(|r| !r.is_final())
+        .filter_map(|r| {
+            let asked = Request::RunMetrics {
+                run: r.id.clone(),
+                since: 0,
+                max: Some(0),
+            };
+            match client.request(asked) {
+                Ok(Response::RunMetrics { trainer, .. }) => Some((r.id.clone(), trainer)),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+/// A run as `ps --json` prints it: the daemon's run, and for a live run its trainer.
+#[derive(Debug, Serialize)]
+struct PsRun<'a> {
+    #[serde(flatten)]
+    run: &'a RunInfo,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    trainer: Option<PsTrainer<'a>>,
+}
+
+/// A live run's trainer side in `ps --json`: its ranks, the job's figures, its knobs and a
+/// change to several ranks in flight.
+#[derive(Debug, Serialize)]
+struct PsTrainer<'a> {
+    /// Any rank attached over the trainer channel now.
+    attached: bool,
+    /// Rank 0's process (the only one of a single-process run).
+    pid: Option<u32>,
+    world_size: Option<u32>,
+    ranks: Vec<PsRank<'a>>,
+    job: Option<&'a JobFigures>,
+    knobs: &'a [KnobState],
+    staged: Option<&'a StagedChange>,
+}
+
+/// One rank in `ps --json`: who and where it is, and its newest report's figures.
+#[derive(Debug, Serialize)]
+struct PsRank<'a> {
+    rank: u32,
+    local_rank: Option<u32>,
+    host: Option<&'a str>,
+    /// The physical GPU index (as NVML numbers it).
+    gpu: Option<u32>,
+    gpu_uuid: Option<&'a str>,
+    attached: bool,
+    pid: Option<u32>,
+    step: Option<u64>,
+    step_time_s: Option<f64>,
+    data_wait_s: Option<f64>,
+    samples_per_s: Option<f64>,
+    steps_per_s: Option<f64>,
+}
+
+impl<'a> PsRank<'a> {
+    fn of(r: &'a RankInfo) -> PsRank<'a> {
+        let report = r.last.as_ref().map(|p| &p.report);
+        PsRank {
+            rank: r.spec.rank,
+            local_rank: r.spec.local_rank,
+            host: r.spec.host.as_deref(),
+            gpu: r.spec.gpu,
+            gpu_uuid: r.spec.gpu_uuid.as_deref(),
+            attached: r.attached,
+            pid: r.pid,
+            step: report.and_then(|p| p.step),
+            step_time_s: report.and_then(|p| p.step_time_s),
+            data_wait_s: report.and_then(|p| p.data_wait_s),
+            samples_per_s: report.and_then(|p| p.samples_per_s),
+            steps_per_s: r.steps_per_s,
+        }
+    }
+}
+
+/// What `ps --json` prints: every run, oldest first, live ones with their trainer.
+fn ps_json<'a>(runs: &'a [RunInfo], trainers: &'a BTreeMap<String, TrainerInfo>) -> Vec<PsRun<'a>> {
+    runs.iter()
+        .map(|run| PsRun {
+            run,
+            trainer: trainers.get(&run.id).map(|t| {
+                let mut ranks: Vec<PsRank> = t.ranks.iter().map(PsRank::of).collect();
+                ranks.sort_by_key(|r| r.rank);
+                PsTrainer {
+                    attached: t.attached,
+                    pid: t.pid,
+                    world_size: t.world_size,
+                    ranks,
+                    job: t.job.as_ref(),
+                    knobs: &t.knobs,
+                    staged: t.staged.as_ref(),
+                }
+            }),
+        })
+        .collect()
+}
+
+/// A run of several ranks, as the `ps` table says it: `4 ranks`, `3/4 ranks attached`;
+/// None for a single-process run (or none attached yet).
+pub fn ranks_cell(t: &TrainerInfo) -> Option<String> {
+    let world = t.world_size.unwrap_or(0).max(t.ranks.len() as u32);
+    if world < 2 {
+        return None;
+    }
+    let attached = t.ranks.iter().filter(|r| r.attached).count();
+    Some(if attached as u32 == world {
+        format!("{world} ranks")
+    } else {
+        format!("{attached}/{world} ranks attached")
+    })
+}
+
+/// The `ps` table: one line per run, oldest first. A RANKS column comes in when a live run has
+/// several ranks.
+pub fn ps_table(runs: &[RunInfo], trainers: &BTreeMap<String, TrainerInfo>) -> String {
+    let ranks: Vec<Option<String>> = runs
         .iter()
-        .map(|r| {
+        .map(|r| trainers.get(&r.id).and_then(ranks_cell))
+        .collect();
+    let with_ranks = ranks.iter().any(Option::is_some);
+    let mut header = vec!["ID", "STATUS"];
+    if with_ranks {
+        header.push("RANKS");
+    }
+    header.extend([
+        "PID", "UPTIME", "RESTARTS", "EXIT", "GPUS", "ENERGY", "COMMAND",
+    ]);
+    let rows: Vec<Vec<String>> = runs
+        .iter()
+        .zip(&ranks)
+        .map(|(r, ranks)| {
             let exit = match (r.exit_code, &r.signal_name) {
                 _ if !r.is_final() && r.exit_code.is_none() => "-".to_string(),
                 (Some(c), _) => c.to_string(),
@@ -188,9 +326,11 @@ pub fn ps_table(runs: &[RunInfo]) -> String {
                 (None, None) if r.is_final() => "?".to_string(),
                 (None, None) => "-".to_string(),
             };
-            [
-                r.id.clone(),
-                r.status.as_str().to_string(),
+            let mut row = vec![r.id.clone(), r.status.as_str().to_string()];
+            if with_ranks {
+                row.push(ranks.clone().unwrap_or_else(|| "-".into()));
+            }
+            row.extend([
                 match r.pid {
                     Some(p) if !r.is_final() => p.to_string(),
                     _ => "-".into(),
@@ -201,10 +341,11 @@ pub fn ps_table(runs: &[RunInfo]) -> String {
                 r.gpus.clone(),
                 r.energy.as_ref().map_or("-".into(), energy_cell),
                 shell_words::join(&r.command),
-            ]
+            ]);
+            row
         })
         .collect();
-    let mut widths = header.map(str::len);
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
     for row in &rows {
         for (w, cell) in widths.iter_mut().zip(row) {
             *w = (*w).max(cell.chars().count());
@@ -221,7 +362,7 @@ pub fn ps_table(runs: &[RunInfo]) -> String {
         }
         s.trim_end().to_string() + "\n"
     };
-    let mut text = line(header.to_vec());
+    let mut text = line(header);
     for row in &rows {
         text.push_str(&line(row.iter().map(String::as_str).collect()));
     }
@@ -309,6 +450,131 @@ pub fn stop(args: &StopArgs) -> anyhow::Result<ExitCode> {
 mod tests {
     use super::*;
     use crate::control::energy::{GpuEnergy, RunEnergy};
+    use crate::protocol::{MetricsPoint, MetricsReport, RankSpec};
+    use crate::supervisor::RunStatus;
+
+    fn run(id: &str, status: RunStatus) -> RunInfo {
+        RunInfo {
+            id: id.into(),
+            name: "train".into(),
+            status,
+            pid: Some(4242),
+            attempt: 0,
+            restarts: 0,
+            started_at: "2026-11-30T04:07:54.920Z".into(),
+            ended_at: None,
+            uptime_s: Some(63.0),
+            exit_code: None,
+            signal_name: None,
+            description: None,
+            command: vec!["python3".into(), "train.py".into()],
+            cwd: "/home/a".into(),
+            gpus: "0,1,2,3".into(),
+            adopted: false,
+            dir: "/tmp/runs".into(),
+            energy: None,
+            slurm: None,
+        }
+    }
+
+    fn rank(n: u32, attached: bool) -> RankInfo {
+        RankInfo {
+            spec: RankSpec {
+                rank: n,
+                world_size: 4,
+                local_rank: Some(n),
+                host: Some("node-a".into()),
+                gpu: Some(n),
+                gpu_uuid: None,
+            },
+            attached,
+            pid: Some(500 + n),
+            last: Some(MetricsPoint {
+                n: 7,
+                t: 1.0,
+                from: "trainer".into(),
+                rank: Some(n),
+                report: MetricsReport {
+                    step: Some(1200 + n as u64),
+                    step_time_s: Some(0.125 * (n + 1) as f64),
+                    ..MetricsReport::default()
+                },
+            }),
+            steps_per_s: Some(9.5),
+        }
+    }
+
+    fn trainer(attached: u32) -> TrainerInfo {
+        TrainerInfo {
+            attached: true,
+            world_size: Some(4),
+            // Not in rank order: ps sorts them.
+            ranks: (0..4).rev().map(|n| rank(n, n < attached)).collect(),
+            job: Some(JobFigures {
+                reporting: 4,
+                step: Some(1200),
+                samples_per_s: Some(4000.0),
+                step_time_s: Some(0.13),
+                slowest_rank: Some(3),
+                data_wait_s: None,
+                loss: Some(0.5),
+            }),
+            ..TrainerInfo::default()
+        }
+    }
+
+    #[test]
+    fn the_table_has_a_ranks_column_only_when_a_run_has_several_ranks() {
+        let runs = [run("a", RunStatus::Succeeded), run("b", RunStatus::Running)];
+        let mut trainers = BTreeMap::new();
+        trainers.insert("b".to_string(), TrainerInfo::default());
+        let plain = ps_table(&runs, &trainers);
+        assert!(!plain.contains("RANKS"), "{plain}");
+        trainers.insert("b".to_string(), trainer(4));
+        let table = ps_table(&runs, &trainers);
+        let lines: Vec<&str> = table.lines().collect();
+        assert!(
+            lines[0].starts_with("ID  STATUS     RANKS    PID"),
+            "{table}"
+        );
+        assert!(lines[1].starts_with("a   succeeded  -        -"), "{table}");
+        assert!(
+            lines[2].starts_with("b   running    4 ranks  4242"),
+            "{table}"
+        );
+        trainers.insert("b".to_string(), trainer(3));
+        let table = ps_table(&runs, &trainers);
+        assert!(table.contains(" 3/4 ranks attached "), "{table}");
+    }
+
+    #[test]
+    fn the_json_carries_a_live_runs_ranks_and_job_figures() {
+        let runs = [run("a", RunStatus::Stopped), run("b", RunStatus::Running)];
+        let mut trainers = BTreeMap::new();
+        trainers.insert("b".to_string(), trainer(3));
+        let v = serde_json::to_value(ps_json(&runs, &trainers)).unwrap();
+        assert_eq!(v[0]["id"], "a");
+        assert!(v[0].get("trainer").is_none(), "an ended run has none: {v}");
+        let t = &v[1]["trainer"];
+        assert_eq!(
+            v[1]["status"], "running",
+            "the run's own fields stay at the top"
+        );
+        assert_eq!(t["world_size"], 4);
+        let ranks = t["ranks"].as_array().unwrap();
+        assert_eq!(ranks.len(), 4);
+        assert_eq!(ranks[0]["rank"], 0);
+        assert_eq!(ranks[3]["rank"], 3);
+        assert_eq!(ranks[3]["attached"], false);
+        assert_eq!(ranks[2]["host"], "node-a");
+        assert_eq!(ranks[2]["gpu"], 2);
+        assert_eq!(ranks[2]["pid"], 502);
+        assert_eq!(ranks[2]["step"], 1202);
+        assert_eq!(ranks[2]["step_time_s"], 0.375);
+        assert_eq!(t["job"]["samples_per_s"], 4000.0);
+        assert_eq!(t["job"]["slowest_rank"], 3);
+        assert_eq!(t["job"]["loss"], 0.5);
+    }
 
     #[test]
     fn the_energy_column_reads_in_wh_or_kwh_with_j_per_sample() {
@@ -322,7 +588,7 @@ mod tests {
         let e = RunEnergy::new(vec![gpu(9.0e6)], None, None, None);
         assert_eq!(energy_cell(&e), "2.50 kWh");
         assert!(
-            ps_table(&[])
+            ps_table(&[], &BTreeMap::new())
                 .starts_with("ID  STATUS  PID  UPTIME  RESTARTS  EXIT  GPUS  ENERGY  COMMAND")
         );
     }

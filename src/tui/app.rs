@@ -235,12 +235,11 @@ impl App {
             }
             a if RunState::handles(a) && (self.view == ViewId::Run || self.modal()) => {
                 let body = ui::Areas::of_app(self, self.size).body;
-                let band = self
-                    .run
-                    .current(&self.data)
-                    .is_some_and(|r| self.data.metrics.of(&r.id).is_some_and(|m| m.has_any()));
-                let runs = self.data.run_list().len();
-                let page = run::Layout::with_band(body, runs, band).log_rows();
+                let page = match self.run.current(&self.data) {
+                    Some(r) => run::Layout::of(body, &self.data, r),
+                    None => run::Layout::new(body, self.data.run_list().len()),
+                }
+                .log_rows();
                 if let Some(r) = self.run.apply(a, &mut self.data, page) {
                     self.outbox.push(r);
                 }

@@ -58,10 +58,13 @@ impl RunMetrics {
         self.trainer.as_ref()?.knobs.iter().find(|k| k.knob == knob)
     }
 
-    /// `(t, value)` of every report that has `series`, oldest first.
+    /// `(t, value)` of every report that has `series`, oldest first. A run of several ranks
+    /// is charted from rank 0's reports: the ranks' reports interleaved would draw a saw
+    /// between them (the rank table shows each rank's newest).
     pub fn series(&self, series: Series) -> Vec<(f64, f64)> {
         self.points
             .iter()
+            .filter(|p| p.rank.is_none_or(|r| r == 0))
             .filter_map(|p| Some((p.t, series.value(p)?)))
             .filter(|(_, v)| v.is_finite())
             .collect()
@@ -236,6 +239,22 @@ mod tests {
             knobs,
             ..TrainerInfo::default()
         }
+    }
+
+    #[test]
+    fn a_run_of_several_ranks_is_charted_from_rank_0() {
+        let mut m = RunMetrics::default();
+        let ranked = |n, rank, loss| MetricsPoint {
+            rank: Some(rank),
+            ..point(n, n as f64, Some(loss))
+        };
+        m.take(
+            "a".into(),
+            vec![ranked(0, 0, 2.0), ranked(1, 1, 9.0), ranked(2, 0, 1.5)],
+            true,
+            trainer(vec![]),
+        );
+        assert_eq!(m.series(Series::Loss), [(0.0, 2.0), (2.0, 1.5)]);
     }
 
     #[test]

@@ -129,12 +129,13 @@ pub fn columns(e: &NodeEvent) -> [String; 4] {
             value,
             apply_step,
             ranks,
+            rtt_ms,
             ..
         } => [
             "trainer".into(),
             run.clone(),
-            format!("{knob} = {value} committed on {ranks} ranks"),
-            format!("applies at step {apply_step}"),
+            format!("{knob} → {value} agreed by all {ranks} ranks"),
+            format!("every rank applies it at step {apply_step}; agreed in {rtt_ms:.1} ms"),
         ],
         NodeEvent::KnobStray {
             run, rank, what, ..
@@ -177,9 +178,7 @@ pub fn columns(e: &NodeEvent) -> [String; 4] {
             "trainer".into(),
             run.clone(),
             match (ranks, step) {
-                (Some(n), Some(s)) => {
-                    format!("{knob} = {value} applied on {n}/{n} ranks at step {s}")
-                }
+                (Some(n), Some(s)) => format!("{knob} = {value} applied on {n} ranks at step {s}"),
                 _ => format!("{knob} = {value} applied"),
             },
             format!("round trip {rtt_ms:.1} ms"),
@@ -189,13 +188,34 @@ pub fn columns(e: &NodeEvent) -> [String; 4] {
             knob,
             value,
             reason,
+            kept,
+            rank,
             ..
-        } => [
-            "trainer".into(),
-            run.clone(),
-            format!("{knob} = {value} rejected"),
-            reason.clone(),
-        ],
+        } => match reason.strip_prefix("called off on every rank: ") {
+            // A change to several ranks that a rank refused (or that timed out): no rank
+            // changed.
+            Some(why) => [
+                "trainer".into(),
+                run.clone(),
+                format!("{knob} = {value} called off"),
+                match kept {
+                    Some(k) => format!("{why}; every rank keeps {k}"),
+                    None => why.to_string(),
+                },
+            ],
+            None if rank.is_some() => [
+                "trainer".into(),
+                run.clone(),
+                format!("{knob} = {value} not applied by every rank"),
+                reason.clone(),
+            ],
+            None => [
+                "trainer".into(),
+                run.clone(),
+                format!("{knob} = {value} rejected"),
+                reason.clone(),
+            ],
+        },
         NodeEvent::TrainerError { run, kind, message } => [
             "trainer".into(),
             run.clone(),
@@ -373,6 +393,74 @@ mod tests {
         assert_eq!(s.scroll, 0);
         s.apply(Action::Bottom, 5, 10);
         assert_eq!(s.scroll, 0, "all fit");
+    }
+
+    #[test]
+    fn a_change_to_several_ranks_reads_as_agreed_applied_or_called_off() {
+        use crate::protocol::KnobName;
+        let knob = KnobName::BatchSize;
+        let staged = NodeEvent::KnobStaged {
+            run: "r".into(),
+            change: 3,
+            knob,
+            value: 64,
+            apply_step: 1234,
+            ranks: 4,
+            rtt_ms: 3.08,
+        };
+        assert_eq!(
+            columns(&staged)[2..],
+            [
+                "batch_size → 64 agreed by all 4 ranks".to_string(),
+                "every rank applies it at step 1234; agreed in 3.1 ms".into()
+            ]
+        );
+        let applied = NodeEvent::KnobApplied {
+            run: "r".into(),
+            change: 3,
+            knob,
+            value: 64,
+            rtt_ms: 9.0,
+            ranks: Some(4),
+            step: Some(1234),
+        };
+        assert_eq!(
+            columns(&applied)[2],
+            "batch_size = 64 applied on 4 ranks at step 1234"
+        );
+        let rejected = |reason: &str, rank| NodeEvent::KnobRejected {
+            run: "r".into(),
+            change: 3,
+            knob,
+            value: 64,
+            kept: Some(32),
+            reason: reason.into(),
+            rtt_ms: 5.0,
+            rank,
+        };
+        let off = rejected(
+            "called off on every rank: rank 2 refused: out of memory",
+            Some(2),
+        );
+        assert_eq!(
+            columns(&off)[2..],
+            [
+                "batch_size = 64 called off".to_string(),
+                "rank 2 refused: out of memory; every rank keeps 32".into()
+            ]
+        );
+        let partial = rejected(
+            "applied at step 1234 by 3 of 4 ranks (rank 1: gone)",
+            Some(1),
+        );
+        assert_eq!(
+            columns(&partial)[2],
+            "batch_size = 64 not applied by every rank"
+        );
+        assert_eq!(
+            columns(&rejected("out of memory", None))[2],
+            "batch_size = 64 rejected"
+        );
     }
 
     #[test]

@@ -87,9 +87,12 @@ impl Worker {
         match client.knob_set(&run, knob, value, restart, Some(WHY.into())) {
             Ok(p) => {
                 let old = p.old.map_or_else(|| "?".to_string(), |o| o.to_string());
-                let text = match p.via {
-                    KnobVia::Trainer => format!("{knob} {old} → {value} sent to the trainer"),
-                    KnobVia::Restart => {
+                let text = match (p.via, p.ranks, p.apply_step) {
+                    (KnobVia::Trainer, Some(n), Some(step)) => {
+                        format!("{knob} {old} → {value} proposed to {n} ranks for step {step}")
+                    }
+                    (KnobVia::Trainer, ..) => format!("{knob} {old} → {value} sent to the trainer"),
+                    (KnobVia::Restart, ..) => {
                         format!("{knob} {old} → {value}: restarting run {} with it", p.run)
                     }
                 };

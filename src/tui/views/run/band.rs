@@ -1,17 +1,21 @@
 //! The Run view's band between the run's panel and its log, for a run that reports metrics or
 //! has knobs: loss, samples/s, step time and data wait over the run, with a mark where a knob
 //! change took effect or a power cap changed, and the knob panel (value, `→ pending` while a
-//! change is on its way, the allowed range, how the last change went and how long it took).
+//! change is on its way, the allowed range, how the last change went and how long it took; for
+//! a run of several ranks, how many agreed to a change in flight). A run of several ranks is
+//! charted from rank 0's reports (the rank table shows every rank's newest).
 //!
 //! Where there is room the series are braille charts (four in a row, or two by two); where
 //! there is not, one row each with a sparkline; where not even that fits beside a log, the band
 //! is left out. Render only reads.
 
+use super::ranks;
 use crate::config::keymap::Context;
 use crate::config::theme::Theme;
-use crate::protocol::{KnobName, KnobState, RunInfo};
+use crate::protocol::{KnobName, KnobState, RunInfo, StagedChange};
 use crate::tui::action::Action;
 use crate::tui::app::App;
+use crate::tui::data::Data;
 use crate::tui::format::NA;
 use crate::tui::metrics::{Marker, MarkerKind, RunMetrics, Series, markers};
 use ratatui::buffer::Buffer;
@@ -50,10 +54,12 @@ pub fn rows(rest: u16) -> u16 {
 
 /// Whether `run` has a band: it reported metrics or has knobs.
 pub fn shows(app: &App, run: &RunInfo) -> bool {
-    app.data
-        .metrics
-        .of(&run.id)
-        .is_some_and(RunMetrics::has_any)
+    has_band(&app.data, run)
+}
+
+/// [`shows`], from the data alone.
+pub fn has_band(data: &Data, run: &RunInfo) -> bool {
+    data.metrics.of(&run.id).is_some_and(RunMetrics::has_any)
 }
 
 /// Draw the band of `run` in `area`.
@@ -369,8 +375,31 @@ pub fn rtt(ms: f64) -> String {
     }
 }
 
-/// How a knob's last change went, and the style to say it in.
-fn outcome(t: &Theme, k: &KnobState) -> (String, Style) {
+/// How a knob's last change went, and the style to say it in; a change to several ranks in
+/// flight says how far the ranks are with it.
+fn outcome(t: &Theme, k: &KnobState, staged: Option<&StagedChange>) -> (String, Style) {
+    if let Some(s) = staged.filter(|s| s.knob == k.knob) {
+        let n = s.ranks.len();
+        return match s.committed {
+            None => (
+                format!(
+                    "{}/{n} ranks agreed, for step {}",
+                    s.ready.len(),
+                    s.apply_step
+                ),
+                t.warn,
+            ),
+            Some(true) => (
+                format!(
+                    "agreed; {}/{n} applied at step {}",
+                    s.applied.len(),
+                    s.apply_step
+                ),
+                t.warn,
+            ),
+            Some(false) => ("called off".into(), t.crit),
+        };
+    }
     let waiting = k.pending.is_some() && k.pending != k.value;
     match k.last_outcome.as_deref() {
         _ if waiting => ("waiting for the trainer…".into(), t.warn),
@@ -379,7 +408,9 @@ fn outcome(t: &Theme, k: &KnobState) -> (String, Style) {
             None => ("applied".into(), t.ok),
         },
         Some("restarted") => ("applied by restarting the run".into(), t.ok),
-        Some(o) if o.starts_with("rejected") => (o.to_string(), t.crit),
+        Some(o) if o.starts_with("rejected") || o.starts_with("called off") => {
+            (o.to_string(), t.crit)
+        }
         Some(o) => (o.to_string(), t.dim),
         None => ("not changed yet".into(), t.dim),
     }
@@ -409,6 +440,15 @@ pub fn range_text(k: &KnobState) -> String {
 fn render_knobs(app: &App, m: &RunMetrics, area: Rect, buf: &mut Buffer) {
     let t = &app.theme;
     let (who, style) = match &m.trainer {
+        Some(tr) if ranks::is_multi(tr) => {
+            let attached = tr.ranks.iter().filter(|r| r.attached).count();
+            let world = (tr.world_size.unwrap_or(0) as usize).max(tr.ranks.len());
+            if attached == world {
+                (format!(" {world} ranks attached "), t.ok)
+            } else {
+                (format!(" {attached}/{world} ranks attached "), t.warn)
+            }
+        }
         Some(tr) if tr.attached => (
             match tr.pid {
                 Some(p) => format!(" trainer pid {p} "),
@@ -448,7 +488,8 @@ fn render_knobs(app: &App, m: &RunMetrics, area: Rect, buf: &mut Buffer) {
             first.push(Span::styled(format!(" → {p}"), t.warn));
         }
         first.push(Span::styled(format!("  {}", range_text(k)), t.dim));
-        let (said, said_style) = outcome(t, k);
+        let staged = m.trainer.as_ref().and_then(|tr| tr.staged.as_ref());
+        let (said, said_style) = outcome(t, k, staged);
         if two_rows {
             lines.push(Line::from(first));
             lines.push(Line::styled(format!("  {said}"), said_style));

@@ -1,9 +1,11 @@
 //! The Run view: the list of runs (when there are several), the shown run's state (status,
-//! pid, uptime, restarts, how each attempt ended, command, GPUs), and the end of its log with
-//! the search's matches marked. The log follows new output unless scrolled or searched.
+//! pid, uptime, restarts, how each attempt ended, command, GPUs), for a run of several ranks
+//! its rank table, and the end of its log with the search's matches marked. The log follows
+//! new output unless scrolled or searched.
 
 pub mod band;
 pub mod knob_dialog;
+pub mod ranks;
 pub mod state;
 pub mod tuner_panel;
 
@@ -12,6 +14,7 @@ use crate::config::theme::Theme;
 use crate::protocol::{LogStream, RunInfo};
 use crate::supervisor::RunStatus;
 use crate::tui::app::App;
+use crate::tui::data::Data;
 use crate::tui::feed::{Link, local::NO_RUNS};
 use crate::tui::log::{LogBuffer, matches};
 use ratatui::buffer::Buffer;
@@ -28,6 +31,8 @@ pub struct Layout {
     /// The run list (a header row and the runs), when there are several runs.
     pub list: Option<Rect>,
     pub info: Rect,
+    /// The rank table (see [`ranks`]), for a run of several ranks, when it fits.
+    pub ranks: Option<Rect>,
     /// The training charts and knobs (see [`band`]), when the run has them and they fit.
     pub band: Option<Rect>,
     pub log: Rect,
@@ -38,8 +43,26 @@ impl Layout {
         Layout::with_band(body, runs, false)
     }
 
+    /// The layout of `run`'s view: what it has (a band, a rank table) decides the parts.
+    /// Render and the app (a page of log) both ask here, so they agree.
+    pub fn of(body: Rect, data: &Data, run: &RunInfo) -> Layout {
+        Layout::with_parts(
+            body,
+            data.run_list().len(),
+            band::has_band(data, run),
+            ranks::wanted_rows(data, &run.id),
+        )
+    }
+
     /// The layout with room for the band when `band` (the run has metrics or knobs).
     pub fn with_band(body: Rect, runs: usize, band: bool) -> Layout {
+        Layout::with_parts(body, runs, band, 0)
+    }
+
+    /// The layout with room for the band when `band`, and for a rank table of `rank_rows`
+    /// rows (0: none). The rank table comes before the band: where both do not fit beside the
+    /// log, the band goes first (the table shows the change in flight too).
+    pub fn with_parts(body: Rect, runs: usize, band: bool, rank_rows: u16) -> Layout {
         // The list gets up to a third of what the run's own panels leave.
         let list_rows = if runs >= 2 {
             let cap = (body.height.saturating_sub(10) / 3).max(1);
@@ -47,14 +70,22 @@ impl Layout {
         } else {
             0
         };
-        let band_rows = if band {
-            band::rows(body.height.saturating_sub(list_rows + 5))
+        let rest = body.height.saturating_sub(list_rows + 5);
+        let room = rest.saturating_sub(band::LOG_MIN);
+        let rank_rows = if rank_rows > 0 && room >= ranks::MIN_ROWS {
+            rank_rows.min(room)
         } else {
             0
         };
-        let [list, info, band_area, log] = ratatui::layout::Layout::vertical([
+        let band_rows = if band {
+            band::rows(rest - rank_rows)
+        } else {
+            0
+        };
+        let [list, info, ranks_area, band_area, log] = ratatui::layout::Layout::vertical([
             Constraint::Length(list_rows),
             Constraint::Length(5),
+            Constraint::Length(rank_rows),
             Constraint::Length(band_rows),
             Constraint::Min(3),
         ])
@@ -62,6 +93,7 @@ impl Layout {
         Layout {
             list: (runs >= 2).then_some(list),
             info,
+            ranks: (rank_rows > 0).then_some(ranks_area),
             band: (band_rows > 0).then_some(band_area),
             log,
         }
@@ -108,11 +140,14 @@ impl Widget for RunView<'_> {
                 .render(area, buf);
             return;
         };
-        let layout = Layout::with_band(area, d.run_list().len(), band::shows(app, run));
+        let layout = Layout::of(area, d, run);
         if let Some(list_area) = layout.list {
             render_list(app, run, list_area, buf);
         }
         render_info(app, run, layout.info, buf);
+        if let (Some(ranks_area), Some(tr)) = (layout.ranks, ranks::trainer_of(d, &run.id)) {
+            ranks::render(t, d, tr, ranks_area, buf);
+        }
         if let Some(band_area) = layout.band {
             band::render(app, run, band_area, buf);
         }
