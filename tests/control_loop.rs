@@ -1,7 +1,7 @@
 //! The control loops inside a daemon (no socket): thermal and budget requests move the
 //! simulator's caps through the daemon's control handle and land in the node's event log;
 //! `status` shows them; a read-only daemon refuses them; a run's energy reaches `ps` and its
-//! `summary.json`. Simulated time is driven by hand (the simulator runs at speed 0), so nothing
+//! `summary.json`; a job of several ranks has its GPUs held at one cap. Simulated time is driven by hand (the simulator runs at speed 0), so nothing
 //! here waits on physics.
 
 use std::path::Path;
@@ -12,7 +12,7 @@ use gpupilot::config::Paths;
 use gpupilot::control::power::GpuControl;
 use gpupilot::daemon::{Daemon, Peer};
 use gpupilot::profile::Profile;
-use gpupilot::protocol::{ErrorCode, GpuSelection, NodeEvent, Request, Response};
+use gpupilot::protocol::{ErrorCode, GpuSelection, NodeEvent, RankSpec, Request, Response};
 use gpupilot::supervisor::Caller;
 use gpupilot::telemetry::sim::SimSource;
 use gpupilot::telemetry::{Snapshot, Source};
@@ -359,4 +359,111 @@ fn a_runs_energy_reaches_ps_and_its_summary() {
     assert!((j - expected).abs() <= 0.01 * expected, "{j} vs {expected}");
     assert!(summary["energy"]["kwh"].as_f64().unwrap() > 0.0);
     assert_eq!(summary["energy"]["per_gpu"].as_array().unwrap().len(), 2);
+}
+
+/// A live run (`sleep`) whose trainer side is two ranks of one job, attached in-process on
+/// GPUs 0 and 1; its id. The senders are the ranks' connections: keep them while they attach.
+fn two_rank_job(d: &Daemon) -> (String, Vec<tokio::sync::mpsc::Sender<String>>) {
+    let mut caller = Caller::current().unwrap();
+    caller.cwd = std::env::temp_dir();
+    let r = d.answer(
+        &me(),
+        Request::RunStart {
+            profile: Box::new(Profile::from_command(vec!["sleep".into(), "60".into()])),
+            caller,
+            knobs: Default::default(),
+            why: None,
+        },
+    );
+    let Response::RunStarted { run } = r else {
+        panic!("{r:?}")
+    };
+    let mut links = Vec::new();
+    for rank in 0..2u32 {
+        let (tx, _rx) = tokio::sync::mpsc::channel(16);
+        let spec = RankSpec {
+            rank,
+            world_size: 2,
+            local_rank: Some(rank),
+            host: Some("node".into()),
+            gpu: Some(rank),
+            gpu_uuid: None,
+        };
+        d.trainer_attach(
+            100 + u64::from(rank),
+            tx.clone(),
+            &run.id,
+            Some(9000 + rank),
+            Some(spec),
+            &Default::default(),
+            &Default::default(),
+        )
+        .unwrap_or_else(|e| panic!("rank {rank}: {}", e.message));
+        links.push(tx);
+    }
+    (run.id, links)
+}
+
+#[test]
+fn a_governed_gpu_holds_its_jobs_other_gpu_at_its_cap() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = sim();
+    let d = daemon(tmp.path(), false, &src);
+    tick(&d, &src);
+    let (run, _links) = two_rank_job(&d);
+    // Only GPU 0 is governed; GPU 1 trains rank 1 of the same job.
+    let r = d.answer(
+        &me(),
+        Request::ThermalSet {
+            gpus: GpuSelection::Some(vec![0]),
+            target_c: Some(70.0),
+            margin_c: None,
+            why: None,
+        },
+    );
+    assert!(matches!(r, Response::Control(_)), "{r:?}");
+    for s in 0..200 {
+        tick(&d, &src);
+        let c = caps(&src);
+        assert_eq!(c[0], c[1], "at {s} s the job's GPUs are apart: {c:?}");
+    }
+    let c = caps(&src);
+    assert!(c[0] < 620.0, "{c:?}");
+    let held: Vec<String> = node_events(&d)
+        .into_iter()
+        .filter_map(|e| match e {
+            NodeEvent::Governor {
+                change,
+                gpu: 0,
+                why,
+                ..
+            } if change == "job" => Some(why),
+            _ => None,
+        })
+        .collect();
+    assert!(!held.is_empty());
+    assert!(
+        held[0].starts_with("GPU 0 is at ")
+            && held[0].contains(&format!(": job {run}'s GPUs 0,1 held at ")),
+        "{held:?}"
+    );
+    // The governor goes: both GPUs are let go, back to 700 W.
+    d.answer(
+        &me(),
+        Request::ThermalOff {
+            gpus: GpuSelection::All,
+            why: None,
+        },
+    );
+    tick(&d, &src);
+    assert_eq!(caps(&src), vec![700.0, 700.0]);
+    d.answer(
+        &me(),
+        Request::RunStop {
+            run,
+            kill: true,
+            grace_s: None,
+            why: None,
+        },
+    );
 }

@@ -123,3 +123,90 @@ fn the_run_ending_mid_way_puts_the_starting_caps_back() {
     );
     assert_eq!(caps(&c), [700.0, 700.0]);
 }
+
+/// A data-parallel job of `world` synthetic ranks on GPUs 0.. of the simulated node, of which
+/// ranks `started` run; its id once they all report.
+fn start_job(home: &Home, world: u32, started: &[u32]) -> String {
+    let bin = env!("CARGO_BIN_EXE_gpupilot");
+    let starts: Vec<String> = started
+        .iter()
+        .map(|r| {
+            format!("RANK={r} LOCAL_RANK={r} WORLD_SIZE={world} {bin} synthetic-train --speed 4 &")
+        })
+        .collect();
+    let profile = home.dir.path().join("ddp.toml");
+    std::fs::write(
+        &profile,
+        format!(
+            "name = \"ddp\"\n[run]\ncommand = [\"sh\", \"-c\", \"{} wait\"]\n",
+            starts.join(" ")
+        ),
+    )
+    .unwrap();
+    let run = home
+        .ok(&["run", "--detach", &profile.display().to_string()])
+        .trim()
+        .to_string();
+    let c = home.client();
+    wait_for("every rank to report", Duration::from_secs(30), || {
+        c.run_metrics(&run, 0).is_ok_and(|m| {
+            m.trainer.ranks.len() == started.len()
+                && m.trainer.ranks.iter().all(|r| r.last.is_some())
+        })
+    });
+    run
+}
+
+#[test]
+fn a_job_of_several_ranks_is_tuned_as_one() {
+    let home = Home::new();
+    let _daemon = home.daemon(&[]);
+    let run = start_job(&home, 2, &[0, 1]);
+    let mut args = vec!["tune", "energy", &run];
+    args.extend(QUICK);
+    let out = home.run(&args, Duration::from_secs(120));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "tuning the power cap of job {run} (2 ranks) on GPUs 0,1 together, one cap for all"
+        )),
+        "{stderr}"
+    );
+    let saved = home.run_dir(&run).path().join("tune-energy.json");
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&saved).unwrap()).unwrap();
+    // Zeus's max power is the job's: both GPUs' maximum limits.
+    assert_eq!(r["max_power_w"].as_f64(), Some(1400.0), "{r}");
+    let best = r["best"]["cap_w"].as_f64().unwrap();
+    assert_eq!(caps(&home.client()), [best, best]);
+    // Every cap tried went to both GPUs in one change each.
+    let tried: Vec<serde_json::Value> = home
+        .node_events()
+        .into_iter()
+        .filter(|e| e["why"] == "energy tuner: trying a cap")
+        .collect();
+    assert!(tried.len() >= 6, "{tried:?}");
+    for pair in tried.chunks(2) {
+        assert_eq!(pair[0]["new"], pair[1]["new"], "{pair:?}");
+    }
+}
+
+#[test]
+fn a_job_whose_ranks_do_not_all_report_here_is_refused() {
+    let home = Home::new();
+    let _daemon = home.daemon(&[]);
+    // Rank 2 of 3 is on another node (or not started): its GPU's energy is out of sight.
+    let run = start_job(&home, 3, &[0, 1]);
+    let mut args = vec!["tune", "energy", &run];
+    args.extend(QUICK);
+    let out = home.run(&args, Duration::from_secs(60));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("a job of 3 ranks and 2 of them report to this daemon"),
+        "{stderr}"
+    );
+    assert_eq!(caps(&home.client()), [700.0, 700.0], "nothing was changed");
+}
