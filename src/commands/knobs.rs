@@ -9,7 +9,7 @@ use super::connect;
 use crate::cli::{GlobalArgs, SetArgs, SyntheticTrainArgs};
 use crate::client::{Client, KnobPending, Update};
 use crate::config::Paths;
-use crate::protocol::{ErrorCode, KnobName, KnobVia, NodeEvent};
+use crate::protocol::{ErrorCode, KnobName, KnobVia, NodeEvent, Request, Response};
 
 pub fn set(args: &SetArgs) -> anyhow::Result<ExitCode> {
     let client = connect(&Paths::from_env())?;
@@ -79,6 +79,35 @@ fn ranked(p: &KnobPending) -> Option<(u32, u64)> {
     }
 }
 
+/// How long the ranks of `run` should take to reach `apply_step` at the pace of the slowest
+/// (one `run_metrics` of no reports); None when they have not reported enough to tell.
+fn time_to_step(client: &Client, run: &str, apply_step: u64) -> Option<Duration> {
+    let asked = Request::RunMetrics {
+        run: run.into(),
+        since: 0,
+        max: Some(0),
+    };
+    let Ok(Response::RunMetrics { trainer, .. }) = client.request(asked) else {
+        return None;
+    };
+    let slowest = trainer
+        .ranks
+        .iter()
+        .filter_map(|r| r.steps_per_s)
+        .reduce(f64::min)?;
+    apply_wait(trainer.job?.step?, apply_step, slowest)
+}
+
+/// The wait for `apply_step` from `step` at `steps_per_s`: twice the time it takes, and two
+/// seconds more, at most an hour.
+fn apply_wait(step: u64, apply_step: u64, steps_per_s: f64) -> Option<Duration> {
+    if !(steps_per_s.is_finite() && steps_per_s > 0.0) {
+        return None;
+    }
+    let s = apply_step.saturating_sub(step) as f64 / steps_per_s;
+    Some(Duration::from_secs_f64((2.0 * s + 2.0).min(3600.0)))
+}
+
 /// `RUN: batch_size 32 → 64 proposed to 4 ranks for step 1234`.
 fn proposed_line(
     run: &str,
@@ -143,7 +172,7 @@ fn wait_for_answer(
     asked: Instant,
     old: &str,
 ) -> anyhow::Result<ExitCode> {
-    let deadline = asked + Duration::from_secs_f64(args.timeout.clamp(0.0, 3600.0));
+    let mut deadline = asked + Duration::from_secs_f64(args.timeout.clamp(0.0, 3600.0));
     let ranks = ranked(pending);
     // A change to several ranks: the round trip to the last vote, once every rank agreed.
     let mut agreed_ms: Option<f64> = None;
@@ -194,6 +223,11 @@ fn wait_for_answer(
                 eprintln!(
                     "{run}: all {n} ranks agreed in {rtt_ms:.1} ms; they apply it at step {apply_step}"
                 );
+                // Agreed: the change will land, at a step that slow steps may put past the
+                // timeout; wait for it as long as the ranks' pace says it takes.
+                if let Some(wait) = time_to_step(client, &run, apply_step) {
+                    deadline = deadline.max(Instant::now() + wait);
+                }
             }
             NodeEvent::KnobApplied {
                 run,
@@ -312,6 +346,19 @@ mod tests {
             called_off_line("r1", knob, 64, "rank 3 did not answer within 2000 ms", "32"),
             "gpupilot: r1: batch_size = 64 called off: rank 3 did not answer within 2000 ms; every rank keeps 32"
         );
+    }
+
+    #[test]
+    fn an_agreed_change_is_waited_for_as_long_as_the_ranks_pace_says() {
+        // 10 steps at 0.5 steps/s: 20 s, waited for twice that and 2 s more.
+        assert_eq!(apply_wait(100, 110, 0.5), Some(Duration::from_secs(42)));
+        assert_eq!(apply_wait(120, 110, 0.5), Some(Duration::from_secs(2)));
+        assert_eq!(
+            apply_wait(0, 1_000_000, 0.01),
+            Some(Duration::from_secs(3600))
+        );
+        assert_eq!(apply_wait(100, 110, 0.0), None);
+        assert_eq!(apply_wait(100, 110, f64::NAN), None);
     }
 
     #[test]
