@@ -123,6 +123,10 @@ each user's own daemon. See docs/operations.md, \"A root daemon for power contro
     /// time, reporting over the trainer channel (what `gpupilot demo` runs).
     #[command(hide = true)]
     SyntheticTrain(SyntheticTrainArgs),
+    /// N local ranks of a command with torchrun's environment (RANK, LOCAL_RANK, WORLD_SIZE,
+    /// MASTER_ADDR, MASTER_PORT, …): the process of a `launcher = "ranks"` run.
+    #[command(hide = true)]
+    Ranks(RanksArgs),
     /// This node's daemon on stdin and stdout, for `ssh NODE gpupilot bridge` (what
     /// `gpupilot attach --host NODE` runs); starts a daemon when none answers.
     Bridge,
@@ -289,6 +293,38 @@ pub struct SyntheticTrainArgs {
     /// Simulated seconds per wall-clock second.
     #[arg(long, value_name = "X", default_value_t = 1.0)]
     pub speed: f64,
+}
+
+/// Options of `gpupilot ranks`.
+#[derive(Debug, Args, Clone)]
+pub struct RanksArgs {
+    /// Ranks to start on this node (WORLD_SIZE).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub nproc: u32,
+    /// MASTER_ADDR: where rank 0 serves the rendezvous store.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1")]
+    pub master_addr: String,
+    /// MASTER_PORT (0: a free port, picked at start).
+    #[arg(long, value_name = "PORT", default_value_t = 0)]
+    pub master_port: u16,
+    /// Once a rank has failed, seconds the others get between SIGTERM and SIGKILL.
+    #[arg(long, value_name = "SECONDS", default_value_t = 10.0, value_parser = parse_grace)]
+    pub grace: f64,
+    /// The program every rank runs, and its arguments.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+fn parse_grace(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .parse()
+        .map_err(|_| format!("`{s}` is not a number of seconds"))?;
+    if !(v > 0.0 && v <= 3600.0) {
+        return Err(format!(
+            "grace must be more than 0 and at most 3600 seconds, got {v}"
+        ));
+    }
+    Ok(v)
 }
 
 /// Options of `gpupilot set`.
@@ -724,6 +760,35 @@ mod tests {
         assert_eq!(d.allow_group.as_deref(), Some("gpu-ops"));
         let cli = Cli::try_parse_from(["gpupilot", "power", "cap", "300", "--system"]).unwrap();
         assert!(cli.global.system, "--system is global");
+        let cli = Cli::try_parse_from([
+            "gpupilot",
+            "ranks",
+            "--nproc",
+            "3",
+            "--",
+            "sh",
+            "-c",
+            "echo $RANK",
+            "--nproc",
+        ])
+        .unwrap();
+        let Some(Command::Ranks(r)) = cli.command else {
+            panic!("not ranks")
+        };
+        assert_eq!(
+            (r.nproc, r.master_addr.as_str(), r.master_port, r.grace),
+            (3, "127.0.0.1", 0, 10.0)
+        );
+        assert_eq!(r.command, ["sh", "-c", "echo $RANK", "--nproc"]);
+        assert!(Cli::try_parse_from(["gpupilot", "ranks", "--nproc", "2"]).is_err());
+        assert!(Cli::try_parse_from(["gpupilot", "ranks", "--nproc", "0", "--", "t"]).is_err());
+        assert!(Cli::try_parse_from(["gpupilot", "ranks", "--nproc", "257", "--", "t"]).is_err());
+        assert!(
+            Cli::try_parse_from([
+                "gpupilot", "ranks", "--nproc", "2", "--grace", "0", "--", "t"
+            ])
+            .is_err()
+        );
         let cli = Cli::try_parse_from(["gpupilot", "profile", "check", "x.toml"]).unwrap();
         assert!(matches!(
             cli.command,

@@ -42,6 +42,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Some(Command::Set(args)) => commands::knobs::set(&args),
         Some(Command::Bridge) => commands::bridge::bridge(&g),
         Some(Command::SyntheticTrain(args)) => commands::knobs::synthetic_train(&g, &args),
+        Some(Command::Ranks(args)) => commands::ranks::ranks(&args),
         Some(Command::Clocks(cmd)) => commands::power::clocks(&g, &cmd),
         Some(Command::Doctor(args)) => commands::doctor::doctor(&g, &args),
         Some(Command::Advise(args)) => commands::advise::advise(&g, &args),

@@ -91,6 +91,20 @@ fn shipped_examples_say_what_the_docs_say() {
     );
     assert_eq!(t.run.gpus, GpuSelection::List((0..8).collect()));
 
+    let r = profile::check(profiles_dir().join("ranks-4.toml")).unwrap();
+    let Launcher::Ranks(spec) = &r.run.launcher else {
+        panic!("ranks-4 is not ranks: {:?}", r.run.launcher)
+    };
+    assert_eq!(
+        (spec.nproc, spec.master_addr.as_str(), spec.master_port),
+        (4, "127.0.0.1", None)
+    );
+    assert_eq!(r.run.gpus, GpuSelection::List((0..4).collect()));
+    assert_eq!(
+        r.run.command,
+        CommandSpec::Argv(vec!["python3".into(), "examples/train_ddp.py".into()])
+    );
+
     let s = profile::check(profiles_dir().join("shell-pipeline.toml")).unwrap();
     assert!(
         matches!(&s.run.command, CommandSpec::Shell(script) if script.contains("exec python3"))
@@ -235,7 +249,7 @@ fn parse_errors_name_file_line_and_column() {
     let msg = check_err(&[("p.toml", "[run]\nlauncher = \"mpirun\"\n")], "p.toml");
     assert!(
         msg.starts_with(
-            "DIR/p.toml:2:12: unknown variant `mpirun`, expected one of `local`, `torchrun`, `slurm`"
+            "DIR/p.toml:2:12: unknown variant `mpirun`, expected one of `local`, `torchrun`, `slurm`, `ranks`"
         ),
         "{msg}"
     );

@@ -16,6 +16,7 @@ mod follow;
 pub mod knobs;
 pub mod power;
 pub mod profile;
+pub mod ranks;
 pub mod runs;
 pub mod system;
 pub mod thermal;

@@ -66,6 +66,15 @@ pub fn summary(file: &Path, p: &Profile) -> String {
                 if t.nnodes == 1 { "" } else { "s" },
                 if t.standalone { ", standalone" } else { "" }
             ),
+            Launcher::Ranks(r) => format!(
+                "{} local rank{} with torchrun's environment, master {}",
+                r.nproc,
+                if r.nproc == 1 { "" } else { "s" },
+                match r.master_port {
+                    Some(port) => format!("{}:{port}", r.master_addr),
+                    None => format!("{} (a free port at each start)", r.master_addr),
+                }
+            ),
             Launcher::Slurm(s) => format!(
                 "slurm, {} node{} × {} GPU{}{}",
                 s.nodes,

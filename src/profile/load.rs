@@ -32,6 +32,7 @@ pub const SHIPPED: &[(&str, &str)] = &[
         "shell-pipeline",
         include_str!("../../profiles/shell-pipeline.toml"),
     ),
+    ("ranks-4", include_str!("../../profiles/ranks-4.toml")),
 ];
 
 /// Longest `extends` chain followed before giving up (a chain this long is a mistake).

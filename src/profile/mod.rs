@@ -1,7 +1,7 @@
 //! Profiles: what to run and how (`profiles/*.toml`, format in `docs/profiles.md`).
 //!
 //! A profile file says the command, its working directory and environment, the GPUs it sees, the
-//! launcher (local or torchrun), the restart policy, the knobs a trainer may have changed live
+//! launcher (local, N local ranks, torchrun or Slurm), the restart policy, the knobs a trainer may have changed live
 //! (batch size, prefetch depth) with their ranges, and placeholder `[power]`, `[thermal]` and
 //! `[alerts]` sections for the control work. `extends = "other"` layers one profile over another.
 //!
@@ -137,6 +137,32 @@ pub enum Launcher {
     Torchrun(TorchrunSpec),
     /// A Slurm batch job running `srun torchrun … COMMAND…` (see `supervisor::slurm`).
     Slurm(SlurmSpec),
+    /// `gpupilot ranks … -- COMMAND…`: N copies of the command on this node, each with
+    /// torchrun's environment (see `supervisor::ranks`); for where torchrun is missing or broken.
+    Ranks(RanksSpec),
+}
+
+/// `[run.ranks]`: N local ranks started by gpupilot itself with the environment torchrun gives
+/// its workers (`RANK`, `LOCAL_RANK`, `WORLD_SIZE`, `MASTER_ADDR`, `MASTER_PORT`, …).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RanksSpec {
+    /// Ranks on this node (1..=256): `WORLD_SIZE` and `LOCAL_WORLD_SIZE`.
+    pub nproc: u32,
+    /// `MASTER_ADDR` (default `127.0.0.1`).
+    pub master_addr: String,
+    /// `MASTER_PORT`; absent: a free loopback port picked at each start.
+    pub master_port: Option<u16>,
+    /// Seconds the other ranks get between SIGTERM and SIGKILL once one rank has failed.
+    pub grace_s: f64,
+}
+
+impl RanksSpec {
+    /// The most ranks one node may start.
+    pub const MAX_NPROC: u32 = 256;
+    /// `MASTER_ADDR` when the profile does not say.
+    pub const DEFAULT_MASTER_ADDR: &str = "127.0.0.1";
+    /// `grace_s` when the profile does not say.
+    pub const DEFAULT_GRACE_S: f64 = 10.0;
 }
 
 /// `[run.slurm]`: the job gpupilot submits with `sbatch` (see `docs/slurm.md`).

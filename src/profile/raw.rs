@@ -190,6 +190,7 @@ pub(crate) enum LauncherKind {
     Local,
     Torchrun,
     Slurm,
+    Ranks,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
@@ -219,6 +220,8 @@ pub(crate) struct RawRun {
     pub torchrun: Option<At<RawTorchrun>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub slurm: Option<At<RawSlurm>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ranks: Option<At<RawRanks>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub restart: Option<RawRestart>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -276,6 +279,20 @@ pub(crate) struct RawSlurm {
     pub program: Option<At<CommandValue>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub args: Option<Vec<String>>,
+}
+
+/// `[run.ranks]`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRanks {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nproc: Option<At<i64>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub master_addr: Option<At<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub master_port: Option<At<i64>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub grace_s: Option<At<f64>>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
@@ -447,6 +464,12 @@ impl RawRun {
                 rdzv_port: pick(c.rdzv_port, p.rdzv_port),
                 program: pick(c.program, p.program),
                 args: pick(c.args, p.args),
+            }),
+            ranks: nested_at(self.ranks, p.ranks, |c, p| RawRanks {
+                nproc: pick(c.nproc, p.nproc),
+                master_addr: pick(c.master_addr, p.master_addr),
+                master_port: pick(c.master_port, p.master_port),
+                grace_s: pick(c.grace_s, p.grace_s),
             }),
             restart: nested(self.restart, p.restart, |c, p| RawRestart {
                 policy: pick(c.policy, p.policy),

@@ -3,7 +3,8 @@
 
 use super::raw::{
     At, CommandValue, GpusValue, LauncherKind, RawAlerts, RawKnob, RawKnobs, RawMetrics, RawOnOom,
-    RawPower, RawProfile, RawRestart, RawRestartMode, RawRun, RawSlurm, RawThermal, RawTorchrun,
+    RawPower, RawProfile, RawRanks, RawRestart, RawRestartMode, RawRun, RawSlurm, RawThermal,
+    RawTorchrun,
 };
 use super::{
     CommandSpec, GpuSelection, Knob, Launcher, OnOom, Profile, RestartMode, ThermalTarget,
@@ -35,9 +36,20 @@ pub(crate) fn to_toml(p: &Profile) -> String {
         })),
         _ => None,
     };
+    let ranks = match &r.launcher {
+        Launcher::Ranks(k) => Some(At::bare(RawRanks {
+            nproc: Some(At::bare(i64::from(k.nproc))),
+            master_addr: Some(At::bare(k.master_addr.clone())),
+            // 0: a free port at each start.
+            master_port: Some(At::bare(k.master_port.map_or(0, i64::from))),
+            grace_s: Some(At::bare(k.grace_s)),
+        })),
+        _ => None,
+    };
     let (launcher, torchrun) = match &r.launcher {
         Launcher::Local => (LauncherKind::Local, None),
         Launcher::Slurm(_) => (LauncherKind::Slurm, None),
+        Launcher::Ranks(_) => (LauncherKind::Ranks, None),
         Launcher::Torchrun(t) => (
             LauncherKind::Torchrun,
             Some(At::bare(RawTorchrun {
@@ -93,6 +105,7 @@ pub(crate) fn to_toml(p: &Profile) -> String {
             ),
             torchrun,
             slurm,
+            ranks,
             restart: Some(RawRestart {
                 policy: Some(At::bare(policy)),
                 max_restarts: Some(At::bare(i64::from(r.restart.max_restarts))),

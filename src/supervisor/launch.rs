@@ -1,7 +1,9 @@
 //! From a profile to a running process.
 //!
 //! [`plan`] is pure: it turns a [`Profile`] and the [`Caller`] (the working directory and
-//! environment of whoever typed `gpupilot run`) into the exact argv, cwd and environment.
+//! environment of whoever typed `gpupilot run`) into the exact argv, cwd and environment. A run
+//! of N local ranks (`launcher = "ranks"`) is `gpupilot ranks … -- COMMAND…`, this very binary
+//! (see [`super::ranks`]).
 //! [`spawn`] starts that plan in its own session and process group, its stdout and stderr
 //! opened straight onto the run directory's log files, so the run's output never passes
 //! through the supervisor and nothing is lost when the supervisor dies.
@@ -24,7 +26,9 @@ use serde::{Deserialize, Serialize};
 
 use super::procfs;
 use super::rundir::RunDir;
-use crate::profile::{CommandSpec, GpuSelection, Knob, Launcher, Profile, SlurmSpec, TorchrunSpec};
+use crate::profile::{
+    CommandSpec, GpuSelection, Knob, Launcher, Profile, RanksSpec, SlurmSpec, TorchrunSpec,
+};
 
 /// The working directory and environment a run inherits: the caller's, as for any command the
 /// user types (an activated venv, PYTHONPATH, CUDA variables).
@@ -181,6 +185,10 @@ pub enum LaunchError {
     },
     #[error("a value for {0} was given, but the profile has no [knobs.{0}]")]
     NoSuchKnob(&'static str),
+    #[error(
+        "launcher = \"ranks\" starts the ranks through gpupilot itself, whose binary is not found: {0}"
+    )]
+    NoGpupilot(String),
 }
 
 /// The plan for `profile` started by `caller` as run `run_id` in `run_dir`. Pure but for
@@ -236,33 +244,29 @@ pub fn plan(
         run_id,
         run_dir,
     };
+    let command: Vec<String> = match &run.command {
+        CommandSpec::Argv(words) => words.iter().map(|w| values.apply(w)).collect(),
+        CommandSpec::Shell(script) => vec!["/bin/sh".into(), "-c".into(), values.apply(script)],
+    };
     let template: Vec<String> = match (&run.command, &run.launcher) {
-        (CommandSpec::Argv(words), Launcher::Local) => {
-            words.iter().map(|w| values.apply(w)).collect()
-        }
-        (CommandSpec::Argv(words), Launcher::Torchrun(spec)) => {
-            let words: Vec<String> = words.iter().map(|w| values.apply(w)).collect();
-            torchrun_argv(spec, &words)
-        }
-        (CommandSpec::Argv(words), Launcher::Slurm(spec)) => {
-            let words: Vec<String> = words.iter().map(|w| values.apply(w)).collect();
-            super::slurm::srun_argv(spec, &words)
-        }
+        // Every rank runs the command, a shell command too.
+        (_, Launcher::Ranks(spec)) => ranks_argv(&gpupilot_program()?, spec, &command),
+        (CommandSpec::Argv(_), Launcher::Torchrun(spec)) => torchrun_argv(spec, &command),
+        (CommandSpec::Argv(_), Launcher::Slurm(spec)) => super::slurm::srun_argv(spec, &command),
         // The profile check refuses a shell command with torchrun; run it locally regardless.
-        (CommandSpec::Shell(script), _) => {
-            vec!["/bin/sh".into(), "-c".into(), values.apply(script)]
-        }
+        _ => command.clone(),
     };
     let resume_args = run.resume_args.iter().map(|w| values.apply(w)).collect();
     let slurm = match &run.launcher {
         Launcher::Slurm(spec) => Some(spec.clone()),
         _ => None,
     };
-    // A Slurm run starts `sbatch` here; its command runs on the job's nodes.
-    let program = if slurm.is_some() {
-        "sbatch"
-    } else {
-        &template[0]
+    let program = match &run.launcher {
+        // A Slurm run starts `sbatch` here; its command runs on the job's nodes.
+        Launcher::Slurm(_) => "sbatch",
+        // `gpupilot ranks` is found already; what it starts must be found too.
+        Launcher::Ranks(_) => &command[0],
+        _ => &template[0],
     };
     check_program(program, env.get("PATH").map(String::as_str), &cwd)?;
     let shell = LaunchPlan {
@@ -323,22 +327,25 @@ impl Substitutions<'_> {
     }
 }
 
-/// `torchrun --nnodes N --nproc-per-node M [--standalone | --rdzv-…] [flags…] SCRIPT ARGS…`.
+/// `torchrun --nnodes N --nproc_per_node M [--standalone | --rdzv_…] [flags…] SCRIPT ARGS…`.
+///
+/// The flags are spelled with underscores: torchrun 1.x (Debian's python3-torch 1.13) knows only
+/// those, and torchrun 2.x accepts both spellings.
 pub fn torchrun_argv(spec: &TorchrunSpec, script_and_args: &[String]) -> Vec<String> {
     let mut argv = spec.program.clone();
     argv.extend([
         "--nnodes".into(),
         spec.nnodes.to_string(),
-        "--nproc-per-node".into(),
+        "--nproc_per_node".into(),
         spec.nproc_per_node.to_string(),
     ]);
     if spec.standalone {
         argv.push("--standalone".into());
     }
     let flags = [
-        ("--rdzv-backend", &spec.rdzv_backend),
-        ("--rdzv-endpoint", &spec.rdzv_endpoint),
-        ("--rdzv-id", &spec.rdzv_id),
+        ("--rdzv_backend", &spec.rdzv_backend),
+        ("--rdzv_endpoint", &spec.rdzv_endpoint),
+        ("--rdzv_id", &spec.rdzv_id),
     ];
     for (flag, value) in flags {
         if let Some(v) = value {
@@ -346,17 +353,54 @@ pub fn torchrun_argv(spec: &TorchrunSpec, script_and_args: &[String]) -> Vec<Str
         }
     }
     if let Some(m) = spec.max_restarts {
-        argv.extend(["--max-restarts".into(), m.to_string()]);
+        argv.extend(["--max_restarts".into(), m.to_string()]);
     }
     argv.extend(spec.args.iter().cloned());
     if spec.module {
         argv.push("-m".into());
     }
     if spec.no_python {
-        argv.push("--no-python".into());
+        argv.push("--no_python".into());
     }
     argv.extend(script_and_args.iter().cloned());
     argv
+}
+
+/// `GPUPILOT ranks --nproc N --master-addr A [--master-port P] --grace S -- COMMAND…`: the run's
+/// process starts N ranks of the command (see `gpupilot ranks`, [`super::ranks`]).
+pub fn ranks_argv(gpupilot: &Path, spec: &RanksSpec, command: &[String]) -> Vec<String> {
+    let mut argv = vec![
+        gpupilot.display().to_string(),
+        "ranks".into(),
+        "--nproc".into(),
+        spec.nproc.to_string(),
+        "--master-addr".into(),
+        spec.master_addr.clone(),
+    ];
+    if let Some(port) = spec.master_port {
+        argv.extend(["--master-port".into(), port.to_string()]);
+    }
+    argv.extend(["--grace".into(), spec.grace_s.to_string(), "--".into()]);
+    argv.extend(command.iter().cloned());
+    argv
+}
+
+/// This gpupilot's binary, which starts the ranks of a `launcher = "ranks"` run.
+fn gpupilot_program() -> Result<PathBuf, LaunchError> {
+    let exe = std::env::current_exe().map_err(|e| LaunchError::NoGpupilot(e.to_string()))?;
+    if exe.is_file() {
+        return Ok(exe);
+    }
+    // A daemon that outlived an upgrade of its binary: Linux names the old one
+    // `PATH (deleted)`, and the new one is at PATH.
+    let text = exe.to_string_lossy();
+    match text.strip_suffix(" (deleted)").map(PathBuf::from) {
+        Some(p) if p.is_file() => Ok(p),
+        _ => Err(LaunchError::NoGpupilot(format!(
+            "{} is gone (reinstalled?); restart the daemon",
+            exe.display()
+        ))),
+    }
 }
 
 /// Find `program` as exec would: a path with a `/` is taken from `cwd`, a bare name is
@@ -499,7 +543,7 @@ mod tests {
                 "torchrun",
                 "--nnodes",
                 "1",
-                "--nproc-per-node",
+                "--nproc_per_node",
                 "4",
                 "--standalone",
                 "train.py",
@@ -530,15 +574,15 @@ mod tests {
                 "torch.distributed.run",
                 "--nnodes",
                 "2",
-                "--nproc-per-node",
+                "--nproc_per_node",
                 "8",
-                "--rdzv-backend",
+                "--rdzv_backend",
                 "c10d",
-                "--rdzv-endpoint",
+                "--rdzv_endpoint",
                 "node0:29400",
-                "--rdzv-id",
+                "--rdzv_id",
                 "job7",
-                "--max-restarts",
+                "--max_restarts",
                 "1",
                 "--log-dir",
                 "logs",
@@ -636,6 +680,127 @@ mod tests {
             plan(&p, &caller(tmp.path()), "i", Path::new("/r"), &opts),
             Err(LaunchError::NoCwd(_))
         ));
+    }
+
+    #[test]
+    fn ranks_argv_starts_gpupilot_ranks() {
+        let mut spec = RanksSpec {
+            nproc: 3,
+            master_addr: "127.0.0.1".into(),
+            master_port: None,
+            grace_s: 10.0,
+        };
+        let gp = Path::new("/opt/gp/gpupilot");
+        assert_eq!(
+            ranks_argv(gp, &spec, &s(&["python3", "t.py", "--lr", "0.1"])),
+            s(&[
+                "/opt/gp/gpupilot",
+                "ranks",
+                "--nproc",
+                "3",
+                "--master-addr",
+                "127.0.0.1",
+                "--grace",
+                "10",
+                "--",
+                "python3",
+                "t.py",
+                "--lr",
+                "0.1"
+            ])
+        );
+        spec.master_port = Some(29501);
+        spec.master_addr = "10.0.0.7".into();
+        spec.grace_s = 2.5;
+        assert_eq!(
+            ranks_argv(gp, &spec, &s(&["t"])),
+            s(&[
+                "/opt/gp/gpupilot",
+                "ranks",
+                "--nproc",
+                "3",
+                "--master-addr",
+                "10.0.0.7",
+                "--master-port",
+                "29501",
+                "--grace",
+                "2.5",
+                "--",
+                "t"
+            ])
+        );
+    }
+
+    #[test]
+    fn plan_of_local_ranks() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = profile::parse_str(
+            "r.toml",
+            "[run]\nlauncher = \"ranks\"\ncommand = [\"sh\", \"-c\", \"true\", \"{batch_size}\", \"{run_id}\"]\n\
+             [run.ranks]\nnproc = 2\n[knobs.batch_size]\ninitial = 8\n",
+        )
+        .unwrap();
+        let opts = LaunchOptions::default();
+        let plan1 = plan(&p, &caller(tmp.path()), "id9", Path::new("/r"), &opts).unwrap();
+        let exe = std::env::current_exe().unwrap();
+        assert_eq!(plan1.argv[0], exe.display().to_string());
+        assert_eq!(
+            plan1.argv[1..],
+            s(&[
+                "ranks",
+                "--nproc",
+                "2",
+                "--master-addr",
+                "127.0.0.1",
+                "--grace",
+                "10",
+                "--",
+                "sh",
+                "-c",
+                "true",
+                "8",
+                "id9"
+            ])
+        );
+        assert!(plan1.command_uses("batch_size"));
+        let again = plan1.with_knobs(KnobValues {
+            batch_size: Some(16),
+            prefetch: None,
+        });
+        assert_eq!(again.argv.last().map(String::as_str), Some("id9"));
+        assert_eq!(again.argv[again.argv.len() - 2], "16");
+
+        // A shell command: every rank runs `sh -c SCRIPT`.
+        let p = profile::parse_str(
+            "r.toml",
+            "[run]\nlauncher = \"ranks\"\nshell = true\ncommand = \"echo $RANK\"\n[run.ranks]\nnproc = 4\nmaster_port = 29400\n",
+        )
+        .unwrap();
+        let plan2 = plan(&p, &caller(tmp.path()), "i", Path::new("/r"), &opts).unwrap();
+        assert_eq!(
+            plan2.argv[plan2.argv.len() - 7..],
+            s(&[
+                "29400",
+                "--grace",
+                "10",
+                "--",
+                "/bin/sh",
+                "-c",
+                "echo $RANK"
+            ])[..]
+        );
+
+        // The command the ranks run is looked for, not only gpupilot.
+        let p = profile::parse_str(
+            "r.toml",
+            "[run]\nlauncher = \"ranks\"\ncommand = [\"no-such-trainer-xyz\"]\n[run.ranks]\nnproc = 2\n",
+        )
+        .unwrap();
+        let err = plan(&p, &caller(tmp.path()), "i", Path::new("/r"), &opts).unwrap_err();
+        assert!(
+            matches!(&err, LaunchError::ProgramNotFound { program, .. } if program == "no-such-trainer-xyz"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -15,6 +15,7 @@
 //! - `rundir`: the run directory and its files ([`RunDir`]).
 //! - `events`: `events.jsonl` lines and `summary.json` ([`Event`], [`Summary`]).
 //! - `slurm`: runs that are Slurm batch jobs (`sbatch`, `squeue`, `scancel`).
+//! - `ranks`: N local ranks with torchrun's environment (`gpupilot ranks`, `launcher = "ranks"`).
 //! - `clock`, `procfs`, `signal`: time passed in, `/proc/PID/stat`, signals to a group.
 //!
 //! Nothing here talks to a socket or draws anything; the daemon drives [`Run::poll`].
@@ -24,6 +25,7 @@ pub mod clock;
 pub mod events;
 pub mod launch;
 pub mod procfs;
+pub mod ranks;
 pub mod restart;
 mod run;
 pub mod rundir;

@@ -2,6 +2,7 @@
 //! problem reported (in file order) with the place it was written. `[run]` here; the other
 //! sections in `sections`.
 
+mod ranks;
 mod sections;
 mod slurm;
 
@@ -298,8 +299,12 @@ fn launcher(
         .as_ref()
         .map_or(LauncherKind::Local, |l| l.value);
     slurm::misplaced(cx, run, kind);
+    ranks::misplaced(cx, run, kind);
     if kind == LauncherKind::Slurm {
         return slurm::launcher(cx, run, shell, command);
+    }
+    if kind == LauncherKind::Ranks {
+        return ranks::launcher(cx, run, gpus);
     }
     if kind == LauncherKind::Local {
         if let Some(t) = &run.torchrun {
