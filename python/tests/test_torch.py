@@ -1,23 +1,41 @@
 """gpupilot.torch: batch sizes that follow the knob, loaders rebuilt at a batch boundary.
 
-Runs where PyTorch is installed; elsewhere every test is skipped and the reason is printed.
+Runs where PyTorch is installed; elsewhere every test is skipped and the reason is printed,
+unless GPUPILOT_REQUIRE_TORCH=1 or GPUPILOT_REQUIRE_PEERS=1 (CI, `.ci/run`), where a missing
+PyTorch is a failure.
 """
 
+import os
 import sys
 import unittest
 
 import gpupilot
+
+REQUIRED = "1" in (os.environ.get("GPUPILOT_REQUIRE_TORCH"), os.environ.get("GPUPILOT_REQUIRE_PEERS"))
 
 try:
     import torch
     from torch.utils.data import DataLoader, SequentialSampler, RandomSampler, TensorDataset
 except ImportError as exc:
     torch = None
-    SKIP = "PyTorch is not installed ({}): the gpupilot.torch tests are skipped".format(exc)
-    sys.stderr.write("SKIP test_torch: " + SKIP + "\n")
+    MISSING = "PyTorch is not installed for {} ({})".format(sys.executable, exc)
+    SKIP = MISSING + ": the gpupilot.torch tests are skipped"
+    if not REQUIRED:
+        sys.stderr.write("SKIP test_torch: " + SKIP + "\n")
 else:
-    SKIP = ""
+    MISSING = SKIP = ""
     from gpupilot.torch import KnobBatchSampler, KnobLoader, loader_kwargs
+
+
+if torch is None and REQUIRED:
+
+    class TorchIsThereTest(unittest.TestCase):
+        def test_pytorch_is_installed(self):
+            self.fail(
+                MISSING + "; it is required here (GPUPILOT_REQUIRE_TORCH=1 or GPUPILOT_REQUIRE_PEERS=1): "
+                "install Debian's python3-torch and give the venv the system's packages "
+                "(python3 -m venv --system-site-packages .venv), as .ci/run does"
+            )
 
 
 def local(**knobs):
