@@ -13,8 +13,12 @@
 //! | ecc | uncorrected count above the first one seen | never (a GPU with uncorrected errors needs a reset) |
 //! | lost | the GPU fell off the bus | it answers again |
 //! | stalled | no log output or metrics for `stalled_after_s` | output again |
+//! | straggler | a rank of a job of several is the advisor's straggler (its step at least `raise_ratio` × the others' median) | below half that margin ([`STRAGGLER_CLEAR_FRAC`]) |
 //!
-//! A thing no longer observed (a run ended, a rule removed) has its alert cleared.
+//! A thing no longer observed (a run ended, a rule removed) has its alert cleared. A straggler
+//! alert is keyed by its run (`straggler:RUN`): one job, one alert, whichever rank it names;
+//! its message is the advisor's finding (the rank, its GPU, the cause, the command), refreshed
+//! while it lasts.
 //!
 //! [`run_hook`] runs the user's hook (an argv, never a shell) with the alert as JSON on its
 //! stdin, on a thread of its own, killed after a timeout: a slow or hung hook never holds up the
@@ -32,6 +36,10 @@ use serde::{Deserialize, Serialize};
 pub const TEMP_HYSTERESIS_C: f64 = 3.0;
 /// Power alerts clear below this fraction of their limit.
 pub const POWER_CLEAR_FRAC: f64 = 0.95;
+/// A straggler alert clears once the slowest rank is within this share of the margin that
+/// raised it (raised at 1.10×, cleared below 1.05×), so a job that hovers at the line is one
+/// alert.
+pub const STRAGGLER_CLEAR_FRAC: f64 = 0.5;
 /// A hook still running after this long is killed.
 pub const HOOK_TIMEOUT: Duration = Duration::from_secs(10);
 /// Hooks running at once, at most.
@@ -46,6 +54,8 @@ pub enum AlertKind {
     Ecc,
     Lost,
     Stalled,
+    /// One rank of a job of several holds the others back.
+    Straggler,
 }
 
 impl AlertKind {
@@ -56,6 +66,7 @@ impl AlertKind {
             AlertKind::Ecc => "ecc",
             AlertKind::Lost => "lost",
             AlertKind::Stalled => "stalled",
+            AlertKind::Straggler => "straggler",
         }
     }
 }
@@ -108,6 +119,19 @@ pub enum Observation {
         idle_s: f64,
         limit_s: f64,
     },
+    /// A job of several ranks, as the advisor judges it.
+    Straggler {
+        run: String,
+        /// Its slowest rank's step time over the median of the others' (1.23: 23% slower);
+        /// None when too few reports say.
+        ratio: Option<f64>,
+        /// The ratio that makes a straggler (the advisor's threshold).
+        raise_ratio: f64,
+        /// The straggler's GPU.
+        gpu: Option<u32>,
+        /// The finding in words, with its cause and command (when `ratio` makes one).
+        message: String,
+    },
 }
 
 impl Observation {
@@ -118,6 +142,7 @@ impl Observation {
             Observation::Ecc { gpu, .. } => format!("ecc:gpu{gpu}"),
             Observation::Lost { gpu, .. } => format!("lost:gpu{gpu}"),
             Observation::Stalled { run, .. } => format!("stalled:{run}"),
+            Observation::Straggler { run, .. } => format!("straggler:{run}"),
         }
     }
 }
@@ -162,10 +187,12 @@ impl Alerts {
                     changes.push(AlertChange::Raised(alert));
                 }
                 Verdict::Raise(alert) => {
-                    // Still on: keep when it started, refresh the figures.
+                    // Still on: keep when it started, refresh the figures (and, for a job,
+                    // which GPU holds it back now).
                     if let Some(a) = self.active.get_mut(&key) {
                         a.value = alert.value;
                         a.message = alert.message;
+                        a.gpu = alert.gpu;
                     }
                 }
                 Verdict::Clear if active => {
@@ -292,6 +319,33 @@ impl Alerts {
                     ))
                 } else {
                     Verdict::Clear
+                }
+            }
+            Observation::Straggler {
+                run,
+                ratio,
+                raise_ratio,
+                gpu,
+                message,
+            } => {
+                let Some(r) = *ratio else {
+                    // Too few reports: neither proof of a straggler nor of its recovery.
+                    return Verdict::Keep;
+                };
+                let clear_below = 1.0 + STRAGGLER_CLEAR_FRAC * (raise_ratio - 1.0);
+                if r >= *raise_ratio {
+                    Verdict::Raise(alert(
+                        AlertKind::Straggler,
+                        *gpu,
+                        Some(run),
+                        100.0 * (r - 1.0),
+                        Some(100.0 * (raise_ratio - 1.0)),
+                        format!("run {run}: {message}"),
+                    ))
+                } else if r < clear_below {
+                    Verdict::Clear
+                } else {
+                    Verdict::Keep
                 }
             }
         }
@@ -502,6 +556,64 @@ mod tests {
             "{}",
             ecc.message
         );
+    }
+
+    fn straggler(ratio: Option<f64>, gpu: u32) -> Observation {
+        Observation::Straggler {
+            run: "r1".into(),
+            ratio,
+            raise_ratio: 1.10,
+            gpu: Some(gpu),
+            message: format!(
+                "rank {gpu} on GPU {gpu} is {:.0}% slower than the median rank: thermal slowdown",
+                100.0 * (ratio.unwrap_or(1.0) - 1.0)
+            ),
+        }
+    }
+
+    #[test]
+    fn a_straggler_is_one_alert_per_job_while_it_lasts() {
+        let mut a = Alerts::new();
+        assert!(a.observe(&[straggler(Some(1.04), 2)], 0.0).is_empty());
+        let c = a.observe(&[straggler(Some(1.23), 2)], 1.0);
+        let [AlertChange::Raised(al)] = c.as_slice() else {
+            panic!("{c:?}")
+        };
+        assert_eq!(al.key, "straggler:r1");
+        assert_eq!(
+            (al.kind, al.gpu, al.run.as_deref()),
+            (AlertKind::Straggler, Some(2), Some("r1"))
+        );
+        assert_eq!(
+            al.message,
+            "run r1: rank 2 on GPU 2 is 23% slower than the median rank: thermal slowdown"
+        );
+        assert!((al.value.unwrap() - 23.0).abs() < 1e-9);
+        assert!((al.threshold.unwrap() - 10.0).abs() < 1e-9);
+        // Hovering between the clear line (1.05) and the raise line, or without reports: held;
+        // another rank taking the lead refreshes the message, not a new alert.
+        for (t, obs) in [
+            (2.0, straggler(Some(1.07), 2)),
+            (3.0, straggler(None, 2)),
+            (4.0, straggler(Some(1.3), 1)),
+        ] {
+            assert!(a.observe(&[obs], t).is_empty());
+        }
+        let al = a.active().next().unwrap();
+        assert_eq!((al.since_s, al.gpu), (1.0, Some(1)));
+        assert!(
+            al.message.contains("rank 1 on GPU 1 is 30% slower"),
+            "{}",
+            al.message
+        );
+        // Clearly over, then the job ends while another straggles.
+        let c = a.observe(&[straggler(Some(1.02), 1)], 5.0);
+        assert!(
+            matches!(c.as_slice(), [AlertChange::Cleared(al)] if al.kind == AlertKind::Straggler)
+        );
+        a.observe(&[straggler(Some(1.5), 0)], 6.0);
+        let c = a.observe(&[], 7.0);
+        assert!(matches!(c.as_slice(), [AlertChange::Cleared(_)]));
     }
 
     fn payload() -> HookPayload {

@@ -166,6 +166,9 @@ pub struct NodeControl {
     jobs: Vec<JobGroup>,
     /// The cap each governor-led job was last said to be held at, by run.
     jobs_said: BTreeMap<String, f64>,
+    /// Findings about live jobs made outside the loops (a straggler, by the advisor), alerted
+    /// with the rest at each step until replaced.
+    job_findings: Vec<Observation>,
 }
 
 impl NodeControl {
@@ -188,6 +191,7 @@ impl NodeControl {
             config_applied: false,
             jobs: Vec::new(),
             jobs_said: BTreeMap::new(),
+            job_findings: Vec::new(),
         };
         if let Some(w) = n.settings.node_budget_w {
             n.budget = Some(BudgetSetting {
@@ -942,6 +946,7 @@ impl NodeControl {
                 });
             }
         }
+        obs.extend(self.job_findings.iter().cloned());
         for c in self.alerts.observe(&obs, now) {
             let (change, alert) = match &c {
                 AlertChange::Raised(a) => ("raised", a),
@@ -992,6 +997,12 @@ impl NodeControl {
             )
             .filter(|r| r.any())
             .collect()
+    }
+
+    /// The findings about live jobs to alert on from the next step on (the daemon's straggler
+    /// verdicts: `Observation::Straggler`), replacing the last ones.
+    pub fn set_job_findings(&mut self, findings: Vec<Observation>) {
+        self.job_findings = findings;
     }
 
     /// The loops as clients see them.

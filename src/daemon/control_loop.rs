@@ -12,6 +12,10 @@
 //! (`Daemon::job_gpu_groups`), so that the governor and the budget can hold a job's GPUs at one
 //! cap (`control.toml`'s `[power] job_caps`).
 //!
+//! The advisor's straggler verdict on each live job of several ranks (from each rank's newest
+//! reports and the snapshot) reaches the loops as an alert observation, so a rank that holds
+//! its job back is an `alert` event, in the hooks and in `thermal`'s active alerts.
+//!
 //! A read-only daemon measures energy and raises alerts, but moves no cap.
 
 use std::path::Path;
@@ -19,7 +23,7 @@ use std::sync::Mutex;
 
 use super::auth::Peer;
 use super::state::{Daemon, RequestError, lock};
-use crate::control::alerts::{HOOK_TIMEOUT, run_hook};
+use crate::control::alerts::{HOOK_TIMEOUT, Observation, run_hook};
 use crate::control::governor::Target;
 use crate::control::node::{NodeControl, RunRules, RunView};
 use crate::control::settings;
@@ -27,6 +31,9 @@ use crate::control::status::ControlStatus;
 use crate::protocol::{ErrorCode, GpuSelection, Request, Response};
 use crate::supervisor::clock::parse_rfc3339;
 use crate::telemetry::Snapshot;
+
+/// Reports per rank the straggler verdict reads (about 16 s of the synthetic trainer's).
+const STRAGGLER_REPORTS: u64 = 64;
 
 /// The loops and what the daemon knows about them.
 #[derive(Default)]
@@ -77,8 +84,10 @@ impl Daemon {
             self.gpu_control()
         };
         let node = self.node().to_string();
+        let findings = self.straggler_findings(snap);
         let out = self.with_loops(|inner| {
             inner.gpus = snap.gpus.iter().map(|g| g.index).collect();
+            inner.node.set_job_findings(findings);
             inner
                 .node
                 .step(snap, &views, &load_rules, dev.as_deref(), &node)
@@ -123,6 +132,48 @@ impl Daemon {
                 recorded: info.energy.clone(),
                 dir: info.dir,
                 id: info.id,
+            })
+            .collect()
+    }
+
+    /// The straggler verdict on every live job of several ranks, as alert observations: each
+    /// rank's last [`STRAGGLER_REPORTS`] reports against the snapshot's GPUs.
+    fn straggler_findings(&self, snap: &Snapshot) -> Vec<Observation> {
+        use crate::advisor::{self, AdvisorInput, Thresholds, adapt};
+        let mut input = AdvisorInput {
+            now: crate::telemetry::now_s().max(snap.time_s),
+            gpus: snap
+                .gpus
+                .iter()
+                .map(|g| adapt::gpu_series(g, &[]))
+                .collect(),
+            runs: Vec::new(),
+        };
+        for (info, trainer) in self.live_trainers() {
+            let (Some(last), true) = (&trainer.last, trainer.ranks.len() >= 2) else {
+                continue;
+            };
+            let since = (last.n + 1).saturating_sub(STRAGGLER_REPORTS * trainer.ranks.len() as u64);
+            if let Ok(Response::RunMetrics {
+                points, trainer, ..
+            }) = self.run_metrics(&info.id, since, None)
+            {
+                let w = adapt::run_window(&info.id, Vec::new(), &points, &trainer, Vec::new());
+                input.runs.push(w);
+            }
+        }
+        let th = Thresholds::default();
+        advisor::stragglers(&input, &th)
+            .into_iter()
+            .map(|v| Observation::Straggler {
+                ratio: v.spread.as_ref().map(|s| s.ratio),
+                raise_ratio: th.straggler_ratio,
+                gpu: v.spread.as_ref().and_then(|s| s.gpu),
+                message: v.hint.map_or(String::new(), |h| match &h.action {
+                    Some(a) => format!("{} (`{}`)", h.summary, a.command()),
+                    None => h.summary,
+                }),
+                run: v.run,
             })
             .collect()
     }

@@ -118,6 +118,9 @@ fn fresh_node(s: &Scenario) -> Result<(Node, Vec<GpuExtra>), gpusim::SimError> {
             gpu.set_persistence(on);
         }
     }
+    for f in &s.cooling {
+        node.add_cooling_fault(f.clone())?;
+    }
     let extras = vec![GpuExtra::default(); node.gpus().len()];
     Ok((node, extras))
 }

@@ -51,6 +51,9 @@ pub struct Scenario {
     pub processes: Option<Vec<ScenarioProcess>>,
     /// Injected faults.
     pub faults: Faults,
+    /// Cooling faults (`[[faults]] kind = "cooling"`): physics the node simulates, not NVML
+    /// errors.
+    pub cooling: Vec<gpusim::CoolingFault>,
     /// Hash of the scenario text (or of "builtin"): a changed scenario starts a new shared node.
     pub hash: u64,
 }
@@ -124,6 +127,7 @@ impl Scenario {
             cuda_driver_version: DEFAULT_CUDA_DRIVER_VERSION,
             processes: None,
             faults: Faults::default(),
+            cooling: Vec::new(),
             hash: fnv1a(b"builtin"),
         }
     }

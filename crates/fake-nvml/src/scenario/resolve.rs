@@ -97,6 +97,8 @@ struct RawFault {
     at_s: Option<Spanned<f64>>,
     functions: Option<Vec<Spanned<String>>>,
     delay_ms: Option<Spanned<u64>>,
+    /// `cooling` only: what the GPU's thermal resistance is multiplied by.
+    thermal_resistance_scale: Option<Spanned<f64>>,
 }
 
 /// An error message and the byte range it is about.
@@ -233,8 +235,13 @@ pub(super) fn resolve(raw: RawScenario, text: &str) -> Result<Scenario, Located>
     };
 
     let mut faults = Vec::new();
+    let mut cooling = Vec::new();
     for f in raw.faults {
-        faults.push(resolve_fault(f, n)?);
+        if f.kind.get_ref() == "cooling" {
+            cooling.push(resolve_cooling(f, n)?);
+        } else {
+            faults.push(resolve_fault(f, n)?);
+        }
     }
 
     Ok(Scenario {
@@ -258,7 +265,54 @@ pub(super) fn resolve(raw: RawScenario, text: &str) -> Result<Scenario, Located>
             .unwrap_or(DEFAULT_CUDA_DRIVER_VERSION),
         processes,
         faults: Faults::new(faults),
+        cooling,
         hash: fnv1a(text.as_bytes()),
+    })
+}
+
+/// A `cooling` fault: physics (gpusim's [`gpusim::CoolingFault`]), not an NVML error — from
+/// `at_s` the GPU's thermal resistance is multiplied by `thermal_resistance_scale`.
+fn resolve_cooling(f: RawFault, n: usize) -> Result<gpusim::CoolingFault, Located> {
+    let kind_span = f.kind.span();
+    for (field, present) in [
+        ("functions", f.functions.is_some()),
+        ("delay_ms", f.delay_ms.is_some()),
+    ] {
+        if present {
+            return Err((
+                kind_span,
+                format!("fault kind `cooling` takes no `{field}`"),
+            ));
+        }
+    }
+    let gpu = match &f.gpu {
+        Some(g) => gpu_index(g, n)?,
+        None => return Err((kind_span, "fault kind `cooling` needs `gpu`".into())),
+    };
+    let scale = f.thermal_resistance_scale.ok_or_else(|| {
+        (
+            kind_span.clone(),
+            "fault kind `cooling` needs `thermal_resistance_scale`".to_string(),
+        )
+    })?;
+    let (min, max) = gpusim::gpu::COOLING_SCALE_RANGE;
+    if !(min..=max).contains(scale.get_ref()) {
+        return Err((
+            scale.span(),
+            format!("`thermal_resistance_scale` must be within {min}..={max}"),
+        ));
+    }
+    let at_s = match &f.at_s {
+        Some(a) if !(*a.get_ref() >= 0.0 && a.get_ref().is_finite()) => {
+            return Err((a.span(), "`at_s` must be 0 or more seconds".into()));
+        }
+        Some(a) => *a.get_ref(),
+        None => 0.0,
+    };
+    Ok(gpusim::CoolingFault {
+        gpu,
+        at_s,
+        thermal_resistance_scale: *scale.get_ref(),
     })
 }
 
@@ -349,6 +403,10 @@ fn resolve_fault(f: RawFault, n: usize) -> Result<Fault, Located> {
             format!("fault kind `{}` needs `{field}`", f.kind.get_ref()),
         )
     };
+    reject(
+        "thermal_resistance_scale",
+        f.thermal_resistance_scale.is_some(),
+    )?;
     match f.kind.get_ref().as_str() {
         "gpu_lost" => {
             reject("functions", functions.is_some())?;
@@ -389,7 +447,7 @@ fn resolve_fault(f: RawFault, n: usize) -> Result<Fault, Located> {
         other => Err((
             kind_span,
             format!(
-                "unknown fault kind `{other}`; known: gpu_lost, not_supported, slow, no_permission, power_limit_zero"
+                "unknown fault kind `{other}`; known: gpu_lost, not_supported, slow, no_permission, power_limit_zero, cooling"
             ),
         )),
     }

@@ -112,6 +112,43 @@ gpu = 1
 }
 
 #[test]
+fn a_cooling_fault_is_physics_for_gpusim() {
+    let s = Scenario::parse(
+        "count = 4\n[[faults]]\nkind = \"cooling\"\ngpu = 2\nat_s = 30.0\nthermal_resistance_scale = 3.0\n",
+        "s.toml",
+    )
+    .unwrap();
+    assert!(s.faults.is_empty(), "no NVML fault");
+    assert_eq!(
+        s.cooling,
+        [gpusim::CoolingFault {
+            gpu: 2,
+            at_s: 30.0,
+            thermal_resistance_scale: 3.0
+        }]
+    );
+    let e = err("count = 2\n[[faults]]\nkind = \"cooling\"\ngpu = 1\n");
+    assert!(
+        e.message.contains("needs `thermal_resistance_scale`"),
+        "{e}"
+    );
+    let e = err(
+        "count = 2\n[[faults]]\nkind = \"cooling\"\ngpu = 1\nthermal_resistance_scale = 99.0\n",
+    );
+    assert!(e.message.contains("within 0.5..=10"), "{e}");
+    assert_eq!(e.line, 5, "{e}");
+    let e = err("count = 2\n[[faults]]\nkind = \"cooling\"\nthermal_resistance_scale = 2.0\n");
+    assert!(e.message.contains("needs `gpu`"), "{e}");
+    let e = err(
+        "count = 2\n[[faults]]\nkind = \"gpu_lost\"\ngpu = 1\nthermal_resistance_scale = 2.0\n",
+    );
+    assert!(
+        e.message.contains("takes no `thermal_resistance_scale`"),
+        "{e}"
+    );
+}
+
+#[test]
 fn out_of_range_values() {
     assert!(err("count = 0\n").message.contains("1 to 64"));
     assert!(err("count = 65\n").message.contains("1 to 64"));
@@ -141,6 +178,13 @@ fn shipped_scenarios_parse() {
     let faults =
         Scenario::parse(include_str!("../../scenarios/faults.toml"), "faults.toml").unwrap();
     assert_eq!(faults.faults.len(), 6);
+    let straggler = Scenario::parse(
+        include_str!("../../scenarios/straggler-4xh100.toml"),
+        "straggler-4xh100.toml",
+    )
+    .unwrap();
+    assert_eq!(straggler.cooling.len(), 1);
+    assert!(straggler.faults.is_empty());
 }
 
 #[test]
