@@ -1,8 +1,8 @@
 //! The Run view's rank table, for a run of several ranks (a data-parallel job): one row per
 //! rank with where it trains (host, GPU), how far it is (step, step time, data wait) and what
 //! its GPU shows in the console's newest snapshot (utilization, SM clock against its maximum,
-//! temperature, power against its cap, throttle reasons). The slowest rank is marked `▸` and
-//! highlighted; the title carries the job's figures (samples/s summed, the slowest rank's step
+//! temperature, power against its cap, throttle reasons). The slowest rank, where it stands
+//! out from the others, is marked `▸` and highlighted; the title carries the job's figures (samples/s summed, the slowest rank's step
 //! time, rank 0's loss) and the bottom border a change in flight
 //! (`batch_size → 64 at step 1234 (3/4 ranks agreed)`).
 //!
@@ -117,6 +117,40 @@ pub fn straggler_cause(r: &RankInfo, gpu: Option<&GpuSample>) -> Option<&'static
     }
 }
 
+/// The slowest rank is marked only when it is slower than the others by this share of their
+/// median step time or more: ranks in step (a job at one pace) have no slowest worth a look.
+pub const SLOWEST_MARGIN: f64 = 0.02;
+
+/// The rank to mark as the slowest: the job's slowest, when its step time stands out from the
+/// others' (see [`SLOWEST_MARGIN`]).
+pub fn marked_slowest(ranks: &[RankInfo], slowest: Option<u32>) -> Option<u32> {
+    let step = |r: &RankInfo| {
+        r.last
+            .as_ref()?
+            .report
+            .step_time_s
+            .filter(|s| s.is_finite())
+    };
+    let s = slowest?;
+    let own = step(ranks.iter().find(|r| r.spec.rank == s)?)?;
+    let mut others: Vec<f64> = ranks
+        .iter()
+        .filter(|r| r.spec.rank != s)
+        .filter_map(step)
+        .collect();
+    if others.is_empty() {
+        return None;
+    }
+    others.sort_by(f64::total_cmp);
+    let n = others.len();
+    let median = if n % 2 == 1 {
+        others[n / 2]
+    } else {
+        (others[n / 2 - 1] + others[n / 2]) / 2.0
+    };
+    (own >= median * (1.0 + SLOWEST_MARGIN)).then_some(s)
+}
+
 /// The ranks to show in `rows` rows, by rank: all when they fit, else the lowest ones with the
 /// slowest kept in (in place of the last that would fit).
 pub fn shown(ranks: &[RankInfo], slowest: Option<u32>, rows: usize) -> Vec<&RankInfo> {
@@ -136,9 +170,9 @@ pub fn shown(ranks: &[RankInfo], slowest: Option<u32>, rows: usize) -> Vec<&Rank
     out
 }
 
-/// The job's figures as the title says them, longest first; the caller takes the first that
-/// fits.
-fn job_texts(job: &JobFigures, cause: Option<&str>) -> Vec<String> {
+/// The job's figures as the title says them, longest first (the slowest rank named where it is
+/// `marked`); the caller takes the first that fits.
+fn job_texts(job: &JobFigures, marked: Option<u32>, cause: Option<&str>) -> Vec<String> {
     let sps = job
         .samples_per_s
         .map_or_else(|| NA.to_string(), |v| Series::SamplesPerS.format(v));
@@ -148,7 +182,7 @@ fn job_texts(job: &JobFigures, cause: Option<&str>) -> Vec<String> {
     let loss = job
         .loss
         .map_or_else(|| NA.to_string(), |v| Series::Loss.format(v));
-    let slowest = |long: bool| match (job.slowest_rank, cause) {
+    let slowest = |long: bool| match (marked, cause) {
         (Some(r), Some(c)) if long => format!(" (slowest: rank {r}, {c})"),
         (Some(r), _) if long => format!(" (slowest: rank {r})"),
         (Some(r), _) => format!(" (rank {r})"),
@@ -385,13 +419,14 @@ pub fn render(t: &Theme, data: &Data, trainer: &TrainerInfo, area: Rect, buf: &m
         .max(trainer.ranks.len() as u32);
     let attached = trainer.ranks.iter().filter(|r| r.attached).count() as u32;
     let slowest = trainer.job.as_ref().and_then(|j| j.slowest_rank);
+    let marked = marked_slowest(&trainer.ranks, slowest);
     let rows_fit = area.height.saturating_sub(CHROME) as usize;
-    let ranks = shown(&trainer.ranks, slowest, rows_fit);
+    let ranks = shown(&trainer.ranks, marked, rows_fit);
     let rows: Vec<RankRow> = ranks
         .iter()
         .map(|r| {
             let gpu = gpu_of(snap, &r.spec);
-            rank_row(t, r, gpu, Some(r.spec.rank) == slowest && ranks.len() > 1)
+            rank_row(t, r, gpu, Some(r.spec.rank) == marked)
         })
         .collect();
 
@@ -418,13 +453,13 @@ pub fn render(t: &Theme, data: &Data, trainer: &TrainerInfo, area: Rect, buf: &m
             left = format!("{}on {one} ", left);
         }
     }
-    let cause = slowest.and_then(|s| {
+    let cause = marked.and_then(|s| {
         let r = trainer.ranks.iter().find(|r| r.spec.rank == s)?;
         straggler_cause(r, gpu_of(snap, &r.spec))
     });
     let job = trainer.job.clone().unwrap_or_default();
     let room = (area.width as usize).saturating_sub(left.chars().count() + 4);
-    let texts = job_texts(&job, cause);
+    let texts = job_texts(&job, marked, cause);
     let right = texts
         .iter()
         .find(|s| s.chars().count() + 2 <= room)
@@ -580,6 +615,25 @@ mod tests {
         assert_eq!(ids(shown(&ranks, Some(1), 3)), [0, 1, 2]);
         assert_eq!(ids(shown(&ranks, None, 2)), [0, 1]);
         assert!(shown(&ranks, Some(6), 0).is_empty());
+    }
+
+    #[test]
+    fn the_slowest_rank_is_marked_only_when_it_stands_out() {
+        let ranks: Vec<RankInfo> = [0.100, 0.101, 0.100, 0.1015]
+            .iter()
+            .enumerate()
+            .map(|(n, &s)| rank(n as u32, "node-a", n as u32, s, 0.0))
+            .collect();
+        assert_eq!(marked_slowest(&ranks, Some(3)), None, "a job in step");
+        let mut slow = ranks.clone();
+        slow[2] = rank(2, "node-a", 2, 0.125, 0.0);
+        assert_eq!(marked_slowest(&slow, Some(2)), Some(2));
+        assert_eq!(marked_slowest(&slow, None), None);
+        assert_eq!(
+            marked_slowest(&slow[2..3], Some(2)),
+            None,
+            "no other to compare"
+        );
     }
 
     #[test]
