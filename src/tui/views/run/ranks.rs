@@ -2,9 +2,9 @@
 //! rank with where it trains (host, GPU), how far it is (step, step time, data wait) and what
 //! its GPU shows in the console's newest snapshot (utilization, SM clock against its maximum,
 //! temperature, power against its cap, throttle reasons). The slowest rank, where it stands
-//! out from the others, is marked `▸` and highlighted; the title carries the job's figures (samples/s summed, the slowest rank's step
-//! time, rank 0's loss) and the bottom border a change in flight
-//! (`batch_size → 64 at step 1234 (3/4 ranks agreed)`).
+//! out from the others, is marked `▸` and highlighted; the title carries the job's figures
+//! (samples/s summed, the slowest rank's step time, rank 0's loss) and the bottom border a
+//! change in flight (`batch_size → 64 at step 1234 (3/4 ranks agreed)`).
 //!
 //! A rank on another host has no telemetry here (`N/A`): the snapshot is this node's. Where
 //! the rows do not all fit, the slowest rank stays among those shown and the border says how
