@@ -516,6 +516,59 @@ fn the_slowest_rank_is_highlighted() {
 }
 
 #[test]
+fn the_daemons_straggler_alert_shows_under_the_rank_table() {
+    use gpupilot::control::alerts::{Alert, AlertKind};
+    use gpupilot::control::status::ControlStatus;
+    let mut a = ranked_app();
+    let mut t = ranked_trainer();
+    t.staged = None;
+    a.on_update(Update::Metrics {
+        run: RUN.into(),
+        points: vec![],
+        reset: false,
+        trainer: Box::new(t),
+    });
+    let message = "rank 2 is 27 % slower than the others: its GPU 2 is held down by thermal \
+                   slowdown (`gpupilot thermal target 76 --gpu 2`)";
+    let alert = |run: &str| Alert {
+        key: format!("straggler:{run}"),
+        kind: AlertKind::Straggler,
+        gpu: Some(2),
+        run: Some(run.into()),
+        value: Some(1.27),
+        threshold: Some(1.1),
+        message: message.into(),
+        since_s: T0,
+    };
+    a.on_update(Update::Control(Box::new(ControlStatus {
+        alerts: vec![alert("20231114-215000-eval")],
+        ..ControlStatus::default()
+    })));
+    let screen = text(&render(&mut a, 200, 50));
+    // (The footer shows every alert; the table only its own run's.)
+    assert!(
+        !screen.contains("└ rank 2 is 27 % slower"),
+        "another run's alert: {screen}"
+    );
+    a.on_update(Update::Control(Box::new(ControlStatus {
+        alerts: vec![alert(RUN)],
+        ..ControlStatus::default()
+    })));
+    let screen = text(&render(&mut a, 200, 50));
+    assert!(screen.contains(&format!("└ {message} ─")), "{screen}");
+    // At 80 columns it is cut, beside the count of the ranks left out.
+    let small = text(&render(&mut a, 80, 24));
+    let border = small
+        .lines()
+        .find(|l| l.starts_with("└ rank 2 is 27 % slower"))
+        .unwrap_or_else(|| panic!("{small}"));
+    assert!(
+        border.contains('…') && border.contains("+1 more rank"),
+        "{border}"
+    );
+}
+
+#[test]
 fn a_rank_table_fits_small_terminals_and_never_panics() {
     for (w, h) in [(30, 10), (40, 12), (60, 16), (80, 20), (100, 30), (120, 40)] {
         let mut a = ranked_app();

@@ -146,7 +146,7 @@ impl Widget for RunView<'_> {
         }
         render_info(app, run, layout.info, buf);
         if let (Some(ranks_area), Some(tr)) = (layout.ranks, ranks::trainer_of(d, &run.id)) {
-            ranks::render(t, d, tr, ranks_area, buf);
+            ranks::render(t, d, &run.id, tr, ranks_area, buf);
         }
         if let Some(band_area) = layout.band {
             band::render(app, run, band_area, buf);

@@ -4,7 +4,8 @@
 //! temperature, power against its cap, throttle reasons). The slowest rank, where it stands
 //! out from the others, is marked `▸` and highlighted; the title carries the job's figures
 //! (samples/s summed, the slowest rank's step time, rank 0's loss) and the bottom border a
-//! change in flight (`batch_size → 64 at step 1234 (3/4 ranks agreed)`).
+//! change in flight (`batch_size → 64 at step 1234 (3/4 ranks agreed)`), else the daemon's
+//! straggler alert on the job (its cause and the command that acts on it).
 //!
 //! A rank on another host has no telemetry here (`N/A`): the snapshot is this node's. Where
 //! the rows do not all fit, the slowest rank stays among those shown and the border says how
@@ -12,6 +13,7 @@
 //! the clocks, …). Render only reads.
 
 use crate::config::theme::Theme;
+use crate::control::alerts::AlertKind;
 use crate::protocol::{JobFigures, RankInfo, RankSpec, StagedChange, TrainerInfo};
 use crate::telemetry::{GpuSample, Snapshot, throttle, throttle_reason_badges};
 use crate::tui::data::Data;
@@ -115,6 +117,18 @@ pub fn straggler_cause(r: &RankInfo, gpu: Option<&GpuSample>) -> Option<&'static
     } else {
         None
     }
+}
+
+/// The message of the daemon's straggler alert on `run`, while one is raised (the advisor's
+/// verdict: which rank, by how much, the cause its GPU shows and the command that acts on it).
+pub fn straggler_alert<'a>(data: &'a Data, run: &str) -> Option<&'a str> {
+    data.control
+        .as_ref()?
+        .alerts
+        .iter()
+        .find(|a| a.kind == AlertKind::Straggler && a.run.as_deref() == Some(run))
+        .map(|a| a.message.as_str())
+        .filter(|m| !m.is_empty())
 }
 
 /// The slowest rank is marked only when it is slower than the others by this share of their
@@ -411,7 +425,14 @@ fn columns(rows: &[RankRow], width: u16) -> Vec<(usize, u16)> {
 }
 
 /// Draw the rank table of `trainer` (a run of several ranks) in `area`.
-pub fn render(t: &Theme, data: &Data, trainer: &TrainerInfo, area: Rect, buf: &mut Buffer) {
+pub fn render(
+    t: &Theme,
+    data: &Data,
+    run: &str,
+    trainer: &TrainerInfo,
+    area: Rect,
+    buf: &mut Buffer,
+) {
     let snap = data.snapshot.as_ref();
     let world = trainer
         .world_size
@@ -471,20 +492,28 @@ pub fn render(t: &Theme, data: &Data, trainer: &TrainerInfo, area: Rect, buf: &m
     if !right.is_empty() {
         block = block.title(Line::styled(format!(" {right} "), t.text).right_aligned());
     }
-    if let Some(s) = &trainer.staged {
-        let style = match s.committed {
-            Some(false) => t.crit,
-            Some(true) => t.ok,
-            None => t.warn,
-        };
-        block = block.title_bottom(Line::styled(format!(" {} ", staged_text(s)), style));
-    }
+    // The bottom border: a change in flight, else the daemon's straggler alert on the job.
+    let said = match &trainer.staged {
+        Some(s) => Some((
+            staged_text(s),
+            match s.committed {
+                Some(false) => t.crit,
+                Some(true) => t.ok,
+                None => t.warn,
+            },
+        )),
+        None => straggler_alert(data, run).map(|m| (m.to_string(), t.warn)),
+    };
     let hidden = trainer.ranks.len().saturating_sub(ranks.len());
+    let mut said_w = 0;
+    if let Some((text, style)) = said {
+        // What fits beside the count of hidden ranks, when there is one.
+        let more_w = if hidden > 0 { 16 } else { 0 };
+        let text = fit(&text, (area.width as usize).saturating_sub(6 + more_w));
+        said_w = text.chars().count() + 3;
+        block = block.title_bottom(Line::styled(format!(" {text} "), style));
+    }
     if hidden > 0 {
-        let staged_w = trainer
-            .staged
-            .as_ref()
-            .map_or(0, |s| staged_text(s).chars().count() + 3);
         let more = if hidden == 1 {
             "+1 more rank".to_string()
         } else {
@@ -492,7 +521,7 @@ pub fn render(t: &Theme, data: &Data, trainer: &TrainerInfo, area: Rect, buf: &m
         };
         let long = format!(" {more}: gpupilot ps --json ");
         let short = format!(" {more} ");
-        let room = (area.width as usize).saturating_sub(staged_w + 2);
+        let room = (area.width as usize).saturating_sub(said_w + 2);
         if let Some(text) = [long, short]
             .into_iter()
             .find(|s| s.chars().count() <= room)
