@@ -56,7 +56,8 @@ def connect(knobs=None, ranges=None, queue_size=1024, env=None, gpu=None):
     GPU this process trains on, where ``LOCAL_RANK`` and ``CUDA_VISIBLE_DEVICES`` do not tell it.
 
     Without ``GPUPILOT_SOCKET`` and ``GPUPILOT_RUN_ID`` the trainer is local: every method works
-    and nothing is sent.
+    and nothing is sent. On a node other than the run's (``GPUPILOT_RUN_NODE``, a Slurm job's
+    compute node) it attaches through this node's own daemon, which relays it there (``_route``).
     """
     env = os.environ if env is None else env
     values = _initial_knobs(knobs, env)
@@ -64,6 +65,7 @@ def connect(knobs=None, ranges=None, queue_size=1024, env=None, gpu=None):
     run_id = env.get("GPUPILOT_RUN_ID") or None
     if socket_path is None or run_id is None:
         return Trainer(values, ranges)
+    socket_path, via_node = _route(env, socket_path)
     trainer = Trainer(
         values,
         ranges,
@@ -72,6 +74,7 @@ def connect(knobs=None, ranges=None, queue_size=1024, env=None, gpu=None):
         queue_size=queue_size,
         rank=_rank_spec(env, gpu),
     )
+    trainer._channel.via_node = via_node
     trainer._start()
     return trainer
 
@@ -692,6 +695,42 @@ def _env_int(env, name):
         log.warning("gpupilot: ignoring %s=%r (not a whole number)", name, raw)
         return None
     return value if value >= 0 else None
+
+
+def _route(env, socket_path):
+    """(socket, via_node): where the trainer connects, and the node to be relayed to.
+
+    ``GPUPILOT_RUN_NODE`` names the node whose daemon started the run (and serves
+    ``GPUPILOT_SOCKET``). A process on another node (a rank of a Slurm job) cannot reach that
+    socket: it connects to its own node's daemon instead, which relays it to the run's node over
+    SSH (docs/protocol.md, "Ranks on other nodes").
+    """
+    run_node = (env.get("GPUPILOT_RUN_NODE") or "").strip()
+    if not run_node or run_node == _node_name(env):
+        return socket_path, None
+    return env.get("GPUPILOT_NODE_SOCKET") or _user_socket(env), run_node
+
+
+def _node_name(env):
+    """This node's name as its daemon says it: ``GPUPILOT_NODE_NAME``, else the host name."""
+    name = (env.get("GPUPILOT_NODE_NAME") or "").strip()
+    if name:
+        return name
+    try:
+        return socket.gethostname()
+    except OSError:
+        return None
+
+
+def _user_socket(env):
+    """The socket of this user's own daemon on this node (docs/protocol.md, "Connecting")."""
+    home = env.get("GPUPILOT_HOME")
+    if home:
+        return os.path.join(home, "run", "daemon.sock")
+    runtime = env.get("XDG_RUNTIME_DIR")
+    if runtime:
+        return os.path.join(runtime, "gpupilot", "daemon.sock")
+    return "/tmp/gpupilot-{}/daemon.sock".format(os.getuid())
 
 
 def _rank_spec(env, gpu=None):

@@ -29,6 +29,8 @@ BACKOFF_START_S = 0.2
 BACKOFF_MAX_S = 5.0
 # A daemon that neither answers the handshake nor takes our bytes within this is treated as gone.
 IO_TIMEOUT_S = 5.0
+# An attach relayed to another node waits for SSH and that node's daemon too.
+RELAY_TIMEOUT_S = 30.0
 # The daemon stamps metrics with its own clock, so a report held back longer than this (while the
 # daemon was away) would be recorded at the wrong time: it is dropped instead.
 MAX_REPORT_AGE_S = 10.0
@@ -106,6 +108,8 @@ class Channel(object):
         self.socket_path = socket_path
         self.run_id = run_id
         self.rank = rank
+        # The run's node, when it is not this one: this node's daemon relays the attach there.
+        self.via_node = None
         self.client_name = client_name
         self.connected = False
         # How many times the channel attached (a test and `repr` read it; only this thread writes).
@@ -245,11 +249,11 @@ class Channel(object):
         if data is not None:
             sock.sendall(data)
 
-    def _request(self, sock, frame, expect):
+    def _request(self, sock, frame, expect, timeout=IO_TIMEOUT_S):
         """Send a handshake request and wait for its answer, serving pushes meanwhile."""
         frame["id"] = self._new_id()
         self._write(sock, frame)
-        deadline = time.monotonic() + IO_TIMEOUT_S
+        deadline = time.monotonic() + timeout
         while True:
             for answer in self._read_frames(sock, deadline):
                 if answer.get("id") != frame["id"]:
@@ -283,7 +287,11 @@ class Channel(object):
             attach["ranges"] = ranges
         if self.rank:
             attach.update(self.rank)
-        answer = self._request(sock, attach, "trainer_attached")
+        timeout = IO_TIMEOUT_S
+        if self.via_node:
+            attach["via_node"] = self.via_node
+            timeout = RELAY_TIMEOUT_S
+        answer = self._request(sock, attach, "trainer_attached", timeout)
         values = answer.get("knobs")
         if isinstance(values, dict):
             self._handler.attached(values)

@@ -16,6 +16,7 @@
 //! - `control`: the GPU-settings requests (power caps, clock locks, the driver's target
 //!   temperature) through the control handle, originals recorded before the first change.
 //! - `server`: the accept loop and one task per connection (framing, handshake, pushes).
+//! - `relay`: a trainer of another node's run, relayed to that node's daemon over SSH.
 //! - `logs`: reading a chunk of a run's log for `logs -f`.
 //! - `detach`: `--detach`, starting the daemon in its own session in the background.
 //! - `logging`: tracing to `$STATE/daemon.log`.
@@ -40,6 +41,7 @@ mod metrics;
 mod ops;
 mod rank_changes;
 mod ranks;
+mod relay;
 mod run_power;
 mod runs;
 mod server;

@@ -35,6 +35,7 @@ impl Daemon {
             caller,
             &LaunchOptions {
                 socket: Some(self.socket().to_path_buf()),
+                node: Some(self.node().to_string()),
                 knobs,
             },
             &self.clock,

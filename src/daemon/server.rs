@@ -20,6 +20,7 @@ use tokio_util::codec::{FramedRead, LinesCodec, LinesCodecError};
 use tokio_util::sync::CancellationToken;
 
 use super::auth::{Access, Identity, Mode, Peer, Verdict, decide, group_entry};
+use super::relay;
 use super::state::Daemon;
 use crate::protocol::{
     self, ClientFrame, ErrorCode, MAX_REQUEST_FRAME, NodeEvent, Request, Response, ServerFrame,
@@ -179,6 +180,22 @@ async fn connection(
                 break;
             }
         };
+        // A trainer of another node's run (`via_node`): this connection becomes a relay to that
+        // node's daemon until either side closes (see `relay`).
+        if conn.greeted && conn.trainer_of.is_none() {
+            if let Some(ask) = relay::Ask::of(&frame, &line, daemon.node()) {
+                match relay::open(&daemon, &conn.mode, ask, &shutdown).await {
+                    Ok(relay) => {
+                        relay.serve(frames, conn.tx.clone(), &shutdown).await;
+                        break;
+                    }
+                    Err(answer) => {
+                        conn.send(answer).await;
+                        continue;
+                    }
+                }
+            }
+        }
         if !conn.handle(frame).await {
             break;
         }

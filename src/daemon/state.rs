@@ -365,11 +365,19 @@ pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The node's name (`/proc/sys/kernel/hostname`).
+/// The node's name: `GPUPILOT_NODE_NAME` where set (tests stand two daemons of one machine for
+/// two nodes with it), else `/proc/sys/kernel/hostname`. Other nodes' daemons reach this one
+/// under this name for trainer relays (`GPUPILOT_RUN_NODE`, see `relay`).
 fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|s| s.trim().to_string())
+    std::env::var("GPUPILOT_NODE_NAME")
         .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .or_else(|| {
+            std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .map(|s| s.trim().to_string())
+                .ok()
+        })
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| "localhost".into())
 }

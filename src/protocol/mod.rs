@@ -163,6 +163,11 @@ pub enum Request {
         max: Option<u32>,
     },
     /// Trainer channel: this connection is the trainer of `run` (from `GPUPILOT_RUN_ID`).
+    ///
+    /// A trainer on a node other than its run's (`GPUPILOT_RUN_NODE`) sends this to its own
+    /// node's daemon with one more field, `"via_node": NODE`; that daemon relays the connection
+    /// to NODE's daemon (`daemon::relay`, which reads the field from the frame as sent) and
+    /// forwards the attach without it, so the run's daemon sees an ordinary attach.
     TrainerAttach {
         run: String,
         #[serde(default)]

@@ -205,6 +205,25 @@ pub enum NodeEvent {
         pid: Option<u32>,
         reason: String,
     },
+    /// A trainer on this node attached to a run of another node (`node`, its daemon reached
+    /// over SSH): this daemon relays its connection there (see `daemon::relay`).
+    RelayOpened {
+        run: String,
+        node: String,
+        pid: Option<u32>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        rank: Option<u32>,
+    },
+    /// A relay for a trainer on this node could not be opened, or the other node's daemon
+    /// refused the attach: `reason` says why (the trainer was told and retries).
+    RelayFailed {
+        run: String,
+        node: String,
+        pid: Option<u32>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        rank: Option<u32>,
+        reason: String,
+    },
     /// A change to a run of several ranks was committed: every rank agreed to apply it at
     /// `apply_step`.
     KnobStaged {

@@ -63,6 +63,9 @@ pub struct KnobValues {
 pub struct LaunchOptions {
     /// `GPUPILOT_SOCKET`: the trainer channel, when a daemon serves one.
     pub socket: Option<PathBuf>,
+    /// `GPUPILOT_RUN_NODE`: the name of the node whose daemon serves that socket, so that ranks
+    /// on other nodes (a Slurm job's) attach through their own node's daemon instead.
+    pub node: Option<String>,
     pub knobs: KnobValues,
 }
 
@@ -225,8 +228,13 @@ pub fn plan(
     env.insert("GPUPILOT_RUN_DIR".into(), run_dir.display().to_string());
     // Never pass on a socket the caller inherited from some other run.
     env.remove("GPUPILOT_SOCKET");
+    env.remove("GPUPILOT_RUN_NODE");
     if let Some(s) = &opts.socket {
         env.insert("GPUPILOT_SOCKET".into(), s.display().to_string());
+        // Ranks on other nodes attach through their own node's daemon, relayed to this one.
+        if let Some(node) = &opts.node {
+            env.insert("GPUPILOT_RUN_NODE".into(), node.clone());
+        }
     }
 
     let knobs = KnobValues {
@@ -598,6 +606,7 @@ mod tests {
         env.insert("PATH".to_string(), "/usr/bin:/bin".to_string());
         env.insert("CUDA_VISIBLE_DEVICES".to_string(), "3".to_string());
         env.insert("GPUPILOT_SOCKET".to_string(), "/stale".to_string());
+        env.insert("GPUPILOT_RUN_NODE".to_string(), "stale-node".to_string());
         env.insert("KEEP".to_string(), "me".to_string());
         Caller {
             cwd: dir.to_path_buf(),
@@ -627,6 +636,7 @@ mod tests {
         .unwrap();
         let opts = LaunchOptions {
             socket: Some("/run/g.sock".into()),
+            node: Some("gpu-node-07".into()),
             knobs: KnobValues {
                 batch_size: Some(48),
                 prefetch: None,
@@ -641,9 +651,11 @@ mod tests {
         assert_eq!(plan.env["GPUPILOT_RUN_ID"], "id1");
         assert_eq!(plan.env["GPUPILOT_RUN_DIR"], "/r/id1");
         assert_eq!(plan.env["GPUPILOT_SOCKET"], "/run/g.sock");
+        assert_eq!(plan.env["GPUPILOT_RUN_NODE"], "gpu-node-07");
 
         let opts = LaunchOptions {
             socket: None,
+            node: None,
             knobs: KnobValues {
                 batch_size: Some(65),
                 prefetch: None,
@@ -664,6 +676,7 @@ mod tests {
         let plan1 = plan(&p, &caller(tmp.path()), "i", Path::new("/r"), &opts).unwrap();
         assert_eq!(plan1.env["CUDA_VISIBLE_DEVICES"], "3");
         assert!(!plan1.env.contains_key("GPUPILOT_SOCKET"));
+        assert!(!plan1.env.contains_key("GPUPILOT_RUN_NODE"));
         p.run.gpus = GpuSelection::All;
         let plan2 = plan(&p, &caller(tmp.path()), "i", Path::new("/r"), &opts).unwrap();
         assert!(!plan2.env.contains_key("CUDA_VISIBLE_DEVICES"));

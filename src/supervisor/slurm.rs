@@ -171,16 +171,42 @@ pub fn job_script(
     s.push_str(&format!(
         "\n# The c10d rendezvous runs on the job's first node.\n\
          {HEAD_VAR}=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n1)\n\
-         export {HEAD_VAR}\n\
-         exec"
+         export {HEAD_VAR}\n"
     ));
-    for w in argv {
+    s.push_str(NODE_SETUP);
+    s.push_str("exec");
+    for (i, w) in argv.iter().enumerate() {
         s.push(' ');
         s.push_str(&script_word(spec, w));
+        // Each node's task runs the setup first, then torchrun in its place.
+        if i == 0 && w == "srun" {
+            s.push_str(&format!(" /bin/sh -c \"${NODE_SETUP_VAR}\" gpupilot-node"));
+        }
     }
     s.push('\n');
     s
 }
+
+/// The variable of the job script that holds [`NODE_SETUP`]'s commands.
+const NODE_SETUP_VAR: &str = "GPUPILOT_NODE_SETUP";
+
+/// What each node's task does before torchrun (`sh -c "$GPUPILOT_NODE_SETUP" gpupilot-node
+/// torchrun …`). A rank on a node other than the run's (`GPUPILOT_RUN_NODE`, the node whose
+/// daemon submitted the job) attaches through a daemon of its own node, which relays it to the
+/// run's daemon over SSH (`daemon::relay`). So on such a node, unless the job names one
+/// (`GPUPILOT_NODE_SOCKET`), the task starts the user's daemon in a home of the node's own
+/// (`/tmp`: a home directory shared by the nodes would have that daemon adopt the login node's
+/// runs), which `--detach` does only where none runs yet, and points the ranks at it.
+const NODE_SETUP: &str = r#"
+# Ranks on nodes other than the run's reach its trainer channel through a gpupilot daemon of
+# their own node, which relays them to the run's daemon over SSH (docs/slurm.md).
+GPUPILOT_NODE_SETUP='if [ -n "$GPUPILOT_RUN_NODE" ] && [ -z "$GPUPILOT_NODE_SOCKET" ] &&
+    [ "${GPUPILOT_NODE_NAME:-$(uname -n)}" != "$GPUPILOT_RUN_NODE" ] && command -v gpupilot >/dev/null; then
+  GPUPILOT_HOME=/tmp/gpupilot-node-$(id -u) gpupilot daemon --detach >/dev/null 2>&1
+  export GPUPILOT_NODE_SOCKET=/tmp/gpupilot-node-$(id -u)/run/daemon.sock
+fi
+exec "$@"'
+"#;
 
 /// Write the job script for `plan` into the run directory and submit it; the job.
 pub fn submit(
@@ -732,7 +758,8 @@ mod tests {
             "#SBATCH --open-mode=append",
             "#SBATCH --exclusive",
             "GPUPILOT_RDZV_HOST=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n1)",
-            "exec srun torchrun --nnodes \"$SLURM_NNODES\" --nproc-per-node 8 --rdzv-backend c10d \
+            "exec srun /bin/sh -c \"$GPUPILOT_NODE_SETUP\" gpupilot-node torchrun --nnodes \
+             \"$SLURM_NNODES\" --nproc-per-node 8 --rdzv-backend c10d \
              --rdzv-endpoint \"${GPUPILOT_RDZV_HOST}:29500\" --rdzv-id \"$SLURM_JOB_ID\" \
              train.py --lr '0.1 x'",
         ] {
@@ -740,6 +767,86 @@ mod tests {
                 script.lines().any(|l| l == line),
                 "{line:?} not in\n{script}"
             );
+        }
+    }
+
+    /// The job script run on one node with stand-ins for `srun` (runs its command),
+    /// `scontrol`, `gpupilot` (says how it was called) and torchrun (prints the socket its
+    /// ranks would use): what the node's task did, given its environment.
+    fn node_task(env: &[(&str, &str)]) -> (String, String) {
+        let tmp = tempfile::tempdir().unwrap();
+        let bin = tmp.path().join("bin");
+        std::fs::create_dir(&bin).unwrap();
+        let called = tmp.path().join("gpupilot.called");
+        for (name, body) in [
+            ("srun", "exec \"$@\"".to_string()),
+            ("scontrol", "echo gpu07".to_string()),
+            (
+                "gpupilot",
+                format!("echo \"$GPUPILOT_HOME $*\" >> {}", called.display()),
+            ),
+            (
+                "torchrun",
+                "echo \"socket=$GPUPILOT_NODE_SOCKET args=$*\"".to_string(),
+            ),
+        ] {
+            let path = bin.join(name);
+            std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        let dir = RunDir::create(tmp.path(), "t", std::time::SystemTime::now()).unwrap();
+        let argv = srun_argv(&spec(), &s(&["train.py"]));
+        let script = job_script(&spec(), &argv, tmp.path(), dir.id(), &dir);
+        let out = Command::new("bash")
+            .arg("-c")
+            .arg(&script)
+            .env_clear()
+            .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+            .envs(env.iter().copied())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        (
+            String::from_utf8(out.stdout).unwrap(),
+            std::fs::read_to_string(&called).unwrap_or_default(),
+        )
+    }
+
+    #[test]
+    fn a_node_other_than_the_runs_starts_a_daemon_of_its_own_for_the_ranks() {
+        let uid = rustix::process::getuid().as_raw();
+        let home = format!("/tmp/gpupilot-node-{uid}");
+        let other = [
+            ("GPUPILOT_RUN_NODE", "login1"),
+            ("GPUPILOT_NODE_NAME", "gpu07"),
+        ];
+        let (out, called) = node_task(&other);
+        assert_eq!(called, format!("{home} daemon --detach\n"));
+        assert!(
+            out.starts_with(&format!("socket={home}/run/daemon.sock args=--nnodes ")),
+            "{out}"
+        );
+        assert!(out.trim_end().ends_with("--rdzv-id  train.py"), "{out}");
+        // On the run's own node, without a run node, or with a socket the job names: nothing.
+        for env in [
+            &[
+                ("GPUPILOT_RUN_NODE", "gpu07"),
+                ("GPUPILOT_NODE_NAME", "gpu07"),
+            ][..],
+            &[("GPUPILOT_NODE_NAME", "gpu07")][..],
+            &[
+                ("GPUPILOT_RUN_NODE", "login1"),
+                ("GPUPILOT_NODE_NAME", "gpu07"),
+                ("GPUPILOT_NODE_SOCKET", "/mine.sock"),
+            ][..],
+        ] {
+            let (out, called) = node_task(env);
+            assert_eq!(called, "", "{env:?}");
+            let socket = env
+                .iter()
+                .find(|(k, _)| *k == "GPUPILOT_NODE_SOCKET")
+                .map_or("", |(_, v)| v);
+            assert!(out.starts_with(&format!("socket={socket} args=")), "{out}");
         }
     }
 

@@ -123,6 +123,32 @@ pub fn columns(e: &NodeEvent) -> [String; 4] {
             format!("rank {rank} of {world_size} refused"),
             reason.clone(),
         ],
+        NodeEvent::RelayOpened {
+            run, node, rank, ..
+        } => [
+            "trainer".into(),
+            run.clone(),
+            match rank {
+                Some(r) => format!("rank {r} relayed to {node}"),
+                None => format!("relayed to {node}"),
+            },
+            String::new(),
+        ],
+        NodeEvent::RelayFailed {
+            run,
+            node,
+            rank,
+            reason,
+            ..
+        } => [
+            "trainer".into(),
+            run.clone(),
+            match rank {
+                Some(r) => format!("rank {r}: no relay to {node}"),
+                None => format!("no relay to {node}"),
+            },
+            reason.clone(),
+        ],
         NodeEvent::KnobStaged {
             run,
             knob,
