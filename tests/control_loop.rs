@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use gpupilot::config::Paths;
 use gpupilot::control::power::GpuControl;
-use gpupilot::daemon::{Daemon, Peer};
+use gpupilot::daemon::{Attach, Daemon, Peer};
 use gpupilot::profile::Profile;
 use gpupilot::protocol::{ErrorCode, GpuSelection, NodeEvent, RankSpec, Request, Response};
 use gpupilot::supervisor::Caller;
@@ -389,16 +389,14 @@ fn two_rank_job(d: &Daemon) -> (String, Vec<tokio::sync::mpsc::Sender<String>>) 
             gpu: Some(rank),
             gpu_uuid: None,
         };
-        d.trainer_attach(
-            100 + u64::from(rank),
-            tx.clone(),
-            &run.id,
-            Some(9000 + rank),
-            Some(spec),
-            &Default::default(),
-            &Default::default(),
-        )
-        .unwrap_or_else(|e| panic!("rank {rank}: {}", e.message));
+        let ask = Attach {
+            run: run.id.clone(),
+            pid: Some(9000 + rank),
+            rank: Some(spec),
+            ..Attach::default()
+        };
+        d.trainer_attach(100 + u64::from(rank), tx.clone(), ask)
+            .unwrap_or_else(|e| panic!("rank {rank}: {}", e.message));
         links.push(tx);
     }
     (run.id, links)

@@ -64,6 +64,7 @@ pub use lock::{DaemonLock, lock_holder, prepare_private_dir, prepare_shared_dir}
 pub use logs::utf8_cut;
 pub use metrics::{DEFAULT_ADDR as DEFAULT_METRICS_ADDR, parse_addr as parse_metrics_addr};
 pub use state::{Daemon, RequestError};
+pub use trainers::Attach;
 
 use crate::config::Paths;
 use crate::telemetry::{Sampler, SamplerConfig, Source};

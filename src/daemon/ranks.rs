@@ -20,7 +20,7 @@
 //! This file is bookkeeping only: no I/O, no locks, and times are given, not read, so tests
 //! drive it step by step. `trainers.rs` sends what it decides.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Instant;
 
 use tokio::sync::mpsc;
@@ -46,6 +46,12 @@ pub const MAX_WORLD_SIZE: u32 = 65_536;
 /// The longest host name or GPU UUID a rank may give.
 const MAX_NAME: usize = 255;
 
+/// A rank's pace is measured over its reports of about the last second: not over a burst (the
+/// reports a rank queued while it was away arrive together), nor over a long past.
+const RATE_WINDOW_S: f64 = 1.0;
+/// Step reports kept per rank for its pace (older than a few windows are let go).
+const RATE_SAMPLES: usize = 256;
+
 /// A trainer's connection: where to push knob changes.
 pub struct Link {
     pub conn: u64,
@@ -59,10 +65,8 @@ pub struct Rank {
     pub link: Option<Link>,
     /// Its newest report.
     pub last: Option<MetricsPoint>,
-    /// Its first report with a step in the current stretch of reporting (for the step rate).
-    first: Option<(u64, f64)>,
-    /// Its newest report with a step: (step, daemon time).
-    stepped: Option<(u64, f64)>,
+    /// Its recent reports with a step: (step, daemon time), oldest first.
+    stepped: VecDeque<(u64, f64)>,
 }
 
 impl Rank {
@@ -71,15 +75,31 @@ impl Rank {
             spec,
             link: None,
             last: None,
-            first: None,
-            stepped: None,
+            stepped: VecDeque::new(),
         }
     }
 
-    /// Steps per second between its first and newest step report (at least two reports).
+    /// Steps per second: over the last [`RATE_WINDOW_S`] of its reports (from the newest one at
+    /// least that much older than its newest), else over all it has if they span a quarter of
+    /// that, else from its own step time.
     fn rate(&self) -> Option<f64> {
-        let ((s0, t0), (s1, t1)) = (self.first?, self.stepped?);
-        (s1 > s0 && t1 > t0).then(|| (s1 - s0) as f64 / (t1 - t0))
+        let &(s1, t1) = self.stepped.back()?;
+        let measured = self
+            .stepped
+            .iter()
+            .rev()
+            .find(|(_, t)| *t <= t1 - RATE_WINDOW_S)
+            .or_else(|| {
+                self.stepped
+                    .front()
+                    .filter(|(_, t0)| t1 - t0 >= RATE_WINDOW_S / 4.0)
+            })
+            .filter(|&&(s0, t0)| s1 > s0 && t1 > t0)
+            .map(|&(s0, t0)| (s1 - s0) as f64 / (t1 - t0));
+        measured.or_else(|| {
+            let step_time = self.last.as_ref()?.report.step_time_s?;
+            (step_time > 0.0).then(|| 1.0 / step_time)
+        })
     }
 
     fn info(&self) -> RankInfo {
@@ -218,13 +238,18 @@ impl Ranks {
             return;
         };
         if let Some(step) = point.report.step {
-            match r.stepped {
-                // A step that went back: the script started over (a restart); so does the rate.
-                Some((s, _)) if step < s => r.first = Some((step, point.t)),
-                None => r.first = Some((step, point.t)),
-                _ => {}
+            // A step that went back: the script started over (a restart); so does the pace.
+            if r.stepped.back().is_some_and(|(s, _)| step < *s) {
+                r.stepped.clear();
             }
-            r.stepped = Some((step, point.t));
+            while r.stepped.len() >= RATE_SAMPLES
+                || r.stepped
+                    .front()
+                    .is_some_and(|(_, t)| *t < point.t - 4.0 * RATE_WINDOW_S)
+            {
+                r.stepped.pop_front();
+            }
+            r.stepped.push_back((step, point.t));
         }
         r.last = Some(point.clone());
     }
@@ -277,7 +302,7 @@ impl Ranks {
         let mut at = 0.0f64;
         let mut newest = 0u64;
         for (n, rank) in self.by_rank.iter().filter(|(_, r)| r.link.is_some()) {
-            let Some((step, t)) = rank.stepped else {
+            let Some(&(step, t)) = rank.stepped.back() else {
                 return Err(format!(
                     "rank {n} has reported no step yet: a change to several ranks is applied at \
                      a step, so every rank must report its step (gp.report(step=…))"
@@ -662,13 +687,30 @@ mod tests {
         r.record(1, &point(19, 2.0, 0.1));
         // Asked at t = 2.2: rank 0 is near step 22, and 0.5 s on near 27; the next step is 28.
         assert_eq!(r.apply_step(2.2).unwrap(), 28);
+        // A burst of queued reports does not make a rank look fast: 100 steps read at once,
+        // then 10 steps a second.
+        let mut burst = Ranks::default();
+        burst.attach(spec(0, 2), link(0, 10)).unwrap();
+        burst.attach(spec(1, 2), link(1, 11)).unwrap();
+        for s in 0..100 {
+            burst.record(0, &point(s, 10.0 + f64::from(s as u32) * 1e-4, 0.0));
+        }
+        for s in 100..=115 {
+            burst.record(0, &point(s, 10.0 + f64::from(s as u32 - 99) * 0.1, 0.0));
+        }
+        burst.record(1, &point(115, 11.6, 0.0));
+        let rate = burst.by_rank[&0].rate().unwrap();
+        assert!((rate - 10.0).abs() < 0.5, "{rate} steps/s");
         // Without a rate the lead is the minimum.
         let mut slow = Ranks::default();
         slow.attach(spec(0, 2), link(0, 10)).unwrap();
         slow.attach(spec(1, 2), link(1, 11)).unwrap();
-        slow.record(0, &point(5, 1.0, 0.1));
-        slow.record(1, &point(5, 1.0, 0.1));
+        slow.record(0, &point(5, 1.0, 0.0));
+        slow.record(1, &point(5, 1.0, 0.0));
         assert_eq!(slow.apply_step(1.0).unwrap(), 5 + MIN_LEAD_STEPS);
+        // With one report, its own step time gives the pace: 10 steps a second, 5 in 0.5 s.
+        slow.record(1, &point(5, 1.0, 0.1));
+        assert_eq!(slow.apply_step(1.0).unwrap(), 11);
     }
 
     fn staged(n: u32) -> Staged {

@@ -22,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 use super::auth::{Access, Identity, Mode, Peer, Verdict, decide, group_entry};
 use super::relay;
 use super::state::Daemon;
+use super::trainers::Attach;
 use crate::protocol::{
     self, ClientFrame, ErrorCode, MAX_REQUEST_FRAME, NodeEvent, Request, Response, ServerFrame,
 };
@@ -364,7 +365,14 @@ impl Conn {
                 let daemon = Arc::clone(&self.daemon);
                 let (conn, tx) = (self.id, self.tx.clone());
                 let answer = tokio::task::spawn_blocking(move || {
-                    daemon.trainer_attach(conn, tx, &run, pid, rank, &knobs, &ranges)
+                    let ask = Attach {
+                        run,
+                        pid,
+                        rank,
+                        knobs,
+                        ranges,
+                    };
+                    daemon.trainer_attach(conn, tx, ask)
                 })
                 .await;
                 match answer {

@@ -387,18 +387,37 @@ pub(super) fn with_value(mut values: KnobValues, knob: KnobName, v: i64) -> Knob
     values
 }
 
+/// What a `trainer_attach` asks.
+#[derive(Debug, Clone, Default)]
+pub struct Attach {
+    /// The run, as the trainer names it (`GPUPILOT_RUN_ID`).
+    pub run: String,
+    pub pid: Option<u32>,
+    /// Which rank of a distributed job; none for a single-process script.
+    pub rank: Option<RankSpec>,
+    /// The values the trainer uses now, by knob name.
+    pub knobs: BTreeMap<String, i64>,
+    /// Ranges for knobs the profile does not bound.
+    pub ranges: BTreeMap<String, KnobRange>,
+}
+
 impl Daemon {
-    /// `trainer_attach` on connection `conn`: the answer, and the knob pushes to send after it.
+    /// `trainer_attach` on connection `conn`: the run's id, the rank the trainer said it is,
+    /// the answer, and the knob pushes to send after it.
     pub fn trainer_attach(
         &self,
         conn: u64,
         tx: mpsc::Sender<String>,
-        spec: &str,
-        pid: Option<u32>,
-        rank: Option<RankSpec>,
-        knobs: &BTreeMap<String, i64>,
-        ranges: &BTreeMap<String, KnobRange>,
+        ask: Attach,
     ) -> Result<(String, Option<u32>, Response, Vec<String>), RequestError> {
+        let Attach {
+            run: spec,
+            pid,
+            rank,
+            knobs,
+            ranges,
+        } = ask;
+        let spec = spec.as_str();
         let said = rank.as_ref().map(|r| r.rank);
         let who = rank.unwrap_or(RankSpec {
             rank: 0,
@@ -446,14 +465,14 @@ impl Daemon {
         // A job of several ranks keeps the values it agreed on: a rank that attaches later
         // is told them (the SDK takes them when it has not started training yet).
         let distributed = ch.ranks.distributed();
-        for (name, v) in knobs {
+        for (name, v) in &knobs {
             if let Some(k) = KnobName::parse(name) {
                 if !distributed || !ch.values.contains_key(&k) {
                     ch.values.insert(k, *v);
                 }
             }
         }
-        for (name, r) in ranges {
+        for (name, r) in &ranges {
             if let Some(k) = KnobName::parse(name) {
                 ch.trainer_ranges.insert(k, *r);
             }
