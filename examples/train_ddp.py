@@ -15,6 +15,7 @@ Each step prints one JSON line: rank, step, epoch, the batch's size. The data is
 import argparse
 import json
 import os
+import sys
 import time
 
 import torch
@@ -78,7 +79,10 @@ def main():
             if args.step_sleep:
                 time.sleep(args.step_sleep)
             took = time.perf_counter() - started
-            print(json.dumps({"rank": rank, "step": step, "epoch": epoch, "bs": len(xb)}), flush=True)
+            # One write per line: the ranks share one log file, and print() writes the line
+            # and its newline apart when Python's output is unbuffered.
+            sys.stdout.write(json.dumps({"rank": rank, "step": step, "epoch": epoch, "bs": len(xb)}) + "\n")
+            sys.stdout.flush()
             gp.report(step=step, epoch=epoch, loss=loss.item(), samples_per_s=len(xb) / took, step_time_s=took)
             step += 1
     dist.barrier()

@@ -32,7 +32,7 @@ except ImportError as _exc:  # pragma: no cover - exercised where torch is missi
         "gpupilot's knobs directly (gp.pending('batch_size'), gp.knob('prefetch'))".format(_exc)
     )
 
-__all__ = ["KnobBatchSampler", "KnobLoader", "loader_kwargs"]
+__all__ = ["KnobBatchSampler", "KnobLoader", "loader_kwargs", "scale_lr_with_batch"]
 
 log = logging.getLogger("gpupilot")
 
@@ -306,3 +306,23 @@ def _shutdown(iterator):
 def cuda_oom_error():
     """The exception type torch raises when CUDA runs out of memory (RuntimeError on old torch)."""
     return getattr(_torch.cuda, "OutOfMemoryError", RuntimeError)
+
+
+def scale_lr_with_batch(optimizer, trainer, knob="batch_size"):
+    """Scale every parameter group's learning rate with the batch size (the linear rule: twice
+    the batch, twice the rate), each time a change of ``knob`` takes effect. Off unless called.
+
+    It runs as an ``on_applied`` callback: in a distributed job on the training thread, between
+    two steps, at the same step on every rank, so the ranks' optimizers stay alike. Returns the
+    callback (``trainer``'s, until the process ends).
+    """
+
+    def rescale(new, old):
+        if not old or not new:
+            return
+        factor = float(new) / float(old)
+        for group in optimizer.param_groups:
+            group["lr"] = group["lr"] * factor
+        log.info("gpupilot: learning rate scaled by %.4g for %s %s -> %s", factor, knob, old, new)
+
+    return trainer.on_applied(knob, rescale)
