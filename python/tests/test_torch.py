@@ -24,7 +24,7 @@ except ImportError as exc:
         sys.stderr.write("SKIP test_torch: " + SKIP + "\n")
 else:
     MISSING = SKIP = ""
-    from gpupilot.torch import KnobBatchSampler, KnobLoader, loader_kwargs
+    from gpupilot.torch import KnobBatchSampler, KnobLoader, loader_kwargs, scale_lr_with_batch
 
 
 if torch is None and REQUIRED:
@@ -196,3 +196,25 @@ class KnobLoaderTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+@unittest.skipIf(torch is None, SKIP)
+class ScaleLrTest(unittest.TestCase):
+    def test_the_learning_rate_follows_the_batch_size_once_applied(self):
+        gp = local(batch_size=32)
+        model = torch.nn.Linear(2, 1)
+        opt = torch.optim.SGD([{"params": [model.weight], "lr": 0.1}, {"params": [model.bias], "lr": 0.01}], lr=0.1)
+        scale_lr_with_batch(opt, gp)
+        self.assertTrue(gp.set("batch_size", 64))
+        self.assertEqual([round(g["lr"], 6) for g in opt.param_groups], [0.2, 0.02])
+        self.assertTrue(gp.set("batch_size", 16))
+        self.assertEqual([round(g["lr"], 6) for g in opt.param_groups], [0.05, 0.005])
+
+    def test_a_refused_change_leaves_the_rate(self):
+        gp = local(batch_size=32)
+        opt = torch.optim.SGD(torch.nn.Linear(2, 1).parameters(), lr=0.1)
+        scale_lr_with_batch(opt, gp)
+        gp.on_change("batch_size", lambda new, old: new <= 64)
+        with self.assertLogs("gpupilot", "WARNING"):
+            self.assertFalse(gp.set("batch_size", 128))
+        self.assertEqual(opt.param_groups[0]["lr"], 0.1)
