@@ -353,10 +353,10 @@ fn slurm_runs_finish_and_stop_and_are_adopted() {
          while [ $# -gt 0 ]; do\n\
            case \"$1\" in\n\
              --nnodes) nnodes=$2; shift 2;;\n\
-             --nproc-per-node) nproc=$2; shift 2;;\n\
-             --rdzv-backend) backend=$2; shift 2;;\n\
-             --rdzv-endpoint) endpoint=$2; shift 2;;\n\
-             --rdzv-id) id=$2; shift 2;;\n\
+             --nproc_per_node) nproc=$2; shift 2;;\n\
+             --rdzv_backend) backend=$2; shift 2;;\n\
+             --rdzv_endpoint) endpoint=$2; shift 2;;\n\
+             --rdzv_id) id=$2; shift 2;;\n\
              --*) shift;;\n\
              *) break;;\n\
            esac\n\

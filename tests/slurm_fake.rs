@@ -127,7 +127,7 @@ fn a_job_is_submitted_watched_and_ends() {
     let script = std::fs::read_to_string(run.dir().path().join("job.sh")).unwrap();
     assert!(script.contains("#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=1\n#SBATCH --gpus-per-node=4\n#SBATCH --partition=gpu\n"), "{script}");
     assert!(
-        script.contains("--nproc-per-node 4 --rdzv-backend c10d"),
+        script.contains("--nproc_per_node 4 --rdzv_backend c10d"),
         "{script}"
     );
 

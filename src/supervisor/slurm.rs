@@ -2,7 +2,7 @@
 //!
 //! Such a run has no local process: each attempt is a job submitted with `sbatch --parsable`
 //! from a script written into the run directory (`job.sh`), which runs
-//! `srun torchrun … --rdzv-backend c10d --rdzv-endpoint FIRST_NODE:PORT … SCRIPT ARGS…` with
+//! `srun torchrun … --rdzv_backend c10d --rdzv_endpoint FIRST_NODE:PORT … SCRIPT ARGS…` with
 //! its output appended to the run's `stdout.log` and `stderr.log`. The job id and what is known
 //! of the job (state, nodes) live in `slurm.json`, so a new daemon can adopt the run.
 //!
@@ -92,8 +92,8 @@ impl SlurmJob {
     }
 }
 
-/// `srun torchrun --nnodes $SLURM_NNODES --nproc-per-node G --rdzv-backend c10d
-/// --rdzv-endpoint $HEAD:PORT --rdzv-id $SLURM_JOB_ID [args…] SCRIPT ARGS…`: the line the job
+/// `srun torchrun --nnodes $SLURM_NNODES --nproc_per_node G --rdzv_backend c10d
+/// --rdzv_endpoint $HEAD:PORT --rdzv_id $SLURM_JOB_ID [args…] SCRIPT ARGS…`: the line the job
 /// script runs (three words expanded by its shell, see [`job_script`]).
 pub fn srun_argv(spec: &SlurmSpec, script_and_args: &[String]) -> Vec<String> {
     let mut argv = vec!["srun".to_string()];
@@ -101,13 +101,13 @@ pub fn srun_argv(spec: &SlurmSpec, script_and_args: &[String]) -> Vec<String> {
     argv.extend([
         "--nnodes".into(),
         NNODES_WORD.into(),
-        "--nproc-per-node".into(),
+        "--nproc_per_node".into(),
         spec.nproc_per_node.to_string(),
-        "--rdzv-backend".into(),
+        "--rdzv_backend".into(),
         "c10d".into(),
-        "--rdzv-endpoint".into(),
+        "--rdzv_endpoint".into(),
         endpoint_word(spec),
-        "--rdzv-id".into(),
+        "--rdzv_id".into(),
         JOB_ID_WORD.into(),
     ]);
     argv.extend(spec.args.iter().cloned());
@@ -729,13 +729,13 @@ mod tests {
                 "torchrun",
                 "--nnodes",
                 "$SLURM_NNODES",
-                "--nproc-per-node",
+                "--nproc_per_node",
                 "8",
-                "--rdzv-backend",
+                "--rdzv_backend",
                 "c10d",
-                "--rdzv-endpoint",
+                "--rdzv_endpoint",
                 "${GPUPILOT_RDZV_HOST}:29500",
-                "--rdzv-id",
+                "--rdzv_id",
                 "$SLURM_JOB_ID",
                 "train.py",
                 "--lr",
@@ -759,8 +759,8 @@ mod tests {
             "#SBATCH --exclusive",
             "GPUPILOT_RDZV_HOST=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n1)",
             "exec srun /bin/sh -c \"$GPUPILOT_NODE_SETUP\" gpupilot-node torchrun --nnodes \
-             \"$SLURM_NNODES\" --nproc-per-node 8 --rdzv-backend c10d \
-             --rdzv-endpoint \"${GPUPILOT_RDZV_HOST}:29500\" --rdzv-id \"$SLURM_JOB_ID\" \
+             \"$SLURM_NNODES\" --nproc_per_node 8 --rdzv_backend c10d \
+             --rdzv_endpoint \"${GPUPILOT_RDZV_HOST}:29500\" --rdzv_id \"$SLURM_JOB_ID\" \
              train.py --lr '0.1 x'",
         ] {
             assert!(
@@ -826,7 +826,7 @@ mod tests {
             out.starts_with(&format!("socket={home}/run/daemon.sock args=--nnodes ")),
             "{out}"
         );
-        assert!(out.trim_end().ends_with("--rdzv-id  train.py"), "{out}");
+        assert!(out.trim_end().ends_with("--rdzv_id  train.py"), "{out}");
         // On the run's own node, without a run node, or with a socket the job names: nothing.
         for env in [
             &[
