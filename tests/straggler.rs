@@ -5,6 +5,10 @@
 //! and "thermal slowdown" in `gpupilot advise --json`, with the thermal target that acts on
 //! it; the daemon raises the straggler alert; the job's figures name rank 2 as the slowest, and
 //! the ranks that wait for it report that wait.
+//!
+//! And the same synthetic ranks speak the distributed change protocol: a change lands on every
+//! rank at the step it was agreed for, and a batch that would not fit is refused by the ranks
+//! and called off on all of them.
 
 mod common;
 mod daemon_common;
@@ -12,7 +16,7 @@ mod nvml_daemon;
 
 use std::time::Duration;
 
-use daemon_common::wait_for;
+use daemon_common::{Home, wait_for};
 use gpupilot::client::Client;
 use gpupilot::telemetry::throttle;
 use nvml_daemon::NvmlDaemon;
@@ -160,4 +164,98 @@ fn a_thermally_throttled_gpu_makes_its_rank_the_named_straggler() {
     assert!(thermal.contains("rank 2 on GPU 2"), "{thermal}");
 
     s.ok(&["stop", &run, "--kill"]);
+}
+
+/// The four synthetic ranks of the demo's job, started by the `ranks` launcher.
+fn ranks_profile(dir: &std::path::Path) -> String {
+    let bin = env!("CARGO_BIN_EXE_gpupilot");
+    let path = dir.join("ranks.toml");
+    std::fs::write(
+        &path,
+        format!(
+            r#"name = "ranks"
+[run]
+command = ["{bin}", "synthetic-train", "--speed", "4"]
+launcher = "ranks"
+[run.ranks]
+nproc = 4
+[knobs.batch_size]
+initial = 256
+min = 8
+[knobs.prefetch]
+initial = 2
+min = 0
+max = 16
+"#
+        ),
+    )
+    .unwrap();
+    path.display().to_string()
+}
+
+#[test]
+fn synthetic_ranks_apply_a_change_at_its_step_and_refuse_a_batch_that_does_not_fit() {
+    let home = Home::new();
+    let _daemon = home.daemon(&[]);
+    let c = home.client();
+    let run = home
+        .ok(&["run", "--detach", &ranks_profile(home.dir.path())])
+        .trim()
+        .to_string();
+    wait_for("four ranks to report", Duration::from_secs(30), || {
+        c.run_metrics(&run, 0).is_ok_and(|m| {
+            m.trainer.ranks.len() == 4 && m.trainer.ranks.iter().all(|r| r.last.is_some())
+        })
+    });
+
+    let out = home.run(&["set", &run, "batch-size", "128"], Duration::from_secs(30));
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let head = format!("{run}: batch_size 256 → 128 applied on 4/4 ranks at step ");
+    let step: u64 = stdout
+        .strip_prefix(&head)
+        .and_then(|s| s.split(' ').next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("{stdout}"));
+    // Every rank's reports: the old batch up to step S − 1, the new one from step S on.
+    wait_for("reports past the step", Duration::from_secs(20), || {
+        let m = c.run_metrics(&run, 0).unwrap();
+        (0..4).all(|r| {
+            let after = m
+                .points
+                .iter()
+                .filter(|p| p.rank == Some(r) && p.report.step.is_some_and(|s| s > step))
+                .count();
+            after >= 3
+        })
+    });
+    let m = c.run_metrics(&run, 0).unwrap();
+    for p in m.points.iter().filter(|p| p.rank.is_some()) {
+        let (s, b) = (p.report.step.unwrap(), p.report.batch_size.unwrap());
+        assert_eq!(
+            b == 128,
+            s >= step,
+            "rank {:?} at step {s} with batch {b}",
+            p.rank
+        );
+    }
+
+    // A batch no rank's GPU holds: refused by the ranks, called off on every one.
+    let out = home.run(
+        &["set", &run, "batch-size", "4000000"],
+        Duration::from_secs(30),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!("{run}: batch_size = 4000000 called off: rank "))
+            && stderr.contains("GiB, the GPU has 79.6 GiB")
+            && stderr.contains("every rank keeps 128"),
+        "{stderr}"
+    );
+    home.ok(&["stop", &run]);
 }

@@ -209,8 +209,8 @@ pub struct Thresholds {
     /// Straggler: a rank's own step time at least this many times the median of the others'
     /// ([`straggler::RATIO`])…
     pub straggler_ratio: f64,
-    /// …over each rank's reports of the last this many seconds…
-    pub straggler_recent_s: f64,
+    /// …over each rank's newest this many reports in the window ([`straggler::REPORTS`])…
+    pub straggler_reports: usize,
     /// …of which every rank compared has at least this many ([`straggler::MIN_REPORTS`]).
     pub straggler_min_reports: usize,
 }
@@ -234,7 +234,7 @@ impl Default for Thresholds {
             drop_share: 0.1,
             drop_settle_s: 10.0,
             straggler_ratio: straggler::RATIO,
-            straggler_recent_s: straggler::RECENT_S,
+            straggler_reports: straggler::REPORTS,
             straggler_min_reports: straggler::MIN_REPORTS,
         }
     }

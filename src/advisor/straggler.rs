@@ -3,9 +3,12 @@
 //!
 //! Each rank reports its own step time (what its step would take alone: compute and data wait;
 //! the synthetic trainer and the SDK report the wait for the others apart, as `sync_wait_s`).
-//! Over each rank's reports of the last [`RECENT_S`] seconds (at least [`MIN_REPORTS`] of them,
-//! so one slow step is not a straggler), the rank with the longest median step is the
-//! straggler when that median is at least [`RATIO`] times the median of the other ranks'.
+//! Over each rank's newest [`REPORTS`] reports inside the window (at least [`MIN_REPORTS`] of
+//! them, so one slow step is not a straggler), the rank with the longest median step is the
+//! straggler when that median is at least [`RATIO`] times the median of the other ranks'. By
+//! count, not by time: a rank reporting four times a second is judged on its last four seconds,
+//! one reporting every ten seconds on its last minutes, and a straggler that recovered stops
+//! being named as soon as its newest reports say so.
 //!
 //! The cause is read from its GPU's newest sample (the rank's `gpu` → the telemetry's GPU of
 //! that index) against its siblings' (the other ranks' GPUs), in this order:
@@ -35,9 +38,8 @@ use crate::telemetry::{GpuSample, throttle};
 /// A rank is a straggler when its own step time is at least this many times the median of the
 /// others'.
 pub const RATIO: f64 = 1.10;
-/// Only reports of the last this many seconds count (a straggler that recovered stops being
-/// named within a minute).
-pub const RECENT_S: f64 = 60.0;
+/// Each rank is judged on at most its newest this many reports (inside the window).
+pub const REPORTS: usize = 16;
 /// Each rank compared needs at least this many reports in that time.
 pub const MIN_REPORTS: usize = 5;
 /// The thermal target suggested for a throttled straggler, below its slowdown temperature, °C.
@@ -147,13 +149,15 @@ fn median(mut v: Vec<f64>) -> Option<f64> {
 
 /// One rank's recent medians: (rank, step, data wait).
 fn rank_medians<'r>(w: &Window, r: &'r RankWindow) -> Option<(&'r RankWindow, f64, Option<f64>)> {
-    let from = (w.input.now - w.th.straggler_recent_s).max(w.from);
-    let recent: Vec<&MetricsPoint> = r
+    let mut recent: Vec<&MetricsPoint> = r
         .metrics
         .iter()
-        .filter(|m| m.t >= from && m.t <= w.input.now)
+        .rev()
+        .filter(|m| m.t >= w.from && m.t <= w.input.now)
         .filter(|m| m.step_time_s.is_some_and(|s| s > 0.0))
+        .take(w.th.straggler_reports.max(1))
         .collect();
+    recent.reverse();
     if recent.len() < w.th.straggler_min_reports.max(1) {
         return None;
     }
@@ -298,9 +302,6 @@ fn thermal(sc: &Scene, margin_c: f64, gpu: u32) -> Option<Told> {
     }
     if let Some(s) = sib {
         evidence.push(ev("siblings' SM clock (median)", s, "MHz"));
-    }
-    if flagged {
-        evidence.push(ev("thermal throttle reason set", 1.0, ""));
     }
     let words = if parts.is_empty() {
         "thermal slowdown".to_string()

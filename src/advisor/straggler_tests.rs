@@ -363,9 +363,9 @@ fn no_straggler_without_its_evidence() {
     assert!(straggler_hints(&input).is_empty());
     assert_eq!(verdict(&input).spread, None);
 
-    // Reports older than the recent window.
+    // Reports older than the window.
     let mut input = Job::new(rank2_slow).input(&snap);
-    input.now += straggler::RECENT_S + 31.0;
+    input.now += Thresholds::default().window_s + 31.0;
     assert!(straggler_hints(&input).is_empty());
 
     // A single process is no job.
@@ -374,6 +374,46 @@ fn no_straggler_without_its_evidence() {
     let input = job.input(&snap);
     assert!(input.runs[0].ranks.is_empty());
     assert!(stragglers(&input, &Thresholds::default()).is_empty());
+}
+
+/// Rank 2 at 0.3 s a step either in its newest [`straggler::REPORTS`] reports only
+/// (`slow_last`) or in all the others; everyone else at 0.2 s.
+fn slow_tail(job: &Job, slow_last: bool) -> AdvisorInput {
+    let mut input = job.input(&snapshot(|_| {}));
+    let rank2 = input.runs[0]
+        .ranks
+        .iter_mut()
+        .find(|r| r.rank == 2)
+        .unwrap();
+    let n = rank2.metrics.len();
+    for (k, m) in rank2.metrics.iter_mut().enumerate() {
+        if (k >= n.saturating_sub(straggler::REPORTS)) == slow_last {
+            m.step_time_s = Some(0.3);
+        }
+    }
+    input
+}
+
+#[test]
+fn each_rank_is_judged_on_its_newest_reports() {
+    // Slow for most of the window, in step for its newest reports: recovered, not named; and
+    // the other way round, named at once.
+    let mut job = Job::new(|_| (0.2, 0.004));
+    assert!(
+        straggler_hints(&slow_tail(&job, false)).is_empty(),
+        "recovered"
+    );
+    let h = &straggler_hints(&slow_tail(&job, true))[0];
+    assert!(
+        h.summary.starts_with("rank 2 on GPU 2 is 50% slower"),
+        "{}",
+        h.summary
+    );
+    job.reports_per_rank = straggler::MIN_REPORTS - 1;
+    assert!(
+        straggler_hints(&slow_tail(&job, true)).is_empty(),
+        "too few reports"
+    );
 }
 
 #[test]

@@ -32,8 +32,9 @@ use crate::protocol::{ErrorCode, GpuSelection, Request, Response};
 use crate::supervisor::clock::parse_rfc3339;
 use crate::telemetry::Snapshot;
 
-/// Reports per rank the straggler verdict reads (about 16 s of the synthetic trainer's).
-const STRAGGLER_REPORTS: u64 = 64;
+/// Reports per rank fetched for the straggler verdict: twice what it judges a rank on (the
+/// ranks' reports interleave, not always evenly).
+const STRAGGLER_REPORTS: u64 = 2 * crate::advisor::straggler::REPORTS as u64;
 
 /// The loops and what the daemon knows about them.
 #[derive(Default)]

@@ -2,9 +2,16 @@
 //!
 //! Used by `gpupilot demo`, `--source sim` and tests. It reports every field a real H100 would
 //! (fans only where the simulated part has one), so views can be exercised without a GPU.
+//!
+//! `GPUPILOT_SIM_COOLING_FAULT=GPU:AFTER_S:FACTOR` in the environment of the process that opens
+//! the source schedules a cooling fault on the node (gpusim's [`gpusim::CoolingFault`]): GPU
+//! `GPU`'s thermal resistance is multiplied by `FACTOR`, `AFTER_S` simulated seconds after the
+//! source opens (wall-clock seconds at the usual speed of 1). `gpupilot demo` gives it to its
+//! daemon (`2:60:3`: GPU 2 runs hot after a minute and throttles, so the demo's data-parallel
+//! job has a straggler to name). A value that does not parse is logged and ignored.
 
 use super::{GpuProcess, GpuSample, NodeInfo, Source, now_s};
-use gpusim::{Node, NodeConfig};
+use gpusim::{CoolingFault, Node, NodeConfig};
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -28,6 +35,15 @@ impl SimSource {
     pub fn new(config: &NodeConfig, warmup_s: f64) -> Result<SimSource, gpusim::SimError> {
         let mut node = Node::new(config)?;
         node.advance_to(warmup_s);
+        if let Some(v) = std::env::var_os(COOLING_FAULT_ENV) {
+            let v = v.to_string_lossy();
+            match parse_cooling_fault(&v, warmup_s)
+                .and_then(|f| node.add_cooling_fault(f).map_err(|e| e.to_string()))
+            {
+                Ok(()) => tracing::info!("simulator: cooling fault {COOLING_FAULT_ENV}={v}"),
+                Err(e) => tracing::warn!("simulator: {COOLING_FAULT_ENV}={v:?} not used: {e}"),
+            }
+        }
         Ok(SimSource {
             node: Mutex::new(node),
             started: Instant::now(),
@@ -139,6 +155,33 @@ impl Source for SimSource {
     }
 }
 
+/// The environment variable that schedules a cooling fault (see the module doc).
+pub const COOLING_FAULT_ENV: &str = "GPUPILOT_SIM_COOLING_FAULT";
+
+/// `GPU:AFTER_S:FACTOR` as a fault starting `AFTER_S` after `warmup_s` of simulated time.
+pub fn parse_cooling_fault(v: &str, warmup_s: f64) -> Result<CoolingFault, String> {
+    let parts: Vec<&str> = v.split(':').map(str::trim).collect();
+    let [gpu, after, factor] = parts.as_slice() else {
+        return Err("expected GPU:AFTER_S:FACTOR, e.g. 2:60:3".into());
+    };
+    let gpu: usize = gpu
+        .parse()
+        .map_err(|_| format!("`{gpu}` is not a GPU index"))?;
+    let after: f64 = after
+        .parse()
+        .ok()
+        .filter(|a: &f64| a.is_finite() && *a >= 0.0)
+        .ok_or_else(|| format!("`{after}` is not a number of seconds"))?;
+    let factor: f64 = factor
+        .parse()
+        .map_err(|_| format!("`{factor}` is not a factor"))?;
+    Ok(CoolingFault {
+        gpu,
+        at_s: warmup_s + after,
+        thermal_resistance_scale: factor,
+    })
+}
+
 /// A stable UUID-shaped id for simulated GPU `index` under `seed`.
 fn sim_uuid(seed: u64, index: usize) -> String {
     let x = seed
@@ -175,6 +218,22 @@ mod tests {
         assert_eq!(s.processes.as_ref().map(Vec::len), Some(1));
         // Past the last GPU: a lost placeholder, never a panic.
         assert!(src.sample_gpu(9).lost);
+    }
+
+    #[test]
+    fn a_cooling_fault_is_read_as_gpu_delay_and_factor() {
+        let f = parse_cooling_fault("2:60:3", 600.0).unwrap();
+        assert_eq!(
+            f,
+            CoolingFault {
+                gpu: 2,
+                at_s: 660.0,
+                thermal_resistance_scale: 3.0
+            }
+        );
+        for bad in ["2:60", "x:60:3", "2:-1:3", "2:60:hot", ""] {
+            assert!(parse_cooling_fault(bad, 0.0).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -90,7 +90,14 @@ struct Window {
 /// when the environment names one. Returns the process's exit code.
 pub fn run(opts: &Options) -> anyhow::Result<i32> {
     let plan = RankPlan::resolve(&opts.ranks, |k| std::env::var(k).ok())?;
-    let mut model = Model::new(opts)?;
+    // Each rank loads its own shard: its own loader jitter (rank 0 keeps the seed as given).
+    let seeded = Options {
+        seed: opts
+            .seed
+            .wrapping_add(u64::from(plan.rank).wrapping_mul(0x9E37_79B9_7F4A_7C15)),
+        ..opts.clone()
+    };
+    let mut model = Model::new(&seeded)?;
     let gpu = plan.gpu();
     let paced_by = if plan.distributed() {
         plan.job_gpus()
