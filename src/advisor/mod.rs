@@ -30,8 +30,6 @@ pub mod adapt;
 mod rules;
 pub mod straggler;
 #[cfg(test)]
-mod straggler_tests;
-#[cfg(test)]
 mod tests;
 
 use serde::{Deserialize, Serialize};

@@ -3,8 +3,9 @@
 //! acknowledgements and reports out, and the SM clocks of the job's GPUs from the daemon's
 //! newest telemetry snapshot.
 
+use crossbeam_channel::RecvTimeoutError;
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::model::Model;
 use super::staging::{Ack, Staging};
@@ -66,43 +67,65 @@ impl Channel {
     /// once and acknowledged; a proposal is voted on and staged; a decision is noted.
     pub(super) fn take_knobs(&self, model: &mut Model, staging: &mut Staging) {
         while let Ok(update) = self.client.updates().try_recv() {
-            match update {
-                Update::Knob {
-                    seq,
-                    knob,
-                    value,
-                    apply_step: None,
-                    ..
-                } => {
-                    let (applied, reason) = match model.set(knob, value) {
-                        Ok(()) => (true, None),
-                        Err(e) => (false, Some(e.to_string())),
-                    };
-                    let _ = self.client.request(Request::KnobAck {
-                        seq,
-                        applied,
-                        reason,
-                        step: None,
-                    });
-                }
-                Update::Knob {
-                    seq,
-                    knob,
-                    value,
-                    apply_step: Some(at),
-                    ..
-                } => {
-                    let vote = staging.propose(model, seq, knob, value, at);
-                    let _ = self.client.request(Request::KnobVote {
-                        seq: vote.seq,
-                        ready: vote.ready,
-                        reason: vote.reason,
-                        step: Some(vote.step),
-                    });
-                }
-                Update::KnobDecision { seq, commit, .. } => staging.decide(seq, commit),
-                _ => {}
+            self.take(update, model, staging);
+        }
+    }
+
+    /// Spend `d` (a step's time) answering knob pushes as they arrive, as a trainer's channel
+    /// thread does while its GPU computes: a vote goes out at once, and a decision that comes
+    /// during the step before the apply step is known when that step starts.
+    pub(super) fn wait(&self, d: Duration, model: &mut Model, staging: &mut Staging) {
+        let until = Instant::now() + d;
+        loop {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return;
             }
+            match self.client.updates().recv_timeout(left) {
+                Ok(update) => self.take(update, model, staging),
+                Err(RecvTimeoutError::Timeout) => return,
+                Err(RecvTimeoutError::Disconnected) => return std::thread::sleep(left),
+            }
+        }
+    }
+
+    fn take(&self, update: Update, model: &mut Model, staging: &mut Staging) {
+        match update {
+            Update::Knob {
+                seq,
+                knob,
+                value,
+                apply_step: None,
+                ..
+            } => {
+                let (applied, reason) = match model.set(knob, value) {
+                    Ok(()) => (true, None),
+                    Err(e) => (false, Some(e.to_string())),
+                };
+                let _ = self.client.request(Request::KnobAck {
+                    seq,
+                    applied,
+                    reason,
+                    step: None,
+                });
+            }
+            Update::Knob {
+                seq,
+                knob,
+                value,
+                apply_step: Some(at),
+                ..
+            } => {
+                let vote = staging.propose(model, seq, knob, value, at);
+                let _ = self.client.request(Request::KnobVote {
+                    seq: vote.seq,
+                    ready: vote.ready,
+                    reason: vote.reason,
+                    step: Some(vote.step),
+                });
+            }
+            Update::KnobDecision { seq, commit, .. } => staging.decide(seq, commit),
+            _ => {}
         }
     }
 

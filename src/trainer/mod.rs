@@ -84,6 +84,9 @@ struct Window {
     /// This rank's own step times (compute and data wait).
     own_s: f64,
     wait_s: f64,
+    /// The batch size and prefetch depth of the newest step.
+    batch: u32,
+    prefetch: u32,
 }
 
 /// `gpupilot synthetic-train`: train until `steps` (or a signal), reporting over the channel
@@ -167,9 +170,16 @@ pub fn run(opts: &Options) -> anyhow::Result<i32> {
         } else {
             timing.step_s
         };
-        std::thread::sleep(Duration::from_secs_f64(step_s / speed));
+        // What this step ran with (a change taken while it runs is for the next one).
+        window.batch = model.config.batch_size;
+        window.prefetch = model.config.prefetch_depth;
+        let wall = Duration::from_secs_f64(step_s / speed);
+        match &channel {
+            Some(ch) => ch.wait(wall, &mut model, &mut staging),
+            None => std::thread::sleep(wall),
+        }
         window.steps += 1;
-        window.samples += f64::from(model.config.batch_size);
+        window.samples += f64::from(window.batch);
         window.time_s += step_s;
         window.own_s += timing.step_s;
         window.wait_s += timing.data_wait_s;
@@ -212,8 +222,8 @@ fn report(model: &Model, w: &Window, clock_mhz: f64, rank: bool) -> MetricsRepor
         samples_per_s: Some(w.samples / w.time_s),
         step_time_s: Some(w.own_s / n),
         data_wait_s: Some(w.wait_s / n),
-        batch_size: Some(i64::from(model.config.batch_size)),
-        prefetch: Some(i64::from(model.config.prefetch_depth)),
+        batch_size: Some(i64::from(w.batch)),
+        prefetch: Some(i64::from(w.prefetch)),
         extra,
     }
 }
@@ -235,6 +245,7 @@ mod tests {
             let job = rank::job_step_s(t.step_s, [slow]);
             w.steps += 1;
             w.samples += 256.0;
+            (w.batch, w.prefetch) = (256, 2);
             w.time_s += job;
             w.own_s += t.step_s;
             w.wait_s += t.data_wait_s;
@@ -248,7 +259,10 @@ mod tests {
             "it waits for the slow GPU: {wait} against {own}"
         );
         assert!((r.samples_per_s.unwrap() - 256.0 / slow).abs() < 1e-6);
-        assert_eq!(r.step, Some(2));
+        assert_eq!(
+            (r.step, r.batch_size, r.prefetch),
+            (Some(2), Some(256), Some(2))
+        );
         // A single process reports no wait.
         let r = report(&m, &w, 1980.0, false);
         assert!(!r.extra.contains_key("sync_wait_s"));

@@ -1,8 +1,8 @@
 //! The straggler rule on hand-built jobs: a trainer side (ranks and their reports) and a
 //! telemetry snapshot, through the same adapters the daemon and `gpupilot advise` use.
 
-use super::straggler::{Cause, Verdict};
-use super::*;
+use super::{Cause, Verdict};
+use crate::advisor::*;
 use crate::protocol::{MetricsPoint as Report, MetricsReport, RankInfo, RankSpec, TrainerInfo};
 use crate::telemetry::{GpuProcess, Snapshot, throttle};
 
