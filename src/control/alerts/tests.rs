@@ -1,0 +1,209 @@
+//! Alerts: hysteresis, one alert per condition, and hooks that never hold the daemon up.
+
+use super::*;
+
+fn temp(gpu: u32, t: f64) -> Observation {
+    Observation::Temperature {
+        gpu,
+        temp_c: Some(t),
+        limit_c: 85.0,
+    }
+}
+
+#[test]
+fn one_hot_gpu_is_one_alert_not_one_per_sample() {
+    let mut a = Alerts::new();
+    let mut raised = 0;
+    let mut cleared = 0;
+    // Up through the limit, hovering around it (84–87), then cooling off.
+    let temps = [
+        80.0, 84.0, 85.5, 86.0, 84.5, 86.5, 83.0, 85.2, 84.0, 81.0, 79.0,
+    ];
+    for (i, t) in temps.iter().enumerate() {
+        for c in a.observe(&[temp(0, *t)], i as f64) {
+            match c {
+                AlertChange::Raised(al) => {
+                    raised += 1;
+                    assert_eq!(al.key, "temperature:gpu0");
+                    assert_eq!(al.message, "GPU 0 at 86 °C (alert at 85 °C)");
+                    assert_eq!(al.since_s, 2.0);
+                }
+                AlertChange::Cleared(al) => {
+                    cleared += 1;
+                    assert_eq!(al.since_s, 2.0);
+                }
+            }
+        }
+        if i == 8 {
+            assert_eq!(a.active().count(), 1, "84 °C is within the hysteresis");
+        }
+    }
+    assert_eq!((raised, cleared), (1, 1));
+}
+
+#[test]
+fn power_ecc_lost_and_stalled() {
+    let mut a = Alerts::new();
+    let obs = |p: f64, ecc: u64, lost: bool, idle: f64| {
+        vec![
+            Observation::Power {
+                gpu: 1,
+                power_w: Some(p),
+                limit_w: 600.0,
+            },
+            Observation::Ecc {
+                gpu: 1,
+                uncorrected: Some(ecc),
+            },
+            Observation::Lost { gpu: 2, lost },
+            Observation::Stalled {
+                run: "r1".into(),
+                idle_s: idle,
+                limit_s: 600.0,
+            },
+        ]
+    };
+    assert!(a.observe(&obs(500.0, 4, false, 10.0), 0.0).is_empty());
+    let c = a.observe(&obs(610.0, 5, true, 700.0), 1.0);
+    let kinds: Vec<AlertKind> = c
+        .iter()
+        .map(|c| match c {
+            AlertChange::Raised(a) => a.kind,
+            AlertChange::Cleared(_) => panic!("{c:?}"),
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            AlertKind::Power,
+            AlertKind::Ecc,
+            AlertKind::Lost,
+            AlertKind::Stalled
+        ]
+    );
+    // 580 W is above 95% of 600: the power alert holds; ECC stays; the rest clear.
+    let c = a.observe(&obs(580.0, 5, false, 1.0), 2.0);
+    assert_eq!(c.len(), 2, "{c:?}");
+    assert_eq!(a.active().count(), 2);
+    // The run ended: its observation is gone, and so is anything about it.
+    let c = a.observe(&obs(500.0, 5, false, 700.0)[..2], 3.0);
+    assert_eq!(c.len(), 1, "{c:?}");
+    assert!(matches!(&c[0], AlertChange::Cleared(a) if a.kind == AlertKind::Power));
+    let ecc = a.active().next().unwrap();
+    assert!(
+        ecc.message.contains("1 new uncorrected ECC error "),
+        "{}",
+        ecc.message
+    );
+}
+
+fn straggler(ratio: Option<f64>, gpu: u32) -> Observation {
+    Observation::Straggler {
+        run: "r1".into(),
+        ratio,
+        raise_ratio: 1.10,
+        gpu: Some(gpu),
+        message: format!(
+            "rank {gpu} on GPU {gpu} is {:.0}% slower than the median rank: thermal slowdown",
+            100.0 * (ratio.unwrap_or(1.0) - 1.0)
+        ),
+    }
+}
+
+#[test]
+fn a_straggler_is_one_alert_per_job_while_it_lasts() {
+    let mut a = Alerts::new();
+    assert!(a.observe(&[straggler(Some(1.04), 2)], 0.0).is_empty());
+    let c = a.observe(&[straggler(Some(1.23), 2)], 1.0);
+    let [AlertChange::Raised(al)] = c.as_slice() else {
+        panic!("{c:?}")
+    };
+    assert_eq!(al.key, "straggler:r1");
+    assert_eq!(
+        (al.kind, al.gpu, al.run.as_deref()),
+        (AlertKind::Straggler, Some(2), Some("r1"))
+    );
+    assert_eq!(
+        al.message,
+        "run r1: rank 2 on GPU 2 is 23% slower than the median rank: thermal slowdown"
+    );
+    assert!((al.value.unwrap() - 23.0).abs() < 1e-9);
+    assert!((al.threshold.unwrap() - 10.0).abs() < 1e-9);
+    // Hovering between the clear line (1.05) and the raise line, or without reports: held;
+    // another rank taking the lead refreshes the message, not a new alert.
+    for (t, obs) in [
+        (2.0, straggler(Some(1.07), 2)),
+        (3.0, straggler(None, 2)),
+        (4.0, straggler(Some(1.3), 1)),
+    ] {
+        assert!(a.observe(&[obs], t).is_empty());
+    }
+    let al = a.active().next().unwrap();
+    assert_eq!((al.since_s, al.gpu), (1.0, Some(1)));
+    assert!(
+        al.message.contains("rank 1 on GPU 1 is 30% slower"),
+        "{}",
+        al.message
+    );
+    // Clearly over, then the job ends while another straggles.
+    let c = a.observe(&[straggler(Some(1.02), 1)], 5.0);
+    assert!(matches!(c.as_slice(), [AlertChange::Cleared(al)] if al.kind == AlertKind::Straggler));
+    a.observe(&[straggler(Some(1.5), 0)], 6.0);
+    let c = a.observe(&[], 7.0);
+    assert!(matches!(c.as_slice(), [AlertChange::Cleared(_)]));
+}
+
+fn payload() -> HookPayload {
+    HookPayload {
+        change: "raised".into(),
+        node: "n1".into(),
+        time: "2026-11-30T03:15:00.000Z".into(),
+        alert: Alert {
+            key: "temperature:gpu0".into(),
+            kind: AlertKind::Temperature,
+            gpu: Some(0),
+            run: None,
+            value: Some(91.0),
+            threshold: Some(85.0),
+            message: "GPU 0 at 91 °C (alert at 85 °C)".into(),
+            since_s: 1.0,
+        },
+    }
+}
+
+#[test]
+fn the_hook_reads_the_alert_as_json_on_stdin() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("alert.json");
+    let argv = vec![
+        "sh".to_string(),
+        "-c".into(),
+        format!("cat > {}", out.display()),
+    ];
+    let h = run_hook(&argv, &payload(), HOOK_TIMEOUT).unwrap();
+    assert_eq!(h.join().unwrap(), HookOutcome::Exited(0));
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    assert_eq!(v["change"], "raised");
+    assert_eq!(v["kind"], "temperature");
+    assert_eq!(v["gpu"], 0);
+    assert_eq!(v["value"], 91.0);
+    assert_eq!(v["node"], "n1");
+}
+
+#[test]
+fn a_hung_hook_is_killed_and_a_missing_one_is_reported() {
+    let t = Instant::now();
+    let argv = vec!["sleep".to_string(), "30".into()];
+    let h = run_hook(&argv, &payload(), Duration::from_millis(200)).unwrap();
+    assert!(
+        t.elapsed() < Duration::from_millis(150),
+        "run_hook must not block"
+    );
+    assert_eq!(h.join().unwrap(), HookOutcome::TimedOut);
+    assert!(t.elapsed() < Duration::from_secs(5));
+    let argv = vec!["/no/such/hook".to_string()];
+    let h = run_hook(&argv, &payload(), HOOK_TIMEOUT).unwrap();
+    assert!(matches!(h.join().unwrap(), HookOutcome::Failed(_)));
+    assert!(run_hook(&[], &payload(), HOOK_TIMEOUT).is_none());
+}
