@@ -42,6 +42,18 @@ fn decision(run: &str, seq: u64, commit: bool, reason: Option<String>) -> String
     })
 }
 
+/// The run's `knob_acked` line for a change to several ranks: how it ended on all of them.
+fn acked(st: &Staged, applied: bool, reason: Option<String>, rtt_ms: f64) -> Effect {
+    Effect::Run(Event::KnobAcked {
+        seq: st.seq,
+        knob: st.knob.as_str().into(),
+        value: st.value,
+        applied,
+        reason,
+        rtt_ms,
+    })
+}
+
 fn list(ranks: impl IntoIterator<Item = u32>) -> String {
     ranks
         .into_iter()
@@ -263,14 +275,7 @@ impl Channel {
         self.last_outcome
             .insert(st.knob, format!("called off: {reason}"));
         let kept = self.values.get(&st.knob).copied().or(st.old);
-        effects.push(Effect::Run(Event::KnobAcked {
-            seq: st.seq,
-            knob: st.knob.as_str().into(),
-            value: st.value,
-            applied: false,
-            reason: Some(reason.clone()),
-            rtt_ms,
-        }));
+        effects.push(acked(&st, false, Some(reason.clone()), rtt_ms));
         effects.push(Effect::Node(NodeEvent::KnobRejected {
             run: run.into(),
             change: st.seq,
@@ -339,14 +344,7 @@ impl Channel {
                     ),
                 }));
             }
-            effects.push(Effect::Run(Event::KnobAcked {
-                seq: st.seq,
-                knob: st.knob.as_str().into(),
-                value: st.value,
-                applied: true,
-                reason: None,
-                rtt_ms,
-            }));
+            effects.push(acked(&st, true, None, rtt_ms));
             effects.push(Effect::Node(NodeEvent::KnobApplied {
                 run: run.into(),
                 change: st.seq,
@@ -373,14 +371,7 @@ impl Channel {
             ),
         );
         self.repair_after = None;
-        effects.push(Effect::Run(Event::KnobAcked {
-            seq: st.seq,
-            knob: st.knob.as_str().into(),
-            value: st.value,
-            applied: false,
-            reason: Some(why.clone()),
-            rtt_ms,
-        }));
+        effects.push(acked(&st, false, Some(why.clone()), rtt_ms));
         effects.push(Effect::Node(NodeEvent::KnobRejected {
             run: run.into(),
             change: st.seq,

@@ -713,96 +713,69 @@ impl Daemon {
             .copied()
             .or_else(|| planned(run.plan().knobs(), knob));
         let by = peer.describe();
-        if ch.ranks.distributed() {
-            let asked = Instant::now();
-            let (seq, apply_step, ranks) = ch.propose(&id, knob, value, old, asked)?;
-            drop(channels);
-            append_run_event(
-                run,
-                Event::Changed {
-                    by: by.clone(),
-                    what: knob.as_str().into(),
-                    old: old.map(|o| o.to_string()),
-                    new: Some(value.to_string()),
-                    why: why.clone(),
-                },
-            );
-            drop(table);
-            self.events.record(NodeEvent::KnobChanged {
-                run: id.clone(),
-                change: seq,
-                knob,
-                old,
-                new: value,
-                via: KnobVia::Trainer,
-                by,
-                why,
-            });
-            return Ok(Response::KnobPending {
-                run: id,
-                seq,
-                knob,
-                old,
-                value,
-                via: KnobVia::Trainer,
-                apply_step: Some(apply_step),
-                ranks: Some(ranks),
-            });
-        }
-        let via = if ch.ranks.any_attached() {
-            KnobVia::Trainer
-        } else if run.plan().command_uses(knob.as_str()) {
-            if !restart {
+        // A run of several ranks: proposed to every rank for a step; the answer says which.
+        let mut staged = None;
+        let (seq, via) = if ch.ranks.distributed() {
+            let (seq, apply_step, ranks) = ch.propose(&id, knob, value, old, Instant::now())?;
+            staged = Some((apply_step, ranks));
+            (seq, KnobVia::Trainer)
+        } else {
+            let via = if ch.ranks.any_attached() {
+                KnobVia::Trainer
+            } else if run.plan().command_uses(knob.as_str()) {
+                if !restart {
+                    return Err(RequestError::new(
+                        ErrorCode::RestartNeeded,
+                        format!(
+                            "no trainer is attached to run {id}, and its command takes {{{knob}}}: \
+                             the change needs a restart with the new value (ask again allowing it: \
+                             `gpupilot set {id} {} {value} --restart`); nothing changed",
+                            knob.cli_name()
+                        ),
+                    ));
+                }
+                KnobVia::Restart
+            } else {
                 return Err(RequestError::new(
-                    ErrorCode::RestartNeeded,
+                    ErrorCode::BadState,
                     format!(
-                        "no trainer is attached to run {id}, and its command takes {{{knob}}}: \
-                         the change needs a restart with the new value (ask again allowing it: \
-                         `gpupilot set {id} {} {value} --restart`); nothing changed",
-                        knob.cli_name()
+                        "no trainer is attached to run {id} (it does not use the gpupilot SDK, or has \
+                         not connected yet) and its command has no {{{knob}}} placeholder, so {knob} \
+                         cannot reach it; nothing changed"
                     ),
                 ));
-            }
-            KnobVia::Restart
-        } else {
-            return Err(RequestError::new(
-                ErrorCode::BadState,
-                format!(
-                    "no trainer is attached to run {id} (it does not use the gpupilot SDK, or has \
-                     not connected yet) and its command has no {{{knob}}} placeholder, so {knob} \
-                     cannot reach it; nothing changed"
-                ),
-            ));
-        };
-        let seq = ch.next_seq();
-        let line = knob_push(&id, seq, knob, value, None);
-        match via {
-            KnobVia::Trainer => {
-                ch.pending.insert(
-                    seq,
-                    Pending {
-                        knob,
-                        value,
-                        asked: Instant::now(),
-                    },
-                );
-                let link = ch.ranks.first_link().expect("checked above");
-                if let Err(e) = link.tx.try_send(line) {
-                    // Still pending: it goes out again when the trainer attaches next.
-                    tracing::warn!("run {id}: knob change {seq} not sent now: {e}");
+            };
+            let seq = ch.next_seq();
+            let line = knob_push(&id, seq, knob, value, None);
+            match via {
+                KnobVia::Trainer => {
+                    ch.pending.insert(
+                        seq,
+                        Pending {
+                            knob,
+                            value,
+                            asked: Instant::now(),
+                        },
+                    );
+                    let link = ch.ranks.first_link().expect("checked above");
+                    if let Err(e) = link.tx.try_send(line) {
+                        // Still pending: it goes out again when the trainer attaches next.
+                        tracing::warn!("run {id}: knob change {seq} not sent now: {e}");
+                    }
+                    ch.last_outcome.insert(knob, "pending".into());
                 }
-                ch.last_outcome.insert(knob, "pending".into());
+                KnobVia::Restart => {
+                    ch.values.insert(knob, value);
+                    ch.last_outcome.insert(knob, "restarted".into());
+                    drop(channels);
+                    let values = with_value(run.plan().knobs(), knob, value);
+                    run.set_knobs(values)?;
+                    run.restart_now(DEFAULT_GRACE, &self.clock)?;
+                    channels = lock(&self.channels);
+                }
             }
-            KnobVia::Restart => {
-                ch.values.insert(knob, value);
-                ch.last_outcome.insert(knob, "restarted".into());
-                drop(channels);
-                let values = with_value(run.plan().knobs(), knob, value);
-                run.set_knobs(values)?;
-                run.restart_now(DEFAULT_GRACE, &self.clock)?;
-                channels = lock(&self.channels);
-            }
-        }
+            (seq, via)
+        };
         drop(channels);
         append_run_event(
             run,
@@ -832,8 +805,8 @@ impl Daemon {
             old,
             value,
             via,
-            apply_step: None,
-            ranks: None,
+            apply_step: staged.map(|(step, _)| step),
+            ranks: staged.map(|(_, ranks)| ranks),
         })
     }
 
