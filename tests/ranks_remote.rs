@@ -7,9 +7,9 @@
 //! reason unless GPUPILOT_REQUIRE_PEERS=1.
 
 mod daemon_common;
+mod ssh_common;
 
 use std::collections::BTreeMap;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -17,8 +17,7 @@ use std::time::{Duration, Instant};
 use daemon_common::{DaemonProc, Home, Raw, wait_for};
 use gpupilot::client::Client;
 use serde_json::{Value, json};
-
-const BIN: &str = env!("CARGO_BIN_EXE_gpupilot");
+use ssh_common::{Sshd, free_port, remote_command, sshd};
 
 /// A rank that trains by sleeping: 20 ms steps; prints what it uses every step.
 const RANK_SCRIPT: &str = r#"
@@ -29,118 +28,11 @@ rank = int(os.environ["RANK"])
 gp = gpupilot.connect(knobs={"batch_size": 32})
 for step in range(100000):
     bs = gp.knob("batch_size")
-    print(json.dumps({"rank": rank, "step": step, "bs": bs}), flush=True)
+    sys.stdout.write(json.dumps({"rank": rank, "step": step, "bs": bs}) + "\n")
+    sys.stdout.flush()
     time.sleep(0.02)
     gp.report(step=step, samples_per_s=bs / 0.02, step_time_s=0.02, loss=1.0 / (step + 1))
 "#;
-
-fn sshd() -> Option<PathBuf> {
-    let p = PathBuf::from("/usr/sbin/sshd");
-    if p.exists() {
-        return Some(p);
-    }
-    if std::env::var("GPUPILOT_REQUIRE_PEERS").as_deref() == Ok("1") {
-        panic!(
-            "sshd is required (GPUPILOT_REQUIRE_PEERS=1) but not installed; .ci/run installs openssh-server"
-        );
-    }
-    eprintln!("skipping: /usr/sbin/sshd is not installed (apt install openssh-server)");
-    None
-}
-
-/// An sshd on 127.0.0.1 that lets this user in with a key made for the test.
-struct Sshd {
-    child: Child,
-    port: u16,
-    key: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Sshd {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn keygen(path: &Path) {
-    let st = Command::new("ssh-keygen")
-        .args(["-q", "-t", "ed25519", "-N", "", "-f"])
-        .arg(path)
-        .status()
-        .unwrap();
-    assert!(st.success());
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-impl Sshd {
-    fn start(sshd: &Path) -> Sshd {
-        let dir = tempfile::tempdir().unwrap();
-        let d = dir.path();
-        keygen(&d.join("host"));
-        keygen(&d.join("user"));
-        std::fs::copy(d.join("user.pub"), d.join("authorized_keys")).unwrap();
-        let port = free_port();
-        let config = format!(
-            "Port {port}\nListenAddress 127.0.0.1\nHostKey {d}/host\nAuthorizedKeysFile {d}/authorized_keys\n\
-             PidFile {d}/sshd.pid\nStrictModes no\nUsePAM no\nPermitRootLogin yes\n\
-             PasswordAuthentication no\nKbdInteractiveAuthentication no\nLogLevel ERROR\n",
-            d = d.display()
-        );
-        std::fs::write(d.join("sshd_config"), config).unwrap();
-        // sshd refuses to start without its privilege-separation directory.
-        let _ = std::fs::create_dir_all("/run/sshd");
-        let child = Command::new(sshd)
-            .args(["-D", "-e", "-f"])
-            .arg(d.join("sshd_config"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "sshd did not listen on {port}");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Sshd {
-            child,
-            port,
-            key: d.join("user"),
-            _dir: dir,
-        }
-    }
-
-    /// `GPUPILOT_SSH` for a daemon: ssh to this server whatever the node's name (`HostName`),
-    /// as this user, with the test's key and no host-key questions.
-    fn ssh(&self, port: u16) -> String {
-        format!(
-            "ssh -F /dev/null -p {port} -i {} -l {} -o HostName=127.0.0.1 -o StrictHostKeyChecking=no \
-             -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR",
-            self.key.display(),
-            user()
-        )
-    }
-}
-
-fn user() -> String {
-    let out = Command::new("id").arg("-un").output().unwrap();
-    String::from_utf8(out.stdout).unwrap().trim().to_string()
-}
-
-/// `gpupilot bridge` on "node-a": the test's binary, in A's home.
-fn bridge_to(home: &Home) -> String {
-    format!(
-        "env GPUPILOT_HOME={} {BIN} --source sim --gpus 2 bridge",
-        home.root().display()
-    )
-}
 
 /// A daemon in `home` that calls itself `node` (and reaches other nodes as `env` says).
 fn node_daemon(home: &Home, node: &str, env: &[(&str, String)]) -> DaemonProc {
@@ -208,8 +100,8 @@ fn ranks_on_another_node_switch_at_the_same_step_through_its_daemon_and_ssh() {
         &b,
         "node-b",
         &[
-            ("GPUPILOT_SSH", server.ssh(server.port)),
-            ("GPUPILOT_REMOTE_COMMAND", bridge_to(&a)),
+            ("GPUPILOT_SSH", server.ssh_to_any_node(server.port)),
+            ("GPUPILOT_REMOTE_COMMAND", remote_command(&a)),
         ],
     );
 
@@ -404,8 +296,8 @@ fn a_relay_that_cannot_open_says_why_and_the_connection_stays_usable() {
         &b,
         "node-b",
         &[
-            ("GPUPILOT_SSH", server.ssh(free_port())),
-            ("GPUPILOT_REMOTE_COMMAND", bridge_to(&a)),
+            ("GPUPILOT_SSH", server.ssh_to_any_node(free_port())),
+            ("GPUPILOT_REMOTE_COMMAND", remote_command(&a)),
         ],
     );
     let c = Home::new();
@@ -413,7 +305,7 @@ fn a_relay_that_cannot_open_says_why_and_the_connection_stays_usable() {
         &c,
         "node-c",
         &[
-            ("GPUPILOT_SSH", server.ssh(server.port)),
+            ("GPUPILOT_SSH", server.ssh_to_any_node(server.port)),
             (
                 "GPUPILOT_REMOTE_COMMAND",
                 "/nonexistent/gpupilot bridge".into(),

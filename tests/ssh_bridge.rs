@@ -4,123 +4,17 @@
 //! without it the tests pass with a printed reason unless GPUPILOT_REQUIRE_PEERS=1.
 
 mod daemon_common;
+mod ssh_common;
 
-use std::net::TcpListener;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use daemon_common::{Home, wait_for};
 use gpupilot::client::Origin;
 use gpupilot::protocol::KnobName;
+use ssh_common::{Sshd, free_port, remote_command, sshd, user};
 
 const BIN: &str = env!("CARGO_BIN_EXE_gpupilot");
-
-fn sshd() -> Option<PathBuf> {
-    let p = PathBuf::from("/usr/sbin/sshd");
-    if p.exists() {
-        return Some(p);
-    }
-    if std::env::var("GPUPILOT_REQUIRE_PEERS").as_deref() == Ok("1") {
-        panic!(
-            "sshd is required (GPUPILOT_REQUIRE_PEERS=1) but not installed; .ci/run installs openssh-server"
-        );
-    }
-    eprintln!("skipping: /usr/sbin/sshd is not installed (apt install openssh-server)");
-    None
-}
-
-/// An sshd on 127.0.0.1 that lets this user in with a key made for the test.
-struct Sshd {
-    child: Child,
-    port: u16,
-    key: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Sshd {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn keygen(path: &Path) {
-    let st = Command::new("ssh-keygen")
-        .args(["-q", "-t", "ed25519", "-N", "", "-f"])
-        .arg(path)
-        .status()
-        .unwrap();
-    assert!(st.success());
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-impl Sshd {
-    fn start(sshd: &Path) -> Sshd {
-        let dir = tempfile::tempdir().unwrap();
-        let d = dir.path();
-        keygen(&d.join("host"));
-        keygen(&d.join("user"));
-        std::fs::copy(d.join("user.pub"), d.join("authorized_keys")).unwrap();
-        let port = free_port();
-        let config = format!(
-            "Port {port}\nListenAddress 127.0.0.1\nHostKey {d}/host\nAuthorizedKeysFile {d}/authorized_keys\n\
-             PidFile {d}/sshd.pid\nStrictModes no\nUsePAM no\nPermitRootLogin yes\n\
-             PasswordAuthentication no\nKbdInteractiveAuthentication no\nLogLevel ERROR\n",
-            d = d.display()
-        );
-        std::fs::write(d.join("sshd_config"), config).unwrap();
-        // sshd refuses to start without its privilege-separation directory.
-        let _ = std::fs::create_dir_all("/run/sshd");
-        let child = Command::new(sshd)
-            .args(["-D", "-e", "-f"])
-            .arg(d.join("sshd_config"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "sshd did not listen on {port}");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Sshd {
-            child,
-            port,
-            key: d.join("user"),
-            _dir: dir,
-        }
-    }
-
-    /// `GPUPILOT_SSH`: ssh with this server's port and key, no host-key questions.
-    fn ssh(&self) -> String {
-        format!(
-            "ssh -F /dev/null -p {} -i {} -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR",
-            self.port,
-            self.key.display()
-        )
-    }
-}
-
-/// The remote command: the test's binary, in the test daemon's home.
-fn remote_command(home: &Home) -> String {
-    format!(
-        "env GPUPILOT_HOME={} {BIN} --source sim --gpus 2 bridge",
-        home.root().display()
-    )
-}
-
-fn user() -> String {
-    let out = Command::new("id").arg("-un").output().unwrap();
-    String::from_utf8(out.stdout).unwrap().trim().to_string()
-}
 
 #[test]
 fn runs_knobs_and_status_of_another_node_through_ssh() {
