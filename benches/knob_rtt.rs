@@ -9,42 +9,23 @@
 //!
 //! `cargo bench --bench knob_rtt` (release build of the binary first: `cargo build --release`).
 
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use gpupilot::client::{Client, Update};
-use gpupilot::config::Paths;
+use gpupilot::client::Update;
 use gpupilot::profile::{Knob, Knobs, Profile};
 use gpupilot::protocol::{KnobName, NodeEvent};
 use gpupilot::supervisor::Caller;
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i]
-}
+mod common;
+use common::{BenchDaemon, percentile};
 
 fn main() -> anyhow::Result<()> {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let exe = root.join("target/release/gpupilot");
-    anyhow::ensure!(exe.exists(), "build it first: cargo build --release");
+    let bench = BenchDaemon::start(1)?;
+    let (root, exe, client) = (&bench.root, &bench.exe, &bench.client);
     let n: usize = std::env::var("KNOB_CHANGES")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1000);
-    let home = tempfile::tempdir()?;
-    let paths = Paths {
-        config: home.path().join("config"),
-        state: home.path().join("state"),
-        runtime: home.path().join("run"),
-    };
-    let status = Command::new(&exe)
-        .env("GPUPILOT_HOME", home.path())
-        .args(["--source", "sim", "--gpus", "1", "daemon", "--detach"])
-        .stdout(Stdio::null())
-        .status()?;
-    anyhow::ensure!(status.success(), "the daemon did not start");
-    let client = Client::connect(&paths)?;
     let synthetic = std::env::var("KNOB_TRAINER").as_deref() == Ok("synthetic");
     let argv: Vec<String> = if synthetic {
         vec![exe.display().to_string(), "synthetic-train".into()]
@@ -99,12 +80,7 @@ fn main() -> anyhow::Result<()> {
             }
         }
     }
-    let _ = client.stop_run(&run, true, None, None);
-    std::thread::sleep(Duration::from_millis(300));
-    let pid = client.status()?.daemon.pid;
-    if let Some(pid) = rustix::process::Pid::from_raw(pid as i32) {
-        let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
-    }
+    bench.stop(&run)?;
     for v in [&mut daemon_ms, &mut client_ms] {
         v.sort_by(f64::total_cmp);
     }

@@ -13,15 +13,15 @@
 //!
 //! `cargo build --release && cargo bench --bench rank_change`.
 
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use gpupilot::client::{Client, Update};
-use gpupilot::config::Paths;
+use gpupilot::client::Update;
 use gpupilot::profile::{Knob, Knobs, Profile};
 use gpupilot::protocol::{KnobName, NodeEvent};
 use gpupilot::supervisor::Caller;
+
+mod common;
+use common::{BenchDaemon, percentile};
 
 const RANK_SCRIPT: &str = r#"
 import os, sys, time
@@ -37,11 +37,6 @@ while True:
     step += 1
 "#;
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i]
-}
-
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
     std::env::var(name)
         .ok()
@@ -50,25 +45,12 @@ fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
 }
 
 fn main() -> anyhow::Result<()> {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let exe = root.join("target/release/gpupilot");
-    anyhow::ensure!(exe.exists(), "build it first: cargo build --release");
     let n: usize = env_or("RANK_CHANGES", 200);
     let ranks: u32 = env_or("RANKS", 8);
     let step_ms: u32 = env_or("STEP_MS", 20);
+    let bench = BenchDaemon::start(8)?;
+    let (root, client) = (&bench.root, &bench.client);
     let home = tempfile::tempdir()?;
-    let paths = Paths {
-        config: home.path().join("config"),
-        state: home.path().join("state"),
-        runtime: home.path().join("run"),
-    };
-    let status = Command::new(&exe)
-        .env("GPUPILOT_HOME", home.path())
-        .args(["--source", "sim", "--gpus", "8", "daemon", "--detach"])
-        .stdout(Stdio::null())
-        .status()?;
-    anyhow::ensure!(status.success(), "the daemon did not start");
-    let client = Client::connect(&paths)?;
     let script = home.path().join("rank.py");
     std::fs::write(&script, RANK_SCRIPT)?;
     let starts: Vec<String> = (0..ranks)
@@ -162,12 +144,7 @@ fn main() -> anyhow::Result<()> {
             }
         }
     }
-    let _ = client.stop_run(&run, true, None, None);
-    std::thread::sleep(Duration::from_millis(300));
-    let pid = client.status()?.daemon.pid;
-    if let Some(pid) = rustix::process::Pid::from_raw(pid as i32) {
-        let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
-    }
+    bench.stop(&run)?;
     for v in [
         &mut agreed_daemon,
         &mut agreed_client,
