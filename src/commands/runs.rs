@@ -168,7 +168,15 @@ fn finish_following(
 pub fn ps(args: &PsArgs) -> anyhow::Result<ExitCode> {
     let client = connect(&Paths::from_env())?;
     let runs = client.runs()?;
-    let trainers = live_trainers(&client, &runs);
+    // On the system daemon, a run's trainer side is root's (docs/protocol.md, "Connecting"):
+    // another user's `ps` lists the runs without asking for it, rather than being refused.
+    let may_read_runs =
+        !crate::config::paths::system_daemon_selected() || rustix::process::geteuid().is_root();
+    let trainers = if may_read_runs {
+        live_trainers(&client, &runs)
+    } else {
+        BTreeMap::new()
+    };
     let text = if args.json {
         serde_json::to_string_pretty(&ps_json(&runs, &trainers))? + "\n"
     } else {
