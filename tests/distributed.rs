@@ -444,3 +444,79 @@ fn a_late_rank_takes_the_job_value_and_a_killed_daemon_changes_nothing() {
     );
     let _ = Instant::now();
 }
+
+#[test]
+fn a_rank_that_missed_the_step_is_brought_to_the_job_value() {
+    let home = Home::new();
+    let _daemon = home.daemon(&[]);
+    let run = start_ranks(&home, &[0, 1, 2]);
+    let c = home.client();
+    wait_ranks(&c, &run, 3);
+    let (mut r3, _) = HandRank::attach(&home, &run, 3, 4);
+    r3.report(newest_step(&c, &run));
+
+    // Rank 3 agrees, but says the decision came after it had reached the step: the other
+    // ranks switch, it does not.
+    let set = set_in_background(&home, &run, "64");
+    let proposal = r3.push("knob");
+    let at = proposal["apply_step"].as_u64().unwrap();
+    r3.ask(json!({"type": "knob_vote", "seq": proposal["seq"], "ready": true}));
+    assert_eq!(r3.push("knob_decision")["commit"], true);
+    r3.ask(
+        json!({"type": "knob_ack", "seq": proposal["seq"], "applied": false, "step": at,
+                  "reason": "no decision had come by step"}),
+    );
+    let out = set.join().unwrap();
+    assert!(
+        !out.status.success(),
+        "a change not applied everywhere is not a success"
+    );
+    let rejected = events_named(&home, "knob_rejected");
+    let reason = rejected.last().unwrap()["reason"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        reason.contains(&format!("applied at step {at} by 3 of 4 ranks")),
+        "{reason}"
+    );
+
+    // Its next report shows the old value past the step: the daemon proposes the job's value
+    // to every rank at a new step, and every rank ends on it.
+    wait_for("the ranks past the step", Duration::from_secs(10), || {
+        newest_step(&c, &run) > at
+    });
+    r3.report(newest_step(&c, &run));
+    let repair = r3.push("knob");
+    assert_eq!(repair["value"], 64);
+    let again = repair["apply_step"].as_u64().unwrap();
+    assert!(again > at);
+    r3.ask(json!({"type": "knob_vote", "seq": repair["seq"], "ready": true}));
+    assert_eq!(r3.push("knob_decision")["commit"], true);
+    r3.ask(json!({"type": "knob_ack", "seq": repair["seq"], "applied": true, "step": again}));
+    wait_for(
+        "the repair applied on every rank",
+        Duration::from_secs(10),
+        || {
+            events_named(&home, "knob_applied")
+                .iter()
+                .any(|e| e["change"] == repair["seq"] && e["ranks"] == 4)
+        },
+    );
+    assert!(
+        events_named(&home, "knob_stray")
+            .iter()
+            .any(|e| e["rank"] == 3 && e["what"].as_str().unwrap().contains("rank 3 uses 32")),
+        "{:?}",
+        events_named(&home, "knob_stray")
+    );
+    // The SDK ranks kept 64 throughout: the repair changed nothing on them.
+    for (rank, steps) in printed(&home, &run) {
+        assert!(
+            steps
+                .iter()
+                .all(|(s, bs)| (*s < at && *bs == 32) || (*s >= at && *bs == 64)),
+            "rank {rank}: {steps:?}"
+        );
+    }
+}
