@@ -51,6 +51,9 @@ const MAX_NAME: usize = 255;
 const RATE_WINDOW_S: f64 = 1.0;
 /// Step reports kept per rank for its pace (older than a few windows are let go).
 const RATE_SAMPLES: usize = 256;
+/// A rank's knob value is taken from its reports only when its last this many agree: a script
+/// that reports the size of each batch it got reports a short last batch of an epoch once.
+const AGREEING_REPORTS: usize = 3;
 
 /// A trainer's connection: where to push knob changes.
 pub struct Link {
@@ -67,6 +70,8 @@ pub struct Rank {
     pub last: Option<MetricsPoint>,
     /// Its recent reports with a step: (step, daemon time), oldest first.
     stepped: VecDeque<(u64, f64)>,
+    /// Its last [`AGREEING_REPORTS`] reports: (step, batch size, prefetch), oldest first.
+    values: VecDeque<(Option<u64>, Option<i64>, Option<i64>)>,
 }
 
 impl Rank {
@@ -76,6 +81,7 @@ impl Rank {
             link: None,
             last: None,
             stepped: VecDeque::new(),
+            values: VecDeque::new(),
         }
     }
 
@@ -251,6 +257,12 @@ impl Ranks {
             }
             r.stepped.push_back((step, point.t));
         }
+        if r.values.len() == AGREEING_REPORTS {
+            r.values.pop_front();
+        }
+        let report = &point.report;
+        r.values
+            .push_back((report.step, report.batch_size, report.prefetch));
         r.last = Some(point.clone());
     }
 
@@ -318,22 +330,22 @@ impl Ranks {
         Ok((at.ceil() as u64 + 1).max(newest + MIN_LEAD_STEPS))
     }
 
-    /// The value each attached rank's newest report gives for `knob`, for reports of steps
-    /// from `since` on.
+    /// The value each attached rank uses for `knob` as its reports say: where its last
+    /// [`AGREEING_REPORTS`] reports are all of steps from `since` on and give the same value.
     pub fn reported(&self, knob: KnobName, since: u64) -> BTreeMap<u32, i64> {
         self.by_rank
             .iter()
-            .filter(|(_, r)| r.link.is_some())
+            .filter(|(_, r)| r.link.is_some() && r.values.len() == AGREEING_REPORTS)
             .filter_map(|(n, r)| {
-                let p = r.last.as_ref()?;
-                if p.report.step? < since {
-                    return None;
-                }
-                let v = match knob {
-                    KnobName::BatchSize => p.report.batch_size,
-                    KnobName::Prefetch => p.report.prefetch,
-                }?;
-                Some((*n, v))
+                let mut seen = r.values.iter().map(|(step, bs, prefetch)| {
+                    let v = match knob {
+                        KnobName::BatchSize => *bs,
+                        KnobName::Prefetch => *prefetch,
+                    };
+                    step.filter(|s| *s >= since).and(v)
+                });
+                let first = seen.next()??;
+                seen.all(|v| v == Some(first)).then_some((*n, first))
             })
             .collect()
     }
@@ -657,6 +669,46 @@ mod tests {
         let old = r.attach(spec(0, 1), link(2, 99)).unwrap();
         assert_eq!(old.map(|l| l.conn), Some(1));
         assert!(!r.distributed());
+    }
+
+    #[test]
+    fn a_rank_s_value_is_what_its_last_reports_agree_on_past_the_step() {
+        let mut r = Ranks::default();
+        r.attach(spec(0, 2), link(0, 10)).unwrap();
+        let with = |step: u64, bs: i64| MetricsPoint {
+            report: MetricsReport {
+                batch_size: Some(bs),
+                ..point(step, step as f64, 0.1).report
+            },
+            ..point(step, step as f64, 0.1)
+        };
+        r.record(0, &with(10, 64));
+        r.record(0, &with(11, 64));
+        assert!(r.reported(KnobName::BatchSize, 0).is_empty(), "two reports");
+        r.record(0, &with(12, 64));
+        assert_eq!(
+            r.reported(KnobName::BatchSize, 0),
+            BTreeMap::from([(0, 64)])
+        );
+        assert!(
+            r.reported(KnobName::BatchSize, 11).is_empty(),
+            "a step before 11"
+        );
+        // A short last batch of an epoch, once: no value until the reports agree again.
+        r.record(0, &with(13, 17));
+        assert!(r.reported(KnobName::BatchSize, 0).is_empty());
+        r.record(0, &with(14, 64));
+        r.record(0, &with(15, 64));
+        assert!(r.reported(KnobName::BatchSize, 0).is_empty());
+        r.record(0, &with(16, 64));
+        assert_eq!(
+            r.reported(KnobName::BatchSize, 0),
+            BTreeMap::from([(0, 64)])
+        );
+        assert!(
+            r.reported(KnobName::Prefetch, 0).is_empty(),
+            "no prefetch reported"
+        );
     }
 
     #[test]
