@@ -4,35 +4,16 @@
 //! must land on every rank at one step, or on none.
 
 mod daemon_common;
+mod ranks_common;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use daemon_common::{Home, Raw, wait_for};
 use gpupilot::client::Client;
+use ranks_common::{RANK_SCRIPT, events_named, printed, sdk_dir};
 use rustix::process::Signal;
 use serde_json::{Value, json};
-
-/// A rank that trains by sleeping: 20 ms steps; prints what it uses every step.
-const RANK_SCRIPT: &str = r#"
-import json, os, sys, time
-sys.path.insert(0, os.environ["SDK_DIR"])
-import gpupilot
-rank = int(os.environ["RANK"])
-gp = gpupilot.connect(knobs={"batch_size": 32})
-for step in range(int(os.environ.get("STEPS", "100000"))):
-    bs = gp.knob("batch_size")
-    sys.stdout.write(json.dumps({"rank": rank, "step": step, "bs": bs}) + "\n")
-    sys.stdout.flush()
-    time.sleep(0.02)
-    gp.report(step=step, samples_per_s=bs / 0.02, step_time_s=0.02, loss=1.0 / (step + 1))
-gp.close()
-"#;
-
-fn sdk_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("python")
-}
 
 /// A run of a world of 4 whose ranks `sdk_ranks` run the script (the others are left to the
 /// test); its id.
@@ -81,27 +62,10 @@ fn wait_ranks(c: &Client, run: &str, n: usize) {
     );
 }
 
-/// Every line the ranks printed: rank → (step → batch size).
-fn printed(home: &Home, run: &str) -> BTreeMap<u64, BTreeMap<u64, i64>> {
+/// Every line the ranks printed in the run's output: rank → (step → batch size).
+fn printed_by(home: &Home, run: &str) -> BTreeMap<u64, BTreeMap<u64, i64>> {
     let text = std::fs::read_to_string(home.run_dir(run).path().join("stdout.log")).unwrap();
-    let mut by_rank: BTreeMap<u64, BTreeMap<u64, i64>> = BTreeMap::new();
-    for line in text.lines() {
-        let Ok(v) = serde_json::from_str::<Value>(line) else {
-            continue;
-        };
-        by_rank
-            .entry(v["rank"].as_u64().unwrap())
-            .or_default()
-            .insert(v["step"].as_u64().unwrap(), v["bs"].as_i64().unwrap());
-    }
-    by_rank
-}
-
-fn events_named(home: &Home, name: &str) -> Vec<Value> {
-    home.node_events()
-        .into_iter()
-        .filter(|e| e["event"] == name)
-        .collect()
+    printed([text.as_str()])
 }
 
 /// The newest step any rank reported.
@@ -242,11 +206,11 @@ fn a_batch_size_change_lands_on_every_rank_at_one_step() {
 
     // Every rank printed 32 up to the step before, and 64 from it on.
     wait_for("every rank past the step", Duration::from_secs(10), || {
-        printed(&home, &run)
+        printed_by(&home, &run)
             .values()
             .all(|steps| steps.keys().max().is_some_and(|&s| s > at + 3))
     });
-    let by_rank = printed(&home, &run);
+    let by_rank = printed_by(&home, &run);
     assert_eq!(by_rank.len(), 4);
     for (rank, steps) in &by_rank {
         let first_new = steps.iter().find(|(_, bs)| **bs == 64).map(|(s, _)| *s);
@@ -368,7 +332,7 @@ fn refusals_departures_and_lies_change_no_rank() {
         Duration::from_secs(10),
         || newest_step(&c, &run) > apply_step + 20,
     );
-    for (rank, steps) in printed(&home, &run) {
+    for (rank, steps) in printed_by(&home, &run) {
         assert!(
             steps.values().all(|bs| *bs == 32),
             "rank {rank} changed: {steps:?}"
@@ -425,7 +389,7 @@ fn a_late_rank_takes_the_job_value_and_a_killed_daemon_changes_nothing() {
         Duration::from_secs(15),
         || newest_step(&c, &run) > apply_step + 10,
     );
-    for (rank, steps) in printed(&home, &run) {
+    for (rank, steps) in printed_by(&home, &run) {
         assert!(
             steps.values().all(|bs| *bs == 32 || *bs == 48),
             "rank {rank} used 96: {steps:?}"
@@ -515,7 +479,7 @@ fn a_rank_that_missed_the_step_is_brought_to_the_job_value() {
         events_named(&home, "knob_stray")
     );
     // The SDK ranks kept 64 throughout: the repair changed nothing on them.
-    for (rank, steps) in printed(&home, &run) {
+    for (rank, steps) in printed_by(&home, &run) {
         assert!(
             steps
                 .iter()

@@ -7,32 +7,18 @@
 //! reason unless GPUPILOT_REQUIRE_PEERS=1.
 
 mod daemon_common;
+mod ranks_common;
 mod ssh_common;
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use daemon_common::{DaemonProc, Home, Raw, wait_for};
 use gpupilot::client::Client;
+use ranks_common::{RANK_SCRIPT, events_named, printed, sdk_dir};
 use serde_json::{Value, json};
 use ssh_common::{Sshd, free_port, remote_command, sshd};
-
-/// A rank that trains by sleeping: 20 ms steps; prints what it uses every step.
-const RANK_SCRIPT: &str = r#"
-import json, os, sys, time
-sys.path.insert(0, os.environ["SDK_DIR"])
-import gpupilot
-rank = int(os.environ["RANK"])
-gp = gpupilot.connect(knobs={"batch_size": 32})
-for step in range(100000):
-    bs = gp.knob("batch_size")
-    sys.stdout.write(json.dumps({"rank": rank, "step": step, "bs": bs}) + "\n")
-    sys.stdout.flush()
-    time.sleep(0.02)
-    gp.report(step=step, samples_per_s=bs / 0.02, step_time_s=0.02, loss=1.0 / (step + 1))
-"#;
 
 /// A daemon in `home` that calls itself `node` (and reaches other nodes as `env` says).
 fn node_daemon(home: &Home, node: &str, env: &[(&str, String)]) -> DaemonProc {
@@ -53,10 +39,6 @@ fn node_daemon(home: &Home, node: &str, env: &[(&str, String)]) -> DaemonProc {
     d
 }
 
-fn sdk_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("python")
-}
-
 /// A process the test started; killed when dropped.
 struct Proc(Child);
 
@@ -65,28 +47,6 @@ impl Drop for Proc {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-/// Every JSON line the ranks printed: rank → (step → batch size).
-fn printed(texts: &[String]) -> BTreeMap<u64, BTreeMap<u64, i64>> {
-    let mut by_rank: BTreeMap<u64, BTreeMap<u64, i64>> = BTreeMap::new();
-    for line in texts.iter().flat_map(|t| t.lines()) {
-        let Ok(v) = serde_json::from_str::<Value>(line) else {
-            continue;
-        };
-        by_rank
-            .entry(v["rank"].as_u64().unwrap())
-            .or_default()
-            .insert(v["step"].as_u64().unwrap(), v["bs"].as_i64().unwrap());
-    }
-    by_rank
-}
-
-fn events_named(home: &Home, name: &str) -> Vec<Value> {
-    home.node_events()
-        .into_iter()
-        .filter(|e| e["event"] == name)
-        .collect()
 }
 
 #[test]
@@ -244,7 +204,7 @@ fn ranks_on_another_node_switch_at_the_same_step_through_its_daemon_and_ssh() {
                 .iter()
                 .map(|(_, log)| std::fs::read_to_string(log).unwrap()),
         );
-        printed(&texts)
+        printed(texts.iter().map(String::as_str))
     };
     wait_for("every rank past the step", Duration::from_secs(10), || {
         let by_rank = outputs();
