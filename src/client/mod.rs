@@ -135,7 +135,7 @@ mod remote;
 
 pub use push::{PushStream, telemetry_stream};
 
-pub use remote::Origin;
+pub use remote::{Origin, spawn_bridge};
 
 pub use calls::{KnobPending, RunMetrics};
 

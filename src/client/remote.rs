@@ -81,11 +81,13 @@ impl Drop for Link {
     }
 }
 
-fn connect_command(
-    argv: &[OsString],
-    label: &str,
-    client_name: &str,
-) -> Result<Client, ClientError> {
+/// The most of a bridging program's stderr kept for an error message.
+const MAX_SAID: usize = 16 * 1024;
+
+/// Start `argv` (a bridge: `ssh NODE gpupilot bridge`) with one end of a socket pair as its
+/// stdin and stdout; the other end, the child, and what it says on stderr (kept for error
+/// messages, at most 16 KiB, read on a thread of its own so that it never blocks the program).
+pub fn spawn_bridge(argv: &[OsString]) -> std::io::Result<(UnixStream, Child, Arc<Mutex<String>>)> {
     let (ours, theirs) = UnixStream::pair()?;
     let theirs_out: OwnedFd = theirs.try_clone()?.into();
     let theirs_in: OwnedFd = theirs.into();
@@ -94,9 +96,7 @@ fn connect_command(
         .stdin(Stdio::from(theirs_in))
         .stdout(Stdio::from(theirs_out))
         .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| ClientError::Remote(format!("running {}: {e}", argv[0].to_string_lossy())))?;
-    // What the program says on stderr is kept for the error message (and never blocks it).
+        .spawn()?;
     let said = Arc::new(Mutex::new(String::new()));
     if let Some(mut err) = child.stderr.take() {
         let said = Arc::clone(&said);
@@ -107,12 +107,22 @@ fn connect_command(
                     break;
                 }
                 let mut s = said.lock().unwrap_or_else(|e| e.into_inner());
-                if s.len() < 16 * 1024 {
+                if s.len() < MAX_SAID {
                     s.push_str(&String::from_utf8_lossy(&buf[..n]));
                 }
             }
         });
     }
+    Ok((ours, child, said))
+}
+
+fn connect_command(
+    argv: &[OsString],
+    label: &str,
+    client_name: &str,
+) -> Result<Client, ClientError> {
+    let (ours, mut child, said) = spawn_bridge(argv)
+        .map_err(|e| ClientError::Remote(format!("running {}: {e}", argv[0].to_string_lossy())))?;
     match Client::handshake(ours, PathBuf::from(label), client_name) {
         Ok(mut client) => {
             client.origin = Origin::Command {

@@ -24,9 +24,7 @@
 //! identity on behalf of whoever asked, so it refuses.
 
 use std::collections::BTreeMap;
-use std::io::Read;
-use std::os::fd::OwnedFd;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -41,7 +39,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::auth::Mode;
 use super::state::Daemon;
-use crate::client::Origin;
+use crate::client::{Origin, spawn_bridge};
 use crate::protocol::{
     self, ClientFrame, ErrorCode, MAX_REPLY_FRAME, MAX_REQUEST_FRAME, NodeEvent, Request, Response,
     ServerFrame,
@@ -56,9 +54,6 @@ const OPEN_WITHIN: Duration = Duration::from_secs(25);
 
 /// A failure of the same relay for the same reason is recorded once in this long.
 pub const RECORD_AGAIN_AFTER: Duration = Duration::from_secs(60);
-
-/// The most of SSH's stderr kept for an error message.
-const MAX_SAID: usize = 16 * 1024;
 
 /// A `trainer_attach` that asks to be relayed to another node.
 #[derive(Debug, Clone, PartialEq)]
@@ -458,31 +453,7 @@ struct Link {
 
 impl Link {
     fn start(argv: &[std::ffi::OsString]) -> std::io::Result<(UnixStream, Link)> {
-        let (ours, theirs) = std::os::unix::net::UnixStream::pair()?;
-        let theirs_out: OwnedFd = theirs.try_clone()?.into();
-        let theirs_in: OwnedFd = theirs.into();
-        let mut child = Command::new(&argv[0])
-            .args(&argv[1..])
-            .stdin(Stdio::from(theirs_in))
-            .stdout(Stdio::from(theirs_out))
-            .stderr(Stdio::piped())
-            .spawn()?;
-        let said = Arc::new(Mutex::new(String::new()));
-        if let Some(mut err) = child.stderr.take() {
-            let said = Arc::clone(&said);
-            std::thread::spawn(move || {
-                let mut buf = [0u8; 4096];
-                while let Ok(n) = err.read(&mut buf) {
-                    if n == 0 {
-                        break;
-                    }
-                    let mut s = lock(&said);
-                    if s.len() < MAX_SAID {
-                        s.push_str(&String::from_utf8_lossy(&buf[..n]));
-                    }
-                }
-            });
-        }
+        let (ours, child, said) = spawn_bridge(argv)?;
         let link = Link {
             child: Some(child),
             said,
