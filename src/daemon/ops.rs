@@ -2,7 +2,9 @@
 //! events. Every change is recorded with who asked, the old and new status, and why, in the
 //! run's `events.jsonl` and the node's.
 
-use std::time::{Duration, SystemTime};
+use std::sync::MutexGuard;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant, SystemTime};
 
 use super::auth::Peer;
 use super::logs;
@@ -28,7 +30,9 @@ impl Daemon {
         let profile = recheck(profile)?;
         // `[power] cap_w`: checked and set before the process starts (see `run_power`).
         let cap = self.run_cap_before_start(&profile, caller)?;
-        // Started without the table locked: spawning waits (briefly) for the new session.
+        // Started without the table locked: spawning waits (briefly) for the new session. Its
+        // trainer may attach before the run is in the table: `launching` tells it to wait.
+        let launching = Launching::new(self);
         let run = match Run::start_new(
             &self.paths.state,
             &profile,
@@ -69,9 +73,39 @@ impl Daemon {
         table.insert(run);
         let info = runs::info(table.get(&id).expect("just inserted"), SystemTime::now());
         drop(table);
+        drop(launching);
         // The poller sleeps while no run is live: a new one must wake it.
         self.run_added.notify_one();
         Ok(info)
+    }
+
+    /// The run table locked, with the id `spec` names. A trainer attaches as soon as its
+    /// process starts, which may be before its run joins the table: while a run is being
+    /// started, a spec that matches none is looked up again when it joins (for at most
+    /// [`LAUNCH_WAIT`]).
+    pub(super) fn resolve_run_starting(
+        &self,
+        spec: &str,
+    ) -> Result<(MutexGuard<'_, runs::RunTable>, String), RequestError> {
+        let deadline = Instant::now() + LAUNCH_WAIT;
+        let mut table = lock(&self.runs);
+        loop {
+            match table.resolve(spec) {
+                Ok(id) => return Ok((table, id)),
+                Err(e) if e.code == ErrorCode::UnknownRun => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() || self.launching.load(Ordering::SeqCst) == 0 {
+                        return Err(e);
+                    }
+                    table = self
+                        .run_joined
+                        .wait_timeout(table, left)
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0;
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     pub(super) fn stop_run(
@@ -258,5 +292,29 @@ pub(super) fn append_run_event(run: &Run, event: Event) {
     };
     if let Err(e) = run.dir().append_event(&rec) {
         tracing::warn!("writing {}: {e}", run.dir().events_path().display());
+    }
+}
+
+/// How long a trainer's attach waits for a run that is being started to join the table.
+const LAUNCH_WAIT: Duration = Duration::from_secs(5);
+
+/// A run being started, counted in `Daemon::launching` until dropped (started or failed);
+/// dropping it wakes attaches waiting in [`Daemon::resolve_run_starting`].
+struct Launching<'a>(&'a Daemon);
+
+impl<'a> Launching<'a> {
+    fn new(daemon: &'a Daemon) -> Launching<'a> {
+        daemon.launching.fetch_add(1, Ordering::SeqCst);
+        Launching(daemon)
+    }
+}
+
+impl Drop for Launching<'_> {
+    fn drop(&mut self) {
+        // Under the table's lock, so a waiter cannot miss the wake-up between its lookup and
+        // its wait.
+        let _table = lock(&self.0.runs);
+        self.0.launching.fetch_sub(1, Ordering::SeqCst);
+        self.0.run_joined.notify_all();
     }
 }

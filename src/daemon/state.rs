@@ -88,6 +88,10 @@ pub struct Daemon {
     pub(super) control_loop: super::control_loop::ControlLoop,
     /// Wakes the run poller when a run joins the table (it sleeps while no run is live).
     pub(super) run_added: tokio::sync::Notify,
+    /// Runs being started: spawned (their trainer may already attach) but not yet in the
+    /// table. `run_joined` (with `runs`) wakes whoever waits for one of them.
+    pub(super) launching: AtomicUsize,
+    pub(super) run_joined: std::sync::Condvar,
 }
 
 impl Daemon {
@@ -158,6 +162,8 @@ impl Daemon {
             control: Default::default(),
             control_loop: Default::default(),
             run_added: tokio::sync::Notify::new(),
+            launching: AtomicUsize::new(0),
+            run_joined: std::sync::Condvar::new(),
         })
     }
 
@@ -437,6 +443,34 @@ mod tests {
             Response::Error { code, .. } => Some(*code),
             _ => None,
         }
+    }
+
+    #[test]
+    fn a_trainer_that_attaches_before_its_run_joins_the_table_waits_for_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = Arc::new(daemon(tmp.path(), false));
+        // Nothing being started: a run nobody knows is refused at once.
+        let t = Instant::now();
+        let e = d.resolve_run_starting("late").map(|_| ()).unwrap_err();
+        assert_eq!(e.code, ErrorCode::UnknownRun);
+        assert!(t.elapsed() < Duration::from_secs(1));
+
+        // A run being started (its process spawned, not yet in the table): the lookup waits
+        // for it to join, then finds it.
+        d.launching.fetch_add(1, Ordering::SeqCst);
+        let waiter = {
+            let d = Arc::clone(&d);
+            std::thread::spawn(move || d.resolve_run_starting("late").map(|(_, id)| id))
+        };
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(!waiter.is_finished(), "it did not wait");
+        let mut late = Profile::from_command(vec!["true".into()]);
+        late.name = "late".into();
+        let Response::RunStarted { run: info } = start(&d, late) else {
+            panic!("not started")
+        };
+        assert_eq!(waiter.join().unwrap().unwrap(), info.id);
+        d.launching.fetch_sub(1, Ordering::SeqCst);
     }
 
     #[test]

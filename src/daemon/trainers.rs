@@ -424,8 +424,7 @@ impl Daemon {
             world_size: 1,
             ..RankSpec::default()
         });
-        let table = lock(&self.runs);
-        let id = table.resolve(spec)?;
+        let (table, id) = self.resolve_run_starting(spec)?;
         let entry = table.get(&id).expect("resolved");
         if entry.run.is_finished() {
             return Err(RequestError::new(
