@@ -97,7 +97,11 @@ fn daemon(home: &Home, gpus: u32, model: &str, seed: u64, port: u16) -> DaemonPr
 fn http_get(port: u16, path: &str) -> (String, String) {
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
     let mut out = String::new();
     s.read_to_string(&mut out).unwrap();
     let (head, body) = out.split_once("\r\n\r\n").unwrap();
@@ -203,7 +207,8 @@ fn prometheus_scrapes_two_daemons_and_the_cluster_view_matches() {
         let (head, body) = http_get(port, "/metrics");
         assert!(head.starts_with("HTTP/1.1 200 OK"), "{head}");
         assert!(
-            head.contains("Content-Type: text/plain; version=0.0.4"),
+            head.to_ascii_lowercase()
+                .contains("content-type: text/plain; version=0.0.4"),
             "{head}"
         );
         promtool_accepts(&promtool, &body);

@@ -2,18 +2,25 @@
 //! [`DEFAULT_ADDR`], loopback), the page rendered by [`crate::exporter`] from the newest
 //! snapshot, the live runs' trainer side and the control loops.
 //!
-//! The HTTP side is a minimal HTTP/1.1 responder over tokio's `TcpListener` rather than a web
-//! framework: it answers one `GET` (or `HEAD`) per connection and closes it, which is all a
-//! Prometheus scrape needs, and it is bounded — request head at most [`MAX_REQUEST`] bytes,
-//! [`READ_TIMEOUT`] to send it, at most [`MAX_CONNECTIONS`] at once (more wait in the kernel's
-//! backlog). Anything else gets 400, 404, 405 or 431 and the connection is closed.
+//! The HTTP side is axum's router on hyper's HTTP/1 server, one task per connection: `GET`
+//! and `HEAD /metrics` answer the page; any other path is 404 and any other method 405. Every
+//! connection is bounded on its own: its request head within [`READ_TIMEOUT`] (an idle
+//! keep-alive connection is closed after as long) and at most [`MAX_REQUEST`] bytes (431
+//! beyond), the answer written within [`WRITE_TIMEOUT`]. Accepting never waits: up to
+//! [`MAX_CONNECTIONS`] are served at once and one more is closed at once, so idle or slow
+//! clients cannot hold a scrape up behind them.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use axum::Router;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
@@ -22,14 +29,14 @@ use crate::exporter;
 
 /// Where the daemon serves `/metrics` unless told otherwise: loopback, dcgm-exporter's port.
 pub const DEFAULT_ADDR: &str = "127.0.0.1:9400";
-/// The most bytes of a request head read.
+/// The most bytes of a request head read (hyper's smallest buffer).
 pub const MAX_REQUEST: usize = 8 * 1024;
-/// How long a client has to send its request head.
+/// How long a client has to send a request head, the first or the next on a kept connection.
 pub const READ_TIMEOUT: Duration = Duration::from_secs(5);
-/// How long writing the answer may take.
-const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
-/// Connections served at once.
-pub const MAX_CONNECTIONS: usize = 16;
+/// How long one connection may live in all (reading, rendering and writing its answers).
+const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Connections served at once; one more is closed as soon as it is accepted.
+pub const MAX_CONNECTIONS: usize = 64;
 
 /// Parse `--metrics-addr`: `off` (None) or `ADDR:PORT`.
 pub fn parse_addr(s: &str) -> Result<Option<SocketAddr>, String> {
@@ -58,18 +65,25 @@ pub fn page(daemon: &Daemon) -> String {
     })
 }
 
+/// What renders the page (the daemon's [`page`]; a fixed text in tests).
+type Render = Arc<dyn Fn() -> String + Send + Sync>;
+
 /// Accept scrapes until `shutdown`.
 pub async fn serve(daemon: Arc<Daemon>, listener: TcpListener, shutdown: CancellationToken) {
+    serve_page(Arc::new(move || page(&daemon)), listener, shutdown).await;
+}
+
+/// Serve `render`'s page on `listener` until `shutdown`.
+async fn serve_page(render: Render, listener: TcpListener, shutdown: CancellationToken) {
+    let app = router(render);
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(READ_TIMEOUT)
+        .max_buf_size(MAX_REQUEST);
+    let mut refused = 0u64;
     loop {
-        let permit = tokio::select! {
-            _ = shutdown.cancelled() => return,
-            p = Arc::clone(&slots).acquire_owned() => match p {
-                Ok(p) => p,
-                Err(_) => return,
-            },
-        };
-        let (stream, _) = tokio::select! {
+        let (stream, peer) = tokio::select! {
             _ = shutdown.cancelled() => return,
             a = listener.accept() => match a {
                 Ok(a) => a,
@@ -80,155 +94,74 @@ pub async fn serve(daemon: Arc<Daemon>, listener: TcpListener, shutdown: Cancell
                 }
             },
         };
-        let d = Arc::clone(&daemon);
+        let Ok(permit) = Arc::clone(&slots).try_acquire_owned() else {
+            refused += 1;
+            // Said once, then every thousandth: a flood must not flood the log too.
+            if refused == 1 || refused % 1000 == 0 {
+                tracing::warn!(
+                    "metrics endpoint: {MAX_CONNECTIONS} connections already open; closed the \
+                     one from {peer} ({refused} closed so far)"
+                );
+            }
+            drop(stream);
+            continue;
+        };
+        let service = TowerToHyperService::new(app.clone());
+        let conn = http.serve_connection(TokioIo::new(stream), service);
+        let stop = shutdown.clone();
         tokio::spawn(async move {
-            let render = move || page(&d);
-            if let Err(e) = answer(stream, render).await {
-                tracing::debug!("metrics endpoint: {e}");
+            let mut conn = std::pin::pin!(conn);
+            tokio::select! {
+                r = tokio::time::timeout(WRITE_TIMEOUT, conn.as_mut()) => match r {
+                    Ok(Err(e)) => tracing::debug!("metrics endpoint: {peer}: {e}"),
+                    Err(_) => tracing::debug!("metrics endpoint: {peer}: connection too long"),
+                    Ok(Ok(())) => {}
+                },
+                _ = stop.cancelled() => {
+                    conn.as_mut().graceful_shutdown();
+                    let _ = tokio::time::timeout(Duration::from_secs(1), conn).await;
+                }
             }
             drop(permit);
         });
     }
 }
 
-/// What a request head asks for.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Asked {
-    Metrics { head_only: bool },
-    Index { head_only: bool },
-    NotFound,
-    BadMethod,
-    Bad,
-}
-
-/// Read the request line of a head (`GET /metrics?x HTTP/1.1`).
-pub fn parse_head(head: &[u8]) -> Asked {
-    let line = head.split(|&b| b == b'\n').next().unwrap_or_default();
-    let line = String::from_utf8_lossy(line);
-    let mut parts = line.trim_end_matches('\r').split(' ');
-    let (Some(method), Some(target), Some(version)) = (parts.next(), parts.next(), parts.next())
-    else {
-        return Asked::Bad;
-    };
-    if !version.starts_with("HTTP/1.") || parts.next().is_some() {
-        return Asked::Bad;
-    }
-    let head_only = match method {
-        "GET" => false,
-        "HEAD" => true,
-        _ => return Asked::BadMethod,
-    };
-    match target.split('?').next().unwrap_or_default() {
-        "/metrics" => Asked::Metrics { head_only },
-        "/" => Asked::Index { head_only },
-        _ => Asked::NotFound,
-    }
-}
-
-/// Read one request head (bounded in size and time), answer it, close.
-async fn answer(
-    mut stream: TcpStream,
-    render: impl FnOnce() -> String + Send + 'static,
-) -> std::io::Result<()> {
-    let mut head = Vec::with_capacity(1024);
-    let mut buf = [0u8; 1024];
-    let read = async {
-        loop {
-            if head.windows(4).any(|w| w == b"\r\n\r\n") || head.windows(2).any(|w| w == b"\n\n") {
-                return Ok(true);
-            }
-            if head.len() >= MAX_REQUEST {
-                return Ok(false);
-            }
-            let n = stream.read(&mut buf).await?;
-            if n == 0 {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::UnexpectedEof,
-                    "closed before the request head ended",
-                ));
-            }
-            head.extend_from_slice(&buf[..n]);
-        }
-    };
-    let complete = match tokio::time::timeout(READ_TIMEOUT, read).await {
-        Ok(r) => r?,
-        Err(_) => {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                "request head not sent in time",
-            ));
-        }
-    };
-    let (status, content_type, body, head_only) = if !complete {
-        (
-            "431 Request Header Fields Too Large",
-            "text/plain",
-            "request head too large\n".to_string(),
-            false,
+/// `/metrics` (GET, and HEAD without the body) and a 404 that says where the metrics are.
+fn router(render: Render) -> Router {
+    Router::new()
+        .route(
+            "/metrics",
+            get(move || {
+                let render = Arc::clone(&render);
+                async move {
+                    match tokio::task::spawn_blocking(move || render()).await {
+                        Ok(body) => {
+                            ([(header::CONTENT_TYPE, exporter::CONTENT_TYPE)], body).into_response()
+                        }
+                        Err(e) => {
+                            tracing::warn!("metrics endpoint: rendering the page failed: {e}");
+                            (StatusCode::INTERNAL_SERVER_ERROR, "rendering failed\n")
+                                .into_response()
+                        }
+                    }
+                }
+            }),
         )
-    } else {
-        match parse_head(&head) {
-            Asked::Metrics { head_only } => {
-                let body = tokio::task::spawn_blocking(render)
-                    .await
-                    .map_err(std::io::Error::other)?;
-                ("200 OK", exporter::CONTENT_TYPE, body, head_only)
-            }
-            Asked::Index { head_only } => (
-                "200 OK",
-                "text/plain; charset=utf-8",
-                "gpupilot daemon: Prometheus metrics at /metrics\n".to_string(),
-                head_only,
-            ),
-            Asked::NotFound => (
-                "404 Not Found",
-                "text/plain",
-                "not found: the metrics are at /metrics\n".into(),
-                false,
-            ),
-            Asked::BadMethod => (
-                "405 Method Not Allowed",
-                "text/plain",
-                "only GET and HEAD\n".into(),
-                false,
-            ),
-            Asked::Bad => (
-                "400 Bad Request",
-                "text/plain",
-                "bad request\n".into(),
-                false,
-            ),
-        }
-    };
-    let mut reply = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\
-         Connection: close\r\n",
-        body.len()
-    );
-    if status.starts_with("405") {
-        reply.push_str("Allow: GET, HEAD\r\n");
-    }
-    reply.push_str("\r\n");
-    if !head_only {
-        reply.push_str(&body);
-    }
-    let write = async {
-        stream.write_all(reply.as_bytes()).await?;
-        stream.shutdown().await
-    };
-    tokio::time::timeout(WRITE_TIMEOUT, write)
-        .await
-        .unwrap_or_else(|_| {
-            Err(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                "answer not taken in time",
-            ))
+        .fallback(|| async {
+            (
+                StatusCode::NOT_FOUND,
+                "not found: the metrics are at /metrics\n",
+            )
         })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Instant;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpStream;
 
     #[test]
     fn addresses_and_off() {
@@ -242,83 +175,91 @@ mod tests {
         assert!(e.contains("ADDR:PORT") && e.contains("off"), "{e}");
     }
 
-    #[test]
-    fn request_heads() {
-        assert_eq!(
-            parse_head(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"),
-            Asked::Metrics { head_only: false }
-        );
-        assert_eq!(
-            parse_head(b"HEAD /metrics?format=x HTTP/1.0\r\n\r\n"),
-            Asked::Metrics { head_only: true }
-        );
-        assert_eq!(
-            parse_head(b"GET / HTTP/1.1\r\n\r\n"),
-            Asked::Index { head_only: false }
-        );
-        assert_eq!(parse_head(b"GET /x HTTP/1.1\r\n\r\n"), Asked::NotFound);
-        assert_eq!(
-            parse_head(b"POST /metrics HTTP/1.1\r\n\r\n"),
-            Asked::BadMethod
-        );
-        assert_eq!(parse_head(b"GET /metrics\r\n\r\n"), Asked::Bad);
-        assert_eq!(parse_head(b"\xff\xfe"), Asked::Bad);
+    async fn endpoint() -> (SocketAddr, CancellationToken) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let stop = CancellationToken::new();
+        tokio::spawn(serve_page(
+            Arc::new(|| "up 1\n".to_string()),
+            listener,
+            stop.clone(),
+        ));
+        (addr, stop)
     }
 
+    /// One request on a new connection; the whole answer, lower-cased.
     async fn exchange(addr: SocketAddr, request: &[u8]) -> String {
         let mut s = TcpStream::connect(addr).await.unwrap();
         s.write_all(request).await.unwrap();
         let mut out = Vec::new();
-        s.read_to_end(&mut out).await.unwrap();
-        String::from_utf8(out).unwrap()
+        let _ = s.read_to_end(&mut out).await;
+        String::from_utf8_lossy(&out).to_lowercase()
+    }
+
+    fn get(path: &str, method: &str) -> Vec<u8> {
+        format!("{method} {path} HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n").into_bytes()
     }
 
     #[tokio::test]
     async fn serves_bounded_answers() {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        tokio::spawn(async move {
-            loop {
-                let (s, _) = listener.accept().await.unwrap();
-                tokio::spawn(answer(s, || "up 1\n".to_string()));
-            }
-        });
-        let r = exchange(addr, b"GET /metrics HTTP/1.1\r\nHost: a\r\n\r\n").await;
-        assert!(r.starts_with("HTTP/1.1 200 OK\r\n"), "{r}");
-        assert!(r.contains("Content-Type: text/plain; version=0.0.4; charset=utf-8\r\n"));
+        let (addr, _stop) = endpoint().await;
+        let r = exchange(addr, &get("/metrics", "GET")).await;
+        assert!(r.starts_with("http/1.1 200 ok\r\n"), "{r}");
+        assert!(r.contains("content-type: text/plain; version=0.0.4; charset=utf-8\r\n"));
         assert!(
-            r.contains("Content-Length: 5\r\n") && r.ends_with("\r\n\r\nup 1\n"),
+            r.contains("content-length: 5\r\n") && r.ends_with("\r\n\r\nup 1\n"),
             "{r}"
         );
-        let r = exchange(addr, b"HEAD /metrics HTTP/1.1\r\n\r\n").await;
+        let r = exchange(addr, &get("/metrics?x=1", "HEAD")).await;
+        assert!(r.starts_with("http/1.1 200"), "{r}");
+        assert!(r.ends_with("\r\n\r\n"), "a HEAD answer has no body: {r}");
+        let r = exchange(addr, &get("/metrics", "DELETE")).await;
         assert!(
-            r.contains("Content-Length: 5\r\n") && r.ends_with("\r\n\r\n"),
+            r.starts_with("http/1.1 405") && r.contains("allow: get,head"),
             "{r}"
         );
-        let r = exchange(addr, b"DELETE /metrics HTTP/1.1\r\n\r\n").await;
-        assert!(
-            r.starts_with("HTTP/1.1 405") && r.contains("Allow: GET, HEAD"),
-            "{r}"
-        );
-        let r = exchange(addr, b"GET /nope HTTP/1.1\r\n\r\n").await;
-        assert!(r.starts_with("HTTP/1.1 404"), "{r}");
+        for path in ["/nope", "/"] {
+            let r = exchange(addr, &get(path, "GET")).await;
+            assert!(
+                r.starts_with("http/1.1 404") && r.contains("/metrics"),
+                "{r}"
+            );
+        }
         // A head that never ends is cut at MAX_REQUEST bytes.
         let mut big = b"GET /metrics HTTP/1.1\r\nX: ".to_vec();
         big.extend(std::iter::repeat_n(b'a', MAX_REQUEST + 10));
         let r = exchange(addr, &big).await;
-        assert!(r.starts_with("HTTP/1.1 431"), "{r}");
+        assert!(r.starts_with("http/1.1 431"), "{r}");
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_silent_client_is_dropped_after_the_timeout() {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let server = tokio::spawn(async move {
-            let (s, _) = listener.accept().await.unwrap();
-            answer(s, String::new).await
-        });
-        let _client = TcpStream::connect(addr).await.unwrap();
-        let r = server.await.unwrap();
-        assert_eq!(r.unwrap_err().kind(), std::io::ErrorKind::TimedOut);
+        let (addr, _stop) = endpoint().await;
+        let mut client = TcpStream::connect(addr).await.unwrap();
+        let started = tokio::time::Instant::now();
+        let mut out = Vec::new();
+        let _ = client.read_to_end(&mut out).await;
+        let waited = started.elapsed();
+        assert!(
+            waited >= READ_TIMEOUT && waited < READ_TIMEOUT * 2,
+            "closed after {waited:?}"
+        );
+    }
+
+    /// Idle connections (scrapers that connect and say nothing, as many as may be served at
+    /// once but one) do not hold a scrape up: it is answered at once, not after their timeout.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn idle_connections_do_not_hold_a_scrape_up() {
+        let (addr, _stop) = endpoint().await;
+        let mut idle = Vec::new();
+        for _ in 0..MAX_CONNECTIONS - 1 {
+            idle.push(TcpStream::connect(addr).await.unwrap());
+        }
+        let asked = Instant::now();
+        let r = exchange(addr, &get("/metrics", "GET")).await;
+        let took = asked.elapsed();
+        assert!(r.starts_with("http/1.1 200"), "{r}");
+        assert!(took < READ_TIMEOUT / 2, "the scrape waited {took:?}");
+        drop(idle);
     }
 }
