@@ -291,7 +291,7 @@ pub struct SyntheticTrainArgs {
     #[arg(long, value_name = "N", default_value_t = 8)]
     pub workers: u32,
     /// Simulated seconds per wall-clock second.
-    #[arg(long, value_name = "X", default_value_t = 1.0)]
+    #[arg(long, value_name = "X", default_value_t = 1.0, value_parser = parse_speed)]
     pub speed: f64,
 }
 
@@ -315,18 +315,6 @@ pub struct RanksArgs {
     pub command: Vec<String>,
 }
 
-fn parse_grace(s: &str) -> Result<f64, String> {
-    let v: f64 = s
-        .parse()
-        .map_err(|_| format!("`{s}` is not a number of seconds"))?;
-    if !(v > 0.0 && v <= 3600.0) {
-        return Err(format!(
-            "grace must be more than 0 and at most 3600 seconds, got {v}"
-        ));
-    }
-    Ok(v)
-}
-
 /// Options of `gpupilot set`.
 #[derive(Debug, Args, Clone)]
 pub struct SetArgs {
@@ -346,7 +334,7 @@ pub struct SetArgs {
     #[arg(long)]
     pub no_wait: bool,
     /// Seconds to wait for the trainer's answer.
-    #[arg(long, value_name = "SECONDS", default_value_t = 10.0)]
+    #[arg(long, value_name = "SECONDS", default_value_t = 10.0, value_parser = parse_wait_s)]
     pub timeout: f64,
 }
 
@@ -413,10 +401,11 @@ pub struct ThermalArgs {
 pub enum ThermalCommand {
     /// Hold CELSIUS, or --margin C below each GPU's slowdown temperature.
     Target {
-        #[arg(value_name = "CELSIUS", required_unless_present = "margin")]
+        #[arg(value_name = "CELSIUS", required_unless_present = "margin",
+              value_parser = parse_celsius)]
         celsius: Option<f64>,
         /// Degrees below each GPU's slowdown temperature instead of an absolute target.
-        #[arg(long, value_name = "C", conflicts_with = "celsius")]
+        #[arg(long, value_name = "C", conflicts_with = "celsius", value_parser = parse_margin)]
         margin: Option<f64>,
         #[command(flatten)]
         gpus: GpuList,
@@ -432,7 +421,7 @@ pub enum ThermalCommand {
 #[derive(Debug, Args, Clone)]
 pub struct BudgetArgs {
     /// Watts, or `off`; without it, the budget as it stands.
-    #[arg(value_name = "WATTS|off")]
+    #[arg(value_name = "WATTS|off", value_parser = parse_budget)]
     pub value: Option<String>,
     /// Why, for the event log (default: the command line).
     #[arg(long, value_name = "TEXT")]
@@ -457,7 +446,7 @@ pub struct GpuList {
 pub enum PowerCommand {
     /// Set the power cap to WATTS (within each GPU's range).
     Cap {
-        #[arg(value_name = "WATTS")]
+        #[arg(value_name = "WATTS", value_parser = parse_cap_w)]
         watts: f64,
         #[command(flatten)]
         gpus: GpuList,
@@ -469,7 +458,7 @@ pub enum PowerCommand {
     },
     /// Set the driver's target temperature to CELSIUS, or `reset` to restore the recorded one.
     GpuMax {
-        #[arg(value_name = "CELSIUS|reset")]
+        #[arg(value_name = "CELSIUS|reset", value_parser = parse_gpu_max)]
         value: String,
         #[command(flatten)]
         gpus: GpuList,
@@ -552,7 +541,7 @@ pub struct StopArgs {
     #[arg(long)]
     pub kill: bool,
     /// Seconds between SIGTERM and SIGKILL.
-    #[arg(long, value_name = "SECONDS", default_value_t = 10.0)]
+    #[arg(long, value_name = "SECONDS", default_value_t = 10.0, value_parser = parse_wait_s)]
     pub grace: f64,
 }
 
@@ -572,7 +561,7 @@ pub struct StatusArgs {
     #[arg(long)]
     pub json: bool,
     /// Wait at most this many seconds for a GPU that does not answer.
-    #[arg(long, value_name = "SECONDS", default_value_t = 3.0)]
+    #[arg(long, value_name = "SECONDS", default_value_t = 3.0, value_parser = parse_wait_s)]
     pub timeout: f64,
 }
 
@@ -602,32 +591,20 @@ pub struct TuneEnergyArgs {
     #[arg(long, value_name = "ETA", default_value_t = 0.5, value_parser = parse_eta)]
     pub eta: f64,
     /// Watts between the caps tried.
-    #[arg(long = "step-w", value_name = "WATTS", default_value_t = 25.0)]
+    #[arg(long = "step-w", value_name = "WATTS", default_value_t = 25.0, value_parser = parse_step_w)]
     pub step_w: f64,
     /// Warm-up per cap, in steps (in seconds with --seconds); default 10 steps or 5 s.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = parse_window)]
     pub warmup: Option<f64>,
     /// Measured window per cap, in steps; default 40.
-    #[arg(long, value_name = "STEPS", conflicts_with = "seconds")]
+    #[arg(long, value_name = "STEPS", conflicts_with = "seconds", value_parser = parse_window)]
     pub measure: Option<f64>,
     /// Measure each cap for this many seconds instead of steps (runs that report no steps).
-    #[arg(long, value_name = "SECONDS")]
+    #[arg(long, value_name = "SECONDS", value_parser = parse_window)]
     pub seconds: Option<f64>,
     /// Print the result as JSON (progress is not printed).
     #[arg(long)]
     pub json: bool,
-}
-
-fn parse_eta(s: &str) -> Result<f64, String> {
-    let v: f64 = s
-        .parse()
-        .map_err(|_| format!("`{s}` is not a number between 0 and 1"))?;
-    if !(0.0..=1.0).contains(&v) {
-        return Err(format!(
-            "eta must be between 0 (time only) and 1 (energy only), got {v}"
-        ));
-    }
-    Ok(v)
 }
 
 /// Options of `gpupilot advise`.
@@ -637,7 +614,7 @@ pub struct AdviseArgs {
     #[arg(long)]
     pub json: bool,
     /// How far back the evidence may come from, seconds.
-    #[arg(long, value_name = "SECONDS", default_value_t = 300.0)]
+    #[arg(long, value_name = "SECONDS", default_value_t = 300.0, value_parser = parse_window)]
     pub window: f64,
 }
 
@@ -648,28 +625,128 @@ pub struct DoctorArgs {
     #[arg(long)]
     pub json: bool,
     /// Seconds to wait for Python to say which PyTorch it has (importing torch is slow).
-    #[arg(long, value_name = "SECONDS", default_value_t = 30.0)]
+    #[arg(long, value_name = "SECONDS", default_value_t = 30.0, value_parser = parse_wait_s)]
     pub python_timeout: f64,
 }
 
-fn parse_rate(s: &str) -> Result<f64, String> {
-    let v: f64 = s
-        .parse()
-        .map_err(|_| format!("`{s}` is not a number of samples per second"))?;
-    if !(0.01..=100.0).contains(&v) {
-        return Err(format!("rate must be between 0.01 and 100 Hz, got {v}"));
+// Numbers on the command line. Every one goes through [`finite_in`]: NaN, the infinities and
+// absurd magnitudes are refused here, before anything is sent or changed (a NaN budget used to
+// travel as JSON `null` and clear the budget), each with the range a plausible value lies in.
+
+/// A finite number within `lo..=hi` (`unit` after the bounds), or a message that shows the text
+/// as typed (cut short) and the range.
+pub fn finite_in(s: &str, what: &str, lo: f64, hi: f64, unit: &str) -> Result<f64, String> {
+    let range = format!("between {lo} and {hi}{unit}");
+    let typed = brief(s);
+    match s.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && (lo..=hi).contains(&v) => Ok(v),
+        Ok(v) if v.is_finite() => Err(format!("{what} must be {range}, not `{typed}`")),
+        _ => Err(format!("`{typed}` is not a {what}: give a number {range}")),
     }
-    Ok(v)
+}
+
+/// Text as typed, cut to a length that reads at a glance.
+fn brief(s: &str) -> String {
+    const MAX: usize = 24;
+    if s.chars().count() <= MAX {
+        s.to_string()
+    } else {
+        format!("{}…", s.chars().take(MAX).collect::<String>())
+    }
+}
+
+/// A power cap of one GPU.
+fn parse_cap_w(s: &str) -> Result<f64, String> {
+    finite_in(
+        s.trim_end_matches(['W', 'w']),
+        "power cap in watts",
+        1.0,
+        10_000.0,
+        " W",
+    )
+}
+
+/// The node budget: watts (the sum of every cap), or `off`; the number as text for the command.
+fn parse_budget(s: &str) -> Result<String, String> {
+    if s.trim() == "off" {
+        return Ok("off".into());
+    }
+    let w = finite_in(
+        s.trim_end_matches(['W', 'w']),
+        "budget in watts (or `off`)",
+        1.0,
+        1_000_000.0,
+        " W",
+    )?;
+    Ok(w.to_string())
+}
+
+/// A temperature the GPUs are held at.
+fn parse_celsius(s: &str) -> Result<f64, String> {
+    finite_in(
+        s.trim_end_matches("°C"),
+        "temperature in °C",
+        0.0,
+        150.0,
+        " °C",
+    )
+}
+
+/// Degrees below each GPU's slowdown temperature.
+fn parse_margin(s: &str) -> Result<f64, String> {
+    finite_in(s.trim_end_matches("°C"), "margin in °C", 0.0, 100.0, " °C")
+}
+
+/// The driver's target temperature, or `reset`; the number as text for the command.
+fn parse_gpu_max(s: &str) -> Result<String, String> {
+    if s.trim() == "reset" {
+        return Ok("reset".into());
+    }
+    parse_celsius(s).map(|c| c.to_string())
+}
+
+/// A wait or a timeout.
+fn parse_wait_s(s: &str) -> Result<f64, String> {
+    finite_in(s, "number of seconds", 0.0, 86_400.0, " s")
+}
+
+/// A window of steps or seconds (a tuner's warm-up and measure, advise's look back).
+fn parse_window(s: &str) -> Result<f64, String> {
+    finite_in(s, "number of steps or seconds", 1.0, 1e6, "")
+}
+
+/// The tuner's step between caps.
+fn parse_step_w(s: &str) -> Result<f64, String> {
+    finite_in(
+        s.trim_end_matches(['W', 'w']),
+        "step in watts",
+        1.0,
+        1_000.0,
+        " W",
+    )
+}
+
+/// Simulated seconds per wall-clock second.
+fn parse_speed(s: &str) -> Result<f64, String> {
+    finite_in(s, "speed", 0.01, 1_000.0, "×")
+}
+
+fn parse_eta(s: &str) -> Result<f64, String> {
+    finite_in(s, "weight eta (0: time only, 1: energy only)", 0.0, 1.0, "")
+}
+
+fn parse_rate(s: &str) -> Result<f64, String> {
+    finite_in(s, "number of samples per second", 0.01, 100.0, " Hz")
 }
 
 fn parse_refresh(s: &str) -> Result<f64, String> {
-    let v: f64 = s
-        .parse()
-        .map_err(|_| format!("`{s}` is not a number of seconds"))?;
-    if !(0.05..=3600.0).contains(&v) {
-        return Err(format!(
-            "refresh must be between 0.05 and 3600 seconds, got {v}"
-        ));
+    finite_in(s, "number of seconds", 0.05, 3600.0, " s")
+}
+
+fn parse_grace(s: &str) -> Result<f64, String> {
+    let v = finite_in(s, "number of seconds", 0.0, 3600.0, " s")?;
+    if v == 0.0 {
+        return Err("grace must be more than 0 seconds".into());
     }
     Ok(v)
 }
@@ -682,6 +759,47 @@ mod tests {
     #[test]
     fn cli_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn numbers_are_finite_and_plausible() {
+        for bad in [
+            "nan", "NaN", "inf", "-inf", "infinity", "1e308", "0", "-5", "x", "",
+        ] {
+            let e = parse_cap_w(bad).unwrap_err();
+            assert!(e.contains("between 1 and 10000 W"), "{bad}: {e}");
+            assert!(parse_budget(bad).is_err(), "budget {bad}");
+        }
+        assert_eq!(parse_cap_w("300"), Ok(300.0));
+        assert_eq!(parse_cap_w("300W"), Ok(300.0));
+        assert_eq!(parse_budget("2800"), Ok("2800".into()));
+        assert_eq!(parse_budget("2800.5W"), Ok("2800.5".into()));
+        assert_eq!(parse_budget("off"), Ok("off".into()));
+        assert_eq!(parse_celsius("78"), Ok(78.0));
+        assert_eq!(parse_celsius("78°C"), Ok(78.0));
+        assert!(parse_celsius("nan").is_err() && parse_celsius("151").is_err());
+        assert!(parse_celsius("-1").is_err());
+        assert_eq!(parse_gpu_max("reset"), Ok("reset".into()));
+        assert_eq!(parse_gpu_max("85"), Ok("85".into()));
+        assert!(parse_gpu_max("inf").is_err());
+        assert!(parse_margin("inf").is_err() && parse_margin("8") == Ok(8.0));
+        assert!(parse_wait_s("nan").is_err() && parse_wait_s("-1").is_err());
+        assert!(parse_window("0").is_err() && parse_step_w("nan").is_err());
+        assert!(parse_grace("0").is_err() && parse_grace("5") == Ok(5.0));
+        // The message quotes the text as typed, cut short, never a number of 300 digits.
+        let huge = format!("1{}", "0".repeat(300));
+        let e = parse_cap_w(&huge).unwrap_err();
+        assert!(e.len() < 120 && e.contains("`1000000000"), "{e}");
+        let e = parse_eta("nan").unwrap_err();
+        assert!(e.starts_with("`nan` is not a weight eta"), "{e}");
+        let e = parse_eta("2").unwrap_err();
+        assert!(e.contains("between 0 and 1") && e.contains("`2`"), "{e}");
+        // Through clap, as typed.
+        assert!(Cli::try_parse_from(["gpupilot", "budget", "nan"]).is_err());
+        assert!(Cli::try_parse_from(["gpupilot", "power", "cap", "inf"]).is_err());
+        assert!(Cli::try_parse_from(["gpupilot", "thermal", "target", "nan"]).is_err());
+        assert!(Cli::try_parse_from(["gpupilot", "stop", "x", "--grace", "nan"]).is_err());
+        assert!(Cli::try_parse_from(["gpupilot", "thermal", "target", "78"]).is_ok());
     }
 
     #[test]
