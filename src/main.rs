@@ -7,15 +7,21 @@ use gpupilot::commands;
 use gpupilot::status;
 use gpupilot::telemetry::open::open_source;
 use gpupilot::telemetry::{Sampler, SamplerConfig};
+use std::io::Write as _;
 use std::process::ExitCode;
 use std::time::Duration;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if !matches!(&cli.command, Some(Command::Daemon(d)) if !d.detach) {
+        commands::end_quietly_on_closed_pipe();
+    }
     match dispatch(cli) {
         Ok(code) => code,
+        // The reader went away (`gpupilot ps | head`): no one is left to tell.
+        Err(e) if commands::is_output_closed(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("gpupilot: {e:#}");
+            let _ = writeln!(std::io::stderr().lock(), "gpupilot: {e:#}");
             ExitCode::FAILURE
         }
     }

@@ -84,11 +84,62 @@ pub fn connect(paths: &Paths) -> anyhow::Result<Client> {
     Ok(Client::connect(paths)?)
 }
 
-/// Write to stdout; a closed pipe (`gpupilot logs RUN | head`) is not an error.
+/// Write to stdout; a closed pipe (`gpupilot logs RUN | head`) is an [`OutputClosed`] error
+/// (of kind `BrokenPipe`), which `main` ends on quietly.
 pub(crate) fn out(text: &str) -> std::io::Result<()> {
     let mut o = std::io::stdout().lock();
-    o.write_all(text.as_bytes())?;
-    o.flush()
+    o.write_all(text.as_bytes())
+        .and_then(|()| o.flush())
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::BrokenPipe => {
+                std::io::Error::new(std::io::ErrorKind::BrokenPipe, OutputClosed)
+            }
+            _ => e,
+        })
+}
+
+/// The reader of our stdout went away: not a failure of the command, and no one is left to
+/// tell. Unlike any EPIPE, which may as well come from the daemon's socket.
+#[derive(Debug, thiserror::Error)]
+#[error("the reader of the output went away")]
+pub struct OutputClosed;
+
+/// Whether `e` is [`out`]'s closed stdout.
+pub fn is_output_closed(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.is::<OutputClosed>()
+            || c.downcast_ref::<std::io::Error>()
+                .and_then(|io| io.get_ref())
+                .is_some_and(|inner| inner.is::<OutputClosed>())
+    })
+}
+
+/// Write a line to stderr; a closed pipe (`gpupilot profile check X 2>&1 | head`) is not an
+/// error, nor a panic as with `eprintln!`.
+pub(crate) fn err_line(text: &str) {
+    let mut e = std::io::stderr().lock();
+    let _ = writeln!(e, "{text}");
+}
+
+/// A reader that went away (`gpupilot status | head`) ends a command quietly, with status 0,
+/// instead of the panic (status 101) that `println!` raises on EPIPE.
+///
+/// SIGPIPE stays ignored, as Rust sets it before `main`: restoring its default would make a
+/// client die silently when the daemon closes its socket (Unix sockets raise SIGPIPE on write,
+/// std does not pass MSG_NOSIGNAL for them), and the daemon must never die of a client. So
+/// the writes of the commands go through [`out`] and [`err_line`], which return or swallow
+/// EPIPE, and this hook catches the `println!`s left anywhere else. Not for the daemon, whose
+/// output goes to its log.
+pub fn end_quietly_on_closed_pipe() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let what = info.to_string();
+        let epipe = format!("(os error {})", rustix::io::Errno::PIPE.raw_os_error());
+        if what.contains("failed printing to std") && what.contains(&epipe) {
+            std::process::exit(0);
+        }
+        default(info)
+    }));
 }
 
 pub(crate) fn is_broken_pipe(e: &anyhow::Error) -> bool {

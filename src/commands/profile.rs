@@ -18,7 +18,7 @@ pub fn check(file: &Path) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Err(e) => {
-            eprintln!("{e}");
+            super::err_line(&e.to_string());
             Ok(ExitCode::FAILURE)
         }
     }

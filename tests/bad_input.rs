@@ -1,0 +1,151 @@
+//! Bad input on the command line, as a user types it: each is refused with a clear message, a
+//! non-zero exit, and nothing changed (the daemon's settings stay as they were).
+
+mod daemon_common;
+
+use std::process::Output;
+use std::time::Duration;
+
+use daemon_common::Home;
+
+const T: Duration = Duration::from_secs(30);
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// The command failed (exit 1 or 2, never a panic's 101) and said something short and useful.
+fn refused(out: &Output, what: &str) -> String {
+    let err = stderr(out);
+    let code = out.status.code();
+    assert!(
+        matches!(code, Some(1 | 2)),
+        "{what}: exit {:?}, expected a refusal\nstdout: {}\nstderr: {err}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(!err.trim().is_empty(), "{what}: refused without a word");
+    assert!(
+        !err.contains("panicked"),
+        "{what}: a panic is no message: {err}"
+    );
+    // No number printed with dozens of digits.
+    let longest_digits = err
+        .split(|c: char| !c.is_ascii_digit())
+        .map(str::len)
+        .max()
+        .unwrap_or(0);
+    assert!(
+        longest_digits <= 20,
+        "{what}: a number of {longest_digits} digits: {err}"
+    );
+    err
+}
+
+fn budget_w(home: &Home) -> Option<f64> {
+    let out = home.ok(&["budget", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    v["budget"]["budget_w"].as_f64()
+}
+
+fn cap_w(home: &Home, gpu: usize) -> f64 {
+    let out = home.ok(&["power", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    v["gpus"][gpu]["power"]["current_w"].as_f64().unwrap()
+}
+
+#[test]
+fn non_finite_and_absurd_numbers_are_refused_and_change_nothing() {
+    let home = Home::new();
+    let _d = home.daemon(&[]);
+    home.ok(&["budget", "2000"]);
+    home.ok(&["power", "cap", "400"]);
+    assert_eq!(budget_w(&home), Some(2000.0));
+    for args in [
+        &["budget", "nan"][..],
+        &["budget", "inf"],
+        &["budget", "--", "-inf"],
+        &["budget", "NaN"],
+        &["budget", "1e308"],
+        &["budget", "0"],
+        &["budget", "--", "-5"],
+    ] {
+        let out = home.run(args, T);
+        let err = refused(&out, &format!("{args:?}"));
+        assert!(
+            err.contains("budget") || err.contains("watts"),
+            "{args:?}: {err}"
+        );
+        assert_eq!(budget_w(&home), Some(2000.0), "{args:?} changed the budget");
+    }
+    for args in [
+        &["power", "cap", "nan"][..],
+        &["power", "cap", "inf"],
+        &["power", "cap", "1e300"],
+        &["power", "cap", "--", "-300"],
+        &["power", "gpu-max", "nan"],
+        &["power", "gpu-max", "1e300"],
+        &["thermal", "target", "nan"],
+        &["thermal", "target", "1e300"],
+        &["thermal", "target", "--margin", "inf"],
+        &["stop", "last", "--grace", "nan"],
+        &["status", "--timeout", "nan"],
+        &["set", "last", "batch-size", "8", "--timeout", "inf"],
+        &["tune", "energy", "last", "--step-w", "nan"],
+    ] {
+        let out = home.run(args, T);
+        let err = refused(&out, &format!("{args:?}"));
+        assert!(
+            !err.contains("frame") && !err.contains("target_c"),
+            "{args:?}: a message about the protocol, not the number: {err}"
+        );
+        assert!(
+            err.contains("number") || err.contains("between"),
+            "{args:?}: does not say what a good value is: {err}"
+        );
+    }
+    assert_eq!(cap_w(&home, 0), 400.0, "a refused cap moved GPU 0");
+    assert_eq!(cap_w(&home, 1), 400.0, "a refused cap moved GPU 1");
+    let err = stderr(&home.run(&["budget", "nan"], T));
+    assert!(err.contains("`nan`"), "the value as typed: {err}");
+}
+
+/// A socket whose reader has gone: every write to it fails with EPIPE, as to `… | head` once
+/// head has exited (deterministic, unlike a real head).
+fn closed_pipe() -> std::os::unix::net::UnixStream {
+    let (w, r) = std::os::unix::net::UnixStream::pair().unwrap();
+    drop(r);
+    w
+}
+
+fn into_stdio(s: &std::os::unix::net::UnixStream) -> std::process::Stdio {
+    std::process::Stdio::from(std::os::fd::OwnedFd::from(s.try_clone().unwrap()))
+}
+
+#[test]
+fn a_reader_that_went_away_is_no_panic() {
+    let home = Home::new();
+    let good = home.dir.path().join("good.toml");
+    std::fs::write(&good, "name = \"g\"\n[run]\ncommand = [\"true\"]\n").unwrap();
+    let bad = home.dir.path().join("bad.toml");
+    std::fs::write(&bad, "name = \"g\"\n[run]\ncommand = 3\n").unwrap();
+    for (args, want) in [
+        (vec!["profile", "check", good.to_str().unwrap()], 0),
+        (vec!["profile", "check", bad.to_str().unwrap()], 1),
+        (vec!["status"], 0),
+        (vec!["ps"], 1),
+    ] {
+        let pipe = closed_pipe();
+        let status = home
+            .gpupilot(&args)
+            .stdout(into_stdio(&pipe))
+            .stderr(into_stdio(&pipe))
+            .status()
+            .unwrap();
+        assert_eq!(
+            status.code(),
+            Some(want),
+            "{args:?} into a closed pipe: {status}"
+        );
+    }
+}
