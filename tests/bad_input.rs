@@ -149,3 +149,39 @@ fn a_reader_that_went_away_is_no_panic() {
         );
     }
 }
+
+/// A run of the synthetic trainer from a profile whose `[run]` ends with `extra`; its id.
+fn start_trainer(home: &Home, name: &str, extra: &str) -> String {
+    let path = home.dir.path().join(format!("{name}.toml"));
+    let bin = env!("CARGO_BIN_EXE_gpupilot");
+    let body = format!(
+        "name = \"{name}\"\n[run]\ncommand = [\"{bin}\", \"synthetic-train\", \"--speed\", \"4\"]\n{extra}\n"
+    );
+    std::fs::write(&path, body).unwrap();
+    home.ok(&["run", "--detach", &path.display().to_string()])
+        .trim()
+        .to_string()
+}
+
+#[test]
+fn a_run_that_sees_no_gpu_is_not_tuned_on_every_gpu() {
+    let home = Home::new();
+    let _d = home.daemon(&[]);
+    for (name, extra) in [
+        ("empty", "gpus = []"),
+        ("comma", "env = { CUDA_VISIBLE_DEVICES = \",\" }"),
+    ] {
+        let run = start_trainer(&home, name, extra);
+        let out = home.run(
+            &[
+                "tune", "energy", &run, "--seconds", "1", "--warmup", "1", "--step-w", "250",
+            ],
+            Duration::from_secs(60),
+        );
+        let err = refused(&out, name);
+        assert!(err.contains("no GPU"), "{name}: {err}");
+        assert_eq!(cap_w(&home, 0), 700.0, "{name}: GPU 0's cap moved");
+        assert_eq!(cap_w(&home, 1), 700.0, "{name}: GPU 1's cap moved");
+        home.ok(&["stop", &run, "--kill"]);
+    }
+}

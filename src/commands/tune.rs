@@ -30,6 +30,7 @@ use crate::control::tuner::Window;
 use crate::control::tuner::job::{JobTally, Scope, energy_of, scope};
 use crate::control::tuner::live::{LiveRun, Outcome, drive};
 use crate::control::tuner::{Observation, Phase, Progress, TuneResult, Tuner, TunerConfig, Unit};
+use crate::profile::VisibleGpus;
 use crate::protocol::{GpuSelection, Request, Response};
 use crate::supervisor::RunStatus;
 
@@ -103,7 +104,12 @@ pub fn tune_energy(g: &GlobalArgs, args: &TuneEnergyArgs) -> anyhow::Result<Exit
 /// settings, ready to [`drive`] (the console's tuner starts the same way, with the defaults).
 pub(crate) fn prepare(client: Client, args: &TuneEnergyArgs) -> anyhow::Result<(DaemonRun, Tuner)> {
     let mut run = DaemonRun::open(client, &args.run)?;
-    let first = &run.limits[0];
+    let Some(first) = run.limits.first() else {
+        anyhow::bail!(
+            "run {} uses no GPU the daemon sees: no power cap to tune",
+            run.id
+        );
+    };
     let (min_w, max_w, default_w) = run.limits.iter().fold(
         (first.min_w, first.max_w, first.default_w),
         |(lo, hi, d), l| (lo.max(l.min_w), hi.min(l.max_w), d.min(l.default_w)),
@@ -284,6 +290,13 @@ impl DaemonRun {
         // The trainer side only (no reports): whether this is a job, and its ranks' GPUs.
         let trainer = client.run_metrics(&info.id, u64::MAX)?.trainer;
         let scope = scope(&trainer).map_err(|e| anyhow::anyhow!("run {}: {e}", info.id))?;
+        if VisibleGpus::parse(Some(&info.gpus)).is_none() {
+            anyhow::bail!(
+                "run {} sees no GPU (its CUDA_VISIBLE_DEVICES is empty: `gpus = []` in its \
+                 profile, or set so): there is no power cap to tune",
+                info.id
+            );
+        }
         let (gpus, ranks, gpus_from_run) = match scope {
             Scope::Run => (run_gpus(&info.gpus, &snap.gpus)?, None, false),
             Scope::Job { gpus, ranks } if gpus.is_empty() => {
@@ -442,28 +455,12 @@ impl LiveRun for DaemonRun {
     }
 }
 
-/// The GPU indices a run uses, from its `CUDA_VISIBLE_DEVICES` (indices or UUIDs; `all`).
+/// The GPU indices a run uses, from its `gpus` (its `CUDA_VISIBLE_DEVICES`: indices or UUIDs;
+/// `all` when unset). An empty list is no GPU, not every GPU.
 pub fn run_gpus(visible: &str, gpus: &[crate::telemetry::GpuSample]) -> anyhow::Result<Vec<u32>> {
-    let v = visible.trim();
-    if v.is_empty() || v == "all" {
-        return Ok(gpus.iter().map(|g| g.index).collect());
-    }
-    let mut out = Vec::new();
-    for part in v.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let found = match part.parse::<u32>() {
-            Ok(i) => gpus.iter().find(|g| g.index == i),
-            Err(_) => gpus
-                .iter()
-                .find(|g| g.uuid.as_deref().is_some_and(|u| u.starts_with(part))),
-        };
-        let g = found.with_context(|| {
-            format!(
-                "the run's CUDA_VISIBLE_DEVICES names `{part}`, which is not a GPU the daemon sees"
-            )
-        })?;
-        out.push(g.index);
-    }
-    Ok(out)
+    VisibleGpus::parse(Some(visible))
+        .resolve(gpus.iter().map(|g| (g.index, g.uuid.as_deref())))
+        .map_err(|e| anyhow::anyhow!("the run's {e}"))
 }
 
 #[cfg(test)]
@@ -481,7 +478,9 @@ mod tests {
             })
             .collect();
         assert_eq!(run_gpus("all", &gpus).unwrap(), [0, 1, 2]);
-        assert_eq!(run_gpus("", &gpus).unwrap(), [0, 1, 2]);
+        // `gpus = []`, CUDA_VISIBLE_DEVICES="" or ",": no GPU, never every GPU.
+        assert!(run_gpus("", &gpus).unwrap().is_empty());
+        assert!(run_gpus(",", &gpus).unwrap().is_empty());
         assert_eq!(run_gpus("2,0", &gpus).unwrap(), [2, 0]);
         assert_eq!(run_gpus("GPU-1", &gpus).unwrap(), [1]);
         let e = run_gpus("7", &gpus).unwrap_err().to_string();

@@ -16,7 +16,9 @@
 //! - a cap far above the draw does not limit anything, so cutting it would change nothing: when
 //!   too hot, the cut starts from the power actually drawn;
 //! - stale telemetry (the sampler says stale, the GPU is lost, no temperature, or a sample older
-//!   than `stale_after_s`): it holds the cap where it is and says so, every time.
+//!   than `stale_after_s`): it holds the cap where it is and says so, every time;
+//! - implausible limits (a limit read as 0 W, NaN, outside its range, a range upside down:
+//!   [`super::limits_problem`]): it moves nothing ([`Mode::Refused`]) and says why.
 //!
 //! Gains are set per GPU from its cap range, so one setting suits a 300 W V100 and a 700 W H100:
 //! `kp = kp_frac_per_c · (max_w − min_w)` watts per °C, `ki = kp / ti_s`.
@@ -149,6 +151,9 @@ pub enum Mode {
     AtCeiling,
     /// At the minimum cap and still above target: the governor can do no more.
     AtFloor,
+    /// The GPU's power limits are unknown or implausible (a limit of 0 W, NaN, outside its
+    /// range): the cap is not touched until they make sense.
+    Refused,
 }
 
 /// One decision, with the reason in words (`81.3 °C > target 78 °C: −20 W`).
@@ -217,6 +222,19 @@ impl Governor {
     /// Decide what to do with the cap for this input.
     pub fn decide(&mut self, input: &GovernorInput) -> Decision {
         let c = self.config;
+        let user_bad = input
+            .user_cap_w
+            .is_some_and(|u| !(u.is_finite() && u > 0.0));
+        let problem = super::limits_problem(input.cap_w, input.min_w, input.max_w)
+            .or_else(|| user_bad.then(|| format!("its user's cap reads {:?} W", input.user_cap_w)));
+        if let Some(problem) = problem {
+            // Nothing learnt from figures that make no sense: start afresh once they do.
+            return self.forget(
+                Mode::Refused,
+                input,
+                format!("{problem}: the cap is not moved until the GPU reports plausible limits"),
+            );
+        }
         let ceiling = input
             .user_cap_w
             .map_or(input.max_w, |u| u.min(input.max_w))
@@ -235,16 +253,8 @@ impl Governor {
         };
         if let Some(why) = stale_why {
             // Forget the last error: the next fresh sample starts the derivative afresh.
-            self.last = None;
-            self.trend_c_per_s = 0.0;
-            self.mode = Mode::Stale;
-            return Decision {
-                action: Action::Hold,
-                mode: Mode::Stale,
-                temperature_c: input.temperature_c,
-                target_c,
-                why: format!("{why}: holding the cap at {:.0} W", input.cap_w),
-            };
+            let why = format!("{why}: holding the cap at {:.0} W", input.cap_w);
+            return self.forget(Mode::Stale, input, why);
         }
         let temp = fresh_temp.expect("checked above");
         let Some(target) = target_c else {
@@ -326,6 +336,21 @@ impl Governor {
         self.set(input.cap_w, new, Mode::Tracking, temp, target, "")
     }
 
+    /// Hold in `mode`, forgetting the last error and the trend (the next usable sample starts
+    /// the controller afresh).
+    fn forget(&mut self, mode: Mode, input: &GovernorInput, why: String) -> Decision {
+        self.last = None;
+        self.trend_c_per_s = 0.0;
+        self.mode = mode;
+        Decision {
+            action: Action::Hold,
+            mode,
+            temperature_c: input.temperature_c,
+            target_c: self.target.resolve(input.slowdown_c),
+            why,
+        }
+    }
+
     fn hold(&mut self, mode: Mode, temp: f64, target: f64, cap: f64, why: &str) -> Decision {
         self.mode = mode;
         let rel = relation(temp, target);
@@ -379,6 +404,8 @@ fn relation(temp: f64, target: f64) -> &'static str {
         "="
     }
 }
+
+pub mod stale;
 
 #[cfg(test)]
 mod tests;

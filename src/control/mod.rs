@@ -38,6 +38,47 @@ pub struct PowerLimits {
     pub max_w: f64,
 }
 
+impl PowerLimits {
+    /// Why these figures cannot be acted on (see [`limits_problem`]), or None.
+    pub fn problem(&self) -> Option<String> {
+        limits_problem(self.current_w, self.min_w, self.max_w)
+    }
+}
+
+/// Why a GPU whose management limit reads `current_w` within `[min_w, max_w]` must not be
+/// controlled, in words, or None when the figures are plausible. A limit of 0 W (a driver
+/// oddity, NVML's `power_limit_zero`), a NaN, a range upside down or a limit outside its range
+/// is no basis for moving a cap: a controller acting on it drives the GPU to a bound and leaves
+/// it there, and nobody knows what to restore.
+pub fn limits_problem(current_w: f64, min_w: f64, max_w: f64) -> Option<String> {
+    // NVML rounds to milliwatts and drivers to whole watts: a watt of slack on either side.
+    const SLACK_W: f64 = 1.0;
+    if !(current_w.is_finite() && min_w.is_finite() && max_w.is_finite()) {
+        return Some(format!(
+            "its power limits do not read as numbers (limit {current_w} W, range {min_w}–{max_w} W)"
+        ));
+    }
+    if min_w <= 0.0 || max_w <= 0.0 {
+        return Some(format!(
+            "its power-limit range reads {min_w:.0}–{max_w:.0} W"
+        ));
+    }
+    if min_w > max_w {
+        return Some(format!(
+            "its power-limit range is upside down ({min_w:.0} W above {max_w:.0} W)"
+        ));
+    }
+    if current_w <= 0.0 {
+        return Some(format!("its power limit reads {current_w:.0} W"));
+    }
+    if current_w < min_w - SLACK_W || current_w > max_w + SLACK_W {
+        return Some(format!(
+            "its power limit reads {current_w:.0} W, outside its range {min_w:.0}–{max_w:.0} W"
+        ));
+    }
+    None
+}
+
 /// Why a change was not made. Messages are for people and say what to do.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ControlError {

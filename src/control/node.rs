@@ -27,6 +27,7 @@ use std::path::{Path, PathBuf};
 use super::alerts::{AlertChange, Alerts, HookPayload, Observation};
 use super::budget::{self, BudgetConfig, BudgetGpu};
 use super::energy::{EnergySource, GpuEnergy, GpuMeter, RunEnergy, SampleCounter};
+use super::governor::stale::{Said, StaleReport};
 use super::governor::{Action, Governor, GovernorConfig, GovernorInput, Mode, Target};
 use super::jobs::{self, JobCaps, JobGroup, JobHold};
 use super::settings::{AlertRules, ControlSettings};
@@ -44,6 +45,10 @@ pub const ENERGY_WRITE_EVERY_S: f64 = 10.0;
 /// `by` of what the loops do by themselves.
 pub const BY_GOVERNOR: &str = "thermal governor";
 pub const BY_BUDGET: &str = "power budget";
+/// A setter that failed is tried again after this long (seconds), doubled at each failure …
+pub const RETRY_FIRST_S: f64 = 2.0;
+/// … up to this.
+pub const RETRY_MAX_S: f64 = 300.0;
 
 /// A run as the loops see it.
 #[derive(Debug, Clone, PartialEq)]
@@ -116,7 +121,8 @@ struct Gov {
     /// The cap the governor asks for (None until its first decision).
     cmd_w: Option<f64>,
     last: Option<super::governor::Decision>,
-    stale: bool,
+    /// What the event log was told about its telemetry going stale.
+    stale: StaleReport,
 }
 
 struct BudgetSetting {
@@ -124,6 +130,13 @@ struct BudgetSetting {
     owner: Owner,
     last: Option<BudgetStatus>,
     at_s: f64,
+}
+
+/// When a GPU whose setter failed is tried again.
+#[derive(Debug, Clone, Copy)]
+struct Retry {
+    at_s: f64,
+    delay_s: f64,
 }
 
 /// A GPU the loops have changed.
@@ -159,6 +172,10 @@ pub struct NodeControl {
     alerts: Alerts,
     /// The last error per GPU when setting a cap (said once, not every step).
     set_errors: BTreeMap<u32, String>,
+    /// GPUs whose setter failed: not tried again before `at_s` (exponential backoff).
+    retry: BTreeMap<u32, Retry>,
+    /// GPUs whose limits make no sense, with why (said once per spell).
+    refused: BTreeMap<u32, String>,
     notes: Vec<String>,
     /// control.toml's governor was started (at the first snapshot).
     config_applied: bool,
@@ -187,6 +204,8 @@ impl NodeControl {
             runs: BTreeMap::new(),
             alerts: Alerts::new(),
             set_errors: BTreeMap::new(),
+            retry: BTreeMap::new(),
+            refused: BTreeMap::new(),
             notes: Vec::new(),
             config_applied: false,
             jobs: Vec::new(),
@@ -281,7 +300,7 @@ impl NodeControl {
                     owner: owner.clone(),
                     cmd_w: None,
                     last: None,
-                    stale: false,
+                    stale: StaleReport::new(),
                 },
             );
             events.push(NodeEvent::Governor {
@@ -553,11 +572,20 @@ impl NodeControl {
                     .flatten(),
             )
             .collect();
+        let mut bad: BTreeMap<u32, PowerLimits> = BTreeMap::new();
         for g in wanted {
             if let Ok(l) = dev.power_limits(g as usize) {
-                limits.insert(g, l);
+                match l.problem() {
+                    None => {
+                        limits.insert(g, l);
+                    }
+                    Some(_) => {
+                        bad.insert(g, l);
+                    }
+                }
             }
         }
+        self.refuse(&bad, out);
         // Someone else set a cap since the loops last did: that is the user's cap now.
         for (g, t) in self.touched.iter_mut() {
             if let Some(l) = limits.get(g) {
@@ -567,7 +595,7 @@ impl NodeControl {
                 }
             }
         }
-        self.governors_step(snap, &limits, now, out);
+        self.governors_step(snap, &limits, &bad, now, out);
         self.budget_step(snap, &limits, now, out);
         let holds = self.job_holds();
         // A GPU of a held job that nothing else controls is controlled from now on, so that
@@ -582,7 +610,42 @@ impl NodeControl {
                 }
             }
         }
-        self.apply(dev, &limits, &holds, out);
+        self.apply(dev, &limits, &holds, Some(now), out);
+    }
+
+    /// GPUs whose limits make no sense are left alone: no cap, no user's cap taken from them,
+    /// nothing put back. Said once per GPU until its limits make sense again.
+    fn refuse(&mut self, bad: &BTreeMap<u32, PowerLimits>, out: &mut StepOutput) {
+        self.refused.retain(|g, _| bad.contains_key(g));
+        for (g, l) in bad {
+            let problem = l.problem().unwrap_or_default();
+            let why = format!(
+                "GPU {g}: {problem}: gpupilot does not move its cap until it reports plausible \
+                 limits"
+            );
+            self.notes.push(why.clone());
+            if self.refused.contains_key(g) {
+                continue;
+            }
+            self.refused.insert(*g, problem);
+            let by = if self.governors.contains_key(g) {
+                BY_GOVERNOR
+            } else if self.budget.is_some() {
+                BY_BUDGET
+            } else {
+                "daemon"
+            };
+            out.events.push(NodeEvent::Governor {
+                gpu: *g,
+                change: "refused".into(),
+                target_c: None,
+                temperature_c: None,
+                old_w: None,
+                new_w: None,
+                by: by.into(),
+                why,
+            });
+        }
     }
 
     fn user_cap(&self, g: u32, l: &PowerLimits) -> f64 {
@@ -620,12 +683,23 @@ impl NodeControl {
         &mut self,
         snap: &Snapshot,
         limits: &BTreeMap<u32, PowerLimits>,
+        bad: &BTreeMap<u32, PowerLimits>,
         now: f64,
         out: &mut StepOutput,
     ) {
         let gpus: Vec<u32> = self.governors.keys().copied().collect();
         for g in gpus {
             let Some(l) = limits.get(&g).copied() else {
+                if let Some(l) = bad.get(&g) {
+                    // The governor is shown refusing (it decides nothing from these figures).
+                    let sample = snap.gpus.iter().find(|s| s.index == g);
+                    let gov = self.governors.get_mut(&g).expect("listed");
+                    let input = GovernorInput {
+                        user_cap_w: None,
+                        ..governor_input(sample, now, l.current_w, l, l.current_w)
+                    };
+                    gov.last = Some(gov.gov.decide(&input));
+                }
                 continue;
             };
             let user = self.user_cap(g, &l);
@@ -649,22 +723,40 @@ impl NodeControl {
             } else if gov.cmd_w.is_none() {
                 gov.cmd_w = Some(cmd);
             }
-            let stale = d.mode == Mode::Stale;
-            if stale != gov.stale {
-                gov.stale = stale;
+            let said = gov.stale.observe(d.mode == Mode::Stale, now);
+            if let Some(said) = said {
+                let (change, why) = match said {
+                    Said::Stale => ("stale", d.why.clone()),
+                    Said::Resumed { spells: 1, .. } => {
+                        ("resumed", "telemetry is fresh again".to_string())
+                    }
+                    Said::Resumed { spells, over_s } => (
+                        "resumed",
+                        format!(
+                            "telemetry is fresh again and has stayed so for {:.0} s, after \
+                             {spells} stale spells over {over_s:.0} s",
+                            super::governor::stale::SETTLE_S
+                        ),
+                    ),
+                    Said::Flapping { spells, over_s } => (
+                        "flapping",
+                        format!(
+                            "telemetry went stale again {over_s:.0} s after the last stale \
+                             spell ({spells} spells): the cap is held at every stale sample; \
+                             not said again until it stays fresh for {:.0} s",
+                            super::governor::stale::SETTLE_S
+                        ),
+                    ),
+                };
                 out.events.push(NodeEvent::Governor {
                     gpu: g,
-                    change: if stale { "stale" } else { "resumed" }.into(),
+                    change: change.into(),
                     target_c: d.target_c,
                     temperature_c: d.temperature_c,
                     old_w: None,
                     new_w: None,
                     by: BY_GOVERNOR.into(),
-                    why: if stale {
-                        d.why.clone()
-                    } else {
-                        "telemetry is fresh again".into()
-                    },
+                    why,
                 });
             }
             gov.last = Some(d);
@@ -764,6 +856,7 @@ impl NodeControl {
         dev: &P,
         limits: &BTreeMap<u32, PowerLimits>,
         holds: &[JobHold],
+        now: Option<f64>,
         out: &mut StepOutput,
     ) {
         let own = self.own_targets();
@@ -803,6 +896,13 @@ impl NodeControl {
             if raise.abs() < 0.5 || small {
                 continue;
             }
+            // A setter that failed waits its turn (`now` None: the daemon is stopping, and
+            // every GPU is tried once more).
+            if let (Some(now), Some(r)) = (now, self.retry.get(&g)) {
+                if now < r.at_s {
+                    continue;
+                }
+            }
             plan.push((g, l.current_w, to, who));
         }
         plan.sort_by(|a, b| (a.2 - a.1).total_cmp(&(b.2 - b.1)));
@@ -813,6 +913,7 @@ impl NodeControl {
                 Ok(()) => {
                     changed.insert(g);
                     self.set_errors.remove(&g);
+                    self.retry.remove(&g);
                     if let Some(t) = self.touched.get_mut(&g) {
                         t.expected_w = to;
                     }
@@ -836,7 +937,26 @@ impl NodeControl {
                         _ => {}
                     }
                 }
-                Err(e) => self.set_failed(g, who, &e, out),
+                Err(e) => {
+                    // The GPU did not follow: the governor goes on from the cap it has.
+                    if let Some(gov) = self.governors.get_mut(&g) {
+                        gov.cmd_w = Some(from);
+                    }
+                    let delay_s = self
+                        .retry
+                        .get(&g)
+                        .map_or(RETRY_FIRST_S, |r| (r.delay_s * 2.0).min(RETRY_MAX_S));
+                    if let Some(now) = now {
+                        self.retry.insert(
+                            g,
+                            Retry {
+                                at_s: now + delay_s,
+                                delay_s,
+                            },
+                        );
+                    }
+                    self.set_failed(g, who, &e, out)
+                }
             }
         }
         for g in released {
@@ -877,7 +997,11 @@ impl NodeControl {
             old_w: None,
             new_w: None,
             by: who.into(),
-            why: format!("could not set the power cap: {msg}"),
+            why: format!(
+                "could not set the power cap: {msg}; tried again in {RETRY_FIRST_S:.0} s, then \
+                 less and less often (at most every {:.0} min) until it works",
+                RETRY_MAX_S / 60.0
+            ),
         });
     }
 
@@ -1056,11 +1180,13 @@ impl NodeControl {
         let mut limits = BTreeMap::new();
         for g in self.touched.keys() {
             if let Ok(l) = dev.power_limits(*g as usize) {
-                limits.insert(*g, l);
+                if l.problem().is_none() {
+                    limits.insert(*g, l);
+                }
             }
         }
         let mut out = StepOutput::default();
-        self.apply(dev, &limits, &[], &mut out);
+        self.apply(dev, &limits, &[], None, &mut out);
         out.events
     }
 }

@@ -59,6 +59,9 @@ impl GovernorStatus {
             .map_or_else(|| "cap ?".to_string(), |c| format!("cap {c:.0} W"));
         let detail = match &self.last {
             _ if self.mode == Mode::Stale => "holding: telemetry stale".to_string(),
+            _ if self.mode == Mode::Refused => {
+                "not acting: the GPU's power limits are implausible".to_string()
+            }
             Some(d) => {
                 let temp = d
                     .temperature_c

@@ -16,6 +16,10 @@
 //! reports and the snapshot) reaches the loops as an alert observation, so a rank that holds
 //! its job back is an `alert` event, in the hooks and in `thermal`'s active alerts.
 //!
+//! Before the loops first move a GPU's cap, its original is recorded in
+//! `$STATE/control/originals.json` (as `power cap` does), so `power reset` puts it back
+//! whatever the loops did; once they have put it back themselves the record is forgotten.
+//!
 //! A read-only daemon measures energy and raises alerts, but moves no cap.
 
 use std::path::Path;
@@ -26,8 +30,11 @@ use super::state::{Daemon, RequestError, lock};
 use crate::control::alerts::{HOOK_TIMEOUT, Observation, run_hook};
 use crate::control::governor::Target;
 use crate::control::node::{NodeControl, RunRules, RunView};
+use crate::control::power::{GpuControl, Originals};
 use crate::control::settings;
 use crate::control::status::ControlStatus;
+use crate::control::{ControlError, PowerControl, PowerLimits};
+use crate::protocol::NodeEvent;
 use crate::protocol::{ErrorCode, GpuSelection, Request, Response};
 use crate::supervisor::clock::parse_rfc3339;
 use crate::telemetry::Snapshot;
@@ -79,19 +86,27 @@ impl Daemon {
     pub(super) fn control_step(&self, snap: &Snapshot) {
         self.run_caps_follow();
         let views = self.run_views();
-        let dev = if self.readonly() {
+        let parts = if self.readonly() {
             None
         } else {
-            self.gpu_control()
+            self.control_parts()
         };
         let node = self.node().to_string();
         let findings = self.straggler_findings(snap);
         let out = self.with_loops(|inner| {
             inner.gpus = snap.gpus.iter().map(|g| g.index).collect();
             inner.node.set_job_findings(findings);
-            inner
+            let dev = parts.map(|(dev, originals, _)| Recording {
+                dev: dev.as_ref(),
+                originals,
+            });
+            let out = inner
                 .node
-                .step(snap, &views, &load_rules, dev.as_deref(), &node)
+                .step(snap, &views, &load_rules, dev.as_ref(), &node);
+            if let Some(dev) = &dev {
+                dev.forget_restored(&out.events);
+            }
+            out
         });
         for e in out.events {
             self.events.record(e);
@@ -286,13 +301,21 @@ impl Daemon {
 
     /// The daemon is stopping: the caps the loops changed go back to the users' caps.
     pub fn control_loop_stopping(&self) {
-        let Some(dev) = self.gpu_control() else {
-            return;
-        };
         if self.readonly() {
             return;
         }
-        let events = self.with_loops(|i| i.node.release(dev.as_ref()));
+        let Some((dev, originals, _)) = self.control_parts() else {
+            return;
+        };
+        let dev = Recording {
+            dev: dev.as_ref(),
+            originals,
+        };
+        let events = self.with_loops(|i| {
+            let events = i.node.release(&dev);
+            dev.forget_restored(&events);
+            events
+        });
         for e in events {
             self.events.record(e);
         }
@@ -328,6 +351,85 @@ fn load_rules(dir: &Path) -> Option<RunRules> {
         Err(e) => {
             tracing::warn!("{}: {e}", dir.display());
             None
+        }
+    }
+}
+
+/// The control handle as the loops use it: before their first change to a GPU's cap, its
+/// original is recorded (synced), so a crash or `power reset` still knows what to put back.
+/// Lock order: the loops (held by the caller), then the originals.
+struct Recording<'a> {
+    dev: &'a dyn GpuControl,
+    originals: &'a Mutex<Originals>,
+}
+
+impl PowerControl for Recording<'_> {
+    fn gpu_count(&self) -> usize {
+        self.dev.gpu_count()
+    }
+
+    fn power_limits(&self, gpu: usize) -> Result<PowerLimits, ControlError> {
+        self.dev.power_limits(gpu)
+    }
+
+    fn set_power_limit_w(&self, gpu: usize, watts: f64) -> Result<(), ControlError> {
+        let mut originals = lock(self.originals);
+        let g = gpu as u32;
+        let fresh = originals.get(g).power_limit_w.is_none();
+        if fresh {
+            let l = self.dev.power_limits(gpu)?;
+            if let Some(problem) = l.problem() {
+                return Err(ControlError::Failed(format!(
+                    "GPU {gpu}: {problem}: there is no original to record, so its cap is not moved"
+                )));
+            }
+            originals
+                .update(g, self.dev.gpu_uuid(gpu), |r| {
+                    r.power_limit_w.get_or_insert(l.current_w);
+                })
+                .map_err(|e| {
+                    ControlError::Failed(format!(
+                        "recording the original power limit in {} failed ({e}); nothing was \
+                         changed",
+                        originals.path().display()
+                    ))
+                })?;
+        }
+        let r = self.dev.set_power_limit_w(gpu, watts);
+        if r.is_err() && fresh {
+            // Nothing changed: nothing to restore.
+            let _ = originals.update(g, None, |r| r.power_limit_w = None);
+        }
+        r
+    }
+}
+
+impl Recording<'_> {
+    /// The loops put a GPU back at its recorded original: nothing is left to restore.
+    fn forget_restored(&self, events: &[NodeEvent]) {
+        let mut originals = lock(self.originals);
+        for e in events {
+            let NodeEvent::Governor {
+                gpu,
+                change,
+                new_w: Some(w),
+                ..
+            } = e
+            else {
+                continue;
+            };
+            if change != "restored" {
+                continue;
+            }
+            if originals
+                .get(*gpu)
+                .power_limit_w
+                .is_some_and(|o| (o - w).abs() < 0.5)
+            {
+                if let Err(e) = originals.update(*gpu, None, |r| r.power_limit_w = None) {
+                    tracing::warn!("GPU {gpu}: forgetting its restored power limit: {e}");
+                }
+            }
         }
     }
 }

@@ -14,11 +14,14 @@
 //! - `validate`: raw → [`Profile`], with every problem reported at once.
 //! - `write`: [`Profile`] → TOML (a run's `run.toml`, itself a valid profile).
 //! - `error`: [`ProfileError`] and [`Diagnostic`].
+//! - `visible`: [`VisibleGpus`], the one parser of `CUDA_VISIBLE_DEVICES` (an empty list is no
+//!   GPU, never every GPU).
 
 mod error;
 mod load;
 mod raw;
 mod validate;
+mod visible;
 mod write;
 
 use std::collections::BTreeMap;
@@ -28,6 +31,7 @@ use serde::{Deserialize, Serialize};
 
 pub use error::{Diagnostic, ProfileError};
 pub use load::{Loader, SHIPPED};
+pub use visible::{GpuName, UnknownGpu, VisibleGpus};
 
 /// Load and check the profile at `path`, following `extends` (the file's own directory first,
 /// then the shipped profiles). This is `gpupilot profile check FILE`.

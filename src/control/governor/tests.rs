@@ -295,3 +295,81 @@ fn a_cap_far_above_the_draw_is_cut_from_the_draw() {
     assert!((380.0..410.0).contains(&to), "{d:?}");
     assert!(d.why.contains("75.0 °C > target 70 °C"), "{}", d.why);
 }
+
+#[test]
+fn implausible_limits_move_nothing_and_say_why() {
+    // A GPU at 29 °C under an 85 °C target would get watts back; with its limit read as 0 W
+    // (or any figure that makes no sense) it gets nothing, and the decision says why.
+    let base = GovernorInput {
+        now_s: 1.0,
+        sample_time_s: 1.0,
+        temperature_c: Some(29.0),
+        slowdown_c: Some(89.0),
+        stale: false,
+        power_w: Some(620.0),
+        cap_w: 0.0,
+        min_w: 200.0,
+        max_w: 700.0,
+        user_cap_w: Some(0.0),
+    };
+    let cases = [
+        (base, "reads 0 W"),
+        (
+            GovernorInput {
+                cap_w: f64::NAN,
+                user_cap_w: None,
+                ..base
+            },
+            "do not read as numbers",
+        ),
+        (
+            GovernorInput {
+                cap_w: 500.0,
+                min_w: 700.0,
+                max_w: 200.0,
+                user_cap_w: None,
+                ..base
+            },
+            "upside down",
+        ),
+        (
+            GovernorInput {
+                cap_w: 900.0,
+                user_cap_w: None,
+                ..base
+            },
+            "outside its range",
+        ),
+        (
+            GovernorInput {
+                cap_w: 500.0,
+                max_w: f64::NAN,
+                user_cap_w: None,
+                ..base
+            },
+            "do not read as numbers",
+        ),
+    ];
+    for (input, says) in cases {
+        let mut gov = Governor::new(Target::Celsius(85.0), GovernorConfig::default());
+        for s in 0..5 {
+            let d = gov.decide(&GovernorInput {
+                now_s: 1.0 + s as f64,
+                sample_time_s: 1.0 + s as f64,
+                ..input
+            });
+            assert_eq!(d.action, Action::Hold, "{input:?}: {d:?}");
+            assert_eq!(d.mode, Mode::Refused);
+            assert!(d.why.contains(says), "{}", d.why);
+            assert!(d.why.contains("not moved"), "{}", d.why);
+        }
+    }
+    // The same GPU with a plausible limit is given watts back as before.
+    let mut gov = Governor::new(Target::Celsius(85.0), GovernorConfig::default());
+    let d = gov.decide(&GovernorInput {
+        cap_w: 400.0,
+        user_cap_w: None,
+        ..base
+    });
+    assert!(d.new_cap_w().is_some_and(|w| w > 400.0), "{d:?}");
+}

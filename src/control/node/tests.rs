@@ -465,4 +465,5 @@ fn a_cap_someone_else_sets_becomes_the_users_cap() {
     assert_eq!(nc.status().governors[0].user_cap_w, Some(500.0));
 }
 
+mod hardening;
 mod jobs;

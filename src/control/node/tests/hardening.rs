@@ -1,0 +1,190 @@
+//! The loops against bad readings: implausible limits, a setter that keeps failing, telemetry
+//! that flaps between stale and fresh.
+
+use super::*;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+/// A simulated node whose driver can lie about the limit (reads 0 W) or refuse every setter.
+struct Faulty {
+    dev: SimDev,
+    zero_limit: AtomicBool,
+    refuse: AtomicBool,
+    set_calls: AtomicUsize,
+}
+
+impl Faulty {
+    fn new(dev: SimDev) -> Faulty {
+        Faulty {
+            dev,
+            zero_limit: AtomicBool::new(false),
+            refuse: AtomicBool::new(false),
+            set_calls: AtomicUsize::new(0),
+        }
+    }
+}
+
+impl PowerControl for Faulty {
+    fn gpu_count(&self) -> usize {
+        self.dev.gpu_count()
+    }
+    fn power_limits(&self, gpu: usize) -> Result<PowerLimits, ControlError> {
+        let mut l = self.dev.power_limits(gpu)?;
+        if self.zero_limit.load(Ordering::Relaxed) {
+            l.current_w = 0.0;
+            l.enforced_w = None;
+        }
+        Ok(l)
+    }
+    fn set_power_limit_w(&self, gpu: usize, watts: f64) -> Result<(), ControlError> {
+        self.set_calls.fetch_add(1, Ordering::Relaxed);
+        if self.refuse.load(Ordering::Relaxed) {
+            return Err(ControlError::NoPermission(
+                "setting the power limit on GPU 0 needs root".into(),
+            ));
+        }
+        self.dev.set_power_limit_w(gpu, watts)
+    }
+}
+
+/// One simulated second of `sim`, then a step of the loops on `dev`: its events.
+fn second<P: PowerControl>(
+    nc: &mut NodeControl,
+    sim: &SimDev,
+    dev: &P,
+    stale: bool,
+) -> Vec<NodeEvent> {
+    advance(sim, 1.0);
+    let snap = snapshot(sim, T0, true, stale);
+    nc.step(&snap, &[], &no_profile, Some(dev), "n").events
+}
+
+fn governor_events<'a>(events: &'a [NodeEvent], what: &str) -> Vec<&'a NodeEvent> {
+    events
+        .iter()
+        .filter(|e| matches!(e, NodeEvent::Governor { change, .. } if change == what))
+        .collect()
+}
+
+/// An idle H100 in a cool room: far below any target, so a governor wants to give it watts.
+fn cool() -> SimDev {
+    SimDev(Mutex::new(
+        Node::new(&NodeConfig {
+            gpus: vec!["h100-sxm".into()],
+            ambient_c: 25.0,
+            seed: 5,
+            step_s: 0.1,
+            training: None,
+        })
+        .unwrap(),
+    ))
+}
+
+#[test]
+fn a_limit_read_as_zero_is_never_acted_on_and_the_reason_is_said_once() {
+    let f = Faulty::new(cool());
+    f.zero_limit.store(true, Ordering::Relaxed);
+    let mut nc = NodeControl::new(ControlSettings::default());
+    nc.thermal_on(&[0], Target::Celsius(85.0), "alice", "test");
+    let mut events = Vec::new();
+    for _ in 0..60 {
+        events.extend(second(&mut nc, &f.dev, &f, false));
+    }
+    assert_eq!(f.set_calls.load(Ordering::Relaxed), 0, "{events:?}");
+    assert_eq!(caps(&f.dev), vec![700.0]);
+    assert!(governor_events(&events, "cap").is_empty(), "{events:?}");
+    let refused = governor_events(&events, "refused");
+    assert_eq!(refused.len(), 1, "said once: {events:?}");
+    let NodeEvent::Governor { why, .. } = refused[0] else {
+        unreachable!()
+    };
+    assert!(why.contains("power limit reads 0 W"), "{why}");
+    let st = nc.status();
+    assert_eq!(st.governors[0].mode, Mode::Refused);
+    assert!(st.governors[0].line().contains("implausible"));
+    assert_eq!(
+        st.governors[0].user_cap_w, None,
+        "no user's cap from a 0 W reading"
+    );
+    // Off: nothing to put back, nothing set.
+    nc.thermal_off(&[0], "alice", "done");
+    second(&mut nc, &f.dev, &f, false);
+    assert_eq!(f.set_calls.load(Ordering::Relaxed), 0);
+    assert_eq!(caps(&f.dev), vec![700.0]);
+}
+
+#[test]
+fn a_setter_that_keeps_failing_is_retried_less_and_less_often() {
+    let f = Faulty::new(hot(1));
+    f.refuse.store(true, Ordering::Relaxed);
+    let mut nc = NodeControl::new(ControlSettings::default());
+    nc.thermal_on(&[0], Target::Celsius(60.0), "alice", "test");
+    let mut events = Vec::new();
+    let mut calls_at = Vec::new();
+    for s in 0..600 {
+        let before = f.set_calls.load(Ordering::Relaxed);
+        let out = second(&mut nc, &f.dev, &f, false);
+        if f.set_calls.load(Ordering::Relaxed) > before {
+            calls_at.push(s);
+        }
+        events.extend(out);
+    }
+    // Exponential: 1, 2, 4, 8 … s between tries, at most 5 min: about ten tries in 10 min,
+    // not 600.
+    assert!(
+        (5..=12).contains(&calls_at.len()),
+        "setter called at {calls_at:?}"
+    );
+    let gaps: Vec<i32> = calls_at.windows(2).map(|w| w[1] - w[0]).collect();
+    assert!(gaps.windows(2).all(|w| w[1] >= w[0]), "{gaps:?}");
+    let failed = governor_events(&events, "failed");
+    assert_eq!(failed.len(), 1, "said once: {failed:?}");
+    let NodeEvent::Governor { why, .. } = failed[0] else {
+        unreachable!()
+    };
+    assert!(
+        why.contains("needs root") && why.contains("less often"),
+        "{why}"
+    );
+    // Allowed again: the next try succeeds and the cap moves.
+    f.refuse.store(false, Ordering::Relaxed);
+    for _ in 0..400 {
+        second(&mut nc, &f.dev, &f, false);
+    }
+    assert!(caps(&f.dev)[0] < 700.0, "{:?}", caps(&f.dev));
+}
+
+#[test]
+fn telemetry_that_flaps_is_reported_once_per_episode_not_every_second() {
+    let dev = hot(1);
+    let mut nc = NodeControl::new(ControlSettings::default());
+    nc.thermal_on(&[0], Target::Celsius(70.0), "alice", "test");
+    let mut events = Vec::new();
+    // An hour of stale 1 s, fresh 1–2 s, again and again.
+    for s in 0..3600 {
+        let stale = s % 3 == 0 || s % 7 == 0;
+        events.extend(second(&mut nc, &dev, &dev, stale));
+    }
+    let said: Vec<&NodeEvent> = events
+        .iter()
+        .filter(|e| {
+            matches!(e, NodeEvent::Governor { change, .. }
+                if ["stale", "resumed", "flapping"].contains(&change.as_str()))
+        })
+        .collect();
+    assert!(
+        said.len() <= 4,
+        "{} events: {:?}",
+        said.len(),
+        &said[..said.len().min(8)]
+    );
+    assert_eq!(governor_events(&events, "flapping").len(), 1, "{said:?}");
+    // Steady again for a while: one `resumed` that counts the spells.
+    for _ in 0..120 {
+        events.extend(second(&mut nc, &dev, &dev, false));
+    }
+    let resumed = governor_events(&events, "resumed");
+    let Some(NodeEvent::Governor { why, .. }) = resumed.last() else {
+        panic!("no resumed: {events:?}")
+    };
+    assert!(why.contains("stale spells"), "{why}");
+}
