@@ -225,6 +225,9 @@ pub fn parse_response(raw: &[u8]) -> Result<(u16, Vec<u8>), String> {
     }
 }
 
+/// The body of a chunked answer. Sizes come from the other end: each is checked against what
+/// is left and against [`MAX_BODY`] before any arithmetic, so `ffffffffffffffff` is a refusal,
+/// not an overflow.
 fn dechunk(mut b: &[u8]) -> Result<Vec<u8>, String> {
     let mut out = Vec::with_capacity(b.len());
     loop {
@@ -234,17 +237,28 @@ fn dechunk(mut b: &[u8]) -> Result<Vec<u8>, String> {
             .ok_or("chunked answer cut short")?;
         let size_text = String::from_utf8_lossy(&b[..eol]);
         let size_text = size_text.split(';').next().unwrap_or_default().trim();
-        let size = usize::from_str_radix(size_text, 16)
-            .map_err(|_| format!("bad chunk size `{size_text}`"))?;
+        let size = usize::from_str_radix(size_text, 16).map_err(|_| {
+            let shown: String = size_text.chars().take(20).collect();
+            let more = if shown.len() < size_text.len() {
+                "…"
+            } else {
+                ""
+            };
+            format!("bad chunk size `{shown}{more}`")
+        })?;
         b = &b[eol + 2..];
         if size == 0 {
             return Ok(out);
         }
-        if b.len() < size + 2 {
+        if size > MAX_BODY.saturating_sub(out.len()) {
+            return Err(format!("chunked answer larger than {} MiB", MAX_BODY >> 20));
+        }
+        let end = size.checked_add(2).ok_or("chunked answer cut short")?;
+        if b.len() < end {
             return Err("chunked answer cut short".into());
         }
         out.extend_from_slice(&b[..size]);
-        b = &b[size + 2..];
+        b = &b[end..];
     }
 }
 
@@ -354,6 +368,30 @@ mod tests {
             parse_response(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nff\r\nab")
                 .is_err()
         );
+    }
+
+    #[test]
+    fn chunk_sizes_near_the_end_of_usize_are_refused_not_overflowed() {
+        for size in ["ffffffffffffffff", "fffffffffffffffe", "fffffffffffffff0"] {
+            let raw = format!(
+                "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n{size}\r\nabc\r\n0\r\n\r\n"
+            );
+            let e = parse_response(raw.as_bytes()).unwrap_err();
+            assert!(e.contains("chunk"), "{size}: {e}");
+        }
+        // Larger than usize, and longer than any message should quote.
+        let raw = format!(
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n{}\r\nabc\r\n",
+            "f".repeat(500)
+        );
+        let e = parse_response(raw.as_bytes()).unwrap_err();
+        assert!(e.len() < 120, "{e}");
+        // Chunks that add up to more than the cap on an answer.
+        let raw = format!(
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n",
+            MAX_BODY + 1
+        );
+        assert!(parse_response(raw.as_bytes()).is_err());
     }
 
     #[test]
