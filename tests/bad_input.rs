@@ -185,3 +185,38 @@ fn a_run_that_sees_no_gpu_is_not_tuned_on_every_gpu() {
         home.ok(&["stop", &run, "--kill"]);
     }
 }
+
+#[test]
+fn a_profile_that_is_not_a_regular_file_is_refused_at_once() {
+    let home = Home::new();
+    let fifo = home.dir.path().join("fifo.toml");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let big = home.dir.path().join("big.toml");
+    let mut text = String::from("name = \"big\"\n[run]\ncommand = [\"true\"]\n");
+    while text.len() < 2 << 20 {
+        text.push_str("# padding padding padding padding padding padding padding padding\n");
+    }
+    std::fs::write(&big, text).unwrap();
+    let dir = home.dir.path().join("adir");
+    std::fs::create_dir(&dir).unwrap();
+    for (path, says) in [
+        (&fifo, "not a regular file"),
+        (&big, "larger than"),
+        (&dir, "directory"),
+    ] {
+        let p = path.display().to_string();
+        for args in [vec!["profile", "check", &p], vec!["run", "--detach", &p]] {
+            let out = home.run(&args, Duration::from_secs(10));
+            let err = refused(&out, &format!("{args:?}"));
+            assert!(err.contains(says), "{args:?}: {err}");
+            assert!(
+                err.matches("os error").count() <= 1 && err.matches(says).count() == 1,
+                "{args:?}: the reason said twice: {err}"
+            );
+        }
+    }
+}

@@ -87,11 +87,12 @@ impl fmt::Display for Diagnostic {
 #[derive(Debug, thiserror::Error)]
 pub enum ProfileError {
     /// The file (or a file it extends) could not be read.
-    #[error("{}: cannot read the profile: {source}", path.display())]
+    /// The reason is in the message and not a `source`, so that a chain (`{:#}`) does not
+    /// say it twice.
+    #[error("{}: cannot read the profile: {error}", path.display())]
     Read {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// Not valid TOML, an unknown key, or a value of the wrong type.
     #[error("{0}")]

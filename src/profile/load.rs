@@ -66,11 +66,11 @@ impl SourceFile {
     }
 
     fn read(path: &Path, display: String) -> Result<SourceFile, ProfileError> {
-        let read_err = |source| ProfileError::Read {
+        let read_err = |error| ProfileError::Read {
             path: path.to_path_buf(),
-            source,
+            error,
         };
-        let text = std::fs::read_to_string(path).map_err(read_err)?;
+        let text = read_text(path).map_err(read_err)?;
         let abs = std::path::absolute(path).map_err(read_err)?;
         let key = std::fs::canonicalize(path)
             .unwrap_or_else(|_| abs.clone())
@@ -93,6 +93,50 @@ impl SourceFile {
     pub fn diag(&self, span: Option<std::ops::Range<usize>>, message: String) -> Diagnostic {
         Diagnostic::at(&self.display, &self.text, span, message)
     }
+}
+
+/// The most a profile file may hold: far more than any profile needs.
+pub const MAX_PROFILE_BYTES: u64 = 1 << 20;
+
+/// A profile file's text: a regular file of at most [`MAX_PROFILE_BYTES`]. Opened without
+/// blocking, so that a named pipe is refused at once instead of waiting for a writer.
+fn read_text(path: &Path) -> std::io::Result<String> {
+    use std::io::{Error, ErrorKind, Read as _};
+    use std::os::unix::fs::{FileTypeExt as _, OpenOptionsExt as _};
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+        .open(path)?;
+    let kind = file.metadata()?.file_type();
+    let what = if kind.is_file() {
+        None
+    } else if kind.is_dir() {
+        Some("a directory")
+    } else if kind.is_fifo() {
+        Some("a named pipe")
+    } else if kind.is_socket() {
+        Some("a socket")
+    } else {
+        Some("a device")
+    };
+    if let Some(what) = what {
+        return Err(Error::new(
+            ErrorKind::InvalidInput,
+            format!("it is {what}, not a regular file: give a profile's .toml file"),
+        ));
+    }
+    let mut text = String::new();
+    file.take(MAX_PROFILE_BYTES + 1).read_to_string(&mut text)?;
+    if text.len() as u64 > MAX_PROFILE_BYTES {
+        return Err(Error::new(
+            ErrorKind::InvalidInput,
+            format!(
+                "it is larger than {} MiB, which no profile needs",
+                MAX_PROFILE_BYTES >> 20
+            ),
+        ));
+    }
+    Ok(text)
 }
 
 /// Loads profiles; holds where `extends` looks besides the extending file's directory.
