@@ -65,6 +65,7 @@ pub use logs::utf8_cut;
 pub use metrics::{DEFAULT_ADDR as DEFAULT_METRICS_ADDR, parse_addr as parse_metrics_addr};
 pub use state::{Daemon, RequestError};
 pub use trainers::Attach;
+pub use trainer_output::parse_line as parse_output_line;
 
 use crate::config::Paths;
 use crate::telemetry::{Sampler, SamplerConfig, Source};
