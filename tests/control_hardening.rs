@@ -1,15 +1,18 @@
 //! Control on bad readings, through a real daemon on the fake NVML library: a GPU whose limit
 //! reads 0 W is left alone, a limit changed outside gpupilot is recorded and undone by `power
 //! reset`, a run's energy survives a kill -9 of the daemon, a CPU-only run is charged no GPU
-//! energy, and a lost GPU keeps its identity in `status` and `/metrics`.
+//! energy, and a lost GPU keeps its identity in the daemon's `status` and `/metrics`.
 
 mod common;
 mod daemon_common;
 mod nvml_daemon;
 
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
 use std::time::Duration;
 
 use daemon_common::wait_for;
+use gpupilot::protocol::{Request, Response};
 use nvml_daemon::NvmlDaemon;
 use serde_json::Value;
 
@@ -68,4 +71,76 @@ fn a_limit_read_as_zero_is_left_alone_and_the_reason_is_said() {
     assert!(governor_events(&s, "restored").is_empty());
     let reset = s.ok(&["power", "reset"]);
     assert!(reset.contains("nothing recorded"), "{reset}");
+}
+
+/// Two H100; GPU 1 falls off the bus 6 simulated seconds in.
+const LOSES_GPU_1: &str = r#"
+model = "h100-sxm"
+count = 2
+[[faults]]
+kind = "gpu_lost"
+gpu = 1
+at_s = 6.0
+"#;
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `GET /metrics`: the body.
+fn scrape(port: u16) -> String {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    write!(
+        s,
+        "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out.split_once("\r\n\r\n").unwrap().1.to_string()
+}
+
+/// The daemon's newest snapshot (its `status` request), GPU by GPU.
+fn status_gpus(s: &NvmlDaemon) -> Vec<Value> {
+    let r = s.home.client().request(Request::Status {}).unwrap();
+    let Response::Status(st) = r else {
+        panic!("{r:?}")
+    };
+    let v = serde_json::to_value(st.snapshot.expect("a snapshot")).unwrap();
+    v["gpus"].as_array().unwrap().clone()
+}
+
+#[test]
+fn a_lost_gpu_keeps_its_identity_in_status_and_metrics() {
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let s = NvmlDaemon::new(LOSES_GPU_1, &["--metrics-addr", &addr]);
+    let before = status_gpus(&s);
+    assert_eq!(before[1]["lost"], false, "lost too early: {before:?}");
+    let uuid = before[1]["uuid"].as_str().unwrap().to_string();
+    let pci = before[1]["pci_bus_id"].as_str().unwrap().to_string();
+    assert!(uuid.starts_with("GPU-"), "{uuid}");
+    wait_for("GPU 1 to be lost", Duration::from_secs(30), || {
+        status_gpus(&s)[1]["lost"] == true
+    });
+    let after = status_gpus(&s);
+    assert_eq!(after[1]["uuid"], uuid.as_str(), "{:?}", after[1]);
+    assert_eq!(after[1]["pci_bus_id"], pci.as_str());
+    assert_eq!(after[1]["name"], before[1]["name"]);
+    // /metrics: the lost series is labelled with the same UUID, none with an empty one.
+    let body = scrape(port);
+    let lost: Vec<&str> = body
+        .lines()
+        .filter(|l| l.starts_with("gpupilot_gpu_lost{"))
+        .collect();
+    assert_eq!(lost.len(), 2, "{body}");
+    let gpu1 = lost.iter().find(|l| l.contains("gpu=\"1\"")).unwrap();
+    assert!(gpu1.contains(&format!("UUID=\"{uuid}\"")), "{gpu1}");
+    assert!(gpu1.ends_with(" 1"), "{gpu1}");
+    assert!(!body.contains("UUID=\"\""), "{body}");
 }

@@ -9,6 +9,9 @@
 //! GPU: the coordinator keeps publishing, with that GPU's last reading marked `stale`, and the
 //! other GPUs keep updating. At worst (every GPU slow) each GPU has a lane of its own. Nothing
 //! here blocks a reader of [`Sampler::latest`] for longer than a mutex swap.
+//!
+//! A stale GPU keeps its last reading; a lost one keeps its last known identity (name, UUID,
+//! PCI bus id), so that it is still named, and found by UUID, after it fell off the bus.
 
 use super::host::HostSampler;
 use super::{GpuSample, NodeInfo, Snapshot, Source, now_s};
@@ -294,7 +297,9 @@ fn run_lane(lane: &Mutex<Lane>, ctx: &LaneContext) {
             if ctx.stop.load(Ordering::Relaxed) {
                 return;
             }
-            *lock(&ctx.slots[gpu]) = Some(sample);
+            let mut slot = lock(&ctx.slots[gpu]);
+            let sample = keep_identity(slot.as_ref(), sample);
+            *slot = Some(sample);
             next = gpu + 1;
         }
         let wait = until_next_reading(ctx.started.elapsed(), ctx.period);
@@ -313,6 +318,27 @@ fn until_next_reading(elapsed: Duration, period: Duration) -> Duration {
     let e = elapsed.as_nanos();
     let next = (e / p + 1) * p;
     Duration::from_nanos(u64::try_from(next - e).unwrap_or(u64::MAX))
+}
+
+/// A GPU that fell off the bus is still the GPU it was: where a reading lacks its name, UUID or
+/// PCI bus id (NVML answers GPU_IS_LOST even to those), they are carried over from the last one
+/// that had them, so `status`, alerts and `/metrics` series keyed on the UUID follow the GPU.
+fn keep_identity(prev: Option<&GpuSample>, mut s: GpuSample) -> GpuSample {
+    if let Some(p) = prev.filter(|p| p.index == s.index) {
+        if s.uuid.is_none() {
+            s.uuid.clone_from(&p.uuid);
+        }
+        // A GPU whose UUID changed is another GPU: nothing else of the old one is its.
+        if s.uuid == p.uuid {
+            if s.name.is_none() {
+                s.name.clone_from(&p.name);
+            }
+            if s.pci_bus_id.is_none() {
+                s.pci_bus_id.clone_from(&p.pci_bus_id);
+            }
+        }
+    }
+    s
 }
 
 fn wait_for_slots(slots: &Slots, limit: Duration) {
@@ -587,6 +613,52 @@ mod tests {
         }
         assert_eq!(counting.threads(), 2);
         release.send(()).unwrap();
+    }
+
+    #[test]
+    fn a_lost_gpu_keeps_its_last_known_identity() {
+        /// GPU 0 reads normally once, then is lost (NVML gives not even its UUID).
+        struct Falls(AtomicU64);
+        impl Source for Falls {
+            fn node_info(&self) -> NodeInfo {
+                NodeInfo::default()
+            }
+            fn gpu_count(&self) -> usize {
+                1
+            }
+            fn sample_gpu(&self, index: usize) -> GpuSample {
+                let n = self.0.fetch_add(1, Ordering::SeqCst);
+                let known = GpuSample {
+                    index: index as u32,
+                    time_s: now_s(),
+                    name: Some("NVIDIA H100 80GB HBM3".into()),
+                    uuid: Some("GPU-1234".into()),
+                    pci_bus_id: Some("00000000:18:00.0".into()),
+                    power_w: Some(300.0),
+                    ..GpuSample::default()
+                };
+                if n == 0 {
+                    known
+                } else {
+                    GpuSample {
+                        index: index as u32,
+                        time_s: now_s(),
+                        lost: true,
+                        ..GpuSample::default()
+                    }
+                }
+            }
+        }
+        let src = Arc::new(Falls(AtomicU64::new(0)));
+        let sampler = Sampler::start(Arc::clone(&src) as Arc<dyn Source>, config(20));
+        assert!(wait_until(Duration::from_secs(3), || sampler.latest().gpus
+            [0]
+        .lost));
+        let g = sampler.latest().gpus[0].clone();
+        assert_eq!(g.uuid.as_deref(), Some("GPU-1234"));
+        assert_eq!(g.name.as_deref(), Some("NVIDIA H100 80GB HBM3"));
+        assert_eq!(g.pci_bus_id.as_deref(), Some("00000000:18:00.0"));
+        assert_eq!(g.power_w, None, "only the identity is carried over");
     }
 
     #[test]
