@@ -496,8 +496,9 @@ pub struct RunArgs {
     /// Print the run's id and return at once instead of opening the console on it.
     #[arg(long, short = 'd')]
     pub detach: bool,
-    /// The run's name (part of its id) instead of the profile's or the command's.
-    #[arg(long, value_name = "NAME")]
+    /// The run's name (part of its id) instead of the profile's or the command's: up to 64
+    /// letters, digits, '.', '_' and '-'.
+    #[arg(long, value_name = "NAME", value_parser = parse_run_name)]
     pub name: Option<String>,
 }
 
@@ -627,6 +628,13 @@ pub struct DoctorArgs {
     /// Seconds to wait for Python to say which PyTorch it has (importing torch is slow).
     #[arg(long, value_name = "SECONDS", default_value_t = 30.0, value_parser = parse_wait_s)]
     pub python_timeout: f64,
+}
+
+/// A run's name, checked as a profile's `name` is (clap says which option it was).
+fn parse_run_name(s: &str) -> Result<String, String> {
+    crate::profile::check_name(s)
+        .map(|()| s.to_string())
+        .map_err(|why| format!("`{}`: {why}", brief(s)))
 }
 
 // Numbers on the command line. Every one goes through [`finite_in`]: NaN, the infinities and

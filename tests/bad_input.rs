@@ -220,3 +220,35 @@ fn a_profile_that_is_not_a_regular_file_is_refused_at_once() {
         }
     }
 }
+
+#[test]
+fn run_names_are_checked_where_the_user_wrote_them() {
+    let home = Home::new();
+    let _d = home.daemon(&[]);
+    let long = "x".repeat(300);
+    for name in ["a b/c", "../x", "", long.as_str(), "tab\there"] {
+        let out = home.run(&["run", "--detach", "--name", name, "--", "true"], T);
+        let err = refused(&out, name);
+        assert!(
+            !err.contains("run.toml") && !err.contains("File name too long"),
+            "{name}: {err}"
+        );
+        assert!(err.contains("--name"), "{name}: {err}");
+    }
+    let err = stderr(&home.run(&["run", "--detach", "--name", &long, "--", "true"], T));
+    assert!(err.contains("64"), "the limit: {err}");
+    let file = home.dir.path().join("long.toml");
+    std::fs::write(&file, format!("name = \"{long}\"\n[run]\ncommand = [\"true\"]\n")).unwrap();
+    let p = file.display().to_string();
+    for args in [vec!["profile", "check", &p], vec!["run", "--detach", &p]] {
+        let err = refused(&home.run(&args, T), "a long name in a profile");
+        assert!(err.contains("long.toml:1:8") && err.contains("64"), "{err}");
+    }
+    // A long file name makes a name that fits.
+    let file = home.dir.path().join(format!("{}.toml", "y".repeat(200)));
+    std::fs::write(&file, "[run]\ncommand = [\"true\"]\n").unwrap();
+    let id = home.ok(&["run", "--detach", &file.display().to_string()]);
+    assert!(id.trim().len() < 100, "{id}");
+    let runs = home.client().runs().unwrap();
+    assert_eq!(runs.len(), 1, "only the last run started");
+}

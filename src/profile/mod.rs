@@ -388,6 +388,7 @@ pub fn name_for_command(argv: &[String]) -> String {
         .unwrap_or(&file);
     let clean: String = stem
         .chars()
+        .take(MAX_NAME_LEN)
         .map(|c| if is_name_char(c) { c } else { '-' })
         .collect();
     let clean = clean.trim_matches('-').to_string();
@@ -400,6 +401,29 @@ pub fn name_for_command(argv: &[String]) -> String {
 
 pub(crate) fn is_name_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')
+}
+
+/// The longest run name: it becomes part of a run's id and of its directory's name.
+pub const MAX_NAME_LEN: usize = 64;
+
+/// Whether `name` may name runs: 1 to [`MAX_NAME_LEN`] letters, digits, `.`, `_` and `-`;
+/// else what a name must be.
+pub fn check_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("give a name of letters, digits, '.', '_' and '-'".into());
+    }
+    let len = name.chars().count();
+    if len > MAX_NAME_LEN {
+        return Err(format!(
+            "at most {MAX_NAME_LEN} characters, not {len} (it becomes part of run ids)"
+        ));
+    }
+    if !name.chars().all(is_name_char) {
+        return Err(
+            "use letters, digits, '.', '_' and '-' only (it becomes part of run ids)".into(),
+        );
+    }
+    Ok(())
 }
 
 #[cfg(test)]

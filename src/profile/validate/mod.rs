@@ -55,11 +55,15 @@ pub(crate) fn resolve(
         problems: Vec::new(),
     };
     let name = match &raw.name {
-        Some(at) if at.value.is_empty() || !at.value.chars().all(is_name_char) => {
-            cx.err(at, format!(
-                "name = {:?}: use letters, digits, '.', '_' and '-' only (it becomes part of run ids)",
-                at.value
-            ));
+        Some(at) if super::check_name(&at.value).is_err() => {
+            let why = super::check_name(&at.value).err().unwrap_or_default();
+            let shown: String = at.value.chars().take(super::MAX_NAME_LEN).collect();
+            let more = if shown.len() < at.value.len() {
+                "…"
+            } else {
+                ""
+            };
+            cx.err(at, format!("name = {shown:?}{more}: {why}"));
             at.value.clone()
         }
         Some(at) => at.value.clone(),
@@ -99,6 +103,7 @@ pub(crate) fn resolve(
 fn clean_name(stem: &str) -> String {
     let s: String = stem
         .chars()
+        .take(super::MAX_NAME_LEN)
         .map(|c| if is_name_char(c) { c } else { '-' })
         .collect();
     if s.is_empty() { "profile".into() } else { s }
