@@ -2,6 +2,7 @@
 //! by [`crate::supervisor::Run::poll`], and how a person names a run (id, id prefix, `last`,
 //! or its name).
 
+use std::cmp::Ordering;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::SystemTime;
@@ -40,7 +41,8 @@ pub struct Adoption {
     pub was_open: bool,
 }
 
-/// Every run the daemon knows, by id (ids sort by start time).
+/// Every run the daemon knows, by id. Shown and searched in the order the runs started (see
+/// [`RunTable::ordered`]), not in the ids' text order: `…-loop-10` comes after `…-loop-9`.
 #[derive(Debug, Default)]
 pub struct RunTable {
     entries: BTreeMap<String, Entry>,
@@ -104,8 +106,23 @@ impl RunTable {
         self.entries.get(id)
     }
 
-    /// The id `spec` names: the id itself; `last` (the newest run); a unique id prefix; or a
-    /// run name (the newest run of that name).
+    /// Every run, oldest first: by start time (`started_at`, to the millisecond), then by id
+    /// with its numbers compared as numbers, so that the `-2` … `-12` of runs started in the same
+    /// second keep their order.
+    pub fn ordered(&self) -> Vec<&Entry> {
+        let mut all: Vec<(Option<SystemTime>, &Entry)> = self
+            .entries
+            .values()
+            .map(|e| (parse_rfc3339(&e.run.summary().started_at), e))
+            .collect();
+        all.sort_by(|(ta, a), (tb, b)| {
+            ta.cmp(tb).then_with(|| natural_cmp(a.run.id(), b.run.id()))
+        });
+        all.into_iter().map(|(_, e)| e).collect()
+    }
+
+    /// The id `spec` names: the id itself; `last` (the newest run by start time); a unique id
+    /// prefix; or a run name (the newest run of that name).
     pub fn resolve(&self, spec: &str) -> Result<String, RequestError> {
         let spec = spec.trim();
         if spec.is_empty() {
@@ -119,22 +136,22 @@ impl RunTable {
         }
         if spec == "last" {
             return self
-                .entries
-                .keys()
-                .next_back()
-                .cloned()
+                .ordered()
+                .last()
+                .map(|e| e.run.id().to_string())
                 .ok_or_else(|| RequestError::new(ErrorCode::UnknownRun, "there are no runs yet"));
         }
-        let prefixed: Vec<&String> = self
-            .entries
-            .keys()
+        let ordered = self.ordered();
+        let prefixed: Vec<&str> = ordered
+            .iter()
+            .map(|e| e.run.id())
             .filter(|id| id.starts_with(spec))
             .collect();
         match prefixed.as_slice() {
-            [one] => return Ok((*one).clone()),
+            [one] => return Ok((*one).to_string()),
             [] => {}
             many => {
-                let shown: Vec<&str> = many.iter().take(5).map(|s| s.as_str()).collect();
+                let shown: Vec<&str> = many.iter().take(5).copied().collect();
                 let more = if many.len() > 5 { ", …" } else { "" };
                 return Err(RequestError::new(
                     ErrorCode::AmbiguousRun,
@@ -146,11 +163,11 @@ impl RunTable {
                 ));
             }
         }
-        self.entries
+        ordered
             .iter()
             .rev()
-            .find(|(_, e)| e.run.summary().name == spec)
-            .map(|(id, _)| id.clone())
+            .find(|e| e.run.summary().name == spec)
+            .map(|e| e.run.id().to_string())
             .ok_or_else(|| {
                 RequestError::new(
                     ErrorCode::UnknownRun,
@@ -161,13 +178,13 @@ impl RunTable {
 
     /// Every run as `ps` shows it, oldest first.
     pub fn list(&self, now: SystemTime) -> Vec<RunInfo> {
-        self.entries.values().map(|e| info(e, now)).collect()
+        self.ordered().into_iter().map(|e| info(e, now)).collect()
     }
 
     /// The runs that have not ended for good (status not final), as `ps` shows them.
     pub fn list_live(&self, now: SystemTime) -> Vec<RunInfo> {
-        self.entries
-            .values()
+        self.ordered()
+            .into_iter()
             .filter(|e| !e.run.summary().status.is_final())
             .map(|e| info(e, now))
             .collect()
@@ -211,6 +228,39 @@ impl RunTable {
         }
         changes
     }
+}
+
+/// `a` against `b` with every run of digits compared as a number: `loop-9` < `loop-10`.
+fn natural_cmp(a: &str, b: &str) -> Ordering {
+    let (mut a, mut b) = (a.as_bytes(), b.as_bytes());
+    loop {
+        match (a.first(), b.first()) {
+            (None, None) => return Ordering::Equal,
+            (None, Some(_)) => return Ordering::Less,
+            (Some(_), None) => return Ordering::Greater,
+            (Some(x), Some(y)) if x.is_ascii_digit() && y.is_ascii_digit() => {
+                let na = a.iter().take_while(|c| c.is_ascii_digit()).count();
+                let nb = b.iter().take_while(|c| c.is_ascii_digit()).count();
+                let (da, db) = (trim_zeros(&a[..na]), trim_zeros(&b[..nb]));
+                let by_value = da.len().cmp(&db.len()).then_with(|| da.cmp(db));
+                // Equal values: the shorter spelling (fewer leading zeros) first.
+                match by_value.then_with(|| na.cmp(&nb)) {
+                    Ordering::Equal => {}
+                    other => return other,
+                }
+                (a, b) = (&a[na..], &b[nb..]);
+            }
+            (Some(x), Some(y)) => match x.cmp(y) {
+                Ordering::Equal => (a, b) = (&a[1..], &b[1..]),
+                other => return other,
+            },
+        }
+    }
+}
+
+fn trim_zeros(digits: &[u8]) -> &[u8] {
+    let zeros = digits.iter().take_while(|&&c| c == b'0').count();
+    &digits[zeros..]
 }
 
 /// A status change in words, for the node's event log.
@@ -316,6 +366,34 @@ mod tests {
         assert_eq!(list[0].status, RunStatus::Succeeded);
         assert_eq!(list[0].gpus, "all");
         assert_eq!(list[0].command, ["true"]);
+    }
+
+    #[test]
+    fn runs_of_one_name_in_one_second_keep_their_numeric_order() {
+        let twelve: Vec<(&str, u64)> = (0..12).map(|_| ("loop", 0)).collect();
+        let (_tmp, t) = table_with(&twelve);
+        let ids: Vec<String> = t
+            .list(SystemTime::now())
+            .into_iter()
+            .map(|r| r.id)
+            .collect();
+        let mut want = vec!["20261130-031500-loop".to_string()];
+        want.extend((2..=12).map(|n| format!("20261130-031500-loop-{n}")));
+        assert_eq!(ids, want);
+        assert_eq!(t.resolve("last").unwrap(), "20261130-031500-loop-12");
+        assert_eq!(t.resolve("loop").unwrap(), "20261130-031500-loop-12");
+        assert_eq!(
+            t.resolve("20261130-031500-loop-1").unwrap_err().code,
+            ErrorCode::AmbiguousRun
+        );
+    }
+
+    #[test]
+    fn natural_order_compares_numbers_as_numbers() {
+        let mut v = ["a-10", "a-9", "a", "a-09", "b-1", "a-100"];
+        v.sort_by(|x, y| natural_cmp(x, y));
+        assert_eq!(v, ["a", "a-9", "a-09", "a-10", "a-100", "b-1"]);
+        assert_eq!(natural_cmp("x", "x"), Ordering::Equal);
     }
 
     #[test]
