@@ -12,6 +12,10 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 fn main() -> ExitCode {
+    // `gpupilot run-monitor`: a run's monitor (hidden; see supervisor::monitor).
+    if let Some(code) = gpupilot::supervisor::monitor::main_if_asked() {
+        return code;
+    }
     let cli = Cli::parse();
     if !matches!(&cli.command, Some(Command::Daemon(d)) if !d.detach) {
         commands::end_quietly_on_closed_pipe();

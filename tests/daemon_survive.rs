@@ -100,13 +100,15 @@ fn a_run_that_ended_while_no_daemon_ran_is_found_finished() {
     let q = c.run(&quick).unwrap();
     assert_eq!(q.status.as_str(), "succeeded");
     assert_eq!(q.exit_code, Some(0));
+    // A run that wrote nothing: its monitor kept its exit status.
     let s = c.run(&silent).unwrap();
-    assert_eq!(s.status.as_str(), "unknown");
-    assert_eq!(s.description.as_deref(), Some("unknown status (adopted)"));
+    assert_eq!(s.status.as_str(), "failed");
+    assert_eq!(s.exit_code, Some(4));
+    assert_eq!(s.description.as_deref(), Some("exit 4"));
     assert_eq!(home.ok(&["logs", &quick]), "working\n");
     let ps = home.ok(&["ps"]);
     assert!(
-        ps.contains(" succeeded ") && ps.contains(" unknown "),
+        ps.contains(" succeeded ") && ps.contains(" failed "),
         "{ps}"
     );
 }

@@ -41,6 +41,8 @@ impl Daemon {
                 socket: Some(self.socket().to_path_buf()),
                 node: Some(self.node().to_string()),
                 knobs,
+                // Each attempt under a monitor (this binary): its exit status survives us.
+                monitor: crate::supervisor::launch::monitor_program(),
             },
             &self.clock,
         ) {

@@ -6,9 +6,10 @@
 //! three match and it is not a zombie.
 //!
 //! A live adopted run is not the new supervisor's child, so its exit status cannot be waited
-//! for. When it disappears, the supervisor records `unknown status (adopted)` — unless the run
-//! wrote its own exit code to `$GPUPILOT_RUN_DIR/exit_code` (one integer) after it started,
-//! which the Python SDK can do at exit; that code is then recorded as the exit.
+//! for. Its monitor's (`supervisor::monitor`) can: the monitor writes it to `exit.json`, and
+//! that is recorded as the exit. A run started without a monitor is recorded as `unknown status
+//! (adopted)` — unless it wrote its own exit code to `$GPUPILOT_RUN_DIR/exit_code` (one
+//! integer) after it started, which the Python SDK can do at exit.
 
 use std::io;
 

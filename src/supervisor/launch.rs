@@ -67,6 +67,9 @@ pub struct LaunchOptions {
     /// on other nodes (a Slurm job's) attach through their own node's daemon instead.
     pub node: Option<String>,
     pub knobs: KnobValues,
+    /// Start each attempt under this monitor program (this binary; see
+    /// `supervisor::monitor`); None: start it directly.
+    pub monitor: Option<PathBuf>,
 }
 
 /// Exactly what is started: kept in the run directory (`launch.json`) so that a supervisor that
@@ -85,6 +88,11 @@ pub struct LaunchPlan {
     /// `supervisor::slurm`), not a local process.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slurm: Option<SlurmSpec>,
+    /// The program that starts each attempt under a monitor (`gpupilot run-monitor`, see
+    /// `supervisor::monitor`), so that its exit status outlives the supervisor. Absent: the
+    /// supervisor starts the command itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub monitor: Option<PathBuf>,
 }
 
 /// What [`LaunchPlan::with_knobs`] needs to fill the command in again.
@@ -133,6 +141,7 @@ impl LaunchPlan {
                 knobs,
             }),
             slurm: self.slurm.clone(),
+            monitor: self.monitor.clone(),
         }
     }
 
@@ -287,6 +296,12 @@ pub fn plan(
             knobs,
         }),
         slurm,
+        // A Slurm run's attempts are jobs: nothing local to monitor.
+        monitor: if matches!(run.launcher, Launcher::Slurm(_)) {
+            None
+        } else {
+            opts.monitor.clone()
+        },
     };
     Ok(shell.with_knobs(knobs))
 }
@@ -449,7 +464,8 @@ fn check_program(program: &str, path: Option<&str>, cwd: &Path) -> Result<(), La
 /// A process just started for a run.
 #[derive(Debug)]
 pub struct Spawned {
-    pub child: Child,
+    /// Ours to wait for; None when a monitor started it (see [`super::monitor`]).
+    pub child: Option<Child>,
     pub pid: u32,
     /// `/proc/PID/stat` field 22.
     pub start_time: u64,
@@ -457,6 +473,18 @@ pub struct Spawned {
     /// (own group, caller's session) or when the process exited before it could be seen.
     pub own_session: bool,
     /// Its own process group: signals go to the group.
+    pub own_group: bool,
+    /// The monitor that waits for it and writes its exit status.
+    pub monitor: Option<super::rundir::PidRecord>,
+}
+
+/// A command started in its own session, not yet handed to anyone.
+#[derive(Debug)]
+pub struct InSession {
+    pub child: Child,
+    pub pid: u32,
+    pub start_time: u64,
+    pub own_session: bool,
     pub own_group: bool,
 }
 
@@ -472,26 +500,78 @@ const SESSION_WAIT: Duration = Duration::from_secs(2);
 
 /// Start `plan` with its output appended to the run directory's log files. Returns once the
 /// process has its own session (so a signal to its group reaches it), or has already exited.
+/// With a monitor program (`plan.monitor`, this binary), the process is its monitor's child,
+/// and its exit status is written to the run directory whoever watches (see
+/// [`super::monitor`]); without one, or when it is gone, it is ours.
 pub fn spawn(plan: &LaunchPlan, dir: &RunDir) -> io::Result<Spawned> {
+    if let Some(program) = plan.monitor.as_deref().and_then(usable_program) {
+        let s = super::monitor::start(&program, plan, dir)?;
+        return Ok(Spawned {
+            child: None,
+            pid: s.pid,
+            start_time: s.start_time,
+            own_session: s.own_session,
+            own_group: s.own_group,
+            monitor: Some(s.monitor),
+        });
+    }
+    let s = spawn_in_session(&plan.argv, dir, |cmd| {
+        cmd.current_dir(&plan.cwd).env_clear().envs(&plan.env);
+    })?;
+    Ok(Spawned {
+        child: Some(s.child),
+        pid: s.pid,
+        start_time: s.start_time,
+        own_session: s.own_session,
+        own_group: s.own_group,
+        monitor: None,
+    })
+}
+
+/// The monitor program to use for a run: this binary, as found now.
+pub fn monitor_program() -> Option<PathBuf> {
+    gpupilot_program().ok()
+}
+
+/// `program`, or the binary that replaced it (`PATH (deleted)` after an upgrade), if either is
+/// there.
+fn usable_program(program: &Path) -> Option<PathBuf> {
+    if program.is_file() {
+        return Some(program.to_path_buf());
+    }
+    let text = program.to_string_lossy();
+    text.strip_suffix(" (deleted)")
+        .map(PathBuf::from)
+        .filter(|p| p.is_file())
+}
+
+/// Start `argv` in a session and group of its own with stdout and stderr appended to the run
+/// directory's logs; `setup` gives it its cwd and environment (else it inherits ours).
+pub fn spawn_in_session(
+    argv: &[String],
+    dir: &RunDir,
+    setup: impl FnOnce(&mut Command),
+) -> io::Result<InSession> {
+    let Some(program) = argv.first() else {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "no command"));
+    };
     let stdout = RunDir::open_log(&dir.stdout_path())?;
     let stderr = RunDir::open_log(&dir.stderr_path())?;
     let setsid = setsid_program();
     let mut cmd = match setsid {
         Some(s) => {
             let mut c = Command::new(s);
-            c.arg("--").args(&plan.argv);
+            c.arg("--").args(argv);
             c
         }
         None => {
-            let mut c = Command::new(&plan.argv[0]);
-            c.args(&plan.argv[1..]).process_group(0);
+            let mut c = Command::new(program);
+            c.args(&argv[1..]).process_group(0);
             c
         }
     };
-    cmd.current_dir(&plan.cwd)
-        .env_clear()
-        .envs(&plan.env)
-        .stdin(Stdio::null())
+    setup(&mut cmd);
+    cmd.stdin(Stdio::null())
         .stdout(Stdio::from(stdout))
         .stderr(Stdio::from(stderr));
     let child = cmd.spawn()?;
@@ -507,7 +587,7 @@ pub fn spawn(plan: &LaunchPlan, dir: &RunDir) -> io::Result<Spawned> {
         st = procfs::stat(pid)?;
     }
     let own_group = st.pgrp == pid as i32;
-    Ok(Spawned {
+    Ok(InSession {
         child,
         pid,
         start_time: st.start_time,
@@ -641,6 +721,7 @@ mod tests {
                 batch_size: Some(48),
                 prefetch: None,
             },
+            monitor: Some("/opt/gp/gpupilot".into()),
         };
         let plan = plan(&p, &caller(tmp.path()), "id1", Path::new("/r/id1"), &opts).unwrap();
         assert_eq!(plan.argv, s(&["sh", "-c", "true", "48", "2", "id1", "{x}"]));
@@ -652,6 +733,9 @@ mod tests {
         assert_eq!(plan.env["GPUPILOT_RUN_DIR"], "/r/id1");
         assert_eq!(plan.env["GPUPILOT_SOCKET"], "/run/g.sock");
         assert_eq!(plan.env["GPUPILOT_RUN_NODE"], "gpu-node-07");
+        assert_eq!(plan.monitor, Some("/opt/gp/gpupilot".into()));
+        let restarted = plan.with_knobs(KnobValues::default());
+        assert_eq!(restarted.monitor, plan.monitor, "kept for every attempt");
 
         let opts = LaunchOptions {
             socket: None,
@@ -660,6 +744,7 @@ mod tests {
                 batch_size: Some(65),
                 prefetch: None,
             },
+            monitor: None,
         };
         let err = super::plan(&p, &caller(tmp.path()), "id", Path::new("/r"), &opts).unwrap_err();
         assert_eq!(

@@ -1,8 +1,9 @@
 //! The run supervisor: runs that outlive the terminal, the TUI and the supervisor itself.
 //!
-//! A run is started in its own session and process group, with stdout and stderr opened
-//! straight onto files in its run directory: the supervisor holds no pipe, so when it dies
-//! (or the SSH session that started it drops) the run keeps running and keeps writing. Every
+//! A run is started in its own session and process group (by its monitor, see `monitor`), with
+//! stdout and stderr opened straight onto files in its run directory: the supervisor holds no
+//! pipe, so when it dies (or the SSH session that started it drops) the run keeps running and
+//! keeps writing, and its monitor still records how it ends. Every
 //! lifecycle event lands in the run directory as it happens, and a new supervisor re-adopts
 //! the run from there, telling the run's process from a recycled pid by its start time.
 //!
@@ -16,6 +17,9 @@
 //! - `events`: `events.jsonl` lines and `summary.json` ([`Event`], [`Summary`]).
 //! - `slurm`: runs that are Slurm batch jobs (`sbatch`, `squeue`, `scancel`).
 //! - `ranks`: N local ranks with torchrun's environment (`gpupilot ranks`, `launcher = "ranks"`).
+//! - `monitor`: the per-run process that waits for the command and writes its exit status to
+//!   the run directory, so that it survives the supervisor; a child subreaper, so that nothing
+//!   the run starts escapes `stop`.
 //! - `clock`, `procfs`, `signal`: time passed in, `/proc/PID/stat`, signals to a group.
 //!
 //! Nothing here talks to a socket or draws anything; the daemon drives [`Run::poll`].
@@ -24,6 +28,7 @@ pub mod adopt;
 pub mod clock;
 pub mod events;
 pub mod launch;
+pub mod monitor;
 pub mod procfs;
 pub mod ranks;
 pub mod restart;

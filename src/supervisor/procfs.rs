@@ -75,6 +75,34 @@ pub fn running_in_group(pgid: u32) -> Vec<u32> {
         .collect()
 }
 
+/// The running (not zombie) descendants of `root`, itself left out: its children, theirs, and
+/// so on. Orphans of a run are reparented to its monitor (a child subreaper), so this finds the
+/// processes a run left behind in other sessions and groups too.
+pub fn descendants(root: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let all: Vec<ProcStat> = entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|pid| stat(pid).ok())
+        .collect();
+    let mut found = Vec::new();
+    let mut parents = vec![root];
+    while let Some(parent) = parents.pop() {
+        for st in all
+            .iter()
+            .filter(|st| i64::from(st.ppid) == i64::from(parent))
+        {
+            if st.pid != root && !found.contains(&st.pid) {
+                found.push(st.pid);
+                parents.push(st.pid);
+            }
+        }
+    }
+    found.retain(|&pid| all.iter().any(|st| st.pid == pid && st.is_running()));
+    found
+}
+
 /// This boot's id (`/proc/sys/kernel/random/boot_id`): after a reboot, pids and start times
 /// start over, so a pid file from an earlier boot never names a live run.
 pub fn boot_id() -> Option<String> {
@@ -109,5 +137,29 @@ mod tests {
         assert_eq!(s.start_time, stat(me).unwrap().start_time);
         assert!(boot_id().is_some_and(|b| b.len() >= 32));
         assert!(running_in_group(s.pgrp as u32).contains(&me));
+    }
+
+    #[test]
+    fn finds_children_and_grandchildren() {
+        use std::time::{Duration, Instant};
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "sh -c 'sleep 5; true' & wait"])
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut below = descendants(child.id());
+        while below.len() < 2 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+            below = descendants(child.id());
+        }
+        assert_eq!(below.len(), 2, "{below:?}");
+        assert!(!below.contains(&child.id()));
+        assert!(descendants(std::process::id()).contains(&child.id()));
+        let _ = child.kill();
+        for pid in below {
+            let _ =
+                crate::supervisor::signal::to_process(pid, crate::supervisor::signal::Sig::Kill);
+        }
+        let _ = child.wait();
     }
 }

@@ -1,5 +1,7 @@
 //! Taking over a run from a supervisor that is gone (see `supervisor::adopt` for what the
-//! run directory says, and why an adopted run's exit status may be unknown).
+//! run directory says). A run started under a monitor (`supervisor::monitor`) has its exit
+//! status in `exit.json`, written whether or not a supervisor watched; only a run started
+//! without one may end with its status unknown.
 
 use std::time::Duration;
 
@@ -9,6 +11,7 @@ use crate::supervisor::SupervisorError;
 use crate::supervisor::adopt::{self, Adopted};
 use crate::supervisor::clock::{Clock, parse_rfc3339, rfc3339};
 use crate::supervisor::events::{Event, EventRecord, ExitInfo, RunStatus, Summary};
+use crate::supervisor::monitor;
 use crate::supervisor::procfs;
 use crate::supervisor::restart::Attempt;
 use crate::supervisor::rundir::{PidRecord, RunDir};
@@ -106,6 +109,7 @@ impl Run {
                         requested: now,
                         deadline: now + DEFAULT_GRACE,
                         killed: false,
+                        at_once: false,
                         leader_exit: None,
                     }
                 } else if paused {
@@ -125,9 +129,20 @@ impl Run {
                 } else if let Some(rec) = pid {
                     let stopping = was == Some(RunStatus::Stopping);
                     run.current = Some(run.adopted_current(rec, clock));
-                    let exit = run.adopted_exit();
                     run.phase = Phase::Running;
-                    run.ended(clock, exit, stopping)?;
+                    // Its monitor may still be writing how it ended: then the first poll has it.
+                    if let Some(exit) = run.check_exit()? {
+                        run.ended(clock, exit, stopping)?;
+                    } else if stopping {
+                        let now = clock.now();
+                        run.phase = Phase::Stopping {
+                            requested: now,
+                            deadline: now + DEFAULT_GRACE,
+                            killed: false,
+                            at_once: false,
+                            leader_exit: None,
+                        };
+                    }
                 } else {
                     run.finish(
                         clock,
@@ -152,8 +167,19 @@ impl Run {
             .unwrap_or_default();
         let now = clock.now();
         let own_group = procfs::stat(rec.pid).is_ok_and(|st| st.pgrp == rec.pid as i32);
+        // The monitor file is written after the pid file: an older one belongs to an earlier
+        // attempt, whose monitor (if it still runs) is not this process's.
+        let monitor = self.dir.read_monitor().ok().flatten().filter(|_| {
+            let modified =
+                |p: std::path::PathBuf| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+            modified(self.dir.monitor_path()) >= modified(self.dir.pid_path())
+        });
         Current {
             child: None,
+            monitor,
+            adopted: true,
+            knobs: self.plan.knobs(),
+            gone_since: None,
             own_group: own_group || signal::group_exists(rec.pid),
             rec,
             started: now.checked_sub(age).unwrap_or(now),
@@ -162,8 +188,16 @@ impl Run {
         }
     }
 
-    /// How an adopted process ended: the code it wrote itself after it started, else unknown.
+    /// How a process that is not our child ended: as its monitor wrote it (`exit.json`), else
+    /// the code it wrote itself after it started, else unknown.
     pub(super) fn adopted_exit(&self) -> ExitInfo {
+        if let Some(exit) = self
+            .current
+            .as_ref()
+            .and_then(|c| monitor::recorded_exit(&self.dir, &c.rec))
+        {
+            return exit;
+        }
         let started = self.current.as_ref().map(|c| c.started_wall);
         match (self.dir.read_exit_code(), started) {
             (Some((code, written)), Some(started)) if written >= started => ExitInfo::code(code),

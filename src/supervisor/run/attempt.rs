@@ -1,18 +1,43 @@
 //! One attempt of a run: starting its process, noticing its end, signalling its group, and
 //! what the restart policy makes of the end.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::{Current, Phase, Run, io_err};
 use crate::supervisor::SupervisorError;
 use crate::supervisor::adopt;
 use crate::supervisor::clock::{Clock, rfc3339};
 use crate::supervisor::events::{Event, ExitInfo, RunStatus};
-use crate::supervisor::launch::{self, LaunchPlan};
+use crate::supervisor::launch::{self, KnobValues, LaunchPlan};
+use crate::supervisor::monitor;
 use crate::supervisor::procfs;
 use crate::supervisor::restart::{self, Action, Attempt, GiveUp};
 use crate::supervisor::rundir::PidRecord;
 use crate::supervisor::signal::{self, Sig};
+
+/// How long a process's end may go unrecorded while its monitor still runs (the monitor
+/// writes `exit.json` a moment after the end).
+const MONITOR_WAIT: Duration = Duration::from_secs(5);
+
+const SIGKILL: i32 = 9;
+
+/// Why a restart a person asked for happened: `restarted for the change of batch_size 32 → 64`.
+fn restart_reason(old: KnobValues, new: KnobValues) -> String {
+    let show = |v: Option<i64>| v.map_or("-".to_string(), |v| v.to_string());
+    let changes: Vec<String> = [
+        ("batch_size", old.batch_size, new.batch_size),
+        ("prefetch", old.prefetch, new.prefetch),
+    ]
+    .into_iter()
+    .filter(|(_, a, b)| a != b)
+    .map(|(name, a, b)| format!("{name} {} → {}", show(a), show(b)))
+    .collect();
+    if changes.is_empty() {
+        "restarted on request".into()
+    } else {
+        format!("restarted for the change of {}", changes.join(", "))
+    }
+}
 
 impl Run {
     /// Start the next attempt (the first, or a restart).
@@ -43,11 +68,29 @@ impl Run {
         self.dir
             .write_pid(&rec)
             .map_err(io_err(format!("writing {}", self.dir.pid_path().display())))?;
+        match &spawned.monitor {
+            Some(m) => self.dir.write_monitor(m),
+            None => std::fs::remove_file(self.dir.monitor_path()).or_else(|e| {
+                if e.kind() == std::io::ErrorKind::NotFound {
+                    Ok(())
+                } else {
+                    Err(e)
+                }
+            }),
+        }
+        .map_err(io_err(format!(
+            "writing {}",
+            self.dir.monitor_path().display()
+        )))?;
         self.attempt = self.history.len() as u32;
         let (pid, start_time, own_session) = (spawned.pid, spawned.start_time, spawned.own_session);
         self.current = Some(Current {
-            child: Some(spawned.child),
+            child: spawned.child,
             rec,
+            monitor: spawned.monitor,
+            adopted: false,
+            knobs: plan.knobs(),
+            gone_since: None,
             own_group: spawned.own_group,
             started: clock.now(),
             started_wall: clock.wall(),
@@ -87,24 +130,61 @@ impl Run {
         let Some(cur) = self.current.as_mut() else {
             return Ok(None);
         };
-        match cur.child.as_mut() {
-            Some(child) => {
-                let status = child
-                    .try_wait()
-                    .map_err(io_err(format!("waiting for pid {}", cur.rec.pid)))?;
-                Ok(status.map(ExitInfo::from_status))
-            }
-            None if adopt::is_alive(&cur.rec) => Ok(None),
-            None => Ok(Some(self.adopted_exit())),
+        if let Some(child) = cur.child.as_mut() {
+            let status = child
+                .try_wait()
+                .map_err(io_err(format!("waiting for pid {}", cur.rec.pid)))?;
+            return Ok(status.map(ExitInfo::from_status));
         }
+        // Its monitor writes how it ended; read that first (a zombie is not alive either).
+        if let Some(exit) = monitor::recorded_exit(&self.dir, &cur.rec) {
+            return Ok(Some(exit));
+        }
+        if adopt::is_alive(&cur.rec) {
+            return Ok(None);
+        }
+        // Gone, but its monitor lives: it is about to write the exit (give it a moment).
+        let now = Instant::now();
+        let since = *cur.gone_since.get_or_insert(now);
+        if cur.monitor.as_ref().is_some_and(adopt::is_alive)
+            && now.duration_since(since) < MONITOR_WAIT
+        {
+            return Ok(None);
+        }
+        Ok(Some(self.adopted_exit()))
     }
 
-    /// Whether any process of the group still runs (zombies do not count: an init that is slow
-    /// to reap, or a daemon that is pid 1 in a container, must not stretch every stop).
+    /// The live monitor of the current attempt, if it has one.
+    fn live_monitor(&self) -> Option<u32> {
+        let m = self.current.as_ref()?.monitor.as_ref()?;
+        adopt::is_alive(m).then_some(m.pid)
+    }
+
+    /// What the run left outside its group: its monitor's descendants (orphans are reparented
+    /// to the monitor, a child subreaper) that are not in the group.
+    fn escaped(&self) -> Vec<u32> {
+        let Some(cur) = self.current.as_ref() else {
+            return Vec::new();
+        };
+        let Some(monitor) = self.live_monitor() else {
+            return Vec::new();
+        };
+        procfs::descendants(monitor)
+            .into_iter()
+            .filter(|&pid| {
+                !(cur.own_group && procfs::stat(pid).is_ok_and(|st| st.pgrp == cur.rec.pid as i32))
+            })
+            .collect()
+    }
+
+    /// Whether any process of the run still runs: its group, or what escaped it (zombies do
+    /// not count: an init that is slow to reap, or a daemon that is pid 1 in a container, must
+    /// not stretch every stop).
     pub(super) fn group_alive(&self) -> bool {
-        self.current
-            .as_ref()
-            .is_some_and(|c| c.own_group && !procfs::running_in_group(c.rec.pid).is_empty())
+        self.current.as_ref().is_some_and(|c| {
+            (c.own_group && !procfs::running_in_group(c.rec.pid).is_empty())
+                || !self.escaped().is_empty()
+        })
     }
 
     /// Send `sig` to the run's group (or, without a group of its own, its main process).
@@ -121,6 +201,10 @@ impl Run {
         } else {
             signal::to_process(pid, sig)
         };
+        // What left the group in a session of its own gets the same signal.
+        for pid in self.escaped() {
+            let _ = signal::to_process(pid, sig);
+        }
         match sent {
             // Already gone: poll will notice the exit.
             Err(e) if e.raw_os_error() == Some(rustix::io::Errno::SRCH.raw_os_error()) => Ok(()),
@@ -153,7 +237,19 @@ impl Run {
         exit: ExitInfo,
         stopped_by_user: bool,
     ) -> Result<(), SupervisorError> {
-        let killed = matches!(self.phase, Phase::Stopping { killed: true, .. });
+        let killed = match self.phase {
+            Phase::Stopping {
+                killed: true,
+                at_once,
+                ..
+            } => Some(at_once),
+            _ => None,
+        };
+        // Leftovers outside the group (they escaped into sessions of their own) first, while
+        // the monitor they were reparented to is known to be the run's.
+        for pid in self.escaped() {
+            let _ = signal::to_process(pid, Sig::Kill);
+        }
         let Some(cur) = self.current.take() else {
             return Ok(());
         };
@@ -165,9 +261,19 @@ impl Run {
         }
         let ran_for = clock.now().saturating_duration_since(cur.started);
         let mut description = exit.describe();
-        if killed {
-            description.push_str(" after the grace period");
+        if exit.signal == Some(SIGKILL) {
+            match killed {
+                Some(true) => description.push_str(" (stop --kill)"),
+                Some(false) => description.push_str(" after the grace period"),
+                None => {}
+            }
         }
+        let restart_for = (stopped_by_user && self.restart_requested)
+            .then(|| restart_reason(cur.knobs, self.plan.knobs()));
+        let event_description = match &restart_for {
+            Some(why) => format!("{description}; {why}"),
+            None => description.clone(),
+        };
         self.event(
             clock,
             Event::Exited {
@@ -176,7 +282,7 @@ impl Run {
                 code: exit.code,
                 signal: exit.signal,
                 signal_name: exit.signal_name().map(str::to_string),
-                description: description.clone(),
+                description: event_description,
                 duration_s: ran_for.as_secs_f64(),
             },
         )?;
@@ -190,12 +296,23 @@ impl Run {
         self.summary.signal_name = exit.signal_name().map(str::to_string);
         self.summary.description = Some(description.clone());
 
-        if stopped_by_user && std::mem::take(&mut self.restart_requested) {
-            // A restart a person asked for (a knob change through the command line).
-            return self.launch_attempt(clock).or_else(|e| {
-                let description = format!("restart failed: {e}");
-                self.finish(clock, RunStatus::Failed, ExitInfo::unknown(), description)
-            });
+        if let Some(why) = restart_for {
+            // A restart a person asked for (a knob change through the command line): shown as
+            // that, not as the SIGTERM that ended the last attempt (`events.jsonl` keeps it).
+            self.restart_requested = false;
+            return match self.launch_attempt(clock) {
+                Ok(()) => {
+                    self.summary.exit_code = None;
+                    self.summary.signal = None;
+                    self.summary.signal_name = None;
+                    self.summary.description = Some(why);
+                    self.write_summary()
+                }
+                Err(e) => {
+                    let description = format!("restart failed: {e}");
+                    self.finish(clock, RunStatus::Failed, ExitInfo::unknown(), description)
+                }
+            };
         }
         // Out of memory: the trainer said so, or the attempt's last words on stderr do.
         let said_oom = std::mem::take(&mut self.oom);

@@ -41,6 +41,10 @@ impl Run {
         self.current = Some(Current {
             child: None,
             rec: no_pid(),
+            monitor: None,
+            adopted: false,
+            knobs: plan.knobs(),
+            gone_since: None,
             own_group: false,
             started: clock.now(),
             started_wall: clock.wall(),
@@ -152,6 +156,10 @@ impl Run {
         self.current = Some(Current {
             child: None,
             rec: no_pid(),
+            monitor: None,
+            adopted: true,
+            knobs: self.plan.knobs(),
+            gone_since: None,
             own_group: false,
             started: now.checked_sub(age).unwrap_or(now),
             started_wall,
@@ -182,6 +190,7 @@ impl Run {
                 requested: now,
                 deadline: now + DEFAULT_GRACE,
                 killed: false,
+                at_once: false,
                 leader_exit: None,
             }
         } else if self.slurm_job.as_ref().and_then(|j| j.state.as_deref()) == Some("SUSPENDED") {

@@ -35,9 +35,18 @@ const POLL_EVERY: Duration = Duration::from_millis(10);
 /// The process of the current attempt.
 #[derive(Debug)]
 struct Current {
-    /// Our child (we can wait for it), or adopted (we can only watch /proc).
+    /// Our child (we can wait for it); None when its monitor waits for it (it writes
+    /// `exit.json`), or when it was adopted (we can only watch /proc).
     child: Option<Child>,
     rec: PidRecord,
+    /// The monitor that waits for it (see `supervisor::monitor`), if it has one.
+    monitor: Option<PidRecord>,
+    /// Taken over from another supervisor rather than started by this one.
+    adopted: bool,
+    /// The knob values it was started with.
+    knobs: launch::KnobValues,
+    /// When the process was first seen gone while its monitor had not yet written its exit.
+    gone_since: Option<Instant>,
     own_group: bool,
     started: Instant,
     started_wall: SystemTime,
@@ -53,6 +62,8 @@ enum Phase {
         requested: Instant,
         deadline: Instant,
         killed: bool,
+        /// `stop --kill`: SIGKILL at once, not at the end of a grace period.
+        at_once: bool,
         /// The main process ended; the rest of the group may still be finishing.
         leader_exit: Option<ExitInfo>,
     },
@@ -279,7 +290,7 @@ impl Run {
 
     /// Whether the current process is one this supervisor adopted rather than started.
     pub fn is_adopted(&self) -> bool {
-        self.current.as_ref().is_some_and(|c| c.child.is_none())
+        self.current.as_ref().is_some_and(|c| c.adopted)
     }
 
     /// Notice what happened since the last call: an exit, the end of a grace period or of a
@@ -304,6 +315,7 @@ impl Run {
                 requested,
                 deadline,
                 killed,
+                at_once,
                 mut leader_exit,
             } => {
                 if leader_exit.is_none() {
@@ -312,6 +324,7 @@ impl Run {
                         requested,
                         deadline,
                         killed,
+                        at_once,
                         leader_exit,
                     };
                 }
@@ -345,6 +358,7 @@ impl Run {
                     requested: now,
                     deadline: now + grace,
                     killed: false,
+                    at_once: false,
                     leader_exit: None,
                 };
                 self.event(
@@ -379,6 +393,7 @@ impl Run {
                     requested: now,
                     deadline: now,
                     killed: false,
+                    at_once: true,
                     leader_exit: None,
                 };
                 self.set_status(RunStatus::Stopping)?;
@@ -387,8 +402,12 @@ impl Run {
             Phase::Stopping {
                 requested,
                 killed: false,
+                ref mut at_once,
                 ..
-            } => self.escalate(clock, now - requested),
+            } => {
+                *at_once = true;
+                self.escalate(clock, now - requested)
+            }
             Phase::Stopping { .. } => Ok(()),
             Phase::Backoff { .. } => self.stop(Duration::ZERO, clock),
             Phase::Finished => Err(self.bad_state("kill")),
