@@ -77,7 +77,7 @@ pub fn run(g: &GlobalArgs, args: &RunArgs) -> anyhow::Result<ExitCode> {
             to_stderr: true,
         },
     ];
-    finish_following(&client, &info.id, tails, &stop)
+    finish_following(client, &info.id, tails, &stop)
 }
 
 /// `gpupilot attach [RUN]`.
@@ -135,16 +135,16 @@ pub fn attach(g: &GlobalArgs, args: &AttachArgs) -> anyhow::Result<ExitCode> {
         info.id,
         info.status.as_str()
     );
-    finish_following(&client, &info.id, tails, &stop)
+    finish_following(client, &info.id, tails, &stop)
 }
 
 fn finish_following(
-    client: &crate::client::Client,
+    mut client: Client,
     id: &str,
     mut tails: [Tail; 2],
     stop: &AtomicBool,
 ) -> anyhow::Result<ExitCode> {
-    match follow::pump(client, id, &mut tails, true, stop) {
+    match follow::pump(&mut client, id, &mut tails, true, stop) {
         Ok(Ended::Finished(info)) => {
             eprintln!(
                 "gpupilot: run {} ended: {}",
@@ -395,7 +395,7 @@ fn energy_cell(e: &crate::control::energy::RunEnergy) -> String {
 
 /// `gpupilot logs RUN [-f] [--stderr]`.
 pub fn logs(args: &LogsArgs) -> anyhow::Result<ExitCode> {
-    let client = connect(&Paths::from_env())?;
+    let mut client = connect(&Paths::from_env())?;
     let stream = if args.stderr {
         LogStream::Stderr
     } else {
@@ -413,7 +413,7 @@ pub fn logs(args: &LogsArgs) -> anyhow::Result<ExitCode> {
         offset: 0,
         to_stderr: false,
     }];
-    match follow::pump(&client, &id, &mut tails, args.follow, &stop) {
+    match follow::pump(&mut client, &id, &mut tails, args.follow, &stop) {
         Ok(_) => Ok(ExitCode::SUCCESS),
         Err(e) if is_broken_pipe(&e) => Ok(ExitCode::SUCCESS),
         Err(e) => Err(e),
