@@ -1,0 +1,399 @@
+//! Runs through daemon restarts and many runs of one name: an exit status kept while no daemon
+//! watched (and the restart policy applied to it), a `setsid` grandchild that cannot outlive
+//! `stop`, followers that reconnect to a restarted daemon, numeric order of `-N` ids, `last`
+//! and names resolving to the newest run, and how a kill and a knob restart are described.
+
+mod daemon_common;
+
+use std::io::Read;
+use std::path::Path;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant, UNIX_EPOCH};
+
+use daemon_common::{Home, send, wait_for};
+use gpupilot::profile::Profile;
+use gpupilot::supervisor::{Caller, LaunchOptions, ManualClock, Run, adopt};
+use rustix::process::Signal;
+
+/// The run `id` as `ps --json` shows it.
+fn ps_entry(home: &Home, id: &str) -> serde_json::Value {
+    let ps: serde_json::Value = serde_json::from_str(&home.ok(&["ps", "--json"])).unwrap();
+    ps.as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["id"] == id)
+        .cloned()
+        .unwrap_or_else(|| panic!("{id} not in ps --json: {ps}"))
+}
+
+/// Whether a process is gone (or a zombie), or has become another process (its command line
+/// no longer holds `marker`).
+fn gone(pid: u32, marker: &str) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let state = stat
+        .rfind(')')
+        .and_then(|i| stat[i + 1..].split_whitespace().next())
+        .unwrap_or("X");
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+    matches!(state, "Z" | "X" | "x") || !cmdline.contains(marker)
+}
+
+/// Kills a process when dropped (a failing test leaves no stray `sleep` behind).
+struct KillOnDrop(u32, &'static str);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if self.0 > 1 && !gone(self.0, self.1) {
+            send(self.0, Signal::KILL);
+        }
+    }
+}
+
+#[test]
+fn an_exit_while_no_daemon_runs_is_kept_and_restarted_by_its_policy() {
+    let home = Home::new();
+    let profile = home.dir.path().join("fails.toml");
+    std::fs::write(
+        &profile,
+        "name = \"fails\"\n[run]\ncommand = [\"sh\", \"-c\", \"echo attempt; sleep 1; exit 3\"]\n\
+         [run.restart]\npolicy = \"on-failure\"\nmax_restarts = 1\nbackoff_s = 0.2\n",
+    )
+    .unwrap();
+    let mut d = home.daemon(&[]);
+    let id = home
+        .ok(&["run", "-d", &profile.display().to_string()])
+        .trim()
+        .to_string();
+    let dir = home.run_dir(&id);
+    d.signal_and_wait(Signal::KILL);
+    // The first attempt ends (exit 3) while no daemon runs.
+    let rec = dir.read_pid().unwrap().expect("a pid file");
+    wait_for("the run to end", Duration::from_secs(10), || {
+        !adopt::is_alive(&rec)
+    });
+    std::thread::sleep(Duration::from_millis(200));
+
+    let _d2 = home.daemon(&[]);
+    let c = home.client();
+    wait_for("the restart and its end", Duration::from_secs(20), || {
+        c.run(&id).is_ok_and(|r| r.is_final())
+    });
+    let run = ps_entry(&home, &id);
+    assert_eq!(run["status"], "failed", "{run}");
+    assert_eq!(run["exit_code"], 3, "{run}");
+    assert_eq!(run["restarts"], 1, "the policy restarted it once: {run}");
+    let events = std::fs::read_to_string(dir.events_path()).unwrap();
+    let exits: Vec<serde_json::Value> = events
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|e| e["event"] == "exited")
+        .collect();
+    assert_eq!(exits.len(), 2, "{events}");
+    assert!(exits.iter().all(|e| e["code"] == 3), "{events}");
+    let out = std::fs::read_to_string(dir.stdout_path()).unwrap();
+    assert_eq!(out, "attempt\nattempt\n");
+}
+
+/// Start a run whose shell starts `setsid sleep SECONDS` in the background (a session of its
+/// own, outside the run's group) and then runs `rest`; the run's id and the sleep's pid (killed
+/// when the guard is dropped).
+fn run_leaving_a_sleep(home: &Home, seconds: &'static str, rest: &str) -> (String, KillOnDrop) {
+    let marker = home.dir.path().join(format!("escaped-{seconds}"));
+    let script = format!(
+        "setsid sleep {seconds} & echo $! > {0}.tmp && mv {0}.tmp {0}{rest}",
+        marker.display()
+    );
+    let id = home
+        .ok(&["run", "-d", "--", "sh", "-c", &script])
+        .trim()
+        .to_string();
+    wait_for("the grandchild", Duration::from_secs(10), || {
+        marker.exists()
+    });
+    let pid: u32 = std::fs::read_to_string(&marker)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(!gone(pid, seconds), "the grandchild runs");
+    (id, KillOnDrop(pid, seconds))
+}
+
+#[test]
+fn a_setsid_grandchild_does_not_outlive_its_run() {
+    let home = Home::new();
+    let _d = home.daemon(&[]);
+    let (id, sleep) = run_leaving_a_sleep(&home, "1003", "; sleep 30");
+    let out = home.ok(&["stop", "--grace", "2", &id]);
+    assert!(out.contains("stopped"), "{out}");
+    wait_for(
+        "the grandchild to be gone after stop",
+        Duration::from_secs(3),
+        || gone(sleep.0, sleep.1),
+    );
+
+    // A run that leaves one behind and succeeds: gone too.
+    let (id, sleep) = run_leaving_a_sleep(&home, "1004", "");
+    let c = home.client();
+    wait_for("the run to end", Duration::from_secs(10), || {
+        c.run(&id).is_ok_and(|r| r.is_final())
+    });
+    assert_eq!(c.run(&id).unwrap().status.as_str(), "succeeded");
+    wait_for(
+        "the grandchild to be gone after its run ended",
+        Duration::from_secs(3),
+        || gone(sleep.0, sleep.1),
+    );
+}
+
+/// Every line a follower printed, checked to be 1..=n exactly once each.
+fn counted_once(what: &str, text: &str, n: usize) {
+    let got: Vec<&str> = text.lines().collect();
+    let want: Vec<String> = (1..=n).map(|i| i.to_string()).collect();
+    assert_eq!(got, want, "{what} printed otherwise:\n{text}");
+}
+
+fn finish(mut child: Child, what: &str, timeout: Duration) -> (i32, String, String) {
+    let deadline = Instant::now() + timeout;
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "{what} did not end within {timeout:?}\nstdout: {}\nstderr: {}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut stdout = String::new();
+    let mut stderr = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut stdout)
+        .unwrap();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    let status = child.wait().unwrap();
+    (status.code().unwrap_or(-1), stdout, stderr)
+}
+
+fn lines_in(path: &Path) -> usize {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .count()
+}
+
+#[test]
+fn followers_survive_a_daemon_kill_and_a_clean_restart() {
+    let home = Home::new();
+    let mut d = home.daemon(&[]);
+    const N: usize = 80;
+    let script = format!("i=0; while [ $i -lt {N} ]; do i=$((i+1)); echo $i; sleep 0.1; done");
+    let run = home
+        .gpupilot(&["run", "--name", "counter", "--", "sh", "-c", &script])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let c = home.client();
+    let mut id = String::new();
+    wait_for("the run to start", Duration::from_secs(10), || {
+        match c.run("counter") {
+            Ok(r) => {
+                id = r.id;
+                true
+            }
+            Err(_) => false,
+        }
+    });
+    drop(c);
+    let logs = home
+        .gpupilot(&["logs", "-f", &id])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = home.run_dir(&id).stdout_path();
+    wait_for("some output", Duration::from_secs(10), || {
+        lines_in(&out) >= 5
+    });
+
+    // kill -9, then a new daemon.
+    d.signal_and_wait(Signal::KILL);
+    std::thread::sleep(Duration::from_millis(500));
+    let mut d = home.daemon(&[]);
+    let at = lines_in(&out);
+    wait_for("more output", Duration::from_secs(10), || {
+        lines_in(&out) >= at + 5
+    });
+    // A clean stop (the upgrade path), then a new daemon.
+    d.signal_and_wait(Signal::TERM);
+    std::thread::sleep(Duration::from_millis(500));
+    let _d = home.daemon(&[]);
+
+    let (code, stdout, stderr) = finish(run, "run -- (attached)", Duration::from_secs(40));
+    assert_eq!(
+        code, 0,
+        "run -- passes on the run's exit 0\nstderr: {stderr}"
+    );
+    counted_once("run --", &stdout, N);
+    assert!(
+        stderr.contains("daemon restarted, following again"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("$STATE"), "{stderr}");
+    let (code, stdout, stderr) = finish(logs, "logs -f", Duration::from_secs(20));
+    assert_eq!(code, 0, "stderr: {stderr}");
+    counted_once("logs -f", &stdout, N);
+    assert!(
+        stderr.contains("daemon restarted, following again"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn twelve_runs_of_one_name_order_numerically_and_resolve_to_the_newest() {
+    let home = Home::new();
+    let work = home.dir.path();
+    let caller = Caller {
+        cwd: work.to_path_buf(),
+        env: [("PATH".to_string(), "/usr/bin:/bin".to_string())].into(),
+    };
+    // Twelve runs in the same second: ids `…-loop`, `…-loop-2`, …, `…-loop-12`. The 9th and
+    // the 12th run on.
+    let mut ids = Vec::new();
+    let mut live = Vec::new();
+    for n in 1..=12u64 {
+        let clock = ManualClock::at(UNIX_EPOCH + Duration::from_millis(1_796_008_500_000 + n * 10));
+        let script = if n == 9 || n == 12 {
+            format!("echo {n}; exec sleep 30")
+        } else {
+            format!("echo {n}")
+        };
+        let mut p = Profile::from_command(vec!["sh".into(), "-c".into(), script]);
+        p.name = "loop".into();
+        let mut run = Run::start_new(
+            &home.paths.state,
+            &p,
+            &caller,
+            &LaunchOptions::default(),
+            &clock,
+        )
+        .unwrap();
+        if n == 9 || n == 12 {
+            live.push(run);
+        } else {
+            assert!(run.wait(&clock, Duration::from_secs(10)).unwrap());
+        }
+        ids.push(run_id_of(&home, n));
+    }
+    assert_eq!(ids[1], format!("{}-2", ids[0]));
+    assert_eq!(ids[11], format!("{}-12", ids[0]));
+    for r in &live {
+        wait_for("the output", Duration::from_secs(10), || {
+            lines_in(&r.dir().stdout_path()) == 1
+        });
+    }
+
+    let _d = home.daemon(&[]);
+    let ps = home.ok(&["ps"]);
+    let order: Vec<&str> = ps
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert_eq!(order, ids, "{ps}");
+    let json: serde_json::Value = serde_json::from_str(&home.ok(&["ps", "--json"])).unwrap();
+    let order: Vec<&str> = json
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(order, ids);
+    assert_eq!(home.ok(&["logs", "loop"]), "12\n");
+    assert_eq!(home.ok(&["logs", "last"]), "12\n");
+
+    let out = home.ok(&["stop", "last", "--kill"]);
+    assert!(out.starts_with(&ids[11]), "{out}");
+    let c = home.client();
+    assert_eq!(c.run(&ids[11]).unwrap().status.as_str(), "stopped");
+    assert_eq!(c.run(&ids[8]).unwrap().status.as_str(), "running");
+    // The name still means the newest run of that name, ended or not.
+    assert_eq!(c.run("loop").unwrap().id, ids[11]);
+    home.ok(&["stop", &ids[8], "--kill"]);
+    drop(live);
+}
+
+/// The id of the `n`-th run of `loop` made above.
+fn run_id_of(home: &Home, n: u64) -> String {
+    let base = "20261130-031500-loop";
+    let id = if n == 1 {
+        base.to_string()
+    } else {
+        format!("{base}-{n}")
+    };
+    assert!(
+        home.paths.state.join("runs").join(&id).is_dir(),
+        "{id} exists"
+    );
+    id
+}
+
+#[test]
+fn stop_kill_says_it_killed_at_once() {
+    let home = Home::new();
+    let _d = home.daemon(&[]);
+    let id = home
+        .ok(&["run", "-d", "--", "sleep", "30"])
+        .trim()
+        .to_string();
+    let out = home.ok(&["stop", "--kill", &id]);
+    assert!(out.contains("killed by SIGKILL"), "{out}");
+    assert!(!out.contains("after the grace period"), "{out}");
+    assert!(out.contains("stop --kill"), "{out}");
+}
+
+#[test]
+fn a_knob_restart_is_shown_as_a_restart_for_the_change() {
+    let home = Home::new();
+    let _d = home.daemon(&[]);
+    let profile = home.dir.path().join("knob.toml");
+    std::fs::write(
+        &profile,
+        "name = \"knob\"\n[run]\ncommand = [\"sh\", \"-c\", \"echo bs=$0; exec sleep 30\", \"{batch_size}\"]\n\
+         [knobs.batch_size]\ninitial = 32\nmin = 1\nmax = 512\n",
+    )
+    .unwrap();
+    let id = home
+        .ok(&["run", "-d", &profile.display().to_string()])
+        .trim()
+        .to_string();
+    let out = home.run_dir(&id).stdout_path();
+    wait_for("the first attempt", Duration::from_secs(10), || {
+        lines_in(&out) == 1
+    });
+    home.ok(&["set", &id, "batch-size", "64", "--restart", "--no-wait"]);
+    let c = home.client();
+    wait_for("the restart", Duration::from_secs(15), || {
+        c.run(&id)
+            .is_ok_and(|r| r.restarts == 1 && r.status.as_str() == "running")
+    });
+    let run = ps_entry(&home, &id);
+    let description = run["description"].as_str().unwrap_or_default();
+    assert!(!description.contains("SIGTERM"), "{run}");
+    assert!(description.contains("restarted"), "{run}");
+    assert!(description.contains("batch_size 32 → 64"), "{run}");
+    assert!(run["signal_name"].is_null(), "{run}");
+    home.ok(&["stop", "--kill", &id]);
+}
