@@ -252,3 +252,34 @@ fn run_names_are_checked_where_the_user_wrote_them() {
     let runs = home.client().runs().unwrap();
     assert_eq!(runs.len(), 1, "only the last run started");
 }
+
+#[test]
+fn a_knob_restart_that_loses_the_work_says_so_and_changes_nothing() {
+    let home = Home::new();
+    let _d = home.daemon(&[]);
+    let path = home.dir.path().join("nosdk.toml");
+    std::fs::write(
+        &path,
+        "name = \"nosdk\"\n[run]\ncommand = [\"sh\", \"-c\", \"echo step 7 loss 1.5; sleep 60\", \"x\", \"{batch_size}\"]\n\
+         [knobs.batch_size]\ninitial = 32\nmin = 8\nmax = 512\n\
+         [metrics]\npatterns = ['step (?P<step>\\d+) loss (?P<loss>[0-9.]+)']\n",
+    )
+    .unwrap();
+    let run = home
+        .ok(&["run", "--detach", &path.display().to_string()])
+        .trim()
+        .to_string();
+    let c = home.client();
+    daemon_common::wait_for("the step to be parsed", Duration::from_secs(20), || {
+        c.run_metrics(&run, 0)
+            .is_ok_and(|m| m.points.iter().any(|p| p.report.step == Some(7)))
+    });
+    let out = home.run(&["set", &run, "batch-size", "64"], T);
+    let err = refused(&out, "a restart without --restart");
+    assert!(err.contains("lost"), "says the work is lost: {err}");
+    assert!(err.contains("step 7"), "the last step seen: {err}");
+    assert!(err.contains("resume_args"), "what would keep it: {err}");
+    assert!(err.contains("--restart"), "how to go on: {err}");
+    let info = c.run(&run).unwrap();
+    assert_eq!(info.restarts, 0, "restarted anyway");
+}

@@ -25,11 +25,17 @@ pub fn set(args: &SetArgs) -> anyhow::Result<ExitCode> {
     {
         Ok(p) => p,
         Err(e) if e.code() == Some(ErrorCode::RestartNeeded) => {
+            let cost = restart_cost(&client, &args.run);
             if !confirm(&format!(
-                "run {} has no trainer attached; restart it with {} = {}? [y/N] ",
+                "run {} has no trainer attached, so {} = {} needs a restart: {cost}. Restart it? \
+                 [y/N] ",
                 args.run, args.knob, args.value
             ))? {
-                eprintln!("gpupilot: nothing changed");
+                super::err_line(&format!(
+                    "gpupilot: run {} has no trainer attached, so {} = {} needs a restart: \
+                     {cost}; give --restart to allow it; nothing changed",
+                    args.run, args.knob, args.value
+                ));
                 return Ok(ExitCode::FAILURE);
             }
             client.knob_set(&args.run, args.knob, args.value, true, why)?
@@ -39,10 +45,15 @@ pub fn set(args: &SetArgs) -> anyhow::Result<ExitCode> {
     let old = pending.old.map_or("?".to_string(), |o| o.to_string());
     match pending.via {
         KnobVia::Restart => {
-            println!(
-                "{}: {} {old} → {}: restarting the run with the new value",
+            super::out(&format!(
+                "{}: {} {old} → {}: restarting the run with the new value\n",
                 pending.run, args.knob, args.value
-            );
+            ))?;
+            if args.restart {
+                // Allowed without a question: still say what it cost.
+                let cost = restart_cost(&client, &pending.run);
+                super::err_line(&format!("gpupilot: {cost}"));
+            }
             Ok(ExitCode::SUCCESS)
         }
         KnobVia::Trainer if args.no_wait => {
@@ -153,9 +164,45 @@ fn called_off_line(run: &str, knob: KnobName, value: i64, reason: &str, kept: &s
 }
 
 /// Ask on the terminal; false (and a hint) when there is none to ask on.
+/// What restarting `run` for a knob costs, in words: whether its command resumes (its
+/// profile's `resume_args`), and if not the work that is lost: how long it ran, the last step
+/// seen. Best effort: what cannot be read is left out.
+fn restart_cost(client: &Client, run: &str) -> String {
+    let Ok(info) = client.run(run) else {
+        return "its command starts again".into();
+    };
+    let resumes = crate::profile::check(info.dir.join("run.toml"))
+        .ok()
+        .map(|p| !p.run.resume_args.is_empty());
+    let ran = info.uptime_s.map(super::format_duration);
+    let step = client
+        .run_metrics(&info.id, u64::MAX)
+        .ok()
+        .and_then(|m| m.trainer.last)
+        .and_then(|p| p.report.step);
+    let work = match (ran, step) {
+        (Some(ran), Some(step)) => format!(" (it ran {ran}, last step seen: step {step})"),
+        (Some(ran), None) => format!(" (it ran {ran}; no step seen)"),
+        (None, Some(step)) => format!(" (last step seen: step {step})"),
+        (None, None) => String::new(),
+    };
+    match resumes {
+        Some(true) => "its command starts again with its profile's resume_args, from its \
+                       checkpoint"
+            .into(),
+        Some(false) => format!(
+            "its command starts again from the beginning and the work so far is lost{work}: \
+             its profile has no resume_args"
+        ),
+        None => format!(
+            "its command starts again; whether it resumes (resume_args) cannot be read, so the \
+             work so far{work} may be lost"
+        ),
+    }
+}
+
 fn confirm(question: &str) -> anyhow::Result<bool> {
     if !std::io::stdin().is_terminal() {
-        eprintln!("gpupilot: the change needs a restart of the run; give --restart to allow it");
         return Ok(false);
     }
     eprint!("{question}");
