@@ -500,6 +500,11 @@ pub struct RunArgs {
     /// letters, digits, '.', '_' and '-'.
     #[arg(long, value_name = "NAME", value_parser = parse_run_name)]
     pub name: Option<String>,
+    /// With `-- CMD`: a knob the command takes as `{batch_size}` or `{prefetch}`, its starting
+    /// value and range (`--knob batch_size=64:8..512`); a profile has `[knobs]` instead.
+    #[arg(long = "knob", value_name = "NAME=N:MIN..MAX", requires = "command",
+          value_parser = crate::profile::KnobDecl::parse)]
+    pub knobs: Vec<crate::profile::KnobDecl>,
 }
 
 #[derive(Debug, Args, Clone)]

@@ -14,9 +14,11 @@
 //! - `validate`: raw → [`Profile`], with every problem reported at once.
 //! - `write`: [`Profile`] → TOML (a run's `run.toml`, itself a valid profile).
 //! - `error`: [`ProfileError`] and [`Diagnostic`].
+//! - `command_line`: the profile of `run -- CMD…`, its knobs declared with `--knob`.
 //! - `visible`: [`VisibleGpus`], the one parser of `CUDA_VISIBLE_DEVICES` (an empty list is no
 //!   GPU, never every GPU).
 
+mod command_line;
 mod error;
 mod load;
 mod raw;
@@ -29,6 +31,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+pub use command_line::KnobDecl;
 pub use error::{Diagnostic, ProfileError};
 pub use load::{Loader, SHIPPED};
 pub use visible::{GpuName, UnknownGpu, VisibleGpus};
