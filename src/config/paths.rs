@@ -2,7 +2,9 @@
 //!
 //! `GPUPILOT_HOME=DIR` puts everything under DIR (tests use it to isolate); otherwise the XDG
 //! directories: `$XDG_CONFIG_HOME/gpupilot`, `$XDG_STATE_HOME/gpupilot`, and
-//! `$XDG_RUNTIME_DIR/gpupilot` (fallback `/tmp/gpupilot-$UID`, which is created mode 0700).
+//! `$XDG_RUNTIME_DIR/gpupilot` (fallback `/tmp/gpupilot-$UID`). The daemon makes its runtime
+//! and state directories 0700, or refuses ones that are links, someone else's or open to others
+//! ([`super::safe_fs`]): anyone may create `/tmp/gpupilot-$UID` first.
 //!
 //! The system daemon (`gpupilot daemon --system`, root's, one per node) has its own:
 //! `/etc/gpupilot`, `/var/lib/gpupilot` and `/run/gpupilot`, or `DIR/{config,state,run}` with

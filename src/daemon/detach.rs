@@ -6,15 +6,15 @@
 //! `$STATE/daemon.log` and `/` as its working directory; it calls setsid(2) first thing.
 
 use std::ffi::OsString;
-use std::fs::OpenOptions;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use super::lock::fs_err;
 use super::{DaemonError, home_description, io_err, lock_holder, log_path, prepare_private_dir};
 use crate::client::Client;
 use crate::config::Paths;
+use crate::config::safe_fs;
 
 /// How long `--detach` waits for the new daemon to answer.
 pub const ANSWER_WITHIN: Duration = Duration::from_secs(5);
@@ -40,14 +40,8 @@ pub fn spawn(
     }
     prepare_private_dir(&paths.state)?;
     let log = log_path(paths);
-    let open_log = || {
-        OpenOptions::new()
-            .create(true)
-            .append(true)
-            .mode(0o600)
-            .open(&log)
-            .map_err(io_err(format!("opening {}", log.display())))
-    };
+    let open_log =
+        || safe_fs::open_append(&log).map_err(fs_err(format!("opening {}", log.display())));
     let mut cmd = Command::new(exe);
     cmd.arg("daemon")
         .args(args)

@@ -5,10 +5,15 @@
 //! file behind but its lock goes with it, so the next daemon takes the lock and removes the
 //! stale socket. The lock file itself is never removed: unlinking it while another daemon is
 //! opening it would let two daemons each hold a lock on a different file.
+//!
+//! Nothing here follows a symbolic link or touches what is not ours
+//! ([`crate::config::safe_fs`]): a runtime directory that is a link, someone else's or open to
+//! others is refused, not repaired; so is a lock file that is a link or not ours, and anything
+//! but a socket of ours where the socket goes.
 
-use std::fs::{self, DirBuilder, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::{Read, Seek, Write};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -16,57 +21,31 @@ use rustix::fs::{FlockOperation, flock};
 
 use super::{DaemonError, LOCK_NAME, home_description, io_err, socket_path};
 use crate::config::Paths;
+use crate::config::safe_fs::{self, DirKind};
 
-/// Make `dir` (and its parents) if needed, and make sure it is ours and private (0700).
-///
-/// A directory that exists but belongs to someone else is refused: in the `/tmp/gpupilot-UID`
-/// fallback, another user could have made it first to intercept the socket.
-pub fn prepare_private_dir(dir: &Path) -> Result<(), DaemonError> {
-    DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-        .map_err(io_err(format!("creating {}", dir.display())))?;
-    let meta = fs::metadata(dir).map_err(io_err(format!("reading {}", dir.display())))?;
-    let me = rustix::process::getuid().as_raw();
-    if meta.uid() != me {
-        return Err(DaemonError::Unsafe(format!(
-            "{} belongs to uid {}, not to you (uid {me}): refusing to keep a daemon's files there; \
-             set GPUPILOT_HOME or XDG_RUNTIME_DIR to a directory of your own",
-            dir.display(),
-            meta.uid()
-        )));
+/// An I/O error from [`safe_fs`] as the daemon reports it: a refusal says all it has to say,
+/// anything else is what failed while `what`.
+pub(super) fn fs_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> DaemonError {
+    let what = what.into();
+    move |e| match safe_fs::refusal(&e) {
+        Some(r) => DaemonError::Unsafe(r.to_string()),
+        None => io_err(what)(e),
     }
-    if meta.mode() & 0o077 != 0 {
-        fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
-            .map_err(io_err(format!("making {} private (0700)", dir.display())))?;
-    }
-    Ok(())
 }
 
-/// The system daemon's runtime directory: made if needed, root's, and 0755 so that every
-/// local user reaches the socket in it (and nobody but root can put a file there).
+/// Make `dir` (and its parents) 0700 if needed, or check that the one there is a real
+/// directory (not a link), ours and private; it is refused otherwise, never chmodded: in the
+/// `/tmp/gpupilot-UID` fallback another user could have made it first, and put a link or a
+/// file of theirs in it.
+pub fn prepare_private_dir(dir: &Path) -> Result<(), DaemonError> {
+    safe_fs::own_dir(dir, DirKind::Private).map_err(fs_err(format!("creating {}", dir.display())))
+}
+
+/// The system daemon's runtime directory: made 0755 if needed so that every local user
+/// reaches the socket in it, or checked: a real directory of root's that nobody else may
+/// write. One that others cannot pass through is kept as it is (see [`closed_ancestor`]).
 pub fn prepare_shared_dir(dir: &Path) -> Result<(), DaemonError> {
-    DirBuilder::new()
-        .recursive(true)
-        .mode(0o755)
-        .create(dir)
-        .map_err(io_err(format!("creating {}", dir.display())))?;
-    let meta = fs::metadata(dir).map_err(io_err(format!("reading {}", dir.display())))?;
-    let me = rustix::process::getuid().as_raw();
-    if meta.uid() != me {
-        return Err(DaemonError::Unsafe(format!(
-            "{} belongs to uid {}, not to uid {me}: refusing to serve the system socket from it; \
-             remove it, or set GPUPILOT_SYSTEM_DIR to a directory of root's",
-            dir.display(),
-            meta.uid()
-        )));
-    }
-    if meta.mode() & 0o777 != 0o755 {
-        fs::set_permissions(dir, fs::Permissions::from_mode(0o755))
-            .map_err(io_err(format!("making {} 0755", dir.display())))?;
-    }
-    Ok(())
+    safe_fs::own_dir(dir, DirKind::Shared).map_err(fs_err(format!("creating {}", dir.display())))
 }
 
 /// The first directory above `dir` (itself included) that other users cannot pass through
@@ -97,14 +76,9 @@ impl DaemonLock {
     /// Take the lock for `paths`, or say which daemon has it.
     pub fn acquire(paths: &Paths) -> Result<DaemonLock, DaemonError> {
         let path = paths.runtime.join(LOCK_NAME);
-        let mut file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .open(&path)
-            .map_err(io_err(format!("opening {}", path.display())))?;
+        // Not truncated on open: it is rewritten below, once the lock is ours.
+        let mut file =
+            safe_fs::open_rw(&path).map_err(fs_err(format!("opening {}", path.display())))?;
         if let Err(e) = flock(&file, FlockOperation::NonBlockingLockExclusive) {
             if e == rustix::io::Errno::WOULDBLOCK {
                 let pid = read_pid_soon(&mut file)
@@ -139,7 +113,7 @@ impl DaemonLock {
 /// The pid of the daemon holding the lock for `paths`, if one holds it.
 pub fn lock_holder(paths: &Paths) -> Option<u32> {
     let path = paths.runtime.join(LOCK_NAME);
-    let mut file = File::open(&path).ok()?;
+    let mut file = safe_fs::open_read(&path).ok()?;
     // A shared lock we can take means nobody holds the exclusive one.
     match flock(&file, FlockOperation::NonBlockingLockShared) {
         Ok(()) => {
@@ -164,12 +138,13 @@ fn read_pid_soon(file: &mut File) -> Option<u32> {
     None
 }
 
-/// Listen on `socket` (mode 0600), replacing a stale socket file. Call with the lock held.
+/// Listen on `socket` (mode 0600), replacing a stale socket of ours; anything else there is
+/// refused, never deleted. Call with the lock held.
 pub fn bind(socket: &Path) -> Result<tokio::net::UnixListener, DaemonError> {
-    match fs::remove_file(socket) {
-        Ok(()) => tracing::info!("removed a stale socket at {}", socket.display()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(io_err(format!("removing {}", socket.display()))(e)),
+    if safe_fs::remove_stale_socket(socket)
+        .map_err(fs_err(format!("removing {}", socket.display())))?
+    {
+        tracing::info!("removed a stale socket at {}", socket.display());
     }
     let listener = tokio::net::UnixListener::bind(socket)
         .map_err(io_err(format!("listening on {}", socket.display())))?;
@@ -221,13 +196,8 @@ mod tests {
         let d = tmp.path().join("run");
         prepare_shared_dir(&d).unwrap();
         assert_eq!(fs::metadata(&d).unwrap().mode() & 0o777, 0o755);
-        fs::set_permissions(&d, fs::Permissions::from_mode(0o777)).unwrap();
         prepare_shared_dir(&d).unwrap();
-        assert_eq!(
-            fs::metadata(&d).unwrap().mode() & 0o777,
-            0o755,
-            "not world-writable"
-        );
+        assert_eq!(fs::metadata(&d).unwrap().mode() & 0o777, 0o755);
     }
 
     #[test]
@@ -247,8 +217,180 @@ mod tests {
         let d = tmp.path().join("a/b");
         prepare_private_dir(&d).unwrap();
         assert_eq!(fs::metadata(&d).unwrap().mode() & 0o777, 0o700);
-        fs::set_permissions(&d, fs::Permissions::from_mode(0o755)).unwrap();
+        // Ours and private already: accepted as it is.
         prepare_private_dir(&d).unwrap();
         assert_eq!(fs::metadata(&d).unwrap().mode() & 0o777, 0o700);
+    }
+
+    fn mode(p: &Path) -> u32 {
+        fs::symlink_metadata(p).unwrap().mode() & 0o7777
+    }
+
+    #[test]
+    fn a_private_dir_open_to_others_is_refused_and_left_as_it_is() {
+        for open in [0o755, 0o770, 0o777, 0o1777] {
+            let tmp = tempfile::tempdir().unwrap();
+            let d = tmp.path().join("run");
+            fs::create_dir(&d).unwrap();
+            fs::set_permissions(&d, fs::Permissions::from_mode(open)).unwrap();
+            let err = prepare_private_dir(&d).unwrap_err().to_string();
+            assert!(err.contains(&d.display().to_string()), "{err}");
+            assert!(err.contains(&format!("mode {open:04o}")), "{err}");
+            assert!(err.contains("chmod 700"), "{err}");
+            assert_eq!(
+                mode(&d),
+                open,
+                "a directory we did not make is never chmodded"
+            );
+        }
+    }
+
+    #[test]
+    fn a_symlinked_private_dir_is_refused_and_its_target_unchanged() {
+        let tmp = tempfile::tempdir().unwrap();
+        let victim = tmp.path().join("victimdir");
+        fs::create_dir(&victim).unwrap();
+        fs::set_permissions(&victim, fs::Permissions::from_mode(0o1777)).unwrap();
+        let link = tmp.path().join("run");
+        std::os::unix::fs::symlink(&victim, &link).unwrap();
+        let err = prepare_private_dir(&link).unwrap_err().to_string();
+        assert!(err.contains(&link.display().to_string()), "{err}");
+        assert!(err.contains("symbolic link"), "{err}");
+        assert_eq!(mode(&victim), 0o1777);
+        // A link to a directory of our own that is private is refused all the same.
+        fs::set_permissions(&victim, fs::Permissions::from_mode(0o700)).unwrap();
+        assert!(prepare_private_dir(&link).is_err());
+        // So is anything else in the directory's place.
+        let file = tmp.path().join("file");
+        fs::write(&file, "x").unwrap();
+        let err = prepare_private_dir(&file).unwrap_err().to_string();
+        assert!(err.contains("not a directory"), "{err}");
+    }
+
+    /// Root's tests only: a directory made someone else's with chown(2).
+    fn chown_to_nobody(p: &Path) -> bool {
+        if rustix::process::geteuid().as_raw() != 0 {
+            eprintln!(
+                "skipped: only root can give {} to another user",
+                p.display()
+            );
+            return false;
+        }
+        std::os::unix::fs::lchown(p, Some(65534), Some(65534)).unwrap();
+        true
+    }
+
+    #[test]
+    fn a_private_dir_of_another_user_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path().join("run");
+        fs::create_dir(&d).unwrap();
+        fs::set_permissions(&d, fs::Permissions::from_mode(0o700)).unwrap();
+        if !chown_to_nobody(&d) {
+            return;
+        }
+        let err = prepare_private_dir(&d).unwrap_err().to_string();
+        assert!(err.contains("belongs to uid 65534"), "{err}");
+        assert!(err.contains(&d.display().to_string()), "{err}");
+    }
+
+    #[test]
+    fn a_lock_file_link_leaves_its_target_untouched() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = paths(tmp.path());
+        prepare_private_dir(&p.runtime).unwrap();
+        let victim = tmp.path().join("victim.txt");
+        fs::write(&victim, "precious\n").unwrap();
+        fs::set_permissions(&victim, fs::Permissions::from_mode(0o644)).unwrap();
+        std::os::unix::fs::symlink(&victim, p.runtime.join(LOCK_NAME)).unwrap();
+        let err = DaemonLock::acquire(&p).unwrap_err().to_string();
+        assert!(err.contains("symbolic link"), "{err}");
+        assert!(err.contains(LOCK_NAME), "{err}");
+        assert_eq!(fs::read_to_string(&victim).unwrap(), "precious\n");
+        assert_eq!(mode(&victim), 0o644);
+        assert_eq!(lock_holder(&p), None, "a link is not read either");
+    }
+
+    #[test]
+    fn a_lock_file_of_another_user_is_neither_locked_nor_written() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = paths(tmp.path());
+        prepare_private_dir(&p.runtime).unwrap();
+        let lock = p.runtime.join(LOCK_NAME);
+        fs::write(&lock, "theirs\n").unwrap();
+        if !chown_to_nobody(&lock) {
+            return;
+        }
+        let err = DaemonLock::acquire(&p).unwrap_err().to_string();
+        assert!(err.contains("belongs to uid 65534"), "{err}");
+        assert_eq!(fs::read_to_string(&lock).unwrap(), "theirs\n");
+    }
+
+    fn bind_now(socket: &Path) -> Result<tokio::net::UnixListener, DaemonError> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async { bind(socket) })
+    }
+
+    #[test]
+    fn a_stale_socket_of_ours_is_replaced() {
+        let tmp = tempfile::tempdir().unwrap();
+        let socket = tmp.path().join("daemon.sock");
+        drop(std::os::unix::net::UnixListener::bind(&socket).unwrap());
+        assert!(socket.exists(), "a closed listener leaves its file");
+        bind_now(&socket).unwrap();
+        assert_eq!(mode(&socket), 0o600);
+    }
+
+    #[test]
+    fn what_is_not_a_socket_is_never_deleted_at_the_socket_path() {
+        let tmp = tempfile::tempdir().unwrap();
+        let socket = tmp.path().join("daemon.sock");
+        fs::write(&socket, "keep me\n").unwrap();
+        let err = bind_now(&socket).unwrap_err().to_string();
+        assert!(err.contains(&socket.display().to_string()), "{err}");
+        assert!(err.contains("not a socket"), "{err}");
+        assert_eq!(fs::read_to_string(&socket).unwrap(), "keep me\n");
+
+        // A link (to a socket or anything else) is not ours to remove either.
+        fs::remove_file(&socket).unwrap();
+        let target = tmp.path().join("elsewhere.sock");
+        drop(std::os::unix::net::UnixListener::bind(&target).unwrap());
+        std::os::unix::fs::symlink(&target, &socket).unwrap();
+        let err = bind_now(&socket).unwrap_err().to_string();
+        assert!(err.contains("symbolic link"), "{err}");
+        assert!(fs::symlink_metadata(&socket).unwrap().is_symlink());
+        assert!(target.exists());
+    }
+
+    #[test]
+    fn a_socket_of_another_user_is_not_deleted() {
+        let tmp = tempfile::tempdir().unwrap();
+        let socket = tmp.path().join("daemon.sock");
+        drop(std::os::unix::net::UnixListener::bind(&socket).unwrap());
+        if !chown_to_nobody(&socket) {
+            return;
+        }
+        let err = bind_now(&socket).unwrap_err().to_string();
+        assert!(err.contains("belongs to uid 65534"), "{err}");
+        assert!(socket.exists());
+    }
+
+    #[test]
+    fn shared_dir_open_to_writers_or_linked_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path().join("run");
+        fs::create_dir(&d).unwrap();
+        fs::set_permissions(&d, fs::Permissions::from_mode(0o777)).unwrap();
+        let err = prepare_shared_dir(&d).unwrap_err().to_string();
+        assert!(err.contains("mode 0777"), "{err}");
+        assert_eq!(mode(&d), 0o777);
+        let link = tmp.path().join("link");
+        fs::set_permissions(&d, fs::Permissions::from_mode(0o755)).unwrap();
+        std::os::unix::fs::symlink(&d, &link).unwrap();
+        let err = prepare_shared_dir(&link).unwrap_err().to_string();
+        assert!(err.contains("symbolic link"), "{err}");
     }
 }
