@@ -12,7 +12,7 @@
 //! Locks: the run table before the channels, never the other way round.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{BufRead, BufReader, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -172,8 +172,7 @@ impl Channel {
         })
         .expect("serializes");
         let path = self.dir.join("knobs.json");
-        let tmp = self.dir.join("knobs.json.tmp");
-        if let Err(e) = std::fs::write(&tmp, body).and_then(|_| std::fs::rename(&tmp, &path)) {
+        if let Err(e) = crate::config::safe_fs::write_atomic(&path, &body) {
             tracing::warn!("writing {}: {e}", path.display());
         }
     }
@@ -205,7 +204,7 @@ impl Channel {
         self.next_n += 1;
         if self.metrics_file.is_none() {
             let path = self.dir.join("metrics.jsonl");
-            match OpenOptions::new().create(true).append(true).open(&path) {
+            match crate::config::safe_fs::open_append(&path) {
                 Ok(f) => self.metrics_file = Some(f),
                 Err(e) => tracing::warn!("opening {}: {e}", path.display()),
             }

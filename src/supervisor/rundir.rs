@@ -9,22 +9,25 @@
 //! | `summary.json` | status, exit, times; rewritten at each change |
 //! | `pid` | `PID START_TIME BOOT_ID` of the current process, for adoption |
 //! | `exit_code` | optional: written by the run itself, read when an adopted run ends |
-//! | `monitor` | `PID START_TIME BOOT_ID` of the attempt's monitor (`supervisor::monitor`) |
-//! | `exit.json` | how the attempt's main process ended, written by its monitor |
+//!
+//! The files gpupilot writes here are made 0600 and never written through a symbolic link:
+//! logs and events are appended to only when they are regular files of ours, the others are
+//! replaced whole through a temporary file made afresh ([`safe_fs`]).
 //!
 //! Run ids are `YYYYMMDD-HHMMSS-NAME` in UTC (they sort by time and read at a glance); a second
 //! run of the same name in the same second gets `-2`, `-3`, … The directory is created with
 //! `create_dir`, so two supervisors can never get the same id.
 
-use std::fs::{self, DirBuilder, File, OpenOptions};
+use std::fs::{self, DirBuilder, File};
 use std::io::{self, BufRead, BufReader, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use super::clock::utc_fields;
 use super::events::{EventRecord, Summary};
 use super::launch::LaunchPlan;
+use crate::config::safe_fs::{self, DirKind};
 
 /// Where a run's process is: pid plus the start time that makes the pid unambiguous.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,13 +76,11 @@ impl RunDir {
         state_dir.join("runs")
     }
 
-    /// Make a new, empty run directory under `$STATE/runs/` (mode 0700).
+    /// Make a new, empty run directory under `$STATE/runs/` (mode 0700). `runs/` itself is
+    /// made here too, or must be a real, private directory of ours (not a link).
     pub fn create(state_dir: &Path, name: &str, now: SystemTime) -> io::Result<RunDir> {
         let root = RunDir::runs_root(state_dir);
-        DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&root)?;
+        safe_fs::own_dir(&root, DirKind::Private)?;
         let base = run_id(now, name);
         for n in 1.. {
             let id = if n == 1 {
@@ -88,6 +89,7 @@ impl RunDir {
                 format!("{base}-{n}")
             };
             let path = root.join(&id);
+            // mkdir(2) fails on anything already there, a link included: the directory is ours.
             match DirBuilder::new().mode(0o700).create(&path) {
                 Ok(()) => return Ok(RunDir { path, id }),
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists && n < 1000 => continue,
@@ -163,48 +165,18 @@ impl RunDir {
         self.path.join("exit_code")
     }
 
-    pub fn monitor_path(&self) -> PathBuf {
-        self.path.join("monitor")
-    }
-    pub fn exit_record_path(&self) -> PathBuf {
-        self.path.join("exit.json")
-    }
-
-    /// Record the current attempt's monitor (the same format as `pid`).
-    pub fn write_monitor(&self, rec: &PidRecord) -> io::Result<()> {
-        write_atomic(&self.monitor_path(), rec.to_line().as_bytes(), 0o644)
-    }
-
-    /// The monitor file, or None when there is none (a run started without a monitor).
-    pub fn read_monitor(&self) -> io::Result<Option<PidRecord>> {
-        match fs::read_to_string(self.monitor_path()) {
-            Ok(text) => Ok(PidRecord::parse(&text)),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(e),
-        }
-    }
-
-    /// Replace `exit.json` (written whole, or not at all).
-    pub fn write_exit_record(&self, json: &[u8]) -> io::Result<()> {
-        write_atomic(&self.exit_record_path(), json, 0o644)
-    }
-
     /// Open a log file for a process to write to directly (append: restarts add to it).
     pub fn open_log(path: &Path) -> io::Result<File> {
-        OpenOptions::new()
-            .create(true)
-            .append(true)
-            .mode(0o600)
-            .open(path)
+        safe_fs::open_append(path)
     }
 
     pub fn write_profile(&self, toml: &str) -> io::Result<()> {
-        write_atomic(&self.profile_path(), toml.as_bytes(), 0o600)
+        safe_fs::write_atomic(&self.profile_path(), toml.as_bytes())
     }
 
     pub fn write_launch(&self, plan: &LaunchPlan) -> io::Result<()> {
         let json = serde_json::to_vec_pretty(plan).map_err(io::Error::other)?;
-        write_atomic(&self.launch_path(), &json, 0o600)
+        safe_fs::write_atomic(&self.launch_path(), &json)
     }
 
     pub fn read_launch(&self) -> io::Result<LaunchPlan> {
@@ -213,7 +185,7 @@ impl RunDir {
     }
 
     pub fn write_pid(&self, rec: &PidRecord) -> io::Result<()> {
-        write_atomic(&self.pid_path(), rec.to_line().as_bytes(), 0o644)
+        safe_fs::write_atomic(&self.pid_path(), rec.to_line().as_bytes())
     }
 
     /// The pid file, or None when there is none yet.
@@ -232,12 +204,7 @@ impl RunDir {
     pub fn append_event(&self, rec: &EventRecord) -> io::Result<()> {
         let mut line = serde_json::to_string(rec).map_err(io::Error::other)?;
         line.push('\n');
-        let mut f = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .mode(0o644)
-            .open(self.events_path())?;
-        f.write_all(line.as_bytes())
+        safe_fs::open_append(&self.events_path())?.write_all(line.as_bytes())
     }
 
     /// Every event, in order. A line that does not parse (cut short by a crash mid-write) is
@@ -260,7 +227,7 @@ impl RunDir {
     pub fn write_summary(&self, s: &Summary) -> io::Result<()> {
         let mut json = serde_json::to_vec_pretty(s).map_err(io::Error::other)?;
         json.push(b'\n');
-        write_atomic(&self.summary_path(), &json, 0o644)
+        safe_fs::write_atomic(&self.summary_path(), &json)
     }
 
     pub fn read_summary(&self) -> io::Result<Option<Summary>> {
@@ -289,27 +256,55 @@ fn bad_data(path: &Path, e: impl std::fmt::Display) -> io::Error {
     )
 }
 
-/// Write to a temporary file and rename it over `path`, so a reader (or a crash) never sees
-/// half a file.
-fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
-    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-    {
-        let mut f = OpenOptions::new()
-            .create(true)
-            .write(true)
-            .truncate(true)
-            .mode(mode)
-            .open(&tmp)?;
-        f.write_all(bytes)?;
-    }
-    fs::rename(&tmp, path)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::supervisor::events::Event;
+    use std::fs::OpenOptions;
+    use std::os::unix::fs::symlink;
     use std::time::{Duration, UNIX_EPOCH};
+
+    #[test]
+    fn run_files_are_never_written_through_a_link() {
+        let tmp = tempfile::tempdir().unwrap();
+        let victim = tmp.path().join("victim.txt");
+        fs::write(&victim, "precious\n").unwrap();
+        let d = RunDir::create(tmp.path(), "l", SystemTime::now()).unwrap();
+        symlink(&victim, d.events_path()).unwrap();
+        symlink(&victim, d.stdout_path()).unwrap();
+        let rec = EventRecord {
+            time: "t".into(),
+            event: Event::Paused {},
+        };
+        let e = d.append_event(&rec).unwrap_err();
+        assert!(e.to_string().contains("symbolic link"), "{e}");
+        let e = RunDir::open_log(&d.stdout_path()).unwrap_err();
+        assert!(e.to_string().contains("stdout.log"), "{e}");
+        // A link where the temporary file goes is removed, not written through; the pid file
+        // is made 0600 in its place.
+        let planted = d.path().join(format!(".pid.tmp{}", std::process::id()));
+        symlink(&victim, &planted).unwrap();
+        d.write_pid(&PidRecord {
+            pid: 1,
+            start_time: 2,
+            boot_id: None,
+        })
+        .unwrap();
+        assert_eq!(fs::read_to_string(&victim).unwrap(), "precious\n");
+        use std::os::unix::fs::PermissionsExt;
+        let mode = fs::metadata(d.pid_path()).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+
+        // `runs/` that is a link to somewhere else is refused, and nothing is made there.
+        let state = tmp.path().join("state");
+        let elsewhere = tmp.path().join("elsewhere");
+        fs::create_dir_all(&state).unwrap();
+        fs::create_dir(&elsewhere).unwrap();
+        symlink(&elsewhere, RunDir::runs_root(&state)).unwrap();
+        let e = RunDir::create(&state, "x", SystemTime::now()).unwrap_err();
+        assert!(e.to_string().contains("symbolic link"), "{e}");
+        assert_eq!(fs::read_dir(&elsewhere).unwrap().count(), 0);
+    }
 
     #[test]
     fn ids_are_utc_time_and_name_and_unique() {
