@@ -34,7 +34,7 @@ pub fn summary(file: &Path, p: &Profile) -> String {
     if let Some(d) = &p.description {
         row("description", d.clone());
     }
-    row("command", p.run.command.display());
+    row("command", super::printable(&p.run.command.display()));
     row(
         "cwd",
         p.run
@@ -126,6 +126,16 @@ pub fn summary(file: &Path, p: &Profile) -> String {
     if !knobs.is_empty() {
         row("knobs", knobs.join(", "));
     }
+    let m = &p.metrics;
+    if !m.json || !m.patterns.is_empty() {
+        row(
+            "metrics",
+            format!("JSON lines: {}", if m.json { "yes" } else { "no" }),
+        );
+        for pattern in &m.patterns {
+            row("", format!("pattern {}", super::printable(pattern)));
+        }
+    }
     if let Some(cap) = p.power.cap_w {
         row("power cap", format!("{cap} W"));
     }
@@ -137,4 +147,26 @@ pub fn summary(file: &Path, p: &Profile) -> String {
         None => {}
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_summary_lists_metric_patterns_and_escapes_control_characters() {
+        let text = "name = \"p\"\n[run]\ncommand = [\"sh\", \"-c\", \"sleep 1\\necho \\u001b[2Jhi\"]\n\
+                    [metrics]\njson = false\npatterns = ['loss=(?P<loss>[0-9.]+)', 'step (?P<step>\\d+)']\n";
+        let p = crate::profile::parse_str("p.toml", text).unwrap();
+        let s = summary(Path::new("p.toml"), &p);
+        assert!(s.contains("\n  metrics      JSON lines: no\n"), "{s}");
+        assert!(
+            s.contains("\n               pattern loss=(?P<loss>[0-9.]+)\n"),
+            "{s}"
+        );
+        assert!(s.contains("pattern step (?P<step>\\d+)"), "{s}");
+        let command = s.lines().find(|l| l.contains("command")).unwrap();
+        assert!(command.contains("sleep 1\\necho \\x1b[2Jhi"), "{s}");
+        assert!(!s.contains('\u{1b}'), "{s}");
+    }
 }
