@@ -47,8 +47,12 @@ pub enum ClientError {
     /// The daemon answered with an error.
     #[error("{message}")]
     Daemon { code: ErrorCode, message: String },
-    #[error("the daemon closed the connection (it may have stopped; its log is $STATE/daemon.log)")]
-    Closed,
+    /// The connection ended; `log` is the daemon's log where the client knows it.
+    #[error("the daemon closed the connection (it may have stopped; its log is {})", match log {
+        Some(p) => p.display().to_string(),
+        None => "daemon.log in its state directory".into(),
+    })]
+    Closed { log: Option<PathBuf> },
     #[error("the daemon did not answer {what} within {} s", timeout.as_secs_f64())]
     Timeout {
         what: &'static str,
@@ -66,6 +70,16 @@ pub enum ClientError {
 }
 
 impl ClientError {
+    /// This error, naming `log` as the daemon's log where it is a lost connection.
+    fn with_log(self, log: &Path) -> ClientError {
+        match self {
+            ClientError::Closed { log: None } => ClientError::Closed {
+                log: Some(log.to_path_buf()),
+            },
+            other => other,
+        }
+    }
+
     /// The daemon's error code, when the daemon refused the request.
     pub fn code(&self) -> Option<ErrorCode> {
         match self {
@@ -161,15 +175,21 @@ pub struct Client {
     origin: Origin,
     /// The bridging program of a remote connection (killed when the client goes).
     link: Option<remote::Link>,
+    /// The daemon's log, where known (named when the connection is lost).
+    log: Option<PathBuf>,
 }
 
 impl Client {
     /// Connect to the daemon for `paths` as `gpupilot-cli`.
     pub fn connect(paths: &Paths) -> Result<Client, ClientError> {
-        Client::connect_to(
+        let log = crate::daemon::log_path(paths);
+        let mut client = Client::connect_to(
             &socket_path(paths),
             &format!("gpupilot-cli {}", env!("CARGO_PKG_VERSION")),
         )
+        .map_err(|e| e.with_log(&log))?;
+        client.log = Some(log);
+        Ok(client)
     }
 
     /// Connect to the daemon at `socket`, saying hello as `client_name`.
@@ -214,7 +234,7 @@ impl Client {
             Ok(None) => {
                 return Err(match wrote {
                     Err(e) => e.into(),
-                    Ok(()) => ClientError::Closed,
+                    Ok(()) => ClientError::Closed { log: None },
                 });
             }
             Err(e) if is_timeout(&e) => {
@@ -271,6 +291,7 @@ impl Client {
             socket,
             timeout: DEFAULT_TIMEOUT,
             link: None,
+            log: None,
         })
     }
 
@@ -336,7 +357,7 @@ impl Client {
         if let Err(e) = sent {
             lock(&self.pending).remove(&id);
             return Err(if e.kind() == std::io::ErrorKind::BrokenPipe {
-                ClientError::Closed
+                self.closed()
             } else {
                 e.into()
             });
@@ -351,7 +372,14 @@ impl Client {
                     timeout: self.timeout,
                 })
             }
-            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => Err(ClientError::Closed),
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => Err(self.closed()),
+        }
+    }
+
+    /// The lost connection, naming the daemon's log where this client knows it.
+    fn closed(&self) -> ClientError {
+        ClientError::Closed {
+            log: self.log.clone(),
         }
     }
 }
@@ -516,4 +544,23 @@ fn spawn_daemon(exe: &Path, daemon_args: &[OsString]) -> Result<u32, ClientError
         .split_whitespace()
         .find_map(|w| w.parse().ok())
         .ok_or_else(|| ClientError::Spawn(format!("the daemon printed no pid: {stdout}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lost_connection_names_the_daemon_log_it_knows() {
+        let known =
+            ClientError::Closed { log: None }.with_log(Path::new("/home/a/state/daemon.log"));
+        let text = known.to_string();
+        assert!(text.contains("/home/a/state/daemon.log"), "{text}");
+        let unknown = ClientError::Closed { log: None }.to_string();
+        assert!(!unknown.contains('$'), "{unknown}");
+        assert!(unknown.contains("daemon.log"), "{unknown}");
+        // Other errors are left as they are.
+        let other = ClientError::Refused("no".into()).with_log(Path::new("/x"));
+        assert_eq!(other.to_string(), "no");
+    }
 }

@@ -51,7 +51,7 @@ pub fn telemetry_stream(socket: &Path, client_name: &str) -> Result<PushStream, 
     loop {
         let frame = match read_frame(&mut reader) {
             Ok(Some(f)) => f,
-            Ok(None) => return Err(ClientError::Closed),
+            Ok(None) => return Err(ClientError::Closed { log: None }),
             Err(e) if is_timeout(&e) => return Err(timeout("subscribe")),
             Err(e) => return Err(e.into()),
         };

@@ -86,7 +86,7 @@ enum Lost {
 impl From<ClientError> for Lost {
     fn from(e: ClientError) -> Lost {
         match e {
-            ClientError::Closed | ClientError::Io(_) | ClientError::Timeout { .. } => {
+            ClientError::Closed { .. } | ClientError::Io(_) | ClientError::Timeout { .. } => {
                 Lost::Connection(e)
             }
             e => Lost::Other(e.into()),
@@ -190,7 +190,7 @@ fn reconnect(
 /// A lost connection in words, without the client's generic advice.
 fn lost_reason(e: &ClientError) -> String {
     match e {
-        ClientError::Closed => "it closed the connection".into(),
+        ClientError::Closed { .. } => "it closed the connection".into(),
         e => e.to_string(),
     }
 }

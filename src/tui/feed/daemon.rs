@@ -303,7 +303,7 @@ impl Worker {
     /// answer for the footer.
     fn failed(&mut self, e: ClientError) -> Result<(), Done> {
         match e {
-            ClientError::Closed | ClientError::Io(_) => self.gone(&e.to_string()),
+            ClientError::Closed { .. } | ClientError::Io(_) => self.gone(&e.to_string()),
             e => self.send(Update::Answer {
                 ok: false,
                 text: e.to_string(),

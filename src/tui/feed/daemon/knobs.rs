@@ -35,7 +35,7 @@ impl Worker {
         for _ in 0..CALLS_PER_POLL {
             let m = match client.run_metrics(&w.run, since) {
                 Ok(m) => m,
-                Err(e @ (ClientError::Closed | ClientError::Io(_))) => return Ok(Err(e)),
+                Err(e @ (ClientError::Closed { .. } | ClientError::Io(_))) => return Ok(Err(e)),
                 Err(e) if e.code() == Some(ErrorCode::UnknownRun) => return Ok(Err(e)),
                 Err(_) => return Ok(Ok(())),
             };
