@@ -144,3 +144,63 @@ fn a_lost_gpu_keeps_its_identity_in_status_and_metrics() {
     assert!(gpu1.ends_with(" 1"), "{gpu1}");
     assert!(!body.contains("UUID=\"\""), "{body}");
 }
+
+/// Two H100 training at full power.
+const TRAINING: &str = r#"
+model = "h100-sxm"
+count = 2
+[training]
+model = "resnet50"
+"#;
+
+/// The energy counters of GPUs `gpus` now, joules (`status --json` reads the node itself).
+fn counters_j(s: &NvmlDaemon, gpus: &[usize]) -> f64 {
+    let v: Value = serde_json::from_str(&s.ok(&["status", "--json"])).unwrap();
+    gpus.iter()
+        .map(|&g| v["gpus"][g]["energy_j"].as_f64().unwrap())
+        .sum()
+}
+
+/// `ps --json`: run `id`'s energy, joules.
+fn run_energy_j(s: &NvmlDaemon, id: &str) -> Option<f64> {
+    let v: Value = serde_json::from_str(&s.ok(&["ps", "--json"])).unwrap();
+    v.as_array().unwrap().iter().find(|r| r["id"] == id)?["energy"]["energy_j"].as_f64()
+}
+
+/// Start a detached run of `command` from a profile with `[run] gpus` as given; its id.
+fn start(s: &NvmlDaemon, command: &str, gpus: Option<&str>) -> String {
+    let path = s.home.dir.path().join("run.toml");
+    let gpus = gpus.map_or(String::new(), |g| format!("gpus = {g}\n"));
+    std::fs::write(
+        &path,
+        format!("name = \"r\"\n[run]\ncommand = [\"sh\", \"-c\", \"{command}\"]\n{gpus}"),
+    )
+    .unwrap();
+    s.ok(&["run", "--detach", &path.display().to_string()])
+        .trim()
+        .to_string()
+}
+
+#[test]
+fn a_runs_energy_survives_kill_9_of_the_daemon() {
+    let mut s = NvmlDaemon::new(TRAINING, &[]);
+    let before = counters_j(&s, &[0, 1]);
+    let id = start(&s, "sleep 60", Some("[0, 1]"));
+    std::thread::sleep(Duration::from_secs(4));
+    assert!(run_energy_j(&s, &id).is_some_and(|e| e > 1000.0));
+    // kill -9, and 8 s with no daemon while the run trains on.
+    let mut child = s.daemon.take().unwrap().child.take().unwrap();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    std::thread::sleep(Duration::from_secs(8));
+    s.restart(&[]);
+    std::thread::sleep(Duration::from_secs(3));
+    let e = run_energy_j(&s, &id).expect("the run's energy");
+    let truth = counters_j(&s, &[0, 1]) - before;
+    // The run started after `before` and was read before the last counters: a little below
+    // the truth, never above, and not short by the 8 s of downtime (about 40% of it).
+    assert!(
+        e <= truth && e >= 0.93 * truth,
+        "{e:.0} J for a run whose GPUs used at most {truth:.0} J"
+    );
+}

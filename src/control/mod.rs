@@ -6,6 +6,8 @@
 //! - `budget`: the node power budget (the sum of caps never exceeds it; caps follow demand).
 //! - `energy`: energy per GPU (NVML's counter, else power integrated) and per run (J, kWh,
 //!   J/sample, cost).
+//! - `energy_ledger`: a live run's energy and the GPUs' counters in its directory, so a daemon
+//!   restart (even kill -9) loses none of it.
 //! - `alerts`: thresholds on temperature, power, ECC, lost GPUs and stalled runs.
 //! - `jobs`: one cap for all the GPUs of a data-parallel job (the governor's and the budget's
 //!   decisions per job, so capping one GPU does not make its rank the straggler).
@@ -16,6 +18,7 @@
 pub mod alerts;
 pub mod budget;
 pub mod energy;
+pub mod energy_ledger;
 pub mod governor;
 pub mod jobs;
 pub mod node;

@@ -27,6 +27,7 @@ use std::path::{Path, PathBuf};
 use super::alerts::{AlertChange, Alerts, HookPayload, Observation};
 use super::budget::{self, BudgetConfig, BudgetGpu};
 use super::energy::{EnergySource, GpuEnergy, GpuMeter, RunEnergy, SampleCounter};
+use super::energy_ledger::{self, Ledger, LedgerGpu};
 use super::governor::stale::{Said, StaleReport};
 use super::governor::{Action, Governor, GovernorConfig, GovernorInput, Mode, Target};
 use super::jobs::{self, JobCaps, JobGroup, JobHold};
@@ -95,6 +96,8 @@ pub struct StepOutput {
     pub hooks: Vec<(Vec<String>, HookPayload)>,
     /// `(run, energy, write it to summary.json now)`.
     pub energy: Vec<(String, RunEnergy, bool)>,
+    /// Live runs' ledgers to write now (`energy_ledger::save`), by run directory.
+    pub ledgers: Vec<(PathBuf, Ledger)>,
 }
 
 /// Who turned something on.
@@ -156,6 +159,11 @@ struct RunTrack {
     samples: SampleCounter,
     metrics_read: u64,
     written_s: f64,
+    /// When its ledger was last saved.
+    saved_s: f64,
+    /// Energy up to this snapshot's counters was taken from its ledger: the meters' increments
+    /// into this snapshot are not added again.
+    caught_up: bool,
 }
 
 /// The control loops of a node. See the module doc.
@@ -357,7 +365,7 @@ impl NodeControl {
             JobCaps::PerGpu => Vec::new(),
         };
         self.meter(snap);
-        self.run_energy(runs, now, &mut out);
+        self.run_energy(snap, runs, now, &mut out);
         self.notes.clear();
         match dev {
             Some(dev) => self.control(snap, dev, now, &mut out),
@@ -395,6 +403,17 @@ impl NodeControl {
                     per_gpu.insert(g.gpu, g.energy_j);
                 }
             }
+            let (mut counter_s, mut power_s, mut caught_up) = (0.0, 0.0, false);
+            let ledger = energy_ledger::load(&r.dir).filter(|l| {
+                r.recorded
+                    .as_ref()
+                    .is_none_or(|e| l.total_j() >= e.energy_j - 1e-6)
+            });
+            if let Some(l) = ledger {
+                per_gpu = l.gpus.iter().map(|g| (g.gpu, g.energy_j)).collect();
+                (counter_s, power_s) = (l.counter_s, l.power_s);
+                caught_up = catch_up(&l, snap, &mut per_gpu);
+            }
             let targets: Vec<u32> = match &gpus {
                 Some(set) => set.iter().copied().collect(),
                 None => all.to_vec(),
@@ -425,11 +444,13 @@ impl NodeControl {
                     gpus,
                     rules,
                     per_gpu,
-                    counter_s: 0.0,
-                    power_s: 0.0,
+                    counter_s,
+                    power_s,
                     samples: SampleCounter::default(),
                     metrics_read: 0,
                     written_s: f64::NEG_INFINITY,
+                    saved_s: f64::NEG_INFINITY,
+                    caught_up,
                 },
             );
         }
@@ -471,6 +492,9 @@ impl NodeControl {
             }
             // The run's final figures, written once more.
             if let Some(track) = self.runs.remove(&id) {
+                if let Some(r) = runs.iter().find(|r| r.id == id) {
+                    out.ledgers.push((r.dir.clone(), ledger_of(&track, snap)));
+                }
                 let e = self.energy_of(&track);
                 out.energy.push((id, e, true));
             }
@@ -491,6 +515,9 @@ impl NodeControl {
             // Which way most samples were measured, for saying so.
             let counter = s.energy_j.is_some();
             for track in self.runs.values_mut() {
+                if track.caught_up {
+                    continue;
+                }
                 if track.gpus.as_ref().is_none_or(|set| set.contains(&s.index)) {
                     *track.per_gpu.entry(s.index).or_default() += d;
                     if counter {
@@ -503,12 +530,17 @@ impl NodeControl {
         }
     }
 
-    /// Read new metrics lines of live runs; say their energy.
-    fn run_energy(&mut self, runs: &[RunView], now: f64, out: &mut StepOutput) {
+    /// Read new metrics lines of live runs; say their energy; save their ledgers.
+    fn run_energy(&mut self, snap: &Snapshot, runs: &[RunView], now: f64, out: &mut StepOutput) {
         for r in runs.iter().filter(|r| r.live) {
             let Some(track) = self.runs.get_mut(&r.id) else {
                 continue;
             };
+            track.caught_up = false;
+            if now - track.saved_s >= energy_ledger::SAVE_EVERY_S {
+                track.saved_s = now;
+                out.ledgers.push((r.dir.clone(), ledger_of(track, snap)));
+            }
             read_metrics(&r.dir.join("metrics.jsonl"), track);
             let write = now - track.written_s >= ENERGY_WRITE_EVERY_S;
             if write {
@@ -1210,6 +1242,54 @@ fn governor_input(
         max_w: l.max_w,
         user_cap_w: Some(user),
     }
+}
+
+/// A run's ledger at snapshot `snap`: its energy per GPU and each GPU's counter now.
+fn ledger_of(track: &RunTrack, snap: &Snapshot) -> Ledger {
+    let gpus = track
+        .per_gpu
+        .iter()
+        .map(|(g, j)| {
+            let s = snap.gpus.iter().find(|s| s.index == *g && !s.lost);
+            LedgerGpu {
+                gpu: *g,
+                energy_j: *j,
+                uuid: s.and_then(|s| s.uuid.clone()),
+                counter_j: s.and_then(|s| s.energy_j),
+            }
+        })
+        .collect();
+    Ledger {
+        saved_s: snap.time_s,
+        gpus,
+        counter_s: track.counter_s,
+        power_s: track.power_s,
+    }
+}
+
+/// Add to `per_gpu` what each GPU's counter moved since the ledger was saved (the run lived on
+/// while no daemon measured it). True when any was added: the meters' first increments are
+/// then already counted.
+fn catch_up(l: &Ledger, snap: &Snapshot, per_gpu: &mut BTreeMap<u32, f64>) -> bool {
+    let mut any = false;
+    for g in &l.gpus {
+        let Some(saved) = g.counter_j else { continue };
+        let Some(s) = snap.gpus.iter().find(|s| s.index == g.gpu && !s.lost) else {
+            continue;
+        };
+        // Another GPU at this index, or a counter reset by a driver reload: nothing known.
+        if g.uuid.is_some() && s.uuid.is_some() && g.uuid != s.uuid {
+            continue;
+        }
+        match s.energy_j {
+            Some(now) if now >= saved && now.is_finite() => {
+                *per_gpu.entry(g.gpu).or_default() += now - saved;
+                any = true;
+            }
+            _ => {}
+        }
+    }
+    any
 }
 
 /// The GPUs a run sees: `CUDA_VISIBLE_DEVICES` as indices or UUIDs (None: every GPU).

@@ -115,6 +115,11 @@ impl Daemon {
             // The thread is left to finish (or be killed at its timeout) on its own.
             let _ = run_hook(&argv, &payload, HOOK_TIMEOUT);
         }
+        for (dir, ledger) in &out.ledgers {
+            if let Err(e) = crate::control::energy_ledger::save(dir, ledger) {
+                tracing::warn!("{}: saving the run's energy: {e}", dir.display());
+            }
+        }
         if !out.energy.is_empty() {
             let mut runs = lock(&self.runs);
             for (id, energy, write) in out.energy {

@@ -25,21 +25,27 @@ impl NvmlDaemon {
             node: FakeNode::new(scenario),
             daemon: None,
         };
+        s.restart(daemon_args);
+        s
+    }
+
+    /// Start a daemon with `daemon_args` in this home on this node (the last one has gone: a
+    /// test that killed it starts the next one here) and wait until it answers.
+    pub fn restart(&mut self, daemon_args: &[&str]) {
         let mut args = vec!["daemon", "--rate", "10"];
         args.extend_from_slice(daemon_args);
-        let child = s
+        let child = self
             .cmd(&args)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        s.daemon = Some(DaemonProc { child: Some(child) });
+        self.daemon = Some(DaemonProc { child: Some(child) });
         let deadline = Instant::now() + Duration::from_secs(20);
-        while Client::connect(&s.home.paths).is_err() {
+        while Client::connect(&self.home.paths).is_err() {
             assert!(Instant::now() < deadline, "the daemon did not answer");
             std::thread::sleep(Duration::from_millis(20));
         }
-        s
     }
 
     /// `gpupilot --source nvml --nvml-lib FAKE ARGS…` in this home, on this node.

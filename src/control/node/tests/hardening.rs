@@ -188,3 +188,54 @@ fn telemetry_that_flaps_is_reported_once_per_episode_not_every_second() {
     };
     assert!(why.contains("stale spells"), "{why}");
 }
+
+#[test]
+fn a_runs_energy_survives_a_daemon_kill_with_the_downtime_counted() {
+    let dev = hot(2);
+    advance(&dev, 20.0);
+    let tmp = tempfile::tempdir().unwrap();
+    let view = RunView {
+        visible: Some("0,1".into()),
+        ..run_view(tmp.path(), true)
+    };
+    let counter = |d: &SimDev| -> f64 {
+        d.node()
+            .gpus()
+            .iter()
+            .map(|g| g.reading().energy_mj as f64 / 1000.0)
+            .sum()
+    };
+    // What the daemon's control loop does with a step's output: save the ledgers.
+    let step = |nc: &mut NodeControl| -> f64 {
+        let snap = snapshot(&dev, T0, true, false);
+        let out = nc.step(
+            &snap,
+            std::slice::from_ref(&view),
+            &no_profile,
+            None::<&SimDev>,
+            "n",
+        );
+        for (dir, l) in &out.ledgers {
+            energy_ledger::save(dir, l).unwrap();
+        }
+        out.energy.last().map_or(0.0, |(_, e, _)| e.energy_j)
+    };
+    let mut nc = NodeControl::new(ControlSettings::default());
+    step(&mut nc);
+    let start = counter(&dev);
+    for _ in 0..25 {
+        advance(&dev, 1.0);
+        step(&mut nc);
+    }
+    // kill -9: what the loops held in memory is gone; 40 s pass with nobody measuring.
+    drop(nc);
+    advance(&dev, 40.0);
+    let mut nc = NodeControl::new(ControlSettings::default());
+    let mut e = 0.0;
+    for _ in 0..10 {
+        advance(&dev, 1.0);
+        e = step(&mut nc);
+    }
+    let truth = counter(&dev) - start;
+    assert!((e - truth).abs() / truth < 1e-6, "{e} J vs {truth} J");
+}
