@@ -64,8 +64,8 @@ pub use lock::{DaemonLock, lock_holder, prepare_private_dir, prepare_shared_dir}
 pub use logs::utf8_cut;
 pub use metrics::{DEFAULT_ADDR as DEFAULT_METRICS_ADDR, parse_addr as parse_metrics_addr};
 pub use state::{Daemon, RequestError};
-pub use trainers::Attach;
 pub use trainer_output::parse_line as parse_output_line;
+pub use trainers::Attach;
 
 use crate::config::Paths;
 use crate::telemetry::{Sampler, SamplerConfig, Source};
@@ -288,7 +288,8 @@ async fn serve(opts: DaemonOptions) -> Result<(), DaemonError> {
     daemon.control_loop_stopping();
     daemon.control_stopping();
     daemon.stopped(&reason);
-    if let Err(e) = std::fs::remove_file(&socket) {
+    // Only our socket: whatever else another process put there is left (and said).
+    if let Err(e) = crate::config::safe_fs::remove_stale_socket(&socket) {
         tracing::warn!("removing {}: {e}", socket.display());
     }
     drop(sampler);

@@ -71,10 +71,7 @@ impl SlurmJob {
     pub fn write(&self, dir: &RunDir) -> io::Result<()> {
         let mut json = serde_json::to_vec_pretty(self).map_err(io::Error::other)?;
         json.push(b'\n');
-        let path = SlurmJob::path(dir);
-        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-        std::fs::write(&tmp, json)?;
-        std::fs::rename(&tmp, &path)
+        crate::config::safe_fs::write_atomic(&SlurmJob::path(dir), &json)
     }
 
     /// The run directory's job, or None when it has none (yet).
@@ -217,7 +214,8 @@ pub fn submit(
     attempt: u32,
 ) -> io::Result<SlurmJob> {
     let script = dir.path().join(SCRIPT_FILE);
-    std::fs::write(&script, job_script(spec, argv, &plan.cwd, dir.id(), dir))?;
+    let body = job_script(spec, argv, &plan.cwd, dir.id(), dir);
+    crate::config::safe_fs::write_atomic(&script, body.as_bytes())?;
     std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o700))?;
     let script_arg = script.display().to_string();
     let out = run(&["sbatch", "--parsable", &script_arg], &plan.env, &plan.cwd)?;
