@@ -1,14 +1,15 @@
 //! The node's event log: `$STATE/events.jsonl` (one [`NodeEventRecord`] a line, appended as
 //! things happen), the most recent ones in memory for `events` requests, and a live feed for
-//! subscribed clients.
+//! subscribed clients. [`Refusals`] keeps a flood of refusals from filling it: one line for
+//! the first of a kind, then a count.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::time::SystemTime;
+use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::broadcast;
 
@@ -108,6 +109,123 @@ impl NodeLog {
     }
 }
 
+/// Refusals of peers, written down without letting a flood write a line each: the first few
+/// of a kind (a user and a reason) in a window are recorded one by one, the rest are counted,
+/// and a window that counted some ends in one more record with the count. A flood of any size
+/// costs at most that many records per kind and window, in `events.jsonl`, in memory and in
+/// the daemon's log; a refusal now and then is recorded as it happens, with its pid.
+#[derive(Debug)]
+pub struct Refusals {
+    window: Duration,
+    /// Refusals of a kind recorded one by one in a window before the rest are counted.
+    each: u64,
+    pending: Mutex<HashMap<(u32, String), Pending>>,
+}
+
+#[derive(Debug)]
+struct Pending {
+    since: Instant,
+    /// Seen in this window (recorded and counted).
+    seen: u64,
+    /// Counted, not recorded, in this window.
+    more: u64,
+    /// Whether this kind goes to `events.jsonl` (else only to the daemon's log).
+    record: bool,
+}
+
+impl Refusals {
+    /// Record `each` refusals of a kind (at least one) in a `window`, count the rest.
+    pub fn new(window: Duration, each: u64) -> Refusals {
+        Refusals {
+            window,
+            each: each.max(1),
+            pending: Mutex::default(),
+        }
+    }
+
+    /// Note that `uid` was refused for `reason` (a few words, the same for every refusal of the
+    /// kind). True when it is to be recorded, one of the first of its kind in the window: it
+    /// is (as a `peer_refused` event, where `record`), and the caller writes its own, detailed
+    /// line to the log. False: it was counted, and the caller writes nothing.
+    pub fn note(
+        &self,
+        log: &NodeLog,
+        uid: u32,
+        pid: Option<u32>,
+        reason: &str,
+        record: bool,
+    ) -> bool {
+        {
+            let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+            let p = pending
+                .entry((uid, reason.to_string()))
+                .or_insert_with(|| Pending {
+                    since: Instant::now(),
+                    seen: 0,
+                    more: 0,
+                    record,
+                });
+            p.seen += 1;
+            if p.seen > self.each {
+                p.more += 1;
+                return false;
+            }
+        }
+        if record {
+            log.record(NodeEvent::PeerRefused {
+                uid,
+                pid,
+                reason: reason.to_string(),
+            });
+        }
+        true
+    }
+
+    /// Write down the counts of windows that have ended (every window, with `all`: the daemon
+    /// is stopping). A kind that was counted starts a new window in which all are counted (a
+    /// flood that goes on is one line a window); one that was not is forgotten, so that its
+    /// next refusals are recorded one by one again.
+    pub fn flush(&self, log: &NodeLog, all: bool) {
+        let now = Instant::now();
+        let mut due = Vec::new();
+        {
+            let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+            pending.retain(|(uid, reason), p| {
+                let over = now.saturating_duration_since(p.since);
+                if !all && over < self.window {
+                    return true;
+                }
+                if p.more == 0 {
+                    return false;
+                }
+                due.push((*uid, reason.clone(), p.more, over, p.record));
+                p.since = now;
+                p.seen = self.each;
+                p.more = 0;
+                true
+            });
+            if pending.is_empty() {
+                pending.shrink_to_fit();
+            }
+        }
+        for (uid, reason, more, over, record) in due {
+            let times = if more == 1 { "time" } else { "times" };
+            let line = format!(
+                "{reason}: refused {more} more {times} in {:.0} s",
+                over.as_secs_f64().max(1.0)
+            );
+            tracing::warn!(uid, "uid {uid}: {line}");
+            if record {
+                log.record(NodeEvent::PeerRefused {
+                    uid,
+                    pid: None,
+                    reason: line,
+                });
+            }
+        }
+    }
+}
+
 /// The last [`KEEP`] events of the file (lines that do not parse are skipped).
 fn read_tail(path: &Path) -> io::Result<VecDeque<NodeEventRecord>> {
     let mut f = match File::open(path) {
@@ -172,5 +290,48 @@ mod tests {
                 && text.contains(r#""event":"daemon_stopped","pid":1,"reason":"a""#),
             "{text}"
         );
+    }
+
+    #[test]
+    fn a_flood_of_refusals_is_a_few_records_then_a_count_per_window() {
+        let tmp = tempfile::tempdir().unwrap();
+        let log = NodeLog::open(tmp.path()).unwrap();
+        let refusals = Refusals::new(Duration::from_millis(200), 3);
+        let first: Vec<bool> = (0..5000)
+            .map(|_| refusals.note(&log, 65534, Some(9), "power_cap: not in group g", true))
+            .collect();
+        assert_eq!(first.iter().filter(|f| **f).count(), 3);
+        assert!(first[..3].iter().all(|f| *f));
+        // Another kind, and a kind for the log only.
+        assert!(refusals.note(&log, 65534, Some(9), "rate limited", true));
+        for _ in 0..3 {
+            assert!(refusals.note(&log, 65534, Some(9), "bad frames", false));
+        }
+        assert!(!refusals.note(&log, 65534, Some(9), "bad frames", false));
+        refusals.flush(&log, false);
+        assert_eq!(log.since(0, 100).0.len(), 4, "no window has ended yet");
+        std::thread::sleep(Duration::from_millis(250));
+        refusals.flush(&log, false);
+        let (events, _) = log.since(0, 100);
+        let reasons: Vec<String> = events
+            .iter()
+            .map(|e| match &e.event {
+                NodeEvent::PeerRefused { reason, .. } => reason.clone(),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(reasons.len(), 5, "{reasons:?}");
+        assert_eq!(
+            reasons[4],
+            "power_cap: not in group g: refused 4997 more times in 1 s"
+        );
+        // The flood going on is counted from the first in its new window; the kind that was
+        // quiet is recorded again.
+        assert!(!refusals.note(&log, 65534, None, "power_cap: not in group g", true));
+        assert!(refusals.note(&log, 65534, None, "rate limited", true));
+        refusals.flush(&log, true);
+        assert_eq!(log.since(0, 100).0.len(), 7);
+        let text = std::fs::read_to_string(log.path()).unwrap();
+        assert_eq!(text.lines().count(), 7);
     }
 }
