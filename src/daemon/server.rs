@@ -2,34 +2,58 @@
 //! that reads frames, answers them, and pushes subscribed updates.
 //!
 //! Who may connect, and (on the system daemon) who may make each request, is `auth::decide`'s
-//! call; every refusal is logged and recorded as a `peer_refused` node event.
+//! call; every refusal is logged and recorded as a `peer_refused` node event, a flood of them
+//! as one record and a count (`events::Refusals`).
+//!
+//! What one client may take is bounded (`limits`, where every number is): connections per
+//! user and in all, a deadline for the hello and one for a frame begun, requests per second
+//! for users other than root and the daemon's own, the bytes of unfinished frames
+//! (`frames`) and of unread answers. None of it is allocated ahead: a connection's buffers
+//! grow with what it sends and shrink back.
 //!
 //! Each connection has one writer task fed by a channel, so answers and pushes interleave
-//! without tearing a frame. A frame that is too long, not UTF-8 or not a request ends that
-//! connection only (after a `bad_frame` error that says why, also written to the log).
+//! without tearing a frame; the newest telemetry snapshot waits beside it, alone, so that a
+//! slow subscriber skips snapshots instead of receiving old ones. A frame that is too long, not
+//! UTF-8 or not a request ends that connection only (after a `bad_frame` error that says why,
+//! also written to the log); a request of a known type with a field that does not fit is
+//! answered `bad_request` and the connection stays.
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use tokio::io::AsyncWriteExt;
+use tokio::net::unix::OwnedWriteHalf;
 use tokio::net::{UnixListener, UnixStream};
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::{Notify, Semaphore, broadcast, mpsc};
 use tokio::task::{JoinHandle, JoinSet};
-use tokio_util::codec::{FramedRead, LinesCodec, LinesCodecError};
 use tokio_util::sync::CancellationToken;
 
 use super::auth::{Access, Identity, Mode, Peer, Verdict, decide, group_entry};
+use super::events::Refusals;
 use super::relay;
 use super::state::Daemon;
 use super::trainers::Attach;
 use crate::protocol::{
-    self, ClientFrame, ErrorCode, MAX_REQUEST_FRAME, NodeEvent, Request, Response, ServerFrame,
+    self, ClientFrame, ErrorCode, FrameError, MAX_REQUEST_FRAME, Request, Response, ServerFrame,
 };
 use crate::telemetry::Snapshot;
 
-/// Frames queued for one client before its answers wait (pushed snapshots are dropped).
+mod frames;
+pub mod limits;
+
+use frames::{Frames, Read};
+use limits::{Bounds, Full, Limits, SUBSCRIBER_SEND_BUFFER};
+
+/// Frames queued for one client before its answers wait. Answers are also bounded in bytes
+/// ([`limits::QUEUED_ANSWER_BYTES`]); snapshots are not queued at all (the newest waits alone).
 const QUEUE: usize = 64;
+
+/// What every connection shares: the bounds, the refusals being counted, the encoded snapshot.
+struct Shared {
+    bounds: Arc<Bounds>,
+    refusals: Refusals,
+    telemetry: TelemetryFrames,
+}
 
 /// Accept connections until `shutdown`; then tell every client and wait (briefly) for them.
 pub async fn accept_loop(
@@ -38,11 +62,23 @@ pub async fn accept_loop(
     shutdown: CancellationToken,
     mode: Arc<Mode>,
 ) {
+    let limits = Limits::from_env();
+    let every = limits.audit_window.min(Duration::from_secs(1));
+    let shared = Arc::new(Shared {
+        refusals: Refusals::new(limits.audit_window, limits::AUDIT_EACH),
+        bounds: Arc::new(Bounds::new(limits)),
+        telemetry: TelemetryFrames::default(),
+    });
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut conns = JoinSet::new();
-    let frames = Arc::new(TelemetryFrames::default());
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => break,
+            _ = tick.tick() => {
+                shared.refusals.flush(daemon.events(), false);
+                shared.bounds.prune(Instant::now());
+            }
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
                     conns.spawn(connection(
@@ -50,7 +86,7 @@ pub async fn accept_loop(
                         stream,
                         shutdown.clone(),
                         Arc::clone(&mode),
-                        Arc::clone(&frames),
+                        Arc::clone(&shared),
                     ));
                 }
                 Err(e) => {
@@ -67,6 +103,7 @@ pub async fn accept_loop(
         while conns.join_next().await.is_some() {}
     })
     .await;
+    shared.refusals.flush(daemon.events(), true);
 }
 
 /// A frame with no id (a push, or an error not tied to a request).
@@ -91,12 +128,42 @@ fn error(id: Option<u64>, code: ErrorCode, message: impl Into<String>) -> String
     })
 }
 
+/// `5`, `0.4`: seconds for messages.
+fn secs(d: Duration) -> String {
+    format!("{}", d.as_secs_f64())
+}
+
+/// A refusal of `peer` for `reason`, coalesced (`Refusals`): recorded as a `peer_refused` event
+/// where `record`, and `line` written to the log, for the first few of a kind in a window;
+/// only counted after them.
+fn audit(
+    shared: &Shared,
+    daemon: &Daemon,
+    peer: &Peer,
+    reason: &str,
+    record: bool,
+    line: impl FnOnce() -> String,
+) {
+    let (uid, pid) = (peer.uid, peer.pid);
+    if shared
+        .refusals
+        .note(daemon.events(), uid, pid, reason, record)
+    {
+        tracing::warn!(uid, pid = ?pid, "{}", line());
+    }
+}
+
+/// Say why to a connection that is not served, and close it.
+async fn refuse(mut stream: UnixStream, line: String) {
+    let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(line.as_bytes())).await;
+}
+
 async fn connection(
     daemon: Arc<Daemon>,
-    mut stream: UnixStream,
+    stream: UnixStream,
     shutdown: CancellationToken,
     mode: Arc<Mode>,
-    frames: Arc<TelemetryFrames>,
+    shared: Arc<Shared>,
 ) {
     let peer = match Peer::of(&stream) {
         Ok(p) => p,
@@ -105,81 +172,130 @@ async fn connection(
             return;
         }
     };
+    // Counted before anything else is looked up about the peer, so that a flood of
+    // connections costs no more than this.
+    let trusted = peer.uid == 0 || peer.uid == daemon.uid();
+    let admitted = match shared.bounds.admit(peer.uid, trusted) {
+        Ok(a) => a,
+        Err(Full { reason, message }) => {
+            audit(&shared, &daemon, &peer, &reason, true, || {
+                format!("refused a connection from {}: {message}", peer.describe())
+            });
+            refuse(stream, error(None, ErrorCode::TooManyConnections, message)).await;
+            return;
+        }
+    };
     // The system daemon decides per request, and group membership needs the peer's groups.
     let who = Identity::of(&peer, matches!(*mode, Mode::System { .. }));
     if let Verdict::Deny { reason, message } = decide(&mode, &who, Access::Connect, "connect", None)
     {
-        tracing::warn!(uid = peer.uid, pid = ?peer.pid, "refused a connection: {message}");
-        daemon.events().record(NodeEvent::PeerRefused {
-            uid: peer.uid,
-            pid: peer.pid,
-            reason,
+        audit(&shared, &daemon, &peer, &reason, true, || {
+            format!("refused a connection: {message}")
         });
-        let line = error(None, ErrorCode::PermissionDenied, message);
-        let _ =
-            tokio::time::timeout(Duration::from_secs(1), stream.write_all(line.as_bytes())).await;
+        refuse(stream, error(None, ErrorCode::PermissionDenied, message)).await;
         return;
     }
     daemon.client(true);
-    let (rd, mut wr) = stream.into_split();
-    let (tx, mut rx) = mpsc::channel::<String>(QUEUE);
-    let writer = tokio::spawn(async move {
-        while let Some(line) = rx.recv().await {
-            if wr.write_all(line.as_bytes()).await.is_err() {
-                break;
-            }
-        }
-        let _ = wr.shutdown().await;
-    });
+    let limits = shared.bounds.limits.clone();
+    let (rd, wr) = stream.into_split();
+    let (tx, rx) = mpsc::channel::<String>(QUEUE);
+    let out = Arc::new(Outbox::new(limits.queued_answer_bytes));
+    let writer = tokio::spawn(write_loop(wr, rx, Arc::clone(&out)));
     let mut conn = Conn {
         daemon: Arc::clone(&daemon),
         peer,
         who,
         mode,
         tx,
+        out,
         id: daemon.conn_id(),
         trainer_of: None,
         trainer_rank: None,
         greeted: false,
         telemetry: None,
         events: None,
-        frames,
+        shared: Arc::clone(&shared),
     };
-    let mut frames = FramedRead::new(rd, LinesCodec::new_with_max_length(MAX_REQUEST_FRAME));
+    let budget = shared.bounds.unfinished(trusted);
+    let mut frames = Frames::new(rd, MAX_REQUEST_FRAME, limits.frame, Some(budget));
+    let hello_by = tokio::time::Instant::now() + limits.handshake;
     loop {
         let next = tokio::select! {
             _ = shutdown.cancelled() => {
                 conn.send(push(Response::Shutdown { reason: "the daemon is stopping".into() })).await;
                 break;
             }
+            () = tokio::time::sleep_until(hello_by), if !conn.greeted => {
+                let why = format!("no hello within {} s of connecting", secs(limits.handshake));
+                conn.closing("no hello in time", &why);
+                conn.send(error(
+                    None,
+                    ErrorCode::HandshakeRequired,
+                    format!("{why}; closing the connection"),
+                ))
+                .await;
+                break;
+            }
             next = frames.next() => next,
         };
         let line = match next {
-            None => break,
-            Some(Ok(line)) => line,
-            Some(Err(e)) => {
-                let why = match e {
-                    LinesCodecError::MaxLineLengthExceeded => {
-                        format!("frame longer than {MAX_REQUEST_FRAME} bytes")
-                    }
-                    LinesCodecError::Io(e) if e.kind() == std::io::ErrorKind::InvalidData => {
-                        "frame is not UTF-8".to_string()
-                    }
-                    LinesCodecError::Io(e) => {
-                        tracing::debug!("{}: read failed: {e}", conn.peer.describe());
-                        break;
-                    }
-                };
-                conn.bad_frame(None, &why).await;
+            Read::Frame(line) => line,
+            Read::End => break,
+            Read::TooLong => {
+                let why = format!("frame longer than {MAX_REQUEST_FRAME} bytes");
+                conn.bad_frame("a frame too long", None, &why).await;
+                break;
+            }
+            Read::Stalled => {
+                let why = format!(
+                    "an unfinished frame (no newline) waited more than {} s for its end",
+                    secs(limits.frame)
+                );
+                conn.bad_frame("an unfinished frame", None, &why).await;
+                break;
+            }
+            Read::NotUtf8 => {
+                conn.bad_frame("a frame not UTF-8", None, "frame is not UTF-8")
+                    .await;
+                break;
+            }
+            Read::Failed(e) => {
+                tracing::debug!("{}: read failed: {e}", conn.peer.describe());
                 break;
             }
         };
+        if !trusted && !shared.bounds.allow(conn.peer.uid, Instant::now()) {
+            conn.rate_limited(id_of(&line)).await;
+            continue;
+        }
         let frame = match protocol::decode::<ClientFrame>(&line, MAX_REQUEST_FRAME) {
             Ok(f) => f,
-            Err(e) => {
-                conn.bad_frame(id_of(&line), &e.to_string()).await;
-                break;
-            }
+            Err(e) => match misfit(&line, &e) {
+                // JSON, a request we know, a field of the wrong type: the request is refused,
+                // the connection stays (unless it has not said hello).
+                Some((id, kind)) if conn.greeted || kind == "hello" => {
+                    let why = match &e {
+                        FrameError::Json(j) => j.to_string(),
+                        other => other.to_string(),
+                    };
+                    conn.send(error(
+                        Some(id),
+                        ErrorCode::BadRequest,
+                        format!("bad `{kind}` request: {why}"),
+                    ))
+                    .await;
+                    continue;
+                }
+                Some((id, _)) => {
+                    conn.no_hello(id).await;
+                    break;
+                }
+                None => {
+                    conn.bad_frame("a frame not a request", id_of(&line), &e.to_string())
+                        .await;
+                    break;
+                }
+            },
         };
         // A trainer of another node's run (`via_node`): this connection becomes a relay to that
         // node's daemon until either side closes (see `relay`).
@@ -187,7 +303,8 @@ async fn connection(
             if let Some(ask) = relay::Ask::of(&frame, &line, daemon.node()) {
                 match relay::open(&daemon, &conn.mode, ask, &shutdown).await {
                     Ok(relay) => {
-                        relay.serve(frames, conn.tx.clone(), &shutdown).await;
+                        let from_trainer = frames.into_framed(MAX_REQUEST_FRAME);
+                        relay.serve(from_trainer, conn.tx.clone(), &shutdown).await;
                         break;
                     }
                     Err(answer) => {
@@ -196,6 +313,14 @@ async fn connection(
                     }
                 }
             }
+        }
+        if let Request::Subscribe {
+            telemetry: true, ..
+        } = frame.request
+        {
+            // Little waits in the kernel for a subscriber that does not read: the newest
+            // snapshot waits in the daemon instead (see the constant).
+            frames.send_buffer(SUBSCRIBER_SEND_BUFFER);
         }
         if !conn.handle(frame).await {
             break;
@@ -206,6 +331,123 @@ async fn connection(
     drop(conn);
     let _ = tokio::time::timeout(Duration::from_secs(2), writer).await;
     daemon.client(false);
+    drop(admitted);
+}
+
+/// A frame that is JSON and names a request this daemon knows, but does not fit it (a field of
+/// the wrong type, a required one missing): its id and the request's type. None for anything
+/// else (not JSON, no id, an unknown type), which closes the connection.
+fn misfit(line: &str, e: &FrameError) -> Option<(u64, String)> {
+    let FrameError::Json(e) = e else {
+        return None;
+    };
+    if e.classify() != serde_json::error::Category::Data {
+        return None;
+    }
+    let value: serde_json::Value = serde_json::from_str(line).ok()?;
+    let id = value.get("id")?.as_u64()?;
+    let kind = value.get("type")?.as_str()?;
+    known_request(kind).then(|| (id, kind.to_string()))
+}
+
+/// Whether `kind` is the `type` of a request: serde says "unknown variant" for any other.
+fn known_request(kind: &str) -> bool {
+    match serde_json::from_value::<Request>(serde_json::json!({ "type": kind })) {
+        Ok(_) => true,
+        Err(e) => !e.to_string().starts_with("unknown variant"),
+    }
+}
+
+/// The write side of one connection: answers and pushes in the order they were queued, and the
+/// newest telemetry snapshot, which waits alone (a new one replaces it) so that a client that
+/// reads slowly skips to the newest instead of working through a backlog.
+struct Outbox {
+    /// Bytes of answers that may wait (answers are the frames with an id).
+    room: Semaphore,
+    cap: usize,
+    snapshot: Mutex<Option<Arc<str>>>,
+    ready: Notify,
+}
+
+impl Outbox {
+    fn new(cap: usize) -> Outbox {
+        let cap = cap.clamp(1, u32::MAX as usize);
+        Outbox {
+            room: Semaphore::new(cap),
+            cap,
+            snapshot: Mutex::new(None),
+            ready: Notify::new(),
+        }
+    }
+
+    /// What `line` takes of the room: an answer its length (at most all of it, so that one
+    /// answer larger than the room still goes, alone); a push nothing.
+    fn cost(&self, line: &str) -> Option<u32> {
+        line.starts_with("{\"id\":")
+            .then(|| u32::try_from(line.len().min(self.cap)).unwrap_or(u32::MAX))
+    }
+
+    /// Wait for room for `line`; false when the connection's writer has gone.
+    async fn reserve(&self, line: &str) -> bool {
+        match self.cost(line) {
+            Some(n) => match self.room.acquire_many(n).await {
+                Ok(p) => {
+                    p.forget();
+                    true
+                }
+                Err(_) => false,
+            },
+            None => true,
+        }
+    }
+
+    /// `line` was written: its room is free again. (Frames with an id queued by others, which
+    /// took no room, give back none past the cap.)
+    fn written(&self, line: &str) {
+        if let Some(n) = self.cost(line) {
+            let free = self.cap.saturating_sub(self.room.available_permits());
+            self.room.add_permits((n as usize).min(free));
+        }
+    }
+
+    fn put_snapshot(&self, line: Arc<str>) {
+        *self.snapshot.lock().unwrap_or_else(|e| e.into_inner()) = Some(line);
+        self.ready.notify_one();
+    }
+
+    fn take_snapshot(&self) -> Option<Arc<str>> {
+        self.snapshot
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+    }
+}
+
+/// Write what the connection queues until every sender is gone (or the client is).
+async fn write_loop(mut wr: OwnedWriteHalf, mut rx: mpsc::Receiver<String>, out: Arc<Outbox>) {
+    loop {
+        tokio::select! {
+            biased;
+            line = rx.recv() => {
+                let Some(line) = line else { break };
+                let wrote = wr.write_all(line.as_bytes()).await;
+                out.written(&line);
+                if wrote.is_err() {
+                    break;
+                }
+            }
+            () = out.ready.notified() => {
+                if let Some(line) = out.take_snapshot() {
+                    if wr.write_all(line.as_bytes()).await.is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    // Whoever waits for room gives up.
+    out.room.close();
+    let _ = wr.shutdown().await;
 }
 
 /// The id of a frame that is JSON but not a valid request, so its error can carry it.
@@ -232,24 +474,75 @@ struct Conn {
     greeted: bool,
     telemetry: Option<JoinHandle<()>>,
     events: Option<JoinHandle<()>>,
-    /// The telemetry push, encoded once per snapshot for every connection.
-    frames: Arc<TelemetryFrames>,
+    /// Where the newest snapshot waits, and the room answers may take.
+    out: Arc<Outbox>,
+    shared: Arc<Shared>,
 }
 
 impl Conn {
+    /// Queue `line`; an answer waits for room (the client reading) first.
     async fn send(&self, line: String) {
-        let _ = self.tx.send(line).await;
+        if self.out.reserve(&line).await {
+            let _ = self.tx.send(line).await;
+        }
     }
 
-    async fn bad_frame(&self, id: Option<u64>, why: &str) {
-        tracing::warn!(
-            "closing the connection from {}: {why}",
-            self.peer.describe()
-        );
+    /// See [`audit`].
+    fn audit(&self, reason: &str, record: bool, line: impl FnOnce() -> String) {
+        audit(&self.shared, &self.daemon, &self.peer, reason, record, line);
+    }
+
+    /// Log that this connection closes for `why`: the first times for `kind` from this user in
+    /// a window, then counted (see `Refusals`).
+    fn closing(&self, kind: &str, why: &str) {
+        self.audit(&format!("closed: {kind}"), false, || {
+            format!(
+                "closing the connection from {}: {why}",
+                self.peer.describe()
+            )
+        });
+    }
+
+    async fn bad_frame(&self, kind: &str, id: Option<u64>, why: &str) {
+        self.closing(kind, why);
         self.send(error(
             id,
             ErrorCode::BadFrame,
             format!("{why}; closing the connection"),
+        ))
+        .await;
+    }
+
+    /// The first request was not a hello: say so; the connection closes.
+    async fn no_hello(&self, id: u64) {
+        self.closing("no hello", "no hello");
+        self.send(error(
+            Some(id),
+            ErrorCode::HandshakeRequired,
+            "say hello first: {\"id\":1,\"type\":\"hello\",\"version\":1,\"client\":\"…\"}",
+        ))
+        .await;
+    }
+
+    /// A request over this user's rate: not done, answered `rate_limited`, counted.
+    async fn rate_limited(&self, id: Option<u64>) {
+        let limits = &self.shared.bounds.limits;
+        let (rate, burst) = (limits.rate_per_s, limits.burst);
+        let uid = self.peer.uid;
+        let reason = format!("over the rate limit ({rate} requests a second)");
+        self.audit(&reason, true, || {
+            format!(
+                "{} asks faster than {rate} requests a second ({burst} at once): refusing the rest",
+                self.peer.describe()
+            )
+        });
+        self.send(error(
+            id,
+            ErrorCode::RateLimited,
+            format!(
+                "too many requests: uid {uid} may make {rate} a second ({burst} at once), on all \
+                 its connections together; this one was not done: wait a moment and send it again"
+            ),
         ))
         .await;
     }
@@ -270,16 +563,8 @@ impl Conn {
         match decide(&self.mode, &self.who, access, kind, group.as_ref()) {
             Verdict::Allow => None,
             Verdict::Deny { reason, message } => {
-                tracing::warn!(
-                    uid = self.peer.uid,
-                    pid = ?self.peer.pid,
-                    "refused {kind} from {}: {message}",
-                    self.peer.describe()
-                );
-                self.daemon.events().record(NodeEvent::PeerRefused {
-                    uid: self.peer.uid,
-                    pid: self.peer.pid,
-                    reason,
+                self.audit(&reason, true, || {
+                    format!("refused {kind} from {}: {message}", self.peer.describe())
                 });
                 Some(message)
             }
@@ -334,16 +619,7 @@ impl Conn {
                 true
             }
             _ if !self.greeted => {
-                tracing::warn!(
-                    "closing the connection from {}: no hello",
-                    self.peer.describe()
-                );
-                self.send(error(
-                    Some(id),
-                    ErrorCode::HandshakeRequired,
-                    "say hello first: {\"id\":1,\"type\":\"hello\",\"version\":1,\"client\":\"…\"}",
-                ))
-                .await;
+                self.no_hello(id).await;
                 false
             }
             Request::TrainerAttach {
@@ -489,19 +765,16 @@ impl Conn {
         match (telemetry, &self.telemetry) {
             (true, None) => {
                 let mut rx = self.daemon.telemetry();
-                let tx = self.tx.clone();
-                let frames = Arc::clone(&self.frames);
+                let out = Arc::clone(&self.out);
+                let shared = Arc::clone(&self.shared);
                 self.telemetry = Some(tokio::spawn(async move {
-                    // The newest snapshot at once, then each new one.
+                    // The newest snapshot at once, then each new one. Each replaces the one
+                    // still waiting, if any: a client that does not keep up skips snapshots,
+                    // it is never sent old ones, and it never stalls the daemon or its answers.
                     loop {
                         let snap = rx.borrow_and_update().clone();
                         if let Some(s) = snap {
-                            let line = frames.line(&s);
-                            // A client that does not keep up skips snapshots; it never stalls
-                            // the daemon or its own answers.
-                            if let Err(mpsc::error::TrySendError::Closed(_)) = tx.try_send(line) {
-                                break;
-                            }
+                            out.put_snapshot(shared.telemetry.line(&s));
                         }
                         if rx.changed().await.is_err() {
                             break;
@@ -513,6 +786,7 @@ impl Conn {
                 if let Some(t) = self.telemetry.take() {
                     t.abort();
                 }
+                self.out.take_snapshot();
             }
             _ => {}
         }
@@ -565,16 +839,17 @@ struct TelemetryFrames {
 }
 
 impl TelemetryFrames {
-    /// The push frame of `snap` (a `telemetry` response with no id).
-    fn line(&self, snap: &Arc<Snapshot>) -> String {
+    /// The push frame of `snap` (a `telemetry` response with no id), shared: every
+    /// subscriber holds the same bytes.
+    fn line(&self, snap: &Arc<Snapshot>) -> Arc<str> {
         let mut newest = self.newest.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((s, line)) = newest.as_ref() {
             if Arc::ptr_eq(s, snap) {
-                return line.to_string();
+                return Arc::clone(line);
             }
         }
-        let line = telemetry_push(snap);
-        *newest = Some((Arc::clone(snap), Arc::from(line.as_str())));
+        let line: Arc<str> = Arc::from(telemetry_push(snap));
+        *newest = Some((Arc::clone(snap), Arc::clone(&line)));
         line
     }
 }
@@ -637,18 +912,73 @@ mod tests {
         let newest = |f: &TelemetryFrames| f.newest.lock().unwrap().clone().unwrap();
         let a = Arc::new(snapshot(300.0));
         let first = frames.line(&a);
-        assert_eq!(first, telemetry_push(&a));
+        assert_eq!(*first, telemetry_push(&a));
         let (kept, cached) = newest(&frames);
-        assert!(Arc::ptr_eq(&kept, &a) && *cached == *first);
-        assert_eq!(frames.line(&a), first, "the same snapshot, from the cache");
+        assert!(Arc::ptr_eq(&kept, &a) && Arc::ptr_eq(&cached, &first));
         assert!(
-            Arc::ptr_eq(&newest(&frames).1, &cached),
-            "not encoded again"
+            Arc::ptr_eq(&frames.line(&a), &first),
+            "the same snapshot: the same bytes, not encoded again"
         );
         let b = Arc::new(snapshot(310.0));
         let second = frames.line(&b);
-        assert_eq!(second, telemetry_push(&b));
+        assert_eq!(*second, telemetry_push(&b));
         assert_ne!(second, first);
         assert!(Arc::ptr_eq(&newest(&frames).0, &b));
+    }
+
+    #[test]
+    fn a_known_request_with_a_field_that_does_not_fit_is_told_from_a_frame_that_is_no_request() {
+        let misfit_of = |line: &str| {
+            let e = protocol::decode::<ClientFrame>(line, MAX_REQUEST_FRAME).unwrap_err();
+            misfit(line, &e)
+        };
+        let events = r#"{"id":2,"type":"events","max":"many"}"#;
+        assert_eq!(misfit_of(events), Some((2, "events".to_string())));
+        let nan = r#"{"id":3,"type":"power_cap","watts":null}"#;
+        assert_eq!(misfit_of(nan), Some((3, "power_cap".to_string())));
+        let missing = r#"{"id":4,"type":"history","gpu":0}"#;
+        assert_eq!(misfit_of(missing), Some((4, "history".to_string())));
+        // Not a request at all: these close the connection.
+        assert_eq!(misfit_of(r#"{"id":5,"type":"fly"}"#), None);
+        assert_eq!(misfit_of(r#"{"id":"six","type":"runs"}"#), None);
+        assert_eq!(misfit_of(r#"{"type":"runs"}"#), None);
+        assert_eq!(misfit_of(r#"{"id":7,"type":"runs""#), None);
+        assert!(known_request("status") && known_request("metrics") && known_request("hello"));
+        assert!(!known_request("Status") && !known_request(""));
+    }
+
+    #[tokio::test]
+    async fn answers_wait_for_room_in_bytes_pushes_do_not_and_one_large_answer_goes_alone() {
+        let out = Outbox::new(1000);
+        let answer = format!("{{\"id\":1,\"pad\":\"{}\"}}\n", "a".repeat(600));
+        assert!(out.reserve(&answer).await);
+        let second = tokio::time::timeout(Duration::from_millis(50), out.reserve(&answer)).await;
+        assert!(second.is_err(), "no room until the first is written");
+        let push = format!("{{\"type\":\"event\",\"pad\":\"{}\"}}\n", "e".repeat(5000));
+        assert!(out.reserve(&push).await, "a push takes no room");
+        out.written(&answer);
+        assert!(out.reserve(&answer).await);
+        out.written(&answer);
+        // Larger than all the room: it waits for all of it, then goes.
+        let large = format!("{{\"id\":2,\"pad\":\"{}\"}}\n", "b".repeat(5000));
+        assert!(out.reserve(&large).await);
+        assert_eq!(out.room.available_permits(), 0);
+        out.written(&large);
+        // An answer queued by others (no room taken) gives back none past the cap.
+        out.written(&large);
+        assert_eq!(out.room.available_permits(), 1000);
+        // The writer gone, nobody waits forever.
+        assert!(out.reserve(&large).await);
+        out.room.close();
+        assert!(!out.reserve(&large).await);
+    }
+
+    #[test]
+    fn the_newest_snapshot_replaces_the_one_waiting() {
+        let out = Outbox::new(1000);
+        out.put_snapshot(Arc::from("old\n"));
+        out.put_snapshot(Arc::from("new\n"));
+        assert_eq!(out.take_snapshot().as_deref(), Some("new\n"));
+        assert_eq!(out.take_snapshot(), None);
     }
 }

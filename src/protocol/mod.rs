@@ -550,6 +550,12 @@ pub enum ErrorCode {
     NotSupported,
     /// Something failed inside the daemon (a file it could not write).
     Internal,
+    /// The daemon holds as many connections as it serves, from this user or in all: the
+    /// connection closes. Close some and connect again.
+    TooManyConnections,
+    /// This user asked faster than the daemon answers one user (a burst, then a steady rate):
+    /// the request was not done; the connection stays open. Wait a moment and ask again.
+    RateLimited,
 }
 
 /// Why a frame could not be read.
