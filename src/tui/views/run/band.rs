@@ -123,7 +123,9 @@ fn current(s: Series, pts: &[(f64, f64)]) -> String {
         .map_or_else(|| NA.to_string(), |&(_, v)| s.format(v))
 }
 
-/// Low and high ends of a value axis with a little room, never empty.
+/// Low and high ends of a value axis with a little room, never empty. Values that are all
+/// zero or more (loss, samples/s, step time, data wait) get no room below zero: an axis
+/// labelled `-0.05` says the series could go there.
 fn y_bounds(pts: &[(f64, f64)]) -> [f64; 2] {
     let lo = pts.iter().map(|p| p.1).fold(f64::INFINITY, f64::min);
     let hi = pts.iter().map(|p| p.1).fold(f64::NEG_INFINITY, f64::max);
@@ -135,7 +137,8 @@ fn y_bounds(pts: &[(f64, f64)]) -> [f64; 2] {
     } else {
         (hi.abs() * 0.1).max(1e-3)
     };
-    [lo - pad, hi + pad]
+    let floor = if lo >= 0.0 { 0.0 } else { f64::NEG_INFINITY };
+    [(lo - pad).max(floor), hi + pad]
 }
 
 /// A series as chart lines over `x`: averaged into `bins` when it has more points than that,
@@ -539,6 +542,24 @@ mod tests {
         let (t, v) = thin[0][0];
         assert!((v - 2.0 * t).abs() < 1e-9, "{t} {v}");
         assert!(segments(&[], x, 10).is_empty());
+    }
+
+    #[test]
+    fn an_axis_of_values_that_are_never_negative_stops_at_zero() {
+        // Loss near zero, data wait of zero: no room drawn below zero.
+        let loss = [(0.0, 0.02), (1.0, 0.9), (2.0, 0.4)];
+        let y = y_bounds(&loss);
+        assert_eq!(y[0], 0.0, "{y:?}");
+        assert!(y[1] > 0.9, "{y:?}");
+        let wait = [(0.0, 0.0), (1.0, 0.0)];
+        let y = y_bounds(&wait);
+        assert!(y[0] == 0.0 && y[1] > 0.0, "{y:?}");
+        // Well above zero, the axis keeps its room on both sides.
+        let y = y_bounds(&[(0.0, 100.0), (1.0, 200.0)]);
+        assert_eq!(y, [95.0, 205.0]);
+        // A series that does go negative keeps its room below.
+        let y = y_bounds(&[(0.0, -1.0), (1.0, 1.0)]);
+        assert!(y[0] < -1.0, "{y:?}");
     }
 
     #[test]
