@@ -4,9 +4,7 @@
 //! the first of a kind, then a count.
 
 use std::collections::{HashMap, VecDeque};
-use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime};
@@ -99,13 +97,9 @@ impl NodeLog {
     fn append(&self, rec: &NodeEventRecord) -> io::Result<()> {
         let mut line = serde_json::to_string(rec).map_err(io::Error::other)?;
         line.push('\n');
-        // One write of a whole line on an O_APPEND file: lines never interleave.
-        OpenOptions::new()
-            .create(true)
-            .append(true)
-            .mode(0o600)
-            .open(&self.path)?
-            .write_all(line.as_bytes())
+        // One write of a whole line on an O_APPEND file: lines never interleave. Opened without
+        // following a link another user could plant in its place.
+        crate::config::safe_fs::open_append(&self.path)?.write_all(line.as_bytes())
     }
 }
 
@@ -228,7 +222,7 @@ impl Refusals {
 
 /// The last [`KEEP`] events of the file (lines that do not parse are skipped).
 fn read_tail(path: &Path) -> io::Result<VecDeque<NodeEventRecord>> {
-    let mut f = match File::open(path) {
+    let mut f = match crate::config::safe_fs::open_read(path) {
         Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(VecDeque::new()),
         Err(e) => return Err(e),
@@ -290,6 +284,17 @@ mod tests {
                 && text.contains(r#""event":"daemon_stopped","pid":1,"reason":"a""#),
             "{text}"
         );
+    }
+
+    #[test]
+    fn a_planted_link_is_never_written_through() {
+        let tmp = tempfile::tempdir().unwrap();
+        let victim = tmp.path().join("victim.txt");
+        std::fs::write(&victim, "precious\n").unwrap();
+        let log = NodeLog::open(tmp.path()).unwrap();
+        std::os::unix::fs::symlink(&victim, log.path()).unwrap();
+        log.record(stopped("a"));
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
     }
 
     #[test]
