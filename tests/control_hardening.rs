@@ -204,3 +204,18 @@ fn a_runs_energy_survives_kill_9_of_the_daemon() {
         "{e:.0} J for a run whose GPUs used at most {truth:.0} J"
     );
 }
+
+#[test]
+fn a_cpu_only_run_is_charged_no_gpu_energy() {
+    // The node's GPUs train (their processes are not the run's): the run itself uses none.
+    let s = NvmlDaemon::new(TRAINING, &[]);
+    let id = start(&s, "sleep 30", None);
+    std::thread::sleep(Duration::from_secs(4));
+    let e = run_energy_j(&s, &id).unwrap_or(0.0);
+    assert!(e < 1.0, "a CPU-only run was charged {e:.0} J");
+    // The same with its GPUs declared: they are charged (no other run claims them).
+    let id = start(&s, "sleep 30", Some("[1]"));
+    std::thread::sleep(Duration::from_secs(4));
+    let e = run_energy_j(&s, &id).unwrap_or(0.0);
+    assert!(e > 500.0, "a run on GPU 1 was charged {e:.0} J");
+}

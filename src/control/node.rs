@@ -68,6 +68,11 @@ pub struct RunView {
     /// The GPUs of its ranks, when it is a job of several ranks whose GPUs on this node are
     /// known; empty otherwise (a single process is no job).
     pub job_gpus: Vec<u32>,
+    /// Its main process, which leads its process group.
+    pub pid: Option<u32>,
+    /// The GPUs its processes use now (NVML's process lists against the run's process tree),
+    /// with the GPU memory they hold there, bytes; empty when none of its processes is on one.
+    pub uses: BTreeMap<u32, u64>,
 }
 
 /// What a run's profile asks of the loops.
@@ -161,6 +166,8 @@ struct RunTrack {
     written_s: f64,
     /// When its ledger was last saved.
     saved_s: f64,
+    /// [`RunView::uses`], as of this step.
+    uses: BTreeMap<u32, u64>,
     /// Energy up to this snapshot's counters was taken from its ledger: the meters' increments
     /// into this snapshot are not added again.
     caught_up: bool,
@@ -392,7 +399,8 @@ impl NodeControl {
         out: &mut StepOutput,
     ) {
         for r in runs.iter().filter(|r| r.live) {
-            if self.runs.contains_key(&r.id) {
+            if let Some(t) = self.runs.get_mut(&r.id) {
+                t.uses.clone_from(&r.uses);
                 continue;
             }
             let rules = load(&r.dir).unwrap_or_default();
@@ -450,6 +458,7 @@ impl NodeControl {
                     metrics_read: 0,
                     written_s: f64::NEG_INFINITY,
                     saved_s: f64::NEG_INFINITY,
+                    uses: r.uses.clone(),
                     caught_up,
                 },
             );
@@ -514,17 +523,18 @@ impl NodeControl {
             }
             // Which way most samples were measured, for saying so.
             let counter = s.energy_j.is_some();
-            for track in self.runs.values_mut() {
+            for (id, share) in charged(s, &self.runs) {
+                let Some(track) = self.runs.get_mut(&id) else {
+                    continue;
+                };
                 if track.caught_up {
                     continue;
                 }
-                if track.gpus.as_ref().is_none_or(|set| set.contains(&s.index)) {
-                    *track.per_gpu.entry(s.index).or_default() += d;
-                    if counter {
-                        track.counter_s += 1.0;
-                    } else {
-                        track.power_s += 1.0;
-                    }
+                *track.per_gpu.entry(s.index).or_default() += d * share;
+                if counter {
+                    track.counter_s += 1.0;
+                } else {
+                    track.power_s += 1.0;
                 }
             }
         }
@@ -1242,6 +1252,49 @@ fn governor_input(
         max_w: l.max_w,
         user_cap_w: Some(user),
     }
+}
+
+/// Who is charged GPU `s`'s energy, and each one's share (summing to 1, or nothing):
+///
+/// - the runs whose processes are on it (NVML's process list), by the GPU memory they hold
+///   there (equally when it is not reported);
+/// - else the runs that declared it (`CUDA_VISIBLE_DEVICES`), equally;
+/// - and, only where the GPU's processes cannot be read at all, the runs that declared no GPU
+///   (they may use any).
+///
+/// A run that declared no GPU and has no process on one is charged nothing: a CPU-only script
+/// costs no GPU energy.
+fn charged(s: &GpuSample, runs: &BTreeMap<String, RunTrack>) -> Vec<(String, f64)> {
+    let users: Vec<(&String, u64)> = runs
+        .iter()
+        .filter_map(|(id, t)| t.uses.get(&s.index).map(|b| (id, *b)))
+        .collect();
+    if !users.is_empty() {
+        let total: u64 = users.iter().map(|(_, b)| b).sum();
+        let n = users.len() as f64;
+        return users
+            .into_iter()
+            .map(|(id, b)| {
+                let share = if total > 0 {
+                    b as f64 / total as f64
+                } else {
+                    1.0 / n
+                };
+                (id.clone(), share)
+            })
+            .collect();
+    }
+    let unknown = s.processes.is_none();
+    let claim: Vec<&String> = runs
+        .iter()
+        .filter(|(_, t)| match &t.gpus {
+            Some(set) => set.contains(&s.index),
+            None => unknown,
+        })
+        .map(|(id, _)| id)
+        .collect();
+    let n = claim.len() as f64;
+    claim.into_iter().map(|id| (id.clone(), 1.0 / n)).collect()
 }
 
 /// A run's ledger at snapshot `snap`: its energy per GPU and each GPU's counter now.

@@ -22,6 +22,7 @@
 //!
 //! A read-only daemon measures energy and raises alerts, but moves no cap.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Mutex;
 
@@ -85,7 +86,15 @@ impl Daemon {
     /// One step of the loops at a new snapshot (called from `take_snapshot`).
     pub(super) fn control_step(&self, snap: &Snapshot) {
         self.run_caps_follow();
-        let views = self.run_views();
+        let mut views = self.run_views();
+        let leaders: Vec<(usize, u32)> = views
+            .iter()
+            .enumerate()
+            .filter_map(|(i, v)| Some((i, v.pid?)))
+            .collect();
+        for (i, uses) in gpu_use(snap, &leaders) {
+            views[i].uses = uses;
+        }
         let parts = if self.readonly() {
             None
         } else {
@@ -151,6 +160,8 @@ impl Daemon {
                     .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
                     .map_or(0.0, |d| d.as_secs_f64()),
                 recorded: info.energy.clone(),
+                pid: info.pid,
+                uses: Default::default(),
                 dir: info.dir,
                 id: info.id,
             })
@@ -358,6 +369,53 @@ fn load_rules(dir: &Path) -> Option<RunRules> {
             None
         }
     }
+}
+
+/// For each run (by its place in `leaders`, with its main process): the GPUs its processes are
+/// on in NVML's process lists, with the GPU memory they hold there. A process is the run's when
+/// the run's main process is it, its process group or session leader, or one of its ancestors.
+fn gpu_use(snap: &Snapshot, leaders: &[(usize, u32)]) -> BTreeMap<usize, BTreeMap<u32, u64>> {
+    let mut out: BTreeMap<usize, BTreeMap<u32, u64>> = BTreeMap::new();
+    if leaders.is_empty() {
+        return out;
+    }
+    let mut owners: BTreeMap<u32, Option<usize>> = BTreeMap::new();
+    for g in &snap.gpus {
+        for p in g.processes.iter().flatten() {
+            let owner = *owners
+                .entry(p.pid)
+                .or_insert_with(|| owner_of(p.pid, leaders));
+            if let Some(run) = owner {
+                *out.entry(run).or_default().entry(g.index).or_default() +=
+                    p.used_memory_bytes.unwrap_or(0);
+            }
+        }
+    }
+    out
+}
+
+/// Which of `leaders` process `pid` belongs to (see [`gpu_use`]), walking up its parents.
+fn owner_of(pid: u32, leaders: &[(usize, u32)]) -> Option<usize> {
+    use crate::supervisor::procfs;
+    let find = |x: i64| {
+        leaders
+            .iter()
+            .find(|(_, l)| i64::from(*l) == x)
+            .map(|(i, _)| *i)
+    };
+    let mut cur = pid;
+    // A bounded walk: a process tree deeper than this is no run's.
+    for _ in 0..64 {
+        if let Some(i) = find(i64::from(cur)) {
+            return Some(i);
+        }
+        let st = procfs::stat(cur).ok()?;
+        if let Some(i) = find(i64::from(st.pgrp)).or_else(|| find(i64::from(st.session))) {
+            return Some(i);
+        }
+        cur = u32::try_from(st.ppid).ok().filter(|p| *p > 1)?;
+    }
+    None
 }
 
 /// The control handle as the loops use it: before their first change to a GPU's cap, its

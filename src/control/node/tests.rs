@@ -250,6 +250,8 @@ fn run_view(dir: &Path, live: bool) -> RunView {
         started_s: T0,
         recorded: None,
         job_gpus: Vec::new(),
+        pid: None,
+        uses: BTreeMap::new(),
     }
 }
 

@@ -239,3 +239,60 @@ fn a_runs_energy_survives_a_daemon_kill_with_the_downtime_counted() {
     let truth = counter(&dev) - start;
     assert!((e - truth).abs() / truth < 1e-6, "{e} J vs {truth} J");
 }
+
+#[test]
+fn energy_goes_to_the_runs_whose_processes_use_the_gpu() {
+    let dev = hot(2);
+    advance(&dev, 20.0);
+    let tmp = tempfile::tempdir().unwrap();
+    // A CPU-only run that declared no GPU; a run on GPU 0 (3 GiB) and one sharing it (1 GiB).
+    let cpu = RunView {
+        id: "cpu".into(),
+        visible: None,
+        ..run_view(tmp.path(), true)
+    };
+    let big = RunView {
+        id: "big".into(),
+        visible: None,
+        uses: BTreeMap::from([(0, 3 << 30)]),
+        ..run_view(tmp.path(), true)
+    };
+    let small = RunView {
+        id: "small".into(),
+        visible: Some("0".into()),
+        uses: BTreeMap::from([(0, 1 << 30)]),
+        ..run_view(tmp.path(), true)
+    };
+    let views = [cpu, big, small];
+    let mut nc = NodeControl::new(ControlSettings::default());
+    let gpu0 = |d: &SimDev| d.node().gpus()[0].reading().energy_mj as f64 / 1000.0;
+    let mut energy = BTreeMap::new();
+    let mut start = 0.0;
+    for i in 0..30 {
+        if i > 0 {
+            advance(&dev, 1.0);
+        }
+        let mut snap = snapshot(&dev, T0, true, false);
+        // NVML lists the GPUs' processes (none of them the CPU-only run's).
+        for g in &mut snap.gpus {
+            g.processes = Some(vec![]);
+        }
+        let out = nc.step(&snap, &views, &no_profile, None::<&SimDev>, "n");
+        if i == 0 {
+            start = gpu0(&dev);
+        }
+        for (id, e, _) in out.energy {
+            energy.insert(id, e.energy_j);
+        }
+    }
+    let truth = gpu0(&dev) - start;
+    assert!(energy["cpu"] < 1e-9, "{energy:?}");
+    assert!(
+        (energy["big"] - 0.75 * truth).abs() < 1e-6 * truth,
+        "{energy:?} of {truth}"
+    );
+    assert!(
+        (energy["small"] - 0.25 * truth).abs() < 1e-6 * truth,
+        "{energy:?} of {truth}"
+    );
+}
