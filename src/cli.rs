@@ -154,6 +154,10 @@ each user's own daemon. See docs/operations.md, \"A root daemon for power contro
     /// daemons or dcgm-exporter), as a grid coloured by a metric.
     #[command(long_about = CLUSTER_ABOUT)]
     Cluster(ClusterArgs),
+    /// A run's report: verdict, energy, charts over time with change markers, time lost,
+    /// events. Writes report.html into the run directory (or --html FILE) and prints its path;
+    /// --md or --json print to stdout.
+    Report(ReportArgs),
 }
 
 const CLUSTER_ABOUT: &str = "A grid of nodes × GPUs read from Prometheus's HTTP query API once a \
@@ -505,6 +509,23 @@ pub struct RunArgs {
     #[arg(long = "knob", value_name = "NAME=N:MIN..MAX", requires = "command",
           value_parser = crate::profile::KnobDecl::parse)]
     pub knobs: Vec<crate::profile::KnobDecl>,
+}
+
+/// Options of `gpupilot report`.
+#[derive(Debug, Args, Clone)]
+pub struct ReportArgs {
+    /// An id, a unique id prefix, a run name, or `last`.
+    #[arg(value_name = "RUN")]
+    pub run: String,
+    /// Write the HTML report to FILE instead of the run directory's report.html.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["md", "json"])]
+    pub html: Option<std::path::PathBuf>,
+    /// Print the report as Markdown.
+    #[arg(long, conflicts_with = "json")]
+    pub md: bool,
+    /// Print the report's figures as JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args, Clone)]

@@ -14,6 +14,8 @@
 //! - [`config`]: where files live (XDG or `GPUPILOT_HOME`), themes and keymaps.
 //! - [`profile`]: the run profile format (`profiles/*.toml`): parse, `extends`, validate.
 //! - [`supervisor`]: start, stop, pause, restart and re-adopt runs; their run directories.
+//! - [`report`]: a run's report (verdict, energy, charts with change markers, events) as a
+//!   self-contained HTML page, Markdown or JSON, from its run directory.
 //! - [`daemon`]: `gpupilot daemon`, the one process per `GPUPILOT_HOME` that owns sampling,
 //!   history, runs and the node's event log, serving its clients on a Unix socket.
 //! - [`protocol`]: the versioned newline-delimited JSON messages between daemon and clients.
@@ -36,6 +38,7 @@ pub mod exporter;
 pub mod history;
 pub mod profile;
 pub mod protocol;
+pub mod report;
 pub mod status;
 pub mod supervisor;
 pub mod telemetry;

@@ -60,6 +60,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Some(Command::Thermal(args)) => commands::thermal::thermal(&g, &args),
         Some(Command::Budget(args)) => commands::thermal::budget(&g, &args),
         Some(Command::Cluster(args)) => commands::cluster::cluster(&args),
+        Some(Command::Report(args)) => commands::report::report(&args),
     }
 }
 

@@ -17,6 +17,7 @@ pub mod knobs;
 pub mod power;
 pub mod profile;
 pub mod ranks;
+pub mod report;
 pub mod runs;
 pub mod system;
 pub mod thermal;

@@ -43,6 +43,7 @@ mod rank_changes;
 mod ranks;
 mod relay;
 mod run_power;
+mod run_report;
 mod runs;
 mod server;
 mod state;

@@ -222,6 +222,9 @@ impl Daemon {
         self.parse_outputs();
         self.check_rank_changes();
         for c in changes {
+            if c.new.is_final() {
+                super::run_report::after_end(&self.paths.state, &c.id, &self.history);
+            }
             self.events.record(NodeEvent::RunStatus {
                 run: c.id,
                 old: c.old,

@@ -1,0 +1,89 @@
+//! A run's report (`gpupilot report RUN`, and `report.html` in the run directory when a run
+//! ends): did it finish, how fast, what it cost in energy, where the time went, what changed.
+//!
+//! - [`model`]: the figures, gathered from the run directory (and the GPU history the caller
+//!   hands in); says what it could not read.
+//! - [`charts`]: line charts over the run's time as SVG (plotters), with change markers.
+//! - [`html`]: one self-contained page (inline CSS and SVG, no scripts, no requests), for a
+//!   phone and for print.
+//! - [`markdown`]: the same figures for pasting into an issue or a chat; JSON is the model
+//!   through serde.
+//!
+//! Layer: beside `advisor` (it reads run directories and protocol types); it never talks to a
+//! daemon itself.
+
+pub mod charts;
+pub mod html;
+pub mod markdown;
+pub mod model;
+
+pub use model::{GpuSeries, Report, ReportError, Sources, gather};
+
+use std::path::{Path, PathBuf};
+
+use crate::supervisor::RunDir;
+
+/// The report's file name in a run directory.
+pub const HTML_NAME: &str = "report.html";
+
+/// Where a run directory's report goes.
+pub fn html_path(dir: &Path) -> PathBuf {
+    dir.join(HTML_NAME)
+}
+
+/// Gather and write `report.html` into the run directory (replaced whole, never through a
+/// link); its path.
+pub fn write_into_run_dir(dir: &RunDir, src: Sources<'_>) -> Result<PathBuf, ReportError> {
+    let report = gather(dir, src)?;
+    let path = html_path(dir.path());
+    crate::config::safe_fs::write_atomic(&path, html::render(&report).as_bytes())?;
+    Ok(path)
+}
+
+/// `42s`, `3m05s`, `2h07m`, `1d03h`.
+pub fn duration_text(secs: f64) -> String {
+    let s = secs.max(0.0).round() as u64;
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m{:02}s", s / 60, s % 60),
+        3600..86_400 => format!("{}h{:02}m", s / 3600, (s % 3600) / 60),
+        _ => format!("{}d{:02}h", s / 86_400, (s % 86_400) / 3600),
+    }
+}
+
+/// A number with a sensible number of digits for its size.
+pub fn num(v: f64) -> String {
+    let a = v.abs();
+    if a >= 1000.0 {
+        format!("{v:.0}")
+    } else if a >= 10.0 {
+        format!("{v:.1}")
+    } else if a >= 0.1 {
+        format!("{v:.2}")
+    } else {
+        format!("{v:.4}")
+    }
+}
+
+/// How the run ended, in words: `succeeded (exit 0)`, `running (report so far)`.
+pub fn verdict(r: &Report) -> String {
+    let s = &r.summary;
+    if r.live {
+        return format!("{} (report so far)", s.status.as_str());
+    }
+    match &s.description {
+        Some(d) => format!("{} ({d})", s.status.as_str()),
+        None => s.status.as_str().to_string(),
+    }
+}
+
+/// `0,1` or `unknown`.
+pub fn gpus_text(r: &Report) -> String {
+    match &r.gpus {
+        Some(g) if !g.is_empty() => {
+            let list: Vec<String> = g.iter().map(u32::to_string).collect();
+            format!("{} ({})", g.len(), list.join(", "))
+        }
+        _ => "unknown".into(),
+    }
+}
