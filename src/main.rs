@@ -16,6 +16,7 @@ fn main() -> ExitCode {
     if let Some(code) = gpupilot::supervisor::monitor::main_if_asked() {
         return code;
     }
+    gpupilot::supervisor::launch::this_binary_monitors_runs();
     let cli = Cli::parse();
     if !matches!(&cli.command, Some(Command::Daemon(d)) if !d.detach) {
         commands::end_quietly_on_closed_pipe();

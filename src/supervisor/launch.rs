@@ -528,8 +528,22 @@ pub fn spawn(plan: &LaunchPlan, dir: &RunDir) -> io::Result<Spawned> {
     })
 }
 
-/// The monitor program to use for a run: this binary, as found now.
+/// Set by the gpupilot binary's `main`: this process is gpupilot, and can be a run's monitor.
+static MONITORS_RUNS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Say that this process is the gpupilot binary (its `main` does, first thing), so runs its
+/// daemon starts go under a monitor of this binary.
+pub fn this_binary_monitors_runs() {
+    MONITORS_RUNS.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The monitor program to use for a run: this binary, as found now, when it is gpupilot. A
+/// program that embeds the library (a test binary with a daemon in-process) does not know
+/// `run-monitor`, and starts runs directly.
 pub fn monitor_program() -> Option<PathBuf> {
+    if !MONITORS_RUNS.load(std::sync::atomic::Ordering::Relaxed) {
+        return None;
+    }
     gpupilot_program().ok()
 }
 

@@ -159,6 +159,9 @@ pub struct Feed {
 }
 
 /// What to start a feed from.
+// One per console, made once: its size does not matter, and boxing the client would only add
+// an indirection to every request.
+#[allow(clippy::large_enum_variant)]
 pub enum DataSource {
     /// Sample this source in-process (the demo).
     Local(Arc<dyn Source>),
