@@ -193,6 +193,9 @@ fn demo_profile(exe: &std::path::Path, g: &GlobalArgs) -> Profile {
     let mut p = Profile::from_command(argv);
     p.name = "demo-train".into();
     let ranks = demo_ranks(g.sim.gpus);
+    // Its GPUs declared: the simulated node's process lists do not hold the demo's processes,
+    // and a run's energy is charged to the GPUs it uses or declares.
+    p.run.gpus = crate::profile::GpuSelection::List((0..ranks).collect());
     if ranks > 1 {
         p.run.launcher = Launcher::Ranks(RanksSpec {
             nproc: ranks,
@@ -277,6 +280,15 @@ mod tests {
         );
         let p = demo_profile(exe, &global("4"));
         assert_eq!(p.name, "demo-train");
+        // Its GPUs declared, so its energy is charged to them.
+        assert_eq!(
+            p.run.gpus,
+            crate::profile::GpuSelection::List(vec![0, 1, 2, 3])
+        );
+        assert_eq!(
+            demo_profile(exe, &global("1")).run.gpus,
+            crate::profile::GpuSelection::List(vec![0])
+        );
         let crate::profile::CommandSpec::Argv(argv) = &p.run.command else {
             panic!("{:?}", p.run.command)
         };
