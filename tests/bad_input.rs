@@ -174,7 +174,15 @@ fn a_run_that_sees_no_gpu_is_not_tuned_on_every_gpu() {
         let run = start_trainer(&home, name, extra);
         let out = home.run(
             &[
-                "tune", "energy", &run, "--seconds", "1", "--warmup", "1", "--step-w", "250",
+                "tune",
+                "energy",
+                &run,
+                "--seconds",
+                "1",
+                "--warmup",
+                "1",
+                "--step-w",
+                "250",
             ],
             Duration::from_secs(60),
         );
@@ -238,7 +246,11 @@ fn run_names_are_checked_where_the_user_wrote_them() {
     let err = stderr(&home.run(&["run", "--detach", "--name", &long, "--", "true"], T));
     assert!(err.contains("64"), "the limit: {err}");
     let file = home.dir.path().join("long.toml");
-    std::fs::write(&file, format!("name = \"{long}\"\n[run]\ncommand = [\"true\"]\n")).unwrap();
+    std::fs::write(
+        &file,
+        format!("name = \"{long}\"\n[run]\ncommand = [\"true\"]\n"),
+    )
+    .unwrap();
     let p = file.display().to_string();
     for args in [vec!["profile", "check", &p], vec!["run", "--detach", &p]] {
         let err = refused(&home.run(&args, T), "a long name in a profile");
@@ -282,4 +294,68 @@ fn a_knob_restart_that_loses_the_work_says_so_and_changes_nothing() {
     assert!(err.contains("--restart"), "how to go on: {err}");
     let info = c.run(&run).unwrap();
     assert_eq!(info.restarts, 0, "restarted anyway");
+}
+
+#[test]
+fn run_dash_dash_declares_its_knobs_and_ps_keeps_one_line_per_run() {
+    let home = Home::new();
+    let _d = home.daemon(&[]);
+    // A placeholder without a declared knob: the message names --knob, not a run.toml.
+    let out = home.run(
+        &[
+            "run",
+            "--detach",
+            "--",
+            "sh",
+            "-c",
+            "sleep 30",
+            "x",
+            "{batch_size}",
+        ],
+        T,
+    );
+    let err = refused(&out, "an undeclared placeholder");
+    assert!(err.contains("--knob") && !err.contains("run.toml"), "{err}");
+
+    // Declared: the command gets its starting value, and the knob its range.
+    let id = home
+        .ok(&[
+            "run",
+            "--detach",
+            "--knob",
+            "batch_size=64:8..512",
+            "--",
+            "sh",
+            "-c",
+            "sleep 30",
+            "x",
+            "{batch_size}",
+        ])
+        .trim()
+        .to_string();
+    let c = home.client();
+    let info = c.run(&id).unwrap();
+    assert_eq!(
+        info.command.last().map(String::as_str),
+        Some("64"),
+        "{info:?}"
+    );
+    let m = c.run_metrics(&id, 0).unwrap();
+    let batch = m
+        .trainer
+        .knobs
+        .iter()
+        .find(|k| k.knob == gpupilot::protocol::KnobName::BatchSize)
+        .and_then(|k| k.range)
+        .map(|r| (r.min, r.max));
+    assert_eq!(batch, Some((8, Some(512))));
+
+    // A command with a newline in it is one row of `ps`.
+    let other = home.ok(&["run", "--detach", "--", "sh", "-c", "sleep 30\necho broken"]);
+    let ps = home.ok(&["ps"]);
+    assert_eq!(ps.lines().count(), 3, "a header and two runs:\n{ps}");
+    assert!(ps.contains("\\n"), "the newline shown escaped:\n{ps}");
+    for run in [id.as_str(), other.trim()] {
+        home.ok(&["stop", "--kill", run]);
+    }
 }

@@ -40,7 +40,7 @@ pub fn run(g: &GlobalArgs, args: &RunArgs) -> anyhow::Result<ExitCode> {
             if !caller.env.contains_key("PYTHONUNBUFFERED") {
                 caller.env.insert("PYTHONUNBUFFERED".into(), "1".into());
             }
-            Profile::from_command(args.command.clone())
+            Profile::for_command(args.command.clone(), &args.knobs).map_err(anyhow::Error::msg)?
         }
     };
     if let Some(name) = &args.name {
@@ -348,7 +348,8 @@ pub fn ps_table(runs: &[RunInfo], trainers: &BTreeMap<String, TrainerInfo>) -> S
                 exit,
                 r.gpus.clone(),
                 r.energy.as_ref().map_or("-".into(), energy_cell),
-                shell_words::join(&r.command),
+                // A command with a newline or an escape in it must not break the table.
+                super::printable(&shell_words::join(&r.command)),
             ]);
             row
         })
