@@ -185,6 +185,9 @@ pub enum LaunchError {
         "command not found: `{program}` (looked in PATH={path}); check the spelling, or activate the environment that has it"
     )]
     ProgramNotFound { program: String, path: String },
+    /// A command given with a `/` is not searched for: it is there or not.
+    #[error("command not found: {} does not exist; check the path", .0.display())]
+    NoSuchProgram(PathBuf),
     #[error("`{}` is not executable: chmod +x it, or run it through its interpreter", .0.display())]
     NotExecutable(PathBuf),
     #[error("working directory {} does not exist", .0.display())]
@@ -452,6 +455,7 @@ fn is_executable(p: &Path) -> bool {
 
 fn check_program(program: &str, path: Option<&str>, cwd: &Path) -> Result<(), LaunchError> {
     match resolve_program(program, path, cwd) {
+        None if program.contains('/') => Err(LaunchError::NoSuchProgram(cwd.join(program))),
         None => Err(LaunchError::ProgramNotFound {
             program: program.into(),
             path: path.unwrap_or("").into(),
@@ -902,6 +906,12 @@ mod tests {
             ])[..]
         );
 
+        // A path is not searched for in PATH, and the message does not say it was.
+        let err = check_program("/no/such/trainer", Some("/usr/bin"), tmp.path()).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "command not found: /no/such/trainer does not exist; check the path"
+        );
         // The command the ranks run is looked for, not only gpupilot.
         let p = profile::parse_str(
             "r.toml",
