@@ -9,6 +9,8 @@
 //! | `summary.json` | status, exit, times; rewritten at each change |
 //! | `pid` | `PID START_TIME BOOT_ID` of the current process, for adoption |
 //! | `exit_code` | optional: written by the run itself, read when an adopted run ends |
+//! | `monitor` | `PID START_TIME BOOT_ID` of the attempt's monitor (`supervisor::monitor`) |
+//! | `exit.json` | how the attempt's main process ended, written by its monitor |
 //!
 //! The files gpupilot writes here are made 0600 and never written through a symbolic link:
 //! logs and events are appended to only when they are regular files of ours, the others are
@@ -163,6 +165,32 @@ impl RunDir {
     }
     pub fn exit_code_path(&self) -> PathBuf {
         self.path.join("exit_code")
+    }
+
+    pub fn monitor_path(&self) -> PathBuf {
+        self.path.join("monitor")
+    }
+    pub fn exit_record_path(&self) -> PathBuf {
+        self.path.join("exit.json")
+    }
+
+    /// Record the current attempt's monitor (the same format as `pid`).
+    pub fn write_monitor(&self, rec: &PidRecord) -> io::Result<()> {
+        safe_fs::write_atomic(&self.monitor_path(), rec.to_line().as_bytes())
+    }
+
+    /// The monitor file, or None when there is none (a run started without a monitor).
+    pub fn read_monitor(&self) -> io::Result<Option<PidRecord>> {
+        match fs::read_to_string(self.monitor_path()) {
+            Ok(text) => Ok(PidRecord::parse(&text)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Replace `exit.json` (written whole, or not at all).
+    pub fn write_exit_record(&self, json: &[u8]) -> io::Result<()> {
+        safe_fs::write_atomic(&self.exit_record_path(), json)
     }
 
     /// Open a log file for a process to write to directly (append: restarts add to it).
