@@ -219,3 +219,83 @@ fn a_cpu_only_run_is_charged_no_gpu_energy() {
     let e = run_energy_j(&s, &id).unwrap_or(0.0);
     assert!(e > 500.0, "a run on GPU 1 was charged {e:.0} J");
 }
+
+/// Two H100 at rest, nothing else.
+const TWO_H100: &str = r#"
+model = "h100-sxm"
+count = 2
+"#;
+
+fn outside_events(s: &NvmlDaemon) -> Vec<Value> {
+    s.home
+        .node_events()
+        .into_iter()
+        .filter(|e| e["event"] == "power_changed_outside")
+        .collect()
+}
+
+/// GPU `gpu`'s power limit in the daemon's newest snapshot, watts.
+fn limit_w(s: &NvmlDaemon, gpu: usize) -> f64 {
+    status_gpus(s)[gpu]["power_limit_w"].as_f64().unwrap()
+}
+
+#[test]
+fn a_limit_changed_outside_gpupilot_is_an_event_once_and_reset_restores_it() {
+    let s = NvmlDaemon::new(TWO_H100, &[]);
+    let before = limit_w(&s, 0);
+    assert!(before > 500.0, "{before}");
+    // Another program on the same node: here a second gpupilot daemon of another home, which
+    // this daemon knows nothing of (as it knows nothing of pynvml or nvidia-smi).
+    let mut other = NvmlDaemon {
+        home: daemon_common::Home::new(),
+        node: common::FakeNode::new(TWO_H100),
+        daemon: None,
+    };
+    other.node.scenario = s.node.scenario.clone();
+    other.node.state = s.node.state.clone();
+    other.node.log = s.node.log.clone();
+    other.restart(&[]);
+    other.ok(&["power", "cap", "400", "--gpu", "0"]);
+    drop(other);
+
+    wait_for(
+        "the outside change to be recorded",
+        Duration::from_secs(20),
+        || !outside_events(&s).is_empty(),
+    );
+    // More snapshots at the new limit: the change is recorded once.
+    std::thread::sleep(Duration::from_secs(2));
+    let ev = outside_events(&s);
+    assert_eq!(ev.len(), 1, "one event per change: {ev:?}");
+    assert_eq!(ev[0]["gpu"], 0);
+    assert!(
+        (ev[0]["old_w"].as_f64().unwrap() - before).abs() < 1.0,
+        "{ev:?}"
+    );
+    assert!(
+        (ev[0]["new_w"].as_f64().unwrap() - 400.0).abs() < 1.0,
+        "{ev:?}"
+    );
+    assert!(
+        ev[0]["uuid"].as_str().unwrap().starts_with("GPU-"),
+        "{ev:?}"
+    );
+    assert!(
+        (limit_w(&s, 1) - before).abs() < 1.0,
+        "GPU 1 was not touched"
+    );
+    // The limit before it is the original `power reset` restores.
+    let rec = s.originals().expect("an original recorded");
+    assert_eq!(rec["gpus"]["0"]["power_limit_w"].as_f64(), Some(before));
+    let reset = s.ok(&["power", "reset"]);
+    assert!(reset.contains("GPU 0"), "{reset}");
+    wait_for(
+        "GPU 0 back at its original",
+        Duration::from_secs(10),
+        || (limit_w(&s, 0) - before).abs() < 1.0,
+    );
+    assert!(s.originals().is_none(), "{:?}", s.originals());
+    // gpupilot's own restore is not an outside change.
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(outside_events(&s).len(), 1, "{:?}", outside_events(&s));
+}

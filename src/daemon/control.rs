@@ -9,6 +9,7 @@
 use std::sync::{Arc, Mutex, OnceLock};
 
 use super::auth::Peer;
+use super::outside::{LimitWatch, Watched};
 use super::state::{Daemon, RequestError, lock};
 use super::{DaemonError, io_err};
 use crate::control::ControlError;
@@ -30,6 +31,8 @@ struct Controller {
     restore_on_exit: bool,
     /// The caps runs' profiles set (`run_power`).
     run_caps: Mutex<super::run_power::RunCaps>,
+    /// The limits `dev` set, to tell changes made outside gpupilot (`outside`).
+    watch: Arc<Mutex<LimitWatch>>,
 }
 
 const POWER: &str = "power_limit";
@@ -103,11 +106,18 @@ impl Daemon {
         let path = Originals::path_in(&self.paths.state);
         let originals =
             Originals::load(path.clone()).map_err(io_err(format!("reading {}", path.display())))?;
+        // Every setter goes through the watch, so what it did not set was set by another.
+        let watch = Arc::new(Mutex::new(LimitWatch::default()));
+        let dev: Arc<dyn GpuControl> = Arc::new(Watched {
+            inner: dev,
+            watch: Arc::clone(&watch),
+        });
         let _ = self.control.0.set(Controller {
             dev,
             originals: Mutex::new(originals),
             restore_on_exit,
             run_caps: Mutex::default(),
+            watch,
         });
         Ok(())
     }
@@ -131,6 +141,15 @@ impl Daemon {
             .0
             .get()
             .map(|c| (&c.dev, &c.originals, &c.run_caps))
+    }
+
+    /// The watch on the GPUs' limits and the record of originals, for `outside`.
+    /// Lock order: the originals, then the watch (a setter called with the originals held).
+    pub(super) fn limit_watch(&self) -> Option<(&Mutex<LimitWatch>, &Mutex<Originals>)> {
+        self.control
+            .0
+            .get()
+            .map(|c| (c.watch.as_ref(), &c.originals))
     }
 
     fn controller(&self) -> Result<&Controller, RequestError> {

@@ -20,6 +20,10 @@
 //! `$STATE/control/originals.json` (as `power cap` does), so `power reset` puts it back
 //! whatever the loops did; once they have put it back themselves the record is forgotten.
 //!
+//! A power limit that changed although gpupilot did not change it (pynvml, `nvidia-smi`) is
+//! recorded first, as a `power_changed_outside` event, with the limit before it as the original
+//! (`outside`); the loops then take the new limit for the user's cap.
+//!
 //! A read-only daemon measures energy and raises alerts, but moves no cap.
 
 use std::collections::BTreeMap;
@@ -85,6 +89,7 @@ impl Daemon {
 
     /// One step of the loops at a new snapshot (called from `take_snapshot`).
     pub(super) fn control_step(&self, snap: &Snapshot) {
+        self.note_outside_changes(snap);
         self.run_caps_follow();
         let mut views = self.run_views();
         let leaders: Vec<(usize, u32)> = views

@@ -39,6 +39,7 @@ pub mod logging;
 mod logs;
 mod metrics;
 mod ops;
+mod outside;
 mod rank_changes;
 mod ranks;
 mod relay;

@@ -302,6 +302,17 @@ pub enum NodeEvent {
         by: String,
         why: Option<String>,
     },
+    /// A GPU's power limit changed and gpupilot did not change it (pynvml, `nvidia-smi -pl`,
+    /// another tool): `old_w` → `new_w`, as read at two snapshots. Recorded once per change;
+    /// `old_w` becomes the GPU's recorded original unless one was recorded already, so
+    /// `power reset` puts it back.
+    PowerChangedOutside {
+        gpu: u32,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        uuid: Option<String>,
+        old_w: f64,
+        new_w: f64,
+    },
     /// The thermal governor of a GPU. `change`: `on`, `off`, `cap` (it moved the cap
     /// `old_w` → `new_w`), `stale` (telemetry went stale: it holds the cap), `resumed`,
     /// `restored` (nothing controls the cap any more: the user's cap is back), `failed`.

@@ -266,6 +266,18 @@ pub fn columns(e: &NodeEvent) -> [String; 4] {
             ),
             or_dash(why),
         ],
+        NodeEvent::PowerChangedOutside {
+            gpu, old_w, new_w, ..
+        } => [
+            "outside gpupilot".into(),
+            format!("GPU {gpu}"),
+            format!(
+                "power limit {} → {}",
+                crate::control::power::watts(*old_w),
+                crate::control::power::watts(*new_w)
+            ),
+            "changed outside gpupilot (power reset restores the limit before)".into(),
+        ],
         // Events of the control loops and anything newer: their name and fields as they are
         // in events.jsonl, so no event is ever hidden from the view.
         #[allow(unreachable_patterns)]
