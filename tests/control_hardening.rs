@@ -143,6 +143,16 @@ fn a_lost_gpu_keeps_its_identity_in_status_and_metrics() {
     assert!(gpu1.contains(&format!("UUID=\"{uuid}\"")), "{gpu1}");
     assert!(gpu1.ends_with(" 1"), "{gpu1}");
     assert!(!body.contains("UUID=\"\""), "{body}");
+
+    // A cap for every GPU names the lost one, changes nothing, and says how to cap the others.
+    let err = s.fails(&["power", "cap", "300"]);
+    assert!(
+        err.contains("GPU 1") && err.contains("nothing changed") && err.contains("--gpu 0"),
+        "{err}"
+    );
+    assert!(s.setter_calls().is_empty(), "{:?}", s.setter_calls());
+    s.ok(&["power", "cap", "300", "--gpu", "0"]);
+    assert_eq!(s.setter_calls().len(), 1, "{:?}", s.setter_calls());
 }
 
 /// Two H100 training at full power.

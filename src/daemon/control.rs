@@ -273,10 +273,33 @@ impl Daemon {
         let gpus = self.targets(c, sel)?;
         // Every GPU is checked before any is changed: a bad value changes nothing.
         let mut plan = Vec::new();
+        let mut unreadable = Vec::new();
         for g in gpus {
-            let limits = c.dev.power_limits(g)?;
-            check_power(g, w, &limits)?;
-            plan.push((g, limits));
+            match c.dev.power_limits(g) {
+                Ok(limits) => {
+                    check_power(g, w, &limits)?;
+                    plan.push((g, limits));
+                }
+                Err(e) => unreadable.push((g, RequestError::from(e))),
+            }
+        }
+        if let Some((g, e)) = unreadable.into_iter().next() {
+            // One GPU that cannot be read (lost, or the driver refuses) holds the others back
+            // only until the user names them.
+            let hint = if plan.is_empty() {
+                String::new()
+            } else {
+                let others: Vec<String> = plan.iter().map(|(g, _)| g.to_string()).collect();
+                format!(
+                    "; to cap the others: `gpupilot power cap {} --gpu {}`",
+                    watts(w).trim_end_matches(" W"),
+                    others.join(",")
+                )
+            };
+            return Err(RequestError::new(
+                e.code,
+                format!("GPU {g}: {}; nothing changed{hint}", e.message),
+            ));
         }
         let mut originals = lock(&c.originals);
         let mut done: Vec<GpuChange> = Vec::new();
