@@ -34,6 +34,7 @@ use super::jobs::{self, JobCaps, JobGroup, JobHold};
 use super::settings::{AlertRules, ControlSettings};
 use super::status::{BudgetStatus, CapChange, ControlStatus, GovernorStatus};
 use super::{ControlError, PowerControl, PowerLimits};
+use crate::profile::VisibleGpus;
 use crate::protocol::NodeEvent;
 use crate::telemetry::{GpuSample, Snapshot, throttle};
 
@@ -1347,20 +1348,8 @@ fn catch_up(l: &Ledger, snap: &Snapshot, per_gpu: &mut BTreeMap<u32, f64>) -> bo
 
 /// The GPUs a run sees: `CUDA_VISIBLE_DEVICES` as indices or UUIDs (None: every GPU).
 pub fn visible_gpus(visible: Option<&str>, snap: &Snapshot) -> Option<BTreeSet<u32>> {
-    let v = visible?;
-    let mut set = BTreeSet::new();
-    for word in v.split(',').map(str::trim).filter(|w| !w.is_empty()) {
-        if let Ok(i) = word.parse::<u32>() {
-            set.insert(i);
-        } else if let Some(s) = snap
-            .gpus
-            .iter()
-            .find(|g| g.uuid.as_deref().is_some_and(|u| u.starts_with(word)))
-        {
-            set.insert(s.index);
-        }
-    }
-    Some(set)
+    let node = snap.gpus.iter().map(|g| (g.index, g.uuid.as_deref()));
+    VisibleGpus::parse(visible).known(node)
 }
 
 /// Newest change to the run's output or metrics, Unix seconds.

@@ -25,7 +25,7 @@ use super::state::{Daemon, RequestError, lock};
 use crate::control::ControlError;
 use crate::control::node::NodeControl;
 use crate::control::power::{GpuControl, Originals, check_power, watts};
-use crate::profile::{self, Launcher, Profile};
+use crate::profile::{self, Launcher, Profile, VisibleGpus};
 use crate::protocol::{ErrorCode, NodeEvent};
 use crate::supervisor::clock::rfc3339;
 use crate::supervisor::{Caller, Event, EventRecord, Run, RunDir};
@@ -95,36 +95,26 @@ fn visible_for(p: &Profile, caller: &Caller) -> Option<String> {
     }
 }
 
-/// The GPUs of this node a `CUDA_VISIBLE_DEVICES` value names (indices or UUID prefixes); None:
-/// every GPU.
+/// The GPUs of this node a `CUDA_VISIBLE_DEVICES` value names (indices or UUID prefixes, read
+/// by [`VisibleGpus`]: unset or `all` is every GPU, an empty list none).
 fn gpus_of(dev: &dyn GpuControl, visible: Option<&str>) -> Result<Vec<usize>, String> {
     let n = dev.gpu_count();
-    let Some(v) = visible else {
-        return Ok((0..n).collect());
-    };
-    let mut out = Vec::new();
-    for word in v.split(',').map(str::trim).filter(|w| !w.is_empty()) {
-        let found = match word.parse::<usize>() {
-            Ok(i) => (i < n).then_some(i),
-            Err(_) => (0..n).find(|&g| dev.gpu_uuid(g).is_some_and(|u| u.starts_with(word))),
-        };
-        match found {
-            Some(g) if !out.contains(&g) => out.push(g),
-            Some(_) => {}
-            None => {
-                let have = match n {
-                    0 => "no GPUs".to_string(),
-                    1 => "GPU 0 only".to_string(),
-                    n => format!("GPUs 0–{}", n - 1),
-                };
-                return Err(format!(
-                    "CUDA_VISIBLE_DEVICES names `{word}`, which is no GPU of this node (it has \
-                     {have})"
-                ));
-            }
+    let uuids: Vec<Option<String>> = (0..n).map(|g| dev.gpu_uuid(g)).collect();
+    let node = uuids
+        .iter()
+        .enumerate()
+        .map(|(g, u)| (g as u32, u.as_deref()));
+    match VisibleGpus::parse(visible).resolve(node) {
+        Ok(gpus) => Ok(gpus.into_iter().map(|g| g as usize).collect()),
+        Err(e) => {
+            let have = match n {
+                0 => "no GPUs".to_string(),
+                1 => "GPU 0 only".to_string(),
+                n => format!("GPUs 0–{}", n - 1),
+            };
+            Err(format!("{e} (it has {have})"))
         }
     }
-    Ok(out)
 }
 
 fn run_event(dir: &RunDir, what: String, old: Option<String>, new: Option<String>, why: String) {

@@ -104,6 +104,32 @@ impl VisibleGpus {
     }
 }
 
+impl VisibleGpus {
+    /// The node's GPUs this set names, skipping names that are none of them (a run's set
+    /// against a snapshot, where a GPU may be gone); None for [`VisibleGpus::Every`].
+    pub fn known<'a>(
+        &self,
+        node: impl IntoIterator<Item = (u32, Option<&'a str>)>,
+    ) -> Option<std::collections::BTreeSet<u32>> {
+        let VisibleGpus::Listed(names) = self else {
+            return None;
+        };
+        let node: Vec<(u32, Option<&str>)> = node.into_iter().collect();
+        Some(
+            names
+                .iter()
+                .filter_map(|name| match name {
+                    GpuName::Index(i) => node.iter().any(|(g, _)| g == i).then_some(*i),
+                    GpuName::Uuid(prefix) => node
+                        .iter()
+                        .find(|(_, u)| u.is_some_and(|u| u.starts_with(prefix.as_str())))
+                        .map(|(g, _)| *g),
+                })
+                .collect(),
+        )
+    }
+}
+
 impl fmt::Display for GpuName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -170,5 +196,23 @@ mod tests {
             .resolve(node())
             .unwrap_err();
         assert!(e.to_string().contains("`GPU-9`"), "{e}");
+    }
+
+    #[test]
+    fn known_skips_what_the_node_lacks_and_every_is_none() {
+        assert_eq!(VisibleGpus::parse(None).known(node()), None);
+        assert_eq!(VisibleGpus::parse(Some("all")).known(node()), None);
+        let set = VisibleGpus::parse(Some("GPU-1b, 7, 0"))
+            .known(node())
+            .unwrap();
+        assert_eq!(set.into_iter().collect::<Vec<_>>(), [0, 1]);
+        let set = VisibleGpus::parse(Some("GPU-zzz")).known(node()).unwrap();
+        assert!(set.is_empty());
+        assert!(
+            VisibleGpus::parse(Some(","))
+                .known(node())
+                .unwrap()
+                .is_empty()
+        );
     }
 }
