@@ -274,6 +274,17 @@ pub fn open_read(path: &Path) -> io::Result<File> {
 /// link or file put there is written through), then renamed over `path` (which replaces a
 /// link rather than follow it).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    replace(path, bytes, false)
+}
+
+/// [`write_atomic`], synced to the disk (the file, then its directory) before it returns: for
+/// a record whose loss would lose something that cannot be found again (a GPU's original
+/// settings).
+pub fn write_atomic_durable(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    replace(path, bytes, true)
+}
+
+fn replace(path: &Path, bytes: &[u8], durable: bool) -> io::Result<()> {
     let name = path
         .file_name()
         .unwrap_or(path.as_os_str())
@@ -291,9 +302,15 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
     };
     let written = f
         .write_all(bytes)
+        .and_then(|()| if durable { f.sync_all() } else { Ok(()) })
         .and_then(|()| std::fs::rename(&tmp, path));
     if written.is_err() {
         let _ = std::fs::remove_file(&tmp);
+    } else if durable {
+        // The rename itself must survive a crash too.
+        if let Some(dir) = path.parent().and_then(|d| File::open(d).ok()) {
+            let _ = dir.sync_all();
+        }
     }
     written
 }

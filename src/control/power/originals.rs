@@ -9,7 +9,7 @@
 //! gpupilot locked them to is kept instead (shown by `gpupilot power`).
 
 use std::collections::BTreeMap;
-use std::io::{self, Write};
+use std::io;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -115,7 +115,8 @@ impl Originals {
         Ok(())
     }
 
-    /// Write to a temporary file, sync, rename over the record; remove it when empty.
+    /// Write to a fresh temporary file (never through a link planted there), sync, rename over
+    /// the record; remove it when empty.
     fn save(&self) -> io::Result<()> {
         if self.gpus.is_empty() {
             return match std::fs::remove_file(&self.path) {
@@ -125,21 +126,12 @@ impl Originals {
         }
         let dir = self.path.parent().unwrap_or(Path::new("."));
         std::fs::create_dir_all(dir)?;
-        let tmp = self.path.with_extension("json.tmp");
-        let text = serde_json::to_string_pretty(&File {
+        let mut text = serde_json::to_string_pretty(&File {
             gpus: self.gpus.clone(),
         })
         .map_err(io::Error::other)?;
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(text.as_bytes())?;
-        f.write_all(b"\n")?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, &self.path)?;
-        // The rename itself must survive a crash too.
-        if let Ok(d) = std::fs::File::open(dir) {
-            let _ = d.sync_all();
-        }
-        Ok(())
+        text.push('\n');
+        crate::config::safe_fs::write_atomic_durable(&self.path, text.as_bytes())
     }
 }
 
@@ -180,6 +172,24 @@ mod tests {
                 .next()
                 .is_none()
         );
+    }
+
+    #[test]
+    fn a_link_planted_at_the_old_temporary_name_is_not_written_through() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = Originals::path_in(tmp.path());
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        let victim = tmp.path().join("victim");
+        std::fs::write(&victim, "precious").unwrap();
+        // Where the record's temporary file used to be made with File::create.
+        std::os::unix::fs::symlink(&victim, path.with_extension("json.tmp")).unwrap();
+        let mut o = Originals::load(path.clone()).unwrap();
+        o.update(0, None, |g| {
+            g.power_limit_w.get_or_insert(700.0);
+        })
+        .unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+        assert!(std::fs::read_to_string(&path).unwrap().contains("700"));
     }
 
     #[test]
