@@ -5,10 +5,9 @@
 
 mod daemon_common;
 
-use std::io::Read;
 use std::path::Path;
 use std::process::{Child, Stdio};
-use std::time::{Duration, Instant, UNIX_EPOCH};
+use std::time::{Duration, UNIX_EPOCH};
 
 use daemon_common::{Home, send, wait_for};
 use gpupilot::profile::Profile;
@@ -116,7 +115,11 @@ fn run_leaving_a_sleep(home: &Home, seconds: &'static str, rest: &str) -> (Strin
         .trim()
         .parse()
         .unwrap();
-    assert!(!gone(pid, seconds), "the grandchild runs");
+    // The shell writes the pid as soon as it has forked: the child may not have become
+    // `sleep` yet.
+    wait_for("the grandchild to run", Duration::from_secs(10), || {
+        !gone(pid, seconds)
+    });
     (id, KillOnDrop(pid, seconds))
 }
 
@@ -134,7 +137,8 @@ fn a_setsid_grandchild_does_not_outlive_its_run() {
     );
 
     // A run that leaves one behind and succeeds: gone too.
-    let (id, sleep) = run_leaving_a_sleep(&home, "1004", "");
+    // (It lives a second, so the test sees the grandchild running before it ends.)
+    let (id, sleep) = run_leaving_a_sleep(&home, "1004", "; sleep 1");
     let c = home.client();
     wait_for("the run to end", Duration::from_secs(10), || {
         c.run(&id).is_ok_and(|r| r.is_final())
@@ -154,36 +158,13 @@ fn counted_once(what: &str, text: &str, n: usize) {
     assert_eq!(got, want, "{what} printed otherwise:\n{text}");
 }
 
-fn finish(mut child: Child, what: &str, timeout: Duration) -> (i32, String, String) {
-    let deadline = Instant::now() + timeout;
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let out = child.wait_with_output().unwrap();
-            panic!(
-                "{what} did not end within {timeout:?}\nstdout: {}\nstderr: {}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let mut stdout = String::new();
-    let mut stderr = String::new();
-    child
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut stdout)
-        .unwrap();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut stderr)
-        .unwrap();
-    let status = child.wait().unwrap();
-    (status.code().unwrap_or(-1), stdout, stderr)
+fn finish(child: Child, what: &str, timeout: Duration) -> (i32, String, String) {
+    let out = daemon_common::finish(child, what, timeout);
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 fn lines_in(path: &Path) -> usize {
