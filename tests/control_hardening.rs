@@ -7,11 +7,9 @@ mod common;
 mod daemon_common;
 mod nvml_daemon;
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
 use std::time::Duration;
 
-use daemon_common::wait_for;
+use daemon_common::{free_port, http_get, wait_for};
 use gpupilot::protocol::{Request, Response};
 use nvml_daemon::NvmlDaemon;
 use serde_json::Value;
@@ -83,28 +81,6 @@ gpu = 1
 at_s = 6.0
 "#;
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// `GET /metrics`: the body.
-fn scrape(port: u16) -> String {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    write!(
-        s,
-        "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out.split_once("\r\n\r\n").unwrap().1.to_string()
-}
-
 /// The daemon's newest snapshot (its `status` request), GPU by GPU.
 fn status_gpus(s: &NvmlDaemon) -> Vec<Value> {
     let r = s.home.client().request(Request::Status {}).unwrap();
@@ -133,7 +109,7 @@ fn a_lost_gpu_keeps_its_identity_in_status_and_metrics() {
     assert_eq!(after[1]["pci_bus_id"], pci.as_str());
     assert_eq!(after[1]["name"], before[1]["name"]);
     // /metrics: the lost series is labelled with the same UUID, none with an empty one.
-    let body = scrape(port);
+    let body = http_get(port, "/metrics").1;
     let lost: Vec<&str> = body
         .lines()
         .filter(|l| l.starts_with("gpupilot_gpu_lost{"))

@@ -11,13 +11,12 @@
 
 mod daemon_common;
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use daemon_common::{DaemonProc, Home, wait_for};
+use daemon_common::{DaemonProc, Home, free_port, http_get, wait_for};
 use gpupilot::client::Client;
 use gpupilot::cluster::model::{ClusterModel, NodeState};
 use gpupilot::cluster::query::Prometheus;
@@ -43,14 +42,6 @@ fn tool(name: &str) -> Option<PathBuf> {
         eprintln!("SKIPPED: `{name}` is not installed (apt-get install prometheus, or .ci/run)");
     }
     found
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// A child killed (SIGKILL through std, one positive pid) and reaped when dropped.
@@ -91,21 +82,6 @@ fn daemon(home: &Home, gpus: u32, model: &str, seed: u64, port: u16) -> DaemonPr
         Client::connect(&home.paths).is_ok()
     });
     d
-}
-
-/// One raw GET: status line, headers and body.
-fn http_get(port: u16, path: &str) -> (String, String) {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    let (head, body) = out.split_once("\r\n\r\n").unwrap();
-    (head.to_string(), body.to_string())
 }
 
 fn promtool_accepts(promtool: &Path, body: &str) {

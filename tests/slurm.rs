@@ -13,13 +13,12 @@
 
 mod daemon_common;
 
-use std::net::TcpListener;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use daemon_common::{Home, send, wait_for};
+use daemon_common::{Home, free_port, send, wait_for};
 use rustix::process::Signal;
 
 const PROGRAMS: [&str; 8] = [
@@ -57,14 +56,6 @@ fn required() -> bool {
         return false;
     }
     true
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// munged, slurmctld and slurmd in a temporary directory; everything is cancelled and killed

@@ -85,26 +85,13 @@ impl Home {
 
     /// Run `gpupilot ARGS…` to the end (at most `timeout`), output captured.
     pub fn run(&self, args: &[&str], timeout: Duration) -> Output {
-        let mut child = self
+        let child = self
             .gpupilot(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let deadline = Instant::now() + timeout;
-        while child.try_wait().unwrap().is_none() {
-            if Instant::now() >= deadline {
-                let _ = child.kill();
-                let out = child.wait_with_output().unwrap();
-                panic!(
-                    "gpupilot {args:?} did not finish within {timeout:?}\nstdout: {}\nstderr: {}",
-                    String::from_utf8_lossy(&out.stdout),
-                    String::from_utf8_lossy(&out.stderr)
-                );
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        child.wait_with_output().unwrap()
+        finish(child, &format!("gpupilot {args:?}"), timeout)
     }
 
     /// Run `gpupilot ARGS…`, which must succeed; its stdout.
@@ -249,6 +236,51 @@ impl Drop for DaemonProc {
             let _ = child.wait();
         }
     }
+}
+
+/// Wait for `child` (its output piped) to end, at most `timeout`; its output. Past the
+/// timeout it is killed and the test fails with what it printed.
+pub fn finish(mut child: Child, what: &str, timeout: Duration) -> Output {
+    let deadline = Instant::now() + timeout;
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "{what} did not finish within {timeout:?}\nstdout: {}\nstderr: {}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// A TCP port free on loopback now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `GET path` on loopback `port` (one request, the connection closed after it): the answer's
+/// head and body.
+pub fn http_get(port: u16, path: &str) -> (String, String) {
+    use std::io::Read as _;
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let (head, body) = out.split_once("\r\n\r\n").unwrap();
+    (head.to_string(), body.to_string())
 }
 
 /// A raw connection: frames in and out by hand.
