@@ -257,12 +257,12 @@ fn events_view_lists_who_what_and_why_newest_first() {
         "running → backoff",
         "exit 1; restart 1 of 3 in 1 s",
         "uid 1001 (pid 777)",
-        "connection refused",
+        "refused",
         "daemon started (pid 4100, 0.1.0)",
     ] {
         assert!(screen.contains(s), "{s:?} missing:\n{screen}");
     }
-    let refused = screen.find("connection refused").unwrap();
+    let refused = screen.find("uid 1001 (pid 777)").unwrap();
     let started = screen.find("daemon started").unwrap();
     assert!(refused < started, "newest first");
     let small = text(&render(&mut a, 80, 24));

@@ -91,7 +91,7 @@ pub fn columns(e: &NodeEvent) -> [String; 4] {
                 Some(p) => format!("uid {uid} (pid {p})"),
                 None => format!("uid {uid}"),
             },
-            "connection refused".into(),
+            "refused".into(),
             String::new(),
             reason.clone(),
         ],
