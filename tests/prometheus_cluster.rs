@@ -4,7 +4,10 @@
 //! cluster model built through the query client must match what each daemon's `status`
 //! reports (names and UUIDs exactly, utilization, power, temperature and memory within what
 //! changes across a scrape interval), its render must show both nodes, and `promtool check
-//! metrics` must accept each `/metrics` page.
+//! metrics` must accept each `/metrics` page but for the lints that dcgm-exporter's own names
+//! draw (see [`promtool_accepts`]). The second daemon spells its node label `hostname`
+//! (`[exporter] hostname_label`, as dcgm-exporter 4.x), the first `Hostname`: the cluster
+//! view must name both.
 //!
 //! Without `prometheus`/`promtool` installed the test passes with a printed reason, unless
 //! GPUPILOT_REQUIRE_PEERS=1 (CI), where it fails.
@@ -84,6 +87,10 @@ fn daemon(home: &Home, gpus: u32, model: &str, seed: u64, port: u16) -> DaemonPr
     d
 }
 
+/// `promtool check metrics` on `body`: clean, or (exit status 3, lint problems) nothing but the
+/// two lints that dcgm-exporter's own page draws and that the exporter keeps for
+/// compatibility — the camelCase label `modelName`, and dcgm-exporter's counters
+/// (`DCGM_FI_*`) without the `_total` suffix. Any other problem fails.
 fn promtool_accepts(promtool: &Path, body: &str) {
     let mut child = Command::new(promtool)
         .args(["check", "metrics"])
@@ -99,12 +106,31 @@ fn promtool_accepts(promtool: &Path, body: &str) {
         .write_all(body.as_bytes())
         .unwrap();
     let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "promtool check metrics failed ({}):\n{}{}\n--- page ---\n{body}",
-        out.status,
+    let said = format!(
+        "{}{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
+    );
+    // The family a lint names carries `modelName` (the page's one camelCase label).
+    let has_model_name = |l: &str| {
+        let family = format!("{}{{", l.split(' ').next().unwrap_or_default());
+        body.lines()
+            .any(|s| s.starts_with(&family) && s.contains(",modelName=\""))
+    };
+    let dcgm_lint = |l: &str| {
+        (l.ends_with(" label names should be written in 'snake_case' not 'camelCase'")
+            && has_model_name(l))
+            || (l.starts_with("DCGM_FI_")
+                && l.ends_with(" counter metrics should have \"_total\" suffix"))
+    };
+    let other: Vec<&str> = said
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !dcgm_lint(l))
+        .collect();
+    assert!(
+        (out.status.success() || out.status.code() == Some(3)) && other.is_empty(),
+        "promtool check metrics failed ({}):\n{said}\n--- page ---\n{body}",
+        out.status,
     );
 }
 
@@ -171,6 +197,12 @@ fn prometheus_scrapes_two_daemons_and_the_cluster_view_matches() {
     let (home_a, home_b) = (Home::new(), Home::new());
     let (port_a, port_b) = (free_port(), free_port());
     let _da = daemon(&home_a, 2, "h100-sxm", 1, port_a);
+    std::fs::create_dir_all(&home_b.paths.config).unwrap();
+    std::fs::write(
+        home_b.paths.config.join("prometheus.toml"),
+        "[exporter]\nhostname_label = \"hostname\"\n",
+    )
+    .unwrap();
     let _db = daemon(&home_b, 3, "a100", 2, port_b);
 
     // The exporter itself: content type, and promtool's checks on each page.
@@ -188,6 +220,24 @@ fn prometheus_scrapes_two_daemons_and_the_cluster_view_matches() {
             "{head}"
         );
         promtool_accepts(&promtool, &body);
+        // dcgm-exporter's labels: modelName, the node label as configured, the driver.
+        let (host_label, other) = if port == port_a {
+            ("Hostname=", "hostname=")
+        } else {
+            ("hostname=", "Hostname=")
+        };
+        let first = body
+            .lines()
+            .find(|l| l.starts_with("DCGM_FI_DEV_GPU_UTIL{"))
+            .unwrap();
+        for label in ["modelName=", host_label, "DCGM_FI_DRIVER_VERSION="] {
+            assert!(first.contains(label), "{label} in {first}");
+        }
+        assert!(
+            !body.contains(other) && !body.contains("model_name="),
+            "{body}"
+        );
+        assert!(body.contains("# TYPE DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION counter\n"));
     }
 
     // Prometheus on loopback, scraping both every second.
@@ -260,6 +310,11 @@ fn prometheus_scrapes_two_daemons_and_the_cluster_view_matches() {
             .unwrap_or_else(|| panic!("no node {instance} in {model:#?}"));
         assert_eq!(node.state, NodeState::Up);
         assert_eq!(node.job.as_deref(), Some("gpupilot"));
+        // Named by its host label, `Hostname` or `hostname` alike.
+        assert!(
+            node.hostname.is_some(),
+            "{instance} has no host name: {node:#?}"
+        );
         let last = seen.last().unwrap();
         assert_eq!(node.gpus.len(), last.len());
         let r = ranges(seen);

@@ -2,8 +2,11 @@
 //! state, and the totals. Pure: no I/O, no clock (the time is an argument).
 //!
 //! A node is a scrape target (`instance`): one gpupilot daemon or one dcgm-exporter. Its name
-//! is the `Hostname` label its series carry, or the instance when they carry none (or when
-//! two targets report the same host name, `host@instance`). A GPU is a `gpu` label within it.
+//! is the host label its series carry — `Hostname` (dcgm-exporter up to 3.x, gpupilot by
+//! default) or `hostname` (dcgm-exporter 4.x), so mixed fleets keep their names — or the
+//! instance when they carry none (or when two targets report the same host name,
+//! `host@instance`). A GPU is a `gpu` label within it; its model is `modelName`, or the
+//! `model_name` that gpupilot exported before.
 
 use std::collections::BTreeMap;
 
@@ -224,7 +227,11 @@ impl ClusterModel {
                 .entry(instance.to_string())
                 .or_insert_with(|| new_node(instance));
             if node.hostname.is_none() {
-                node.hostname = s.label("Hostname").map(str::to_string);
+                node.hostname = s
+                    .label("Hostname")
+                    .or_else(|| s.label("hostname"))
+                    .filter(|h| !h.is_empty())
+                    .map(str::to_string);
             }
             if node.job.is_none() {
                 node.job = s.label("job").map(str::to_string);

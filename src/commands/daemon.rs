@@ -53,7 +53,8 @@ pub fn daemon(g: &GlobalArgs, args: &DaemonArgs) -> anyhow::Result<ExitCode> {
         let _ = rustix::process::setsid();
     }
     daemon::prepare_private_dir(&paths.state)?;
-    let metrics_addr = metrics_addr(args.metrics_addr.as_deref(), &paths)?;
+    let (metrics_addr, metrics_hostname_label) =
+        exporter_settings(args.metrics_addr.as_deref(), &paths)?;
     logging::init(&daemon::log_path(&paths), !args.new_session);
     let node = match open_node(g.source, g.nvml_lib.as_deref(), &g.sim) {
         Ok(n) => Ok(n),
@@ -77,25 +78,24 @@ pub fn daemon(g: &GlobalArgs, args: &DaemonArgs) -> anyhow::Result<ExitCode> {
         readonly: args.readonly,
         system_group,
         metrics_addr,
+        metrics_hostname_label,
     })?;
     Ok(ExitCode::SUCCESS)
 }
 
-/// Where to serve `/metrics`: the option, else `$CONFIG/prometheus.toml`, else the default.
-fn metrics_addr(flag: Option<&str>, paths: &Paths) -> anyhow::Result<Option<std::net::SocketAddr>> {
-    let from_file = match flag {
-        Some(_) => None,
-        None => {
-            crate::config::prometheus::load(&paths.config)?
-                .exporter
-                .listen
-        }
-    };
+/// Where to serve `/metrics` (the option, else `$CONFIG/prometheus.toml`, else the default)
+/// and how to spell the node's label there (the file, else `Hostname`).
+fn exporter_settings(
+    flag: Option<&str>,
+    paths: &Paths,
+) -> anyhow::Result<(Option<std::net::SocketAddr>, crate::exporter::HostnameLabel)> {
+    let file = crate::config::prometheus::load(&paths.config)?.exporter;
     let addr = flag
         .map(str::to_string)
-        .or(from_file)
+        .or(file.listen)
         .unwrap_or_else(|| daemon::DEFAULT_METRICS_ADDR.to_string());
-    daemon::parse_metrics_addr(&addr).map_err(anyhow::Error::msg)
+    let addr = daemon::parse_metrics_addr(&addr).map_err(anyhow::Error::msg)?;
+    Ok((addr, file.hostname_label.unwrap_or_default()))
 }
 
 fn is_root() -> bool {

@@ -5,6 +5,7 @@
 //! ```toml
 //! [exporter]
 //! listen = "0.0.0.0:9400"          # or "off"
+//! hostname_label = "hostname"      # dcgm-exporter 4.x's spelling; default "Hostname"
 //!
 //! [cluster]
 //! prometheus = "http://head:9090"
@@ -29,6 +30,8 @@ pub struct PrometheusSettings {
 pub struct ExporterSettings {
     /// `ADDR:PORT` or `off`.
     pub listen: Option<String>,
+    /// How `/metrics` spells the node's label: `"Hostname"` (default) or `"hostname"`.
+    pub hostname_label: Option<crate::exporter::HostnameLabel>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
@@ -53,7 +56,8 @@ pub fn load(config_dir: &Path) -> anyhow::Result<PrometheusSettings> {
     };
     let s: PrometheusSettings = toml::from_str(&text).map_err(|e| {
         anyhow::anyhow!(
-            "{}: {e}; the keys are [exporter] listen and [cluster] prometheus \
+            "{}: {e}; the keys are [exporter] listen and hostname_label \
+             (\"Hostname\" or \"hostname\"), and [cluster] prometheus \
              (docs/operations.md, \"Prometheus\")",
             p.display()
         )
@@ -90,5 +94,28 @@ mod tests {
         std::fs::write(path(dir.path()), "[exporter]\nport = 1\n").unwrap();
         let e = load(dir.path()).unwrap_err().to_string();
         assert!(e.contains("[exporter] listen"), "{e}");
+    }
+
+    #[test]
+    fn hostname_label_either_spelling() {
+        use crate::exporter::HostnameLabel;
+        let dir = tempfile::tempdir().unwrap();
+        let label = |text: &str| {
+            std::fs::write(path(dir.path()), text).unwrap();
+            load(dir.path()).map(|s| s.exporter.hostname_label)
+        };
+        assert_eq!(label("").unwrap(), None);
+        assert_eq!(
+            label("[exporter]\nhostname_label = \"hostname\"\n").unwrap(),
+            Some(HostnameLabel::Lower)
+        );
+        assert_eq!(
+            label("[exporter]\nhostname_label = \"Hostname\"\n").unwrap(),
+            Some(HostnameLabel::Hostname)
+        );
+        let e = label("[exporter]\nhostname_label = \"HOSTNAME\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("hostname_label"), "{e}");
     }
 }

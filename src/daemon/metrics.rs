@@ -52,13 +52,14 @@ pub fn parse_addr(s: &str) -> Result<Option<SocketAddr>, String> {
     })
 }
 
-/// The `/metrics` page now.
-pub fn page(daemon: &Daemon) -> String {
+/// The `/metrics` page now, the node's label spelled `hostname_label`.
+pub fn page(daemon: &Daemon, hostname_label: exporter::HostnameLabel) -> String {
     let snapshot = daemon.telemetry().borrow().clone();
     let runs = daemon.live_trainers();
     let control = daemon.control_status();
     exporter::render(&exporter::Input {
         hostname: daemon.node(),
+        hostname_label,
         snapshot: snapshot.as_deref(),
         runs: &runs,
         control: Some(&control),
@@ -69,8 +70,14 @@ pub fn page(daemon: &Daemon) -> String {
 type Render = Arc<dyn Fn() -> String + Send + Sync>;
 
 /// Accept scrapes until `shutdown`.
-pub async fn serve(daemon: Arc<Daemon>, listener: TcpListener, shutdown: CancellationToken) {
-    serve_page(Arc::new(move || page(&daemon)), listener, shutdown).await;
+pub async fn serve(
+    daemon: Arc<Daemon>,
+    hostname_label: exporter::HostnameLabel,
+    listener: TcpListener,
+    shutdown: CancellationToken,
+) {
+    let render = move || page(&daemon, hostname_label);
+    serve_page(Arc::new(render), listener, shutdown).await;
 }
 
 /// Serve `render`'s page on `listener` until `shutdown`.

@@ -110,6 +110,8 @@ pub struct DaemonOptions {
     pub system_group: Option<String>,
     /// Where to serve Prometheus `/metrics` (None: not at all). See `metrics`.
     pub metrics_addr: Option<std::net::SocketAddr>,
+    /// How `/metrics` spells the node's label (`[exporter] hostname_label`).
+    pub metrics_hostname_label: crate::exporter::HostnameLabel,
 }
 
 /// Why the daemon could not start (or stopped badly).
@@ -263,6 +265,7 @@ async fn serve(opts: DaemonOptions) -> Result<(), DaemonError> {
                 tracing::info!("Prometheus metrics at http://{addr}/metrics");
                 Some(tokio::spawn(metrics::serve(
                     Arc::clone(&daemon),
+                    opts.metrics_hostname_label,
                     l,
                     shutdown.clone(),
                 )))

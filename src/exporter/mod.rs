@@ -12,15 +12,28 @@
 //! - An absent field is an absent series, never 0. A lost or stale GPU exports no values (they
 //!   are not current), only `gpupilot_gpu_lost` / `gpupilot_gpu_stale` = 1, so that Prometheus
 //!   marks its series stale instead of repeating old numbers.
-//! - Labels as dcgm-exporter: `gpu`, `UUID`, `pci_bus_id`, `device` (`nvidia0`), `Hostname`,
-//!   and the GPU's model as `model_name`: dcgm-exporter spells it `modelName`, which
-//!   `promtool check metrics` rejects (label names are snake_case); docs/operations.md shows
-//!   the one relabel rule that restores `modelName` for a dashboard that needs it.
-//! - dcgm-exporter types the energy counter `counter` without the `_total` suffix the
-//!   exposition rules ask of counters; here it keeps its name and is `untyped`, which
-//!   `rate()` and `increase()` read the same way.
+//! - Labels as dcgm-exporter, in its order: `gpu`, `UUID`, `pci_bus_id`, `device` (`nvidia0`),
+//!   `modelName`, `Hostname`, and `DCGM_FI_DRIVER_VERSION` (the driver version from the
+//!   snapshot's node facts; absent while it is unknown). dcgm-exporter exports the driver
+//!   version as a label on every GPU series, not as a series of its own (its counters file
+//!   types the field `label`), and so does this page. The node's label is `Hostname` unless
+//!   [`HostnameLabel::Lower`] (`[exporter] hostname_label = "hostname"`) asks for
+//!   dcgm-exporter 4.x's `hostname`; every series on the page then carries that spelling.
+//! - Types as dcgm-exporter: `DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION` and the ECC counts are
+//!   `counter`s, keeping dcgm-exporter's names without the `_total` suffix.
+//! - ECC: NVML's volatile totals (since the driver loaded) are what the snapshot holds, so
+//!   `ecc_corrected` is `DCGM_FI_DEV_ECC_SBE_VOL_TOTAL` and `ecc_uncorrected` is
+//!   `DCGM_FI_DEV_ECC_DBE_VOL_TOTAL` (DCGM reads its single-/double-bit volatile totals from
+//!   the same NVML corrected/uncorrected volatile counters). The aggregate (lifetime) fields
+//!   `DCGM_FI_DEV_ECC_SBE_AGG_TOTAL` / `_DBE_AGG_TOTAL` are not exported: the snapshot has no
+//!   aggregate counts. A GPU without ECC (or without the reading) has no ECC series.
+//! - `promtool check metrics` lints two things here that dcgm-exporter's own page draws too:
+//!   the camelCase label `modelName` and counters without `_total`. Compatibility with
+//!   dcgm-exporter's names wins over that lint; nothing else on the page draws a warning.
 
 use std::fmt::Write as _;
+
+use serde::Deserialize;
 
 use crate::control::status::ControlStatus;
 use crate::protocol::{RunInfo, TrainerInfo};
@@ -29,10 +42,35 @@ use crate::telemetry::{GpuSample, Snapshot};
 /// The content type of the text exposition format.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
+/// How the node's label is spelled: dcgm-exporter's `Hostname` (its releases up to 3.x, and
+/// the default), or `hostname` as dcgm-exporter 4.x spells it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+pub enum HostnameLabel {
+    /// `Hostname`.
+    #[default]
+    #[serde(rename = "Hostname")]
+    Hostname,
+    /// `hostname`.
+    #[serde(rename = "hostname")]
+    Lower,
+}
+
+impl HostnameLabel {
+    /// The label's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            HostnameLabel::Hostname => "Hostname",
+            HostnameLabel::Lower => "hostname",
+        }
+    }
+}
+
 /// What one `/metrics` page is made of.
 pub struct Input<'a> {
-    /// The node's name (`Hostname` label).
+    /// The node's name (the `Hostname` or `hostname` label's value).
     pub hostname: &'a str,
+    /// Which spelling the node's label has.
+    pub hostname_label: HostnameLabel,
     /// The newest snapshot; None while the daemon has no telemetry.
     pub snapshot: Option<&'a Snapshot>,
     /// Live runs and their trainer side.
@@ -125,7 +163,7 @@ const GPU_FIELDS: &[GpuField] = &[
     GpuField {
         name: "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
         help: "Total energy consumption since the driver loaded (in mJ).",
-        kind: "untyped",
+        kind: "counter",
         value: |g| g.energy_j.map(|j| (j * 1000.0).round()),
     },
     GpuField {
@@ -169,6 +207,18 @@ const GPU_FIELDS: &[GpuField] = &[
         help: "PCIe transmit throughput (in KB/s).",
         kind: "gauge",
         value: |g| g.pcie_tx_kbps.map(|v| v as f64),
+    },
+    GpuField {
+        name: "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
+        help: "Total number of single-bit volatile ECC errors.",
+        kind: "counter",
+        value: |g| g.ecc_corrected.map(|v| v as f64),
+    },
+    GpuField {
+        name: "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+        help: "Total number of double-bit volatile ECC errors.",
+        kind: "counter",
+        value: |g| g.ecc_uncorrected.map(|v| v as f64),
     },
 ];
 
@@ -226,24 +276,56 @@ fn family(out: &mut String, name: &str, help: &str, kind: &str, samples: &[(Stri
     }
 }
 
-/// The label set of one GPU, dcgm-exporter's names.
-fn gpu_labels(g: &GpuSample, hostname: &str) -> String {
+/// What every series names the node by: the host label and, on GPU series, the driver.
+#[derive(Clone, Copy)]
+struct Node<'a> {
+    /// `Hostname` or `hostname`.
+    key: &'static str,
+    host: &'a str,
+    /// `DCGM_FI_DRIVER_VERSION`, when known.
+    driver: Option<&'a str>,
+}
+
+impl<'a> Node<'a> {
+    fn of(input: &Input<'a>) -> Self {
+        Node {
+            key: input.hostname_label.name(),
+            host: input.hostname,
+            driver: input
+                .snapshot
+                .and_then(|s| s.node.driver_version.as_deref())
+                .filter(|d| !d.is_empty()),
+        }
+    }
+
+    /// `{Hostname="…"}` alone.
+    fn only(self) -> String {
+        labels(&[(self.key, self.host)])
+    }
+}
+
+/// The label set of one GPU, dcgm-exporter's names in its order.
+fn gpu_labels(g: &GpuSample, node: Node<'_>) -> String {
     let gpu = g.index.to_string();
     let device = format!("nvidia{}", g.index);
-    labels(&[
-        ("gpu", &gpu),
+    let mut pairs = vec![
+        ("gpu", gpu.as_str()),
         ("UUID", g.uuid.as_deref().unwrap_or("")),
         ("pci_bus_id", g.pci_bus_id.as_deref().unwrap_or("")),
-        ("device", &device),
-        ("model_name", g.name.as_deref().unwrap_or("")),
-        ("Hostname", hostname),
-    ])
+        ("device", device.as_str()),
+        ("modelName", g.name.as_deref().unwrap_or("")),
+        (node.key, node.host),
+    ];
+    if let Some(d) = node.driver {
+        pairs.push(("DCGM_FI_DRIVER_VERSION", d));
+    }
+    labels(&pairs)
 }
 
 /// The whole `/metrics` page.
 pub fn render(input: &Input<'_>) -> String {
     let mut out = String::with_capacity(16 * 1024);
-    let host = input.hostname;
+    let host = Node::of(input);
     let gpus: &[GpuSample] = input.snapshot.map_or(&[], |s| &s.gpus);
     let current: Vec<&GpuSample> = gpus.iter().filter(|g| !g.lost && !g.stale).collect();
     for f in GPU_FIELDS {
@@ -273,7 +355,7 @@ pub fn render(input: &Input<'_>) -> String {
         "gauge",
         &per_gpu(|g| g.stale && !g.lost),
     );
-    let host_only = labels(&[("Hostname", host)]);
+    let host_only = host.only();
     family(
         &mut out,
         "gpupilot_gpus",
@@ -299,14 +381,14 @@ pub fn render(input: &Input<'_>) -> String {
 
 /// Governor targets and caps, the node budget.
 fn control_families(out: &mut String, input: &Input<'_>, gpus: &[GpuSample]) {
-    let host = input.hostname;
+    let host = Node::of(input);
     let Some(control) = input.control else {
         return;
     };
     let label_of = |gpu: u32| -> String {
         match gpus.iter().find(|g| g.index == gpu) {
             Some(g) => gpu_labels(g, host),
-            None => labels(&[("gpu", &gpu.to_string()), ("Hostname", host)]),
+            None => labels(&[("gpu", &gpu.to_string()), (host.key, host.host)]),
         }
     };
     let target: Vec<(String, f64)> = control
@@ -334,7 +416,7 @@ fn control_families(out: &mut String, input: &Input<'_>, gpus: &[GpuSample]) {
         &cap,
     );
     if let Some(b) = &control.budget {
-        let l = labels(&[("Hostname", host)]);
+        let l = host.only();
         family(
             out,
             "gpupilot_power_budget_watts",
@@ -354,13 +436,13 @@ fn control_families(out: &mut String, input: &Input<'_>, gpus: &[GpuSample]) {
 
 /// One series per live run and reported value.
 fn run_families(out: &mut String, input: &Input<'_>) {
-    let host = input.hostname;
+    let host = Node::of(input);
     let run_labels = |r: &RunInfo| -> String {
         labels(&[
             ("run", &r.id),
             ("name", &r.name),
             ("gpus", &r.gpus),
-            ("Hostname", host),
+            (host.key, host.host),
         ])
     };
     family(
@@ -368,7 +450,7 @@ fn run_families(out: &mut String, input: &Input<'_>) {
         "gpupilot_runs_live",
         "Runs the daemon supervises that have not ended.",
         "gauge",
-        &[(labels(&[("Hostname", host)]), input.runs.len() as f64)],
+        &[(host.only(), input.runs.len() as f64)],
     );
     type Pick = fn(&TrainerInfo) -> Option<f64>;
     let fields: [(&str, &str, Pick); 8] = [

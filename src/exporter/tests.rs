@@ -23,6 +23,7 @@ fn gpu(i: u32) -> GpuSample {
 fn page(snap: &Snapshot, runs: &[(RunInfo, TrainerInfo)]) -> String {
     render(&Input {
         hostname: "node-\"7\"",
+        hostname_label: HostnameLabel::Hostname,
         snapshot: Some(snap),
         runs,
         control: None,
@@ -68,7 +69,7 @@ fn dcgm_names_units_and_labels() {
     );
     assert!(p.contains(
         "DCGM_FI_DEV_GPU_UTIL{gpu=\"0\",UUID=\"GPU-0\",pci_bus_id=\"00000000:18:00.0\",\
-         device=\"nvidia0\",model_name=\"NVIDIA H100 80GB HBM3\",Hostname=\"node-\\\"7\\\"\"} 87\n"
+         device=\"nvidia0\",modelName=\"NVIDIA H100 80GB HBM3\",Hostname=\"node-\\\"7\\\"\"} 87\n"
     ));
     assert!(p.contains("# TYPE DCGM_FI_DEV_GPU_UTIL gauge\n"));
     assert!(p.contains("# HELP DCGM_FI_DEV_FB_USED Framebuffer memory used (in MiB).\n"));
@@ -109,6 +110,7 @@ fn absent_fields_lost_and_stale_gpus_export_no_values() {
 fn no_telemetry_is_a_page_without_gpu_series() {
     let p = render(&Input {
         hostname: "n",
+        hostname_label: HostnameLabel::Hostname,
         snapshot: None,
         runs: &[],
         control: None,
@@ -118,15 +120,20 @@ fn no_telemetry_is_a_page_without_gpu_series() {
     assert!(p.contains("gpupilot_runs_live{Hostname=\"n\"} 0\n"));
 }
 
-#[test]
-fn runs_export_throughput_knobs_and_loss() {
-    let info: RunInfo = serde_json::from_value(serde_json::json!({
-        "id": "20250101-000000-rn50", "name": "rn50", "status": "running", "pid": 1,
+/// A running run `rn50` with id `id` on `gpus`.
+fn run_info(id: &str, gpus: &str) -> RunInfo {
+    serde_json::from_value(serde_json::json!({
+        "id": id, "name": "rn50", "status": "running", "pid": 1,
         "attempt": 0, "restarts": 0, "started_at": "2025-01-01T00:00:00Z", "ended_at": null,
         "uptime_s": 1.0, "exit_code": null, "signal_name": null, "description": null,
-        "command": ["x"], "cwd": "/", "gpus": "0,1", "adopted": false, "dir": "/tmp/x"
+        "command": ["x"], "cwd": "/", "gpus": gpus, "adopted": false, "dir": "/tmp/x"
     }))
-    .unwrap();
+    .unwrap()
+}
+
+#[test]
+fn runs_export_throughput_knobs_and_loss() {
+    let info = run_info("20250101-000000-rn50", "0,1");
     assert_eq!(info.status, RunStatus::Running);
     let trainer = TrainerInfo {
         attached: true,
@@ -181,4 +188,120 @@ fn every_family_has_help_and_type_once() {
         assert!(p.contains(&format!("# HELP {name} ")));
     }
     assert!(seen.len() > 10);
+}
+
+fn snap_with(gpus: Vec<GpuSample>, driver: Option<&str>) -> Snapshot {
+    Snapshot {
+        gpus,
+        node: crate::telemetry::NodeInfo {
+            driver_version: driver.map(str::to_string),
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
+#[test]
+fn hostname_mode_spells_the_node_label_lowercase_everywhere() {
+    let info = run_info("r1", "0");
+    let snap = snap_with(vec![gpu(0)], Some("550.54.15"));
+    let runs = [(info, TrainerInfo::default())];
+    let p = render(&Input {
+        hostname: "gpu-node-07",
+        hostname_label: HostnameLabel::Lower,
+        snapshot: Some(&snap),
+        runs: &runs,
+        control: None,
+    });
+    assert!(!p.contains("Hostname="), "{p}");
+    assert!(p.contains(
+        "DCGM_FI_DEV_GPU_UTIL{gpu=\"0\",UUID=\"GPU-0\",pci_bus_id=\"00000000:18:00.0\",\
+         device=\"nvidia0\",modelName=\"NVIDIA H100 80GB HBM3\",hostname=\"gpu-node-07\",\
+         DCGM_FI_DRIVER_VERSION=\"550.54.15\"} 87\n"
+    ));
+    assert!(
+        p.contains("gpupilot_gpus{hostname=\"gpu-node-07\"} 1\n"),
+        "{p}"
+    );
+    assert!(p.contains("gpupilot_runs_live{hostname=\"gpu-node-07\"} 1\n"));
+    assert!(p.contains(
+        "gpupilot_run_trainer_attached{run=\"r1\",name=\"rn50\",gpus=\"0\",\
+         hostname=\"gpu-node-07\"} 0\n"
+    ));
+    assert_eq!(HostnameLabel::default().name(), "Hostname");
+}
+
+#[test]
+fn driver_version_is_a_label_on_every_gpu_series_as_dcgm_exporter_has_it() {
+    let p = page(&snap_with(vec![gpu(0), gpu(1)], Some("550.54.15")), &[]);
+    let gpu_lines: Vec<&str> = p
+        .lines()
+        .filter(|l| l.starts_with("DCGM_") || l.starts_with("gpupilot_gpu_"))
+        .collect();
+    assert!(gpu_lines.len() > 10, "{p}");
+    for l in &gpu_lines {
+        assert!(
+            l.contains(",Hostname=\"node-\\\"7\\\"\",DCGM_FI_DRIVER_VERSION=\"550.54.15\"}"),
+            "{l}"
+        );
+    }
+    // A label, as dcgm-exporter's counters file types the field: no series of its own.
+    assert!(!p.contains("# TYPE DCGM_FI_DRIVER_VERSION"), "{p}");
+    assert!(!p.contains("\nDCGM_FI_DRIVER_VERSION"), "{p}");
+    // Node-wide series carry the node's label only.
+    assert!(
+        p.contains("gpupilot_gpus{Hostname=\"node-\\\"7\\\"\"} 2\n"),
+        "{p}"
+    );
+
+    // Unknown (or empty) driver version: no label, not an empty one.
+    for driver in [None, Some("")] {
+        let p = page(&snap_with(vec![gpu(0)], driver), &[]);
+        assert!(!p.contains("DCGM_FI_DRIVER_VERSION"), "{p}");
+        assert!(p.contains("DCGM_FI_DEV_GPU_UTIL{"));
+    }
+}
+
+#[test]
+fn energy_and_ecc_are_counters_under_dcgm_names() {
+    let mut g = gpu(0);
+    g.ecc_corrected = Some(12);
+    g.ecc_uncorrected = Some(0);
+    let p = page(&snap_with(vec![g], None), &[]);
+    assert!(
+        p.contains("# TYPE DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION counter\n"),
+        "{p}"
+    );
+    assert!(!p.contains("untyped"));
+    assert!(p.contains("# TYPE DCGM_FI_DEV_ECC_SBE_VOL_TOTAL counter\n"));
+    assert!(p.contains("# TYPE DCGM_FI_DEV_ECC_DBE_VOL_TOTAL counter\n"));
+    assert_eq!(
+        value(&p, "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", 0).as_deref(),
+        Some("12")
+    );
+    // A real 0 is exported: the GPU has ECC and counted none.
+    assert_eq!(
+        value(&p, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", 0).as_deref(),
+        Some("0")
+    );
+    // The snapshot has no aggregate counts: no aggregate series.
+    assert!(!p.contains("_AGG_TOTAL"), "{p}");
+}
+
+#[test]
+fn ecc_series_are_absent_when_the_sample_lacks_them() {
+    let mut with = gpu(1);
+    with.ecc_corrected = Some(3);
+    let without = gpu(0);
+    assert_eq!(without.ecc_corrected, None);
+    let p = page(&snap_with(vec![without, with], None), &[]);
+    assert_eq!(value(&p, "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", 0), None, "{p}");
+    assert_eq!(
+        value(&p, "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", 1).as_deref(),
+        Some("3")
+    );
+    // No GPU with an uncorrected count: no family at all, never 0.
+    assert!(!p.contains("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"), "{p}");
+    let p = page(&snap_with(vec![gpu(0)], None), &[]);
+    assert!(!p.contains("ECC"), "{p}");
 }

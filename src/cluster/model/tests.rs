@@ -135,6 +135,19 @@ fn down_and_missing_nodes_keep_their_last_values() {
     assert_eq!(names, ["d:9400", "node-a"]);
 }
 
+/// The model of `fields` alone (no `up`, no scrape times), at time 0.
+fn fields_only(fields: &[Series]) -> ClusterModel {
+    ClusterModel::build(
+        &Answers {
+            fields,
+            up: &[],
+            scraped: &[],
+        },
+        0.0,
+        None,
+    )
+}
+
 #[test]
 fn shared_host_names_and_stale_gpus() {
     let mut fields = node_fields("127.0.0.1:1", Some("box"), 1, 5.0);
@@ -142,15 +155,7 @@ fn shared_host_names_and_stale_gpus() {
     fields.extend(node_fields("c:9400", None, 1, 5.0));
     fields.push(series(names::STALE, "c:9400", None, 0, 1.0));
     fields.push(series(names::LOST, "c:9400", None, 0, 0.0));
-    let m = ClusterModel::build(
-        &Answers {
-            fields: &fields,
-            up: &[],
-            scraped: &[],
-        },
-        0.0,
-        None,
-    );
+    let m = fields_only(&fields);
     let names: Vec<&str> = m.nodes.iter().map(|n| n.name.as_str()).collect();
     assert_eq!(names, ["box@127.0.0.1:1", "box@127.0.0.1:2", "c:9400"]);
     assert!(m.nodes[2].gpus[0].stale && !m.nodes[2].gpus[0].lost);
@@ -163,5 +168,50 @@ fn the_query_names_every_field() {
     assert!(q.starts_with("{__name__=~\"DCGM_FI_DEV_GPU_UTIL|"));
     for n in names::ALL {
         assert!(q.contains(n));
+    }
+}
+
+/// `s` with its host and model labels renamed: `Hostname` → `host_key`, `modelName` →
+/// `model_key` (how dcgm-exporter 4.x and older gpupilot daemons spell them).
+fn respelled(mut s: Series, host_key: &str, model_key: &str) -> Series {
+    if let Some(h) = s.labels.remove("Hostname") {
+        s.labels.insert(host_key.to_string(), h);
+    }
+    if let Some(m) = s.labels.remove("modelName") {
+        s.labels.insert(model_key.to_string(), m);
+    }
+    s
+}
+
+#[test]
+fn mixed_fleets_keep_node_names_and_models_under_either_spelling() {
+    let mut fields = node_fields("a:9400", Some("node-a"), 1, 5.0);
+    fields.extend(
+        node_fields("b:9400", Some("node-b"), 1, 5.0)
+            .into_iter()
+            .map(|s| respelled(s, "hostname", "model_name")),
+    );
+    fields.extend(
+        node_fields("c:9400", Some("node-c"), 1, 5.0)
+            .into_iter()
+            .map(|s| respelled(s, "hostname", "modelName")),
+    );
+    // An empty host label names nothing: the instance does.
+    fields.extend(node_fields("d:9400", Some(""), 1, 5.0));
+    let m = fields_only(&fields);
+    let names: Vec<&str> = m.nodes.iter().map(|n| n.name.as_str()).collect();
+    assert_eq!(names, ["d:9400", "node-a", "node-b", "node-c"]);
+    let hosts: Vec<Option<&str>> = m.nodes.iter().map(|n| n.hostname.as_deref()).collect();
+    assert_eq!(
+        hosts,
+        [None, Some("node-a"), Some("node-b"), Some("node-c")]
+    );
+    for n in &m.nodes {
+        assert_eq!(
+            n.gpus[0].model.as_deref(),
+            Some("NVIDIA A100-SXM4-80GB"),
+            "{}",
+            n.name
+        );
     }
 }
