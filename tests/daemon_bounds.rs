@@ -603,3 +603,65 @@ fn memory_stays_bounded_and_is_freed_after_400_connections_with_unfinished_megab
     let c = Client::connect(&paths).unwrap();
     assert!(c.status().is_ok());
 }
+
+/// Forty subscribers of a 64-GPU daemon at 10 Hz that never read: each is sent only the newest
+/// snapshot (one encoded copy shared by all), so what they cost stays small while they hang on
+/// and is freed when they go (before the bounds: 27 MB to 184 MB, kept after they left).
+#[test]
+fn forty_subscribers_that_never_read_cost_little_and_it_is_freed() {
+    let home = Home::new();
+    let child = home
+        .gpupilot(&["daemon", "--rate", "10", "--gpus", "64"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let d = wait_ready(&home.paths, DaemonProc { child: Some(child) });
+    let pid = d.pid();
+    let socket = gpupilot::daemon::socket_path(&home.paths);
+    {
+        let mut r = raw(&socket, Duration::from_secs(5));
+        r.hello();
+        r.send(b"{\"id\":2,\"type\":\"status\"}\n").unwrap();
+        recv(&mut r, "status");
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    let baseline = rss_kb(pid);
+
+    let subscribers: Vec<Raw> = (0..40)
+        .map(|_| {
+            let mut r = raw(&socket, Duration::from_secs(5));
+            r.hello();
+            r.send(b"{\"id\":2,\"type\":\"subscribe\",\"telemetry\":true,\"events\":true}\n")
+                .unwrap();
+            r
+        })
+        .collect();
+    // Six seconds at 10 Hz: sixty snapshots of 64 GPUs for each, none read.
+    let mut peak = baseline;
+    let until = Instant::now() + Duration::from_secs(6);
+    while Instant::now() < until {
+        peak = peak.max(rss_kb(pid));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop(subscribers);
+
+    let bound = baseline + 30 * 1024;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut after = rss_kb(pid);
+    while after > bound && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+        after = rss_kb(pid);
+    }
+    eprintln!("daemon RSS: baseline {baseline} kB, peak {peak} kB, after {after} kB");
+    assert!(
+        peak <= baseline + 48 * 1024,
+        "40 subscribers that do not read took the daemon from {baseline} kB to {peak} kB"
+    );
+    assert!(
+        after <= bound,
+        "the daemon kept {} kB after its subscribers left",
+        after - baseline
+    );
+    assert!(Client::connect(&home.paths).unwrap().status().is_ok());
+}
