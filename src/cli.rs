@@ -168,14 +168,30 @@ opens the console on the selected node (`attach --host`, through SSH) and comes 
 quits. Nodes of live Slurm jobs of the local daemon are marked with the run and job. Totals: power, energy, GPUs busy and idle. A node whose samples are older than 3 scrape \
 intervals, or whose target is down, is marked stale; a node Prometheus no longer has is marked \
 missing. The URL comes from --prometheus, else from `$CONFIG/prometheus.toml` ([cluster] \
-prometheus). See docs/operations.md, \"Prometheus\".";
+prometheus); http or https. Credentials come from files, never from an option's value: \
+--prometheus-bearer-token-file, --prometheus-basic-auth-file (USER:PASSWORD), or a user and \
+password in the URL; --prometheus-ca gives a private CA's PEM file for https. Each has a [cluster] \
+key (bearer_token_file, basic_auth_file, ca_file). See docs/operations.md, \"Prometheus\".";
 
 /// Options of `gpupilot cluster`.
 #[derive(Debug, Args, Clone)]
 pub struct ClusterArgs {
-    /// Prometheus's base URL (`http://head:9090`); default from `$CONFIG/prometheus.toml`.
+    /// Prometheus's base URL (`http://head:9090`, `https://head:9090`); default from
+    /// `$CONFIG/prometheus.toml`.
     #[arg(long, value_name = "URL")]
     pub prometheus: Option<String>,
+    /// A file holding the bearer token to send to Prometheus; default [cluster]
+    /// bearer_token_file.
+    #[arg(long, value_name = "FILE")]
+    pub prometheus_bearer_token_file: Option<std::path::PathBuf>,
+    /// A file whose first line is USER:PASSWORD, sent as basic auth; default [cluster]
+    /// basic_auth_file.
+    #[arg(long, value_name = "FILE")]
+    pub prometheus_basic_auth_file: Option<std::path::PathBuf>,
+    /// The PEM file of the CA that signed Prometheus's certificate (https); default [cluster]
+    /// ca_file.
+    #[arg(long, value_name = "FILE")]
+    pub prometheus_ca: Option<std::path::PathBuf>,
     /// The metric that colours the grid at start.
     #[arg(long, value_enum, default_value_t = crate::cluster::Metric::Util)]
     pub metric: crate::cluster::Metric,

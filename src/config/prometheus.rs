@@ -8,7 +8,9 @@
 //! hostname_label = "hostname"      # dcgm-exporter 4.x's spelling; default "Hostname"
 //!
 //! [cluster]
-//! prometheus = "http://head:9090"
+//! prometheus = "https://head:9090"
+//! bearer_token_file = "/etc/gpupilot/prometheus.token"  # or basic_auth_file (USER:PASSWORD)
+//! ca_file = "/etc/gpupilot/prometheus-ca.pem"           # a private CA, for https
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -39,6 +41,12 @@ pub struct ExporterSettings {
 pub struct ClusterSettings {
     /// Prometheus's base URL.
     pub prometheus: Option<String>,
+    /// A file holding the bearer token sent to Prometheus.
+    pub bearer_token_file: Option<PathBuf>,
+    /// A file whose first line is `USER:PASSWORD`, sent as basic auth.
+    pub basic_auth_file: Option<PathBuf>,
+    /// The PEM file of the CA that signed Prometheus's certificate.
+    pub ca_file: Option<PathBuf>,
 }
 
 /// Where the file is for a config directory.
@@ -57,8 +65,8 @@ pub fn load(config_dir: &Path) -> anyhow::Result<PrometheusSettings> {
     let s: PrometheusSettings = toml::from_str(&text).map_err(|e| {
         anyhow::anyhow!(
             "{}: {e}; the keys are [exporter] listen and hostname_label \
-             (\"Hostname\" or \"hostname\"), and [cluster] prometheus \
-             (docs/operations.md, \"Prometheus\")",
+             (\"Hostname\" or \"hostname\"), and [cluster] prometheus, \
+             bearer_token_file, basic_auth_file and ca_file (docs/operations.md, \"Prometheus\")",
             p.display()
         )
     })?;
@@ -85,6 +93,14 @@ mod tests {
         let s = load(dir.path()).unwrap();
         assert_eq!(s.exporter.listen.as_deref(), Some("off"));
         assert_eq!(s.cluster.prometheus.as_deref(), Some("http://h:9090"));
+        std::fs::write(
+            path(dir.path()),
+            "[cluster]\nbearer_token_file = \"/t\"\nca_file = \"/ca.pem\"\n",
+        )
+        .unwrap();
+        let s = load(dir.path()).unwrap();
+        assert_eq!(s.cluster.bearer_token_file, Some(PathBuf::from("/t")));
+        assert_eq!(s.cluster.ca_file, Some(PathBuf::from("/ca.pem")));
         std::fs::write(path(dir.path()), "[exporter]\nlisten = \"nowhere\"\n").unwrap();
         let e = load(dir.path()).unwrap_err().to_string();
         assert!(

@@ -1,0 +1,187 @@
+//! The cluster view's query client against an HTTPS Prometheus stand-in on loopback: a CA and a
+//! certificate for 127.0.0.1 made here (rcgen), served with rustls, answering an instant vector
+//! only to the right `Authorization` header. The client with the CA file and the token gets the
+//! series; without the CA it fails naming the certificate; a wrong token is a clear 401; a user
+//! and password in the URL are sent as basic auth.
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use gpupilot::cluster::query::{Access, Prometheus};
+
+const TOKEN: &str = "s3cret-token";
+/// `ann:p@ss`, as basic auth sends it.
+const BASIC: &str = "Basic YW5uOnBAc3M=";
+
+const VECTOR: &str = r#"{"status":"success","data":{"resultType":"vector","result":[
+{"metric":{"__name__":"DCGM_FI_DEV_GPU_UTIL","Hostname":"n1","gpu":"0"},"value":[1700000000.5,"87"]}]}}"#;
+
+/// A CA, a certificate for 127.0.0.1 signed by it, and the HTTPS server on a free port.
+struct Server {
+    port: u16,
+    ca_pem: String,
+}
+
+fn start() -> Server {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
+    let key = KeyPair::generate().unwrap();
+    let cert = CertificateParams::new(vec!["127.0.0.1".to_string()])
+        .unwrap()
+        .signed_by(&key, &ca)
+        .unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![cert.der().clone()],
+            rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+        )
+        .unwrap();
+    let config = Arc::new(config);
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for tcp in listener.incoming() {
+            let Ok(tcp) = tcp else { continue };
+            let config = config.clone();
+            std::thread::spawn(move || {
+                tcp.set_read_timeout(Some(Duration::from_secs(5))).ok();
+                tcp.set_write_timeout(Some(Duration::from_secs(5))).ok();
+                let Ok(conn) = rustls::ServerConnection::new(config) else {
+                    return;
+                };
+                let mut tls = rustls::StreamOwned::new(conn, tcp);
+                let mut head = Vec::new();
+                let mut b = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") && head.len() < 16 * 1024 {
+                    match tls.read(&mut b) {
+                        Ok(1) => head.push(b[0]),
+                        _ => return, // a failed handshake, or a client gone
+                    }
+                }
+                let head = String::from_utf8_lossy(&head).to_string();
+                let auth = head.lines().find_map(|l| {
+                    let (k, v) = l.split_once(':')?;
+                    k.eq_ignore_ascii_case("authorization")
+                        .then(|| v.trim().to_string())
+                });
+                let ok = head.starts_with("GET /api/v1/query?query=")
+                    && matches!(auth.as_deref(), Some(a) if a == format!("Bearer {TOKEN}") || a == BASIC);
+                let (status, body) = if ok {
+                    ("200 OK", VECTOR)
+                } else {
+                    ("401 Unauthorized", "Unauthorized\n")
+                };
+                let answer = format!(
+                    "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
+                     Connection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = tls.write_all(answer.as_bytes());
+                let _ = tls.flush();
+                tls.conn.send_close_notify();
+                let _ = tls.flush();
+            });
+        }
+    });
+    Server {
+        port,
+        ca_pem: ca.pem(),
+    }
+}
+
+fn file(dir: &tempfile::TempDir, name: &str, text: &str) -> Option<PathBuf> {
+    let p = dir.path().join(name);
+    std::fs::write(&p, text).unwrap();
+    Some(p)
+}
+
+#[test]
+fn https_with_a_private_ca_and_a_bearer_token() {
+    let server = start();
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("https://127.0.0.1:{}", server.port);
+    let access = Access {
+        bearer_token_file: file(&dir, "token", &format!("{TOKEN}\n")),
+        ca_file: file(&dir, "ca.pem", &server.ca_pem),
+        ..Access::default()
+    };
+    let series = Prometheus::with_access(&url, &access)
+        .unwrap()
+        .query("DCGM_FI_DEV_GPU_UTIL")
+        .unwrap();
+    assert_eq!(series.len(), 1);
+    assert_eq!(series[0].label("Hostname"), Some("n1"));
+    assert_eq!(series[0].v, 87.0);
+
+    // Without the CA: the webpki roots do not know it, and the message says so and what to do.
+    let no_ca = Access {
+        ca_file: None,
+        ..access.clone()
+    };
+    let e = Prometheus::with_access(&url, &no_ca)
+        .unwrap()
+        .query("up")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("certificate") && e.contains("--prometheus-ca"),
+        "{e}"
+    );
+
+    // A wrong token: HTTP 401, the server's words, and where the credentials come from.
+    let wrong = Access {
+        bearer_token_file: file(&dir, "wrong", "not-the-token\n"),
+        ..access.clone()
+    };
+    let e = Prometheus::with_access(&url, &wrong)
+        .unwrap()
+        .query("up")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("HTTP 401") && e.contains("Unauthorized") && e.contains("bearer"),
+        "{e}"
+    );
+    assert!(
+        !e.contains("not-the-token"),
+        "the token is never shown: {e}"
+    );
+}
+
+#[test]
+fn basic_auth_from_the_url_is_sent_and_never_shown() {
+    let server = start();
+    let dir = tempfile::tempdir().unwrap();
+    let access = Access {
+        ca_file: file(&dir, "ca.pem", &server.ca_pem),
+        ..Access::default()
+    };
+    let prom = Prometheus::with_access(
+        &format!("https://ann:p%40ss@127.0.0.1:{}", server.port),
+        &access,
+    )
+    .unwrap();
+    assert!(
+        !prom.base.contains("p%40ss") && !prom.base.contains("ann"),
+        "{}",
+        prom.base
+    );
+    assert_eq!(prom.query("up").unwrap().len(), 1);
+    // The wrong password is refused by the server, and the message does not repeat it.
+    let prom = Prometheus::with_access(
+        &format!("https://ann:nope@127.0.0.1:{}", server.port),
+        &access,
+    )
+    .unwrap();
+    let e = prom.query("up").unwrap_err().to_string();
+    assert!(e.contains("HTTP 401") && !e.contains("nope"), "{e}");
+}
