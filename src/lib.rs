@@ -23,6 +23,7 @@
 //!   channel).
 //! - [`commands`]: `daemon`, `run`, `ps`, `attach`, `logs`, `stop`, `profile check`.
 //! - [`cli`]: the command line; `main.rs` only parses it and calls in here.
+//! - [`units`]: how durations and other quantities read to a person (a leaf).
 //!
 //! This crate has no `unsafe`: FFI lives in nvml-wrapper and, for tests, in `crates/fake-nvml`.
 
@@ -44,3 +45,4 @@ pub mod supervisor;
 pub mod telemetry;
 pub mod trainer;
 pub mod tui;
+pub mod units;

@@ -8,10 +8,11 @@
 //! GPU (its UUID), a counter that did not go backwards (a driver reload resets it), and never
 //! for a run that ended while no daemon ran (its end is not known to the second).
 //!
-//! Written every [`SAVE_EVERY_S`] by the daemon's control loop, atomically: a new temporary
-//! file (`create_new`, so a planted link is never followed) renamed over the old one.
+//! Written every [`SAVE_EVERY_S`] by the daemon's control loop, atomically and synced
+//! (`config::safe_fs::write_atomic_durable`: a temporary file made with O_EXCL, so a planted
+//! link is never followed, renamed over the old one).
 
-use std::io::{self, Write};
+use std::io;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
@@ -72,30 +73,10 @@ pub fn load(dir: &Path) -> Option<Ledger> {
     }
 }
 
-/// Write `ledger` to `dir` atomically.
+/// Write `ledger` to `dir` atomically, synced (a fresh temporary file renamed over the old).
 pub fn save(dir: &Path, ledger: &Ledger) -> io::Result<()> {
-    let path = dir.join(FILE);
-    let tmp = dir.join(format!("{FILE}.tmp"));
     let text = serde_json::to_vec(ledger).map_err(io::Error::other)?;
-    let open = || {
-        std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&tmp)
-    };
-    let mut f = match open() {
-        Ok(f) => f,
-        // Left by a daemon killed mid-write (or planted): removed (a link itself, never its
-        // target), then made anew.
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-            std::fs::remove_file(&tmp)?;
-            open()?
-        }
-        Err(e) => return Err(e),
-    };
-    f.write_all(&text)?;
-    f.sync_data()?;
-    std::fs::rename(&tmp, &path)
+    crate::config::safe_fs::write_atomic_durable(&dir.join(FILE), &text)
 }
 
 #[cfg(test)]
@@ -117,10 +98,13 @@ mod tests {
             counter_s: 5.0,
             power_s: 0.0,
         };
-        // A temporary file left by a killed daemon does not stop the next save.
-        std::fs::write(tmp.path().join("energy.json.tmp"), "torn").unwrap();
+        // A temporary file left by a killed daemon of the same pid does not stop the next save.
+        let left = tmp
+            .path()
+            .join(format!(".energy.json.tmp{}", std::process::id()));
+        std::fs::write(&left, "torn").unwrap();
         save(tmp.path(), &l).unwrap();
-        assert!(!tmp.path().join("energy.json.tmp").exists());
+        assert!(!left.exists());
         assert_eq!(load(tmp.path()), Some(l.clone()));
         assert_eq!(l.total_j(), 1234.5);
         std::fs::write(tmp.path().join(FILE), "{torn").unwrap();

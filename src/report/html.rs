@@ -7,10 +7,11 @@ use std::fmt::Write as _;
 
 use super::charts::{Line, chart, marker_colour};
 use super::model::{GpuSeries, MarkerKind, Report};
-use super::{duration_text, gpus_text, num, verdict};
+use super::{gpus_text, num, verdict};
 use crate::control::energy::{J_PER_KWH, joules_text, kwh_text};
 use crate::history::Metric;
 use crate::protocol::MetricsReport;
+use crate::units::format_duration;
 
 const CSS: &str = r#"
 :root { color-scheme: light; }
@@ -131,7 +132,7 @@ fn verdict_section(h: &mut String, r: &Report) {
     };
     tile(h, "exit code", &exit, class);
     tile(h, "restarts", &s.restarts.to_string(), "");
-    tile(h, "duration", &duration_text(r.end_s - r.start_s), "");
+    tile(h, "duration", &format_duration(r.end_s - r.start_s), "");
     tile(h, "GPUs", &gpus_text(r), "");
     let t = &r.throughput;
     tile(
@@ -218,7 +219,7 @@ fn time_lost_section(h: &mut String, r: &Report) {
                 h,
                 "<li>Waiting for data: <b>{:.1}%</b> of step time (about {} of the run).</li>",
                 share * 100.0,
-                duration_text(share * span)
+                format_duration(share * span)
             );
         }
         None => h.push_str("<li>Waiting for data: not reported by the trainer.</li>"),
@@ -231,8 +232,8 @@ fn time_lost_section(h: &mut String, r: &Report) {
             h,
             "<li>GPU {}: held down by power {}, by temperature {}.</li>",
             t.gpu,
-            t.power_s.map_or("–".into(), duration_text),
-            t.thermal_s.map_or("–".into(), duration_text)
+            t.power_s.map_or("–".into(), format_duration),
+            t.thermal_s.map_or("–".into(), format_duration)
         );
     }
     h.push_str("</ul>\n");
@@ -257,7 +258,7 @@ fn markers_section(h: &mut String, r: &Report) {
             h,
             "<tr><td class=\"n\">{}</td><td>+{}</td><td><span class=\"marker\" style=\"background:rgb({},{},{})\"></span>{kind}</td><td>{}</td></tr>",
             i + 1,
-            duration_text(m.t - r.start_s),
+            format_duration(m.t - r.start_s),
             c.0,
             c.1,
             c.2,

@@ -5,8 +5,9 @@ use std::fmt::Write as _;
 
 use super::html::event_cells;
 use super::model::Report;
-use super::{duration_text, gpus_text, num, verdict};
+use super::{gpus_text, num, verdict};
 use crate::control::energy::{J_PER_KWH, joules_text, kwh_text};
+use crate::units::format_duration;
 
 /// A table cell: no `|` or newline breaks the row.
 fn cell(s: &str) -> String {
@@ -38,7 +39,7 @@ pub fn render(r: &Report) -> String {
                 .unwrap_or_else(dash),
         ),
         ("restarts", s.restarts.to_string()),
-        ("duration", duration_text(r.end_s - r.start_s)),
+        ("duration", format_duration(r.end_s - r.start_s)),
         ("started", s.started_at.clone()),
         ("ended", s.ended_at.clone().unwrap_or_else(dash)),
         ("GPUs", gpus_text(r)),
@@ -104,8 +105,8 @@ pub fn render(r: &Report) -> String {
             m,
             "- GPU {}: held down by power {}, by temperature {}",
             t.gpu,
-            t.power_s.map_or_else(dash, duration_text),
-            t.thermal_s.map_or_else(dash, duration_text)
+            t.power_s.map_or_else(dash, format_duration),
+            t.thermal_s.map_or_else(dash, format_duration)
         );
     }
 
@@ -114,7 +115,7 @@ pub fn render(r: &Report) -> String {
         m.push_str("None.\n");
     }
     for mk in &r.markers {
-        let _ = writeln!(m, "- +{} {}", duration_text(mk.t - r.start_s), mk.label);
+        let _ = writeln!(m, "- +{} {}", format_duration(mk.t - r.start_s), mk.label);
     }
 
     m.push_str("\n## Events\n\n| time | event | details |\n|---|---|---|\n");

@@ -40,17 +40,6 @@ pub fn write_into_run_dir(dir: &RunDir, src: Sources<'_>) -> Result<PathBuf, Rep
     Ok(path)
 }
 
-/// `42s`, `3m05s`, `2h07m`, `1d03h`.
-pub fn duration_text(secs: f64) -> String {
-    let s = secs.max(0.0).round() as u64;
-    match s {
-        0..60 => format!("{s}s"),
-        60..3600 => format!("{}m{:02}s", s / 60, s % 60),
-        3600..86_400 => format!("{}h{:02}m", s / 3600, (s % 3600) / 60),
-        _ => format!("{}d{:02}h", s / 86_400, (s % 86_400) / 3600),
-    }
-}
-
 /// A number with a sensible number of digits for its size.
 pub fn num(v: f64) -> String {
     let a = v.abs();

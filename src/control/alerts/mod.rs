@@ -313,8 +313,8 @@ impl Alerts {
                         Some(*limit_s),
                         format!(
                             "run {run} shows no progress for {} (alert after {})",
-                            crate::commands::format_duration(*idle_s),
-                            crate::commands::format_duration(*limit_s)
+                            crate::units::format_duration(*idle_s),
+                            crate::units::format_duration(*limit_s)
                         ),
                     ))
                 } else {

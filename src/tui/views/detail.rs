@@ -398,7 +398,7 @@ fn limited_summary(app: &App, from: f64) -> Option<String> {
     let s = |v: Option<(f64, f64)>| {
         v.map_or_else(
             || format::NA.to_string(),
-            |(on, _)| crate::commands::format_duration(on),
+            |(on, _)| crate::units::format_duration(on),
         )
     };
     Some(format!(" power-limited {} · thermal {} ", s(p), s(th)))

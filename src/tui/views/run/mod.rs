@@ -9,7 +9,6 @@ pub mod ranks;
 pub mod state;
 pub mod tuner_panel;
 
-use crate::commands::format_duration;
 use crate::config::theme::Theme;
 use crate::protocol::{LogStream, RunInfo};
 use crate::supervisor::RunStatus;
@@ -17,6 +16,7 @@ use crate::tui::app::App;
 use crate::tui::data::Data;
 use crate::tui::feed::{Link, local::NO_RUNS};
 use crate::tui::log::{LogBuffer, matches};
+use crate::units::format_duration;
 use ratatui::buffer::Buffer;
 use ratatui::layout::{Constraint, Rect};
 use ratatui::style::Style;
