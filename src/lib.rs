@@ -43,6 +43,7 @@ pub mod report;
 pub mod status;
 pub mod supervisor;
 pub mod telemetry;
+pub mod time;
 pub mod trainer;
 pub mod tui;
 pub mod units;

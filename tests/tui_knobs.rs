@@ -10,7 +10,7 @@ use gpupilot::protocol::{
     JobFigures, KnobName, KnobRange, KnobState, KnobVia, MetricsPoint, MetricsReport, NodeEvent,
     NodeEventRecord, RankInfo, RankSpec, StagedChange, TrainerInfo,
 };
-use gpupilot::supervisor::clock::rfc3339;
+use gpupilot::time::rfc3339;
 use gpupilot::tui::feed::{Request, Update};
 use gpupilot::tui::{App, ViewId};
 use insta::assert_snapshot;

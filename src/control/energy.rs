@@ -230,7 +230,7 @@ impl SampleCounter {
             .find_map(|k| v.get(*k).and_then(serde_json::Value::as_f64))
             .or_else(|| {
                 let t = v.get("time")?.as_str()?;
-                let t = crate::supervisor::clock::parse_rfc3339(t)?;
+                let t = crate::time::parse_rfc3339(t)?;
                 Some(t.duration_since(std::time::UNIX_EPOCH).ok()?.as_secs_f64())
             });
         let rate = v.get("samples_per_s").and_then(serde_json::Value::as_f64);

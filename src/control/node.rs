@@ -1142,7 +1142,7 @@ impl NodeControl {
                     HookPayload {
                         change: change.into(),
                         node: node.to_string(),
-                        time: crate::supervisor::clock::rfc3339(
+                        time: crate::time::rfc3339(
                             std::time::UNIX_EPOCH
                                 + std::time::Duration::from_secs_f64(now.max(0.0)),
                         ),

@@ -41,7 +41,7 @@ use crate::control::status::ControlStatus;
 use crate::control::{ControlError, PowerControl, PowerLimits};
 use crate::protocol::NodeEvent;
 use crate::protocol::{ErrorCode, GpuSelection, Request, Response};
-use crate::supervisor::clock::parse_rfc3339;
+use crate::time::parse_rfc3339;
 use crate::telemetry::Snapshot;
 
 /// Reports per rank fetched for the straggler verdict: twice what it judges a rank on (the

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::broadcast;
 
 use crate::protocol::{NodeEvent, NodeEventRecord};
-use crate::supervisor::clock::rfc3339;
+use crate::time::rfc3339;
 
 /// Events kept in memory for `events` requests (older ones are in the file).
 const KEEP: usize = 4096;

@@ -12,7 +12,7 @@ use super::runs;
 use super::state::{Daemon, RequestError, lock};
 use crate::profile::{self, Profile};
 use crate::protocol::{self, ErrorCode, LogStream, NodeEvent, Response, RunSignal};
-use crate::supervisor::clock::rfc3339;
+use crate::time::rfc3339;
 use crate::supervisor::{
     Caller, DEFAULT_GRACE, Event, EventRecord, KnobValues, LaunchOptions, Run, SupervisorError,
     SystemClock,

@@ -27,7 +27,7 @@ use crate::control::node::NodeControl;
 use crate::control::power::{GpuControl, Originals, check_power, watts};
 use crate::profile::{self, Launcher, Profile, VisibleGpus};
 use crate::protocol::{ErrorCode, NodeEvent};
-use crate::supervisor::clock::rfc3339;
+use crate::time::rfc3339;
 use crate::supervisor::{Caller, Event, EventRecord, Run, RunDir};
 
 const POWER: &str = "power_limit";

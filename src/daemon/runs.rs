@@ -8,7 +8,7 @@ use std::path::Path;
 use std::time::SystemTime;
 
 use crate::protocol::{ErrorCode, RunInfo};
-use crate::supervisor::clock::parse_rfc3339;
+use crate::time::parse_rfc3339;
 use crate::supervisor::{Clock, Run, RunDir, RunStatus};
 
 use super::state::RequestError;

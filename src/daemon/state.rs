@@ -20,7 +20,7 @@ use crate::protocol::{
     self, DaemonInfo, ErrorCode, NodeEvent, Request, Response, RunCounts, StatusReply,
     TelemetryInfo,
 };
-use crate::supervisor::clock::rfc3339;
+use crate::time::rfc3339;
 use crate::supervisor::{SupervisorError, SystemClock};
 use crate::telemetry::Snapshot;
 

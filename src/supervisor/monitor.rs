@@ -25,11 +25,11 @@ use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
-use super::clock::rfc3339;
 use super::events::ExitInfo;
 use super::launch;
 use super::procfs;
 use super::rundir::{PidRecord, RunDir};
+use crate::time::rfc3339;
 
 /// The hidden subcommand that makes this binary a monitor.
 pub const SUBCOMMAND: &str = "run-monitor";

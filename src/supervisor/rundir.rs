@@ -26,7 +26,6 @@ use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use super::clock::utc_fields;
 use super::events::{EventRecord, Summary};
 use super::launch::LaunchPlan;
 use crate::config::safe_fs::{self, DirKind};
@@ -61,8 +60,7 @@ impl PidRecord {
 
 /// The id for a run named `name` started at `now`: `20261130-031500-train-simple`.
 pub fn run_id(now: SystemTime, name: &str) -> String {
-    let (y, mo, d, h, mi, s, _) = utc_fields(now);
-    format!("{y:04}{mo:02}{d:02}-{h:02}{mi:02}{s:02}-{name}")
+    format!("{}-{name}", crate::time::compact(now))
 }
 
 /// One run's directory.

@@ -7,7 +7,7 @@
 use crate::protocol::{
     KnobName, KnobState, KnobVia, MetricsPoint, NodeEvent, NodeEventRecord, TrainerInfo,
 };
-use crate::supervisor::clock::parse_rfc3339;
+use crate::time::parse_rfc3339;
 use std::collections::VecDeque;
 use std::time::UNIX_EPOCH;
 

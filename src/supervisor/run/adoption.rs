@@ -9,13 +9,14 @@ use super::{Current, DEFAULT_GRACE, Phase, Run, io_err};
 use crate::profile;
 use crate::supervisor::SupervisorError;
 use crate::supervisor::adopt::{self, Adopted};
-use crate::supervisor::clock::{Clock, parse_rfc3339, rfc3339};
+use crate::supervisor::clock::Clock;
 use crate::supervisor::events::{Event, EventRecord, ExitInfo, RunStatus, Summary};
 use crate::supervisor::monitor;
 use crate::supervisor::procfs;
 use crate::supervisor::restart::Attempt;
 use crate::supervisor::rundir::{PidRecord, RunDir};
 use crate::supervisor::signal;
+use crate::time::{parse_rfc3339, rfc3339};
 
 impl Run {
     /// Take over the run in `dir` from a supervisor that is gone: watch it if it is alive,

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use super::{Current, Phase, Run, io_err};
 use crate::supervisor::SupervisorError;
 use crate::supervisor::adopt;
-use crate::supervisor::clock::{Clock, rfc3339};
+use crate::supervisor::clock::Clock;
 use crate::supervisor::events::{Event, ExitInfo, RunStatus};
 use crate::supervisor::launch::{self, KnobValues, LaunchPlan};
 use crate::supervisor::monitor;
@@ -14,6 +14,7 @@ use crate::supervisor::procfs;
 use crate::supervisor::restart::{self, Action, Attempt, GiveUp};
 use crate::supervisor::rundir::PidRecord;
 use crate::supervisor::signal::{self, Sig};
+use crate::time::rfc3339;
 
 /// How long a process's end may go unrecorded while its monitor still runs (the monitor
 /// writes `exit.json` a moment after the end).

@@ -18,13 +18,14 @@ use std::process::Child;
 use std::time::{Duration, Instant, SystemTime};
 
 use super::SupervisorError;
-use super::clock::{Clock, rfc3339};
+use super::clock::Clock;
 use super::events::{Event, EventRecord, ExitInfo, RunStatus, Summary};
 use super::launch::{self, Caller, LaunchOptions, LaunchPlan};
 use super::restart::Attempt;
 use super::rundir::{PidRecord, RunDir};
 use super::signal::Sig;
 use crate::profile::{Knobs, MetricsSettings, OnOom, Profile, RestartPolicy};
+use crate::time::rfc3339;
 
 /// The grace period between SIGTERM and SIGKILL when none is given.
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(10);
