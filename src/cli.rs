@@ -1,7 +1,10 @@
 //! The command line (clap derive). Names here are stable: tests and docs rely on them.
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::builder::TypedValueParser as _;
+use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
+
+pub use crate::telemetry::open::{SimSpec, SourceKind};
 
 /// gpupilot: watch, supervise and tune deep-learning training on GPU machines.
 #[derive(Debug, Parser)]
@@ -17,7 +20,8 @@ pub struct Cli {
 #[derive(Debug, Args, Clone)]
 pub struct GlobalArgs {
     /// Where GPU telemetry comes from: NVML if it loads (auto), NVML only, or the simulator.
-    #[arg(long, global = true, value_enum, default_value_t = SourceKind::Auto, env = "GPUPILOT_SOURCE")]
+    #[arg(long, global = true, default_value_t = SourceKind::Auto, env = "GPUPILOT_SOURCE",
+          value_parser = source_kind_parser())]
     pub source: SourceKind,
     /// Load NVML from this file instead of the system's libnvidia-ml.so.1.
     #[arg(long, global = true, value_name = "PATH", env = "GPUPILOT_NVML_LIB")]
@@ -67,12 +71,22 @@ pub struct SimArgs {
     pub seed: u64,
 }
 
-/// Which telemetry source to use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum SourceKind {
-    Auto,
-    Nvml,
-    Sim,
+impl SimArgs {
+    /// The simulated node these options name, for `telemetry::open`.
+    pub fn spec(&self) -> SimSpec {
+        SimSpec {
+            gpus: self.gpus,
+            model: self.model.clone(),
+            workload: self.workload.clone(),
+            seed: self.seed,
+        }
+    }
+}
+
+/// `--source`: telemetry's own names, listed in `--help` and completed by the shells.
+fn source_kind_parser() -> impl clap::builder::TypedValueParser<Value = SourceKind> {
+    clap::builder::PossibleValuesParser::new(SourceKind::ALL.map(SourceKind::as_str))
+        .map(|s| SourceKind::parse(&s).unwrap_or(SourceKind::Auto))
 }
 
 #[derive(Debug, Subcommand)]

@@ -66,7 +66,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
 }
 
 fn status(g: &GlobalArgs, args: &StatusArgs) -> anyhow::Result<ExitCode> {
-    let source = open_source(g.source, g.nvml_lib.as_deref(), &g.sim)
+    let source = open_source(g.source, g.nvml_lib.as_deref(), &g.sim.spec())
         .context("no GPU telemetry source works")?;
     let mut config = SamplerConfig::every(Duration::from_secs_f64(args.timeout.clamp(0.1, 60.0)));
     config.host = false;

@@ -43,7 +43,7 @@ pub fn remote(g: &GlobalArgs, client: Client) -> anyhow::Result<ExitCode> {
 pub fn demo(g: &GlobalArgs) -> anyhow::Result<ExitCode> {
     // A bad --model or --workload fails here, plainly, before a daemon starts (which builds
     // and warms the node itself).
-    sim_config(&g.sim)?;
+    sim_config(&g.sim.spec())?;
     let demo = Demo::start(g)?;
     let result = tui::run(options(g, DataSource::Daemon(demo.client()?), None));
     drop(demo);

@@ -56,7 +56,7 @@ pub fn daemon(g: &GlobalArgs, args: &DaemonArgs) -> anyhow::Result<ExitCode> {
     let (metrics_addr, metrics_hostname_label) =
         exporter_settings(args.metrics_addr.as_deref(), &paths)?;
     logging::init(&daemon::log_path(&paths), !args.new_session);
-    let node = match open_node(g.source, g.nvml_lib.as_deref(), &g.sim) {
+    let node = match open_node(g.source, g.nvml_lib.as_deref(), &g.sim.spec()) {
         Ok(n) => Ok(n),
         // `auto` on a machine without NVML: supervise runs all the same, without telemetry.
         Err(e) if g.source == SourceKind::Auto => {

@@ -1,11 +1,57 @@
-//! Choosing and opening a telemetry source from the command line's `--source`.
+//! Choosing and opening a telemetry source: NVML, or the simulator. The command line's
+//! `--source` and `--gpus/--model/--workload/--seed` come here as a [`SourceKind`] and a
+//! [`SimSpec`] (`cli` converts); nothing here knows about argument parsing.
+
+use std::fmt;
+use std::path::Path;
+use std::sync::Arc;
 
 use super::Source;
 use super::nvml::{NvmlOpenError, NvmlSource};
 use super::sim::SimSource;
-use crate::cli::{SimArgs, SourceKind};
-use std::path::Path;
-use std::sync::Arc;
+
+/// Which telemetry source to use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SourceKind {
+    /// NVML when it loads; otherwise its error (never the simulator in its place).
+    Auto,
+    Nvml,
+    Sim,
+}
+
+impl SourceKind {
+    pub const ALL: [SourceKind; 3] = [SourceKind::Auto, SourceKind::Nvml, SourceKind::Sim];
+
+    /// The name `--source` takes.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SourceKind::Auto => "auto",
+            SourceKind::Nvml => "nvml",
+            SourceKind::Sim => "sim",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<SourceKind> {
+        SourceKind::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+}
+
+impl fmt::Display for SourceKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The simulated node `--source sim` and `demo` run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SimSpec {
+    pub gpus: u32,
+    /// A gpusim catalog id (`h100-sxm`, …).
+    pub model: String,
+    /// A gpusim training model id, or `idle`/`none`.
+    pub workload: String,
+    pub seed: u64,
+}
 
 /// Simulated seconds a `--source sim` node has already run when first read, so it looks like
 /// a node in the middle of training rather than one just switched on.
@@ -21,7 +67,7 @@ pub enum OpenError {
 }
 
 /// The node the simulator runs for these arguments.
-pub fn sim_config(args: &SimArgs) -> Result<gpusim::NodeConfig, OpenError> {
+pub fn sim_config(args: &SimSpec) -> Result<gpusim::NodeConfig, OpenError> {
     let spec = gpusim::find(&args.model).ok_or_else(|| {
         let known: Vec<&str> = gpusim::CATALOG.iter().map(|s| s.id).collect();
         OpenError::Sim(format!(
@@ -40,11 +86,13 @@ pub fn sim_config(args: &SimArgs) -> Result<gpusim::NodeConfig, OpenError> {
                     known.join(", ")
                 ))
             })?;
-            let base = gpusim::NodeConfig::default().training;
-            Some(gpusim::TrainingConfig {
-                model: model.id.to_string(),
-                ..base.expect("the default node trains")
-            })
+            // The default node's batch, prefetch and workers, with this model.
+            gpusim::NodeConfig::default()
+                .training
+                .map(|base| gpusim::TrainingConfig {
+                    model: model.id.to_string(),
+                    ..base
+                })
         }
     };
     Ok(gpusim::NodeConfig {
@@ -55,23 +103,36 @@ pub fn sim_config(args: &SimArgs) -> Result<gpusim::NodeConfig, OpenError> {
     })
 }
 
+/// An opened source, as its own type, for a caller that needs more than [`Source`] (the
+/// control loops take the same object as their power control).
+pub enum Opened {
+    Sim(SimSource),
+    Nvml(NvmlSource),
+}
+
 /// Open the source `kind` names. `auto` is NVML when it loads; otherwise the NVML error,
 /// which tells the user about `--source sim` (auto never silently shows simulated GPUs as if
-/// they were real).
-pub fn open_source(
-    kind: SourceKind,
-    nvml_lib: Option<&Path>,
-    sim: &SimArgs,
-) -> Result<Arc<dyn Source>, OpenError> {
+/// they were real). The simulator comes warmed up ([`SIM_WARMUP_S`]).
+pub fn open(kind: SourceKind, nvml_lib: Option<&Path>, sim: &SimSpec) -> Result<Opened, OpenError> {
     match kind {
-        SourceKind::Sim => open_sim(sim),
-        SourceKind::Nvml | SourceKind::Auto => Ok(Arc::new(NvmlSource::open(nvml_lib)?)),
+        SourceKind::Sim => {
+            let config = sim_config(sim)?;
+            let src =
+                SimSource::new(&config, SIM_WARMUP_S).map_err(|e| OpenError::Sim(e.to_string()))?;
+            Ok(Opened::Sim(src))
+        }
+        SourceKind::Nvml | SourceKind::Auto => Ok(Opened::Nvml(NvmlSource::open(nvml_lib)?)),
     }
 }
 
-/// The simulator for these arguments, warmed up.
-pub fn open_sim(sim: &SimArgs) -> Result<Arc<dyn Source>, OpenError> {
-    let config = sim_config(sim)?;
-    let src = SimSource::new(&config, SIM_WARMUP_S).map_err(|e| OpenError::Sim(e.to_string()))?;
-    Ok(Arc::new(src))
+/// [`open`], as a telemetry source only.
+pub fn open_source(
+    kind: SourceKind,
+    nvml_lib: Option<&Path>,
+    sim: &SimSpec,
+) -> Result<Arc<dyn Source>, OpenError> {
+    Ok(match open(kind, nvml_lib, sim)? {
+        Opened::Sim(s) => Arc::new(s),
+        Opened::Nvml(n) => Arc::new(n),
+    })
 }

@@ -83,23 +83,15 @@ impl Node {
 
 /// Open the source `kind` names with its control handle (see `telemetry::open`).
 pub fn open_node(
-    kind: crate::cli::SourceKind,
+    kind: crate::telemetry::open::SourceKind,
     nvml_lib: Option<&std::path::Path>,
-    sim: &crate::cli::SimArgs,
+    sim: &crate::telemetry::open::SimSpec,
 ) -> Result<Node, crate::telemetry::open::OpenError> {
-    use crate::cli::SourceKind;
-    use crate::telemetry::open::{OpenError, SIM_WARMUP_S, sim_config};
-    match kind {
-        SourceKind::Sim => {
-            let config = sim_config(sim)?;
-            let src = crate::telemetry::sim::SimSource::new(&config, SIM_WARMUP_S)
-                .map_err(|e| OpenError::Sim(e.to_string()))?;
-            Ok(Node::of(Arc::new(src)))
-        }
-        SourceKind::Nvml | SourceKind::Auto => Ok(Node::of(Arc::new(
-            crate::telemetry::nvml::NvmlSource::open(nvml_lib)?,
-        ))),
-    }
+    use crate::telemetry::open::{Opened, open};
+    Ok(match open(kind, nvml_lib, sim)? {
+        Opened::Sim(s) => Node::of(Arc::new(s)),
+        Opened::Nvml(n) => Node::of(Arc::new(n)),
+    })
 }
 
 /// `250 W`, `212.5 W`.
