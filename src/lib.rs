@@ -45,5 +45,6 @@ pub mod supervisor;
 pub mod telemetry;
 pub mod time;
 pub mod trainer;
+pub mod training;
 pub mod tui;
 pub mod units;

@@ -15,7 +15,6 @@
 //! This module only defines messages and their encoding; it does no I/O.
 
 mod control;
-mod trainer;
 mod types;
 
 use std::collections::BTreeMap;
@@ -23,7 +22,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 pub use control::{GpuChange, GpuSelection, GpuSettings};
-pub use trainer::{
+pub use crate::training::{
     JobFigures, KnobName, KnobRange, KnobState, KnobVia, MetricsPoint, MetricsReport, RankInfo,
     RankSpec, StagedChange, TrainerInfo,
 };

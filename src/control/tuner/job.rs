@@ -11,7 +11,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::protocol::{MetricsPoint, TrainerInfo};
+use crate::training::{MetricsPoint, TrainerInfo};
 use crate::telemetry::GpuSample;
 
 /// What a search on a run tunes.
@@ -145,7 +145,7 @@ impl JobTally {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::{MetricsReport, RankInfo, RankSpec};
+    use crate::training::{MetricsReport, RankInfo, RankSpec};
 
     fn rank(rank: u32, gpu: Option<u32>, host: &str) -> RankInfo {
         RankInfo {

@@ -1,5 +1,8 @@
-//! The trainer channel's values: what a training script reports, the knobs it is asked to
-//! change, and how a client asks for a change (see "The trainer channel" in docs/protocol.md).
+//! What a run's training side says and is asked: the knobs a trainer may change, its metrics
+//! reports, its ranks and the job's figures (see "The trainer channel" in docs/protocol.md).
+//!
+//! Domain values, below the protocol: the daemon's rank tables, the tuner's job scoring and
+//! the advisor read them; `protocol` carries them on the wire (and re-exports them).
 
 use std::collections::BTreeMap;
 
