@@ -5,25 +5,36 @@
 //! Data flows one way: sources → sampler → history → views. In daily use the sampler, the
 //! history and the runs live in the daemon, and the console and the CLI are its clients.
 //!
-//! - [`telemetry`]: sample types (every metric optional), the [`telemetry::Source`] trait, the
-//!   NVML source, the simulator source (over the `gpusim` crate), the host (sysinfo), and the
-//!   sampler that reads each GPU on its own thread so one hung driver call stalls nothing else.
-//! - [`history`]: per-GPU series by time in a fixed memory budget, queried by window.
-//! - [`status`]: `gpupilot status`, the one-shot table and JSON.
-//! - [`tui`]: the console — views, themes, keymap; render borrows state and changes nothing.
-//! - [`config`]: where files live (XDG or `GPUPILOT_HOME`), themes and keymaps.
-//! - [`profile`]: the run profile format (`profiles/*.toml`): parse, `extends`, validate.
-//! - [`supervisor`]: start, stop, pause, restart and re-adopt runs; their run directories.
-//! - [`report`]: a run's report (verdict, energy, charts with change markers, events) as a
-//!   self-contained HTML page, Markdown or JSON, from its run directory.
-//! - [`daemon`]: `gpupilot daemon`, the one process per `GPUPILOT_HOME` that owns sampling,
-//!   history, runs and the node's event log, serving its clients on a Unix socket.
-//! - [`protocol`]: the versioned newline-delimited JSON messages between daemon and clients.
+//! The modules form layers, bottom to top; a module uses only the layers below it, and a test
+//! (`layering.rs`) holds every `use crate::…` to that. docs/architecture.md follows a sample
+//! and a knob change through them.
+//!
+//! - Leaves: [`units`] (how durations and quantities read to a person), [`time`] (RFC 3339
+//!   and run-id times), [`config`] (where files live, XDG or `GPUPILOT_HOME`; opening them
+//!   without following planted links), then [`ipc`] (the daemon's socket and log paths, peer
+//!   checks).
+//! - What the node and its runs are: [`telemetry`] (sample types, every metric optional; the
+//!   [`telemetry::Source`] trait, NVML, the simulator over `gpusim`, the host, and the sampler
+//!   that reads each GPU on its own thread so one hung driver call stalls nothing else);
+//!   [`profile`] (the run profile format: parse, `extends`, validate); [`training`] (what a
+//!   run's trainers report and are asked: knobs, metrics, ranks); [`history`] (per-GPU series
+//!   by time in a fixed memory budget, queried by window).
+//! - Acting: [`control`] (power caps, clocks, the thermal governor, the node budget, the
+//!   energy tuner's search, energy accounting, alerts); [`supervisor`] (start, stop, pause,
+//!   restart and re-adopt runs; their run directories and events).
+//! - [`protocol`]: the versioned newline-delimited JSON messages between daemon and clients;
+//!   it names the domain types above and is never named by them.
+//! - Readers: [`advisor`] (findings with evidence and the command that acts), [`exporter`]
+//!   (Prometheus exposition, dcgm-exporter's names), [`report`] (a run's report as HTML,
+//!   Markdown or JSON), [`status`] (`gpupilot status`, the one-shot table and JSON).
 //! - [`client`]: a blocking, thread-safe client of the daemon (answers by id, pushes on a
-//!   channel).
-//! - [`commands`]: `daemon`, `run`, `ps`, `attach`, `logs`, `stop`, `profile check`.
-//! - [`cli`]: the command line; `main.rs` only parses it and calls in here.
-//! - [`units`]: how durations and other quantities read to a person (a leaf).
+//!   channel); then [`daemon`] (the one process per `GPUPILOT_HOME` that owns sampling,
+//!   history, runs and the node's event log, serving its clients on a Unix socket) and
+//!   [`trainer`] (the synthetic trainer `demo` runs, a client of the trainer channel).
+//! - What a person meets: [`tui`] (the console: feeds, updates, views; render borrows state
+//!   and changes nothing), [`cluster`] (many nodes through Prometheus), [`cli`] (the command
+//!   line; `main.rs` only parses it and calls in here), and [`commands`] (each parses its
+//!   arguments, calls a service and prints).
 //!
 //! This crate has no `unsafe`: FFI lives in nvml-wrapper and, for tests, in `crates/fake-nvml`.
 
@@ -48,3 +59,6 @@ pub mod trainer;
 pub mod training;
 pub mod tui;
 pub mod units;
+
+#[cfg(test)]
+mod layering;
