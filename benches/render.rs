@@ -8,8 +8,8 @@
 //! which redraws only the GPU blocks that changed), and the bytes each sends per frame.
 
 use gpupilot::cli::SimArgs;
-use gpupilot::config::keymap::Keymap;
-use gpupilot::config::theme::Theme;
+use gpupilot::tui::keymap::Keymap;
+use gpupilot::tui::theme::Theme;
 use gpupilot::telemetry::open::open_sim;
 use gpupilot::telemetry::{NodeInfo, Snapshot};
 use gpupilot::tui::App;

@@ -1,8 +1,8 @@
 //! The examples in docs/console.md are files the console accepts: the keymap override parses
 //! and does what it says, and the theme overrides parse and resolve.
 
-use gpupilot::config::keymap::{self, Key};
-use gpupilot::config::theme;
+use gpupilot::tui::keymap::{self, Key};
+use gpupilot::tui::theme;
 use gpupilot::tui::{Action, ViewId};
 
 const DOC: &str = include_str!("../docs/console.md");

@@ -6,7 +6,7 @@
 
 mod tui_common;
 
-use gpupilot::config::theme;
+use gpupilot::tui::theme;
 use gpupilot::telemetry::Snapshot;
 use gpupilot::tui::data::Level;
 use gpupilot::tui::screen::Screen;

@@ -4,7 +4,7 @@
 
 mod tui_common;
 
-use gpupilot::config::theme::{self, Theme};
+use gpupilot::tui::theme::{self, Theme};
 use gpupilot::tui::{Action, App, ViewId};
 use insta::assert_snapshot;
 use ratatui::style::Color;
@@ -300,8 +300,8 @@ fn help_is_generated_from_the_keymap() {
     a.apply(Action::Help);
     shot("help", &mut a);
     let screen = text(&render(&mut a, 200, 50));
-    for b in gpupilot::config::keymap::Keymap::defaults()
-        .bindings(gpupilot::config::keymap::Context::Global)
+    for b in gpupilot::tui::keymap::Keymap::defaults()
+        .bindings(gpupilot::tui::keymap::Context::Global)
     {
         assert!(screen.contains(&b.desc), "{} missing from help", b.desc);
     }

@@ -2,7 +2,7 @@
 //! for a whole number checked against an inclusive range before anything is sent. Views keep
 //! the dialog's state and decide what Enter does; this module only edits and draws.
 
-use crate::config::theme::Theme;
+use crate::tui::theme::Theme;
 use crate::tui::action::Action;
 use crate::tui::ui::centered;
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};

@@ -1,7 +1,9 @@
 //! The terminal console: live per-GPU gauges and charts, light enough for an SSH session.
 //!
 //! Layout:
-//! - [`action`]: the one `Action` enum; keys map to actions through `config::keymap`.
+//! - [`action`]: the one `Action` enum; keys map to actions through the [`keymap`]
+//!   (defaults from `keymap-default.toml`, a user file merged over them).
+//! - [`theme`]: the colour themes (presets from `themes/`, user files merged over them).
 //! - [`app`]: the state (`App`, holding each view's own state) and `App::apply`, the only place
 //!   it changes.
 //! - [`data`]: what the views read: snapshot, history, runs, the shown run's log, events,
@@ -31,9 +33,11 @@ pub mod dialog;
 pub mod event_loop;
 pub mod feed;
 pub mod format;
+pub mod keymap;
 pub mod log;
 pub mod metrics;
 pub mod screen;
+pub mod theme;
 pub mod tty;
 pub mod tuner;
 pub mod ui;
@@ -43,7 +47,8 @@ pub mod widgets;
 pub use action::{Action, ViewId};
 pub use app::App;
 
-use crate::config::{Paths, keymap, theme};
+use crate::config::Paths;
+use crate::config::theme::{choose, no_color_env};
 use crate::telemetry::now_s;
 use anyhow::Context as _;
 use crossterm::event::{DisableMouseCapture, EnableMouseCapture};
@@ -69,7 +74,7 @@ pub struct TuiOptions {
 /// Build the app the console starts with: theme and keymap from the config directory (the
 /// presets on error, with the error in the footer).
 pub fn build_app(theme_flag: Option<&str>, refresh: Duration, paths: &Paths, now: f64) -> App {
-    let name = theme::choose(theme_flag, theme::no_color_env());
+    let name = choose(theme_flag, no_color_env());
     let (theme, theme_err) = theme::load(&name, &paths.config.join("themes"));
     let (keymap, keymap_err) = keymap::load(&paths.config);
     let mut app = App::new(keymap, theme, refresh);

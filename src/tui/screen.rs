@@ -12,7 +12,7 @@
 use super::app::App;
 use super::ui;
 use super::views::overview::{BlockModel, block_models};
-use crate::config::theme::Theme;
+use crate::tui::theme::Theme;
 use ratatui::backend::Backend;
 use ratatui::buffer::{Buffer, Cell};
 use ratatui::layout::Rect;

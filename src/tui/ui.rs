@@ -14,7 +14,7 @@ use super::views::{
     detail::DetailView, events::EventsView, help::HelpView, overview::OverviewView, run::RunView,
 };
 use super::widgets::bar;
-use crate::config::keymap::Keymap;
+use crate::tui::keymap::Keymap;
 use ratatui::buffer::Buffer;
 use ratatui::layout::{Alignment, Rect};
 use ratatui::style::{Color, Style};
@@ -266,7 +266,7 @@ impl Widget for &App {
     }
 }
 
-fn sep(t: &crate::config::theme::Theme) -> Span<'static> {
+fn sep(t: &crate::tui::theme::Theme) -> Span<'static> {
     Span::styled(" │ ", t.dim)
 }
 

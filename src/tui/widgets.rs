@@ -4,7 +4,7 @@
 
 use super::data::Data;
 use super::format;
-use crate::config::theme::Theme;
+use crate::tui::theme::Theme;
 use crate::history::{Metric, Point};
 use crate::telemetry::{GpuSample, throttle};
 use ratatui::buffer::Buffer;

@@ -3,8 +3,8 @@
 
 #![allow(dead_code)]
 
-use gpupilot::config::keymap::Keymap;
-use gpupilot::config::theme::Theme;
+use gpupilot::tui::keymap::Keymap;
+use gpupilot::tui::theme::Theme;
 use gpupilot::protocol::{LogStream, NodeEvent, NodeEventRecord, RunInfo};
 use gpupilot::supervisor::RunStatus;
 use gpupilot::telemetry::{GpuProcess, GpuSample, HostSample, NodeInfo, Snapshot, throttle};

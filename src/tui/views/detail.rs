@@ -6,7 +6,7 @@
 //! Charts ask the history for at most two points per column (braille has two dots across a
 //! cell) and break their line where samples are missing: a gap is drawn as a gap.
 
-use crate::config::theme::Theme;
+use crate::tui::theme::Theme;
 use crate::history::Metric;
 use crate::telemetry::{GpuSample, throttle_reason_names};
 use crate::tui::app::App;

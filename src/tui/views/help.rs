@@ -1,7 +1,7 @@
 //! The help screen: every binding of the keymap with its description, by context. Generated
 //! from the keymap, so it always says what the keys really do.
 
-use crate::config::keymap::Context;
+use crate::tui::keymap::Context;
 use crate::tui::app::App;
 use crate::tui::ui::centered;
 use ratatui::buffer::Buffer;
@@ -25,7 +25,7 @@ pub struct HelpView<'a> {
 pub fn lines(app: &App) -> Vec<Line<'static>> {
     let t = &app.theme;
     let mut out = Vec::new();
-    let keys_of = |b: &crate::config::keymap::Binding| {
+    let keys_of = |b: &crate::tui::keymap::Binding| {
         b.keys
             .iter()
             .map(ToString::to_string)

@@ -5,7 +5,7 @@
 //! The layout adapts: full blocks in one or two columns when they fit, compact two-line blocks
 //! when they do not, and pages of GPUs (the one holding the selection) when even those do not.
 
-use crate::config::theme::Theme;
+use crate::tui::theme::Theme;
 use crate::history::Metric;
 use crate::telemetry::GpuSample;
 use crate::tui::app::App;

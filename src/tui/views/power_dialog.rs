@@ -281,8 +281,8 @@ impl Widget for PowerDialogView<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::keymap::Keymap;
-    use crate::config::theme::Theme;
+    use crate::tui::keymap::Keymap;
+    use crate::tui::theme::Theme;
     use crate::telemetry::{GpuSample, Snapshot};
     use crate::tui::action::ViewId;
     use std::time::Duration;

@@ -10,8 +10,8 @@
 //! is left out. Render only reads.
 
 use super::ranks;
-use crate::config::keymap::Context;
-use crate::config::theme::Theme;
+use crate::tui::keymap::Context;
+use crate::tui::theme::Theme;
 use crate::protocol::{KnobName, KnobState, RunInfo, StagedChange};
 use crate::tui::action::Action;
 use crate::tui::app::App;

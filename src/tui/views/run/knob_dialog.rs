@@ -283,8 +283,8 @@ impl Widget for KnobDialogView<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::keymap::Keymap;
-    use crate::config::theme::Theme;
+    use crate::tui::keymap::Keymap;
+    use crate::tui::theme::Theme;
     use crate::protocol::{KnobState, TrainerInfo};
     use crate::supervisor::RunStatus;
     use crate::tui::action::ViewId;

@@ -9,7 +9,7 @@ pub mod ranks;
 pub mod state;
 pub mod tuner_panel;
 
-use crate::config::theme::Theme;
+use crate::tui::theme::Theme;
 use crate::protocol::{LogStream, RunInfo};
 use crate::supervisor::RunStatus;
 use crate::tui::app::App;

@@ -12,7 +12,7 @@
 //! many are left out; where the columns do not fit, the least telling go first (host, then
 //! the clocks, …). Render only reads.
 
-use crate::config::theme::Theme;
+use crate::tui::theme::Theme;
 use crate::control::alerts::AlertKind;
 use crate::protocol::{JobFigures, RankInfo, RankSpec, StagedChange, TrainerInfo};
 use crate::telemetry::{GpuSample, Snapshot, throttle, throttle_reason_badges};

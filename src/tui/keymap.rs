@@ -11,15 +11,15 @@
 //! A bad user file never stops the console: [`load`] falls back to the defaults and returns a
 //! message with file, line and column. Unknown keys, fields and actions are errors.
 
-use crate::config::theme::line_col;
-use crate::tui::action::{Action, ViewId};
+use super::action::{Action, ViewId};
+use super::theme::line_col;
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use serde::Deserialize;
 use std::fmt;
 use std::path::Path;
 
 /// The embedded default keymap.
-pub const DEFAULT_KEYMAP: &str = include_str!("../tui/keymap-default.toml");
+pub const DEFAULT_KEYMAP: &str = include_str!("keymap-default.toml");
 
 /// One key with its modifiers, as a keymap names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
