@@ -207,8 +207,8 @@ pub struct ClusterArgs {
     #[arg(long, value_name = "FILE")]
     pub prometheus_ca: Option<std::path::PathBuf>,
     /// The metric that colours the grid at start.
-    #[arg(long, value_enum, default_value_t = crate::cluster::Metric::Util)]
-    pub metric: crate::cluster::Metric,
+    #[arg(long, value_enum, default_value_t = crate::cluster::GridMetric::Util)]
+    pub metric: crate::cluster::GridMetric,
     /// Seconds between queries.
     #[arg(long, value_name = "SECONDS", default_value_t = 1.0, value_parser = parse_refresh)]
     pub interval: f64,

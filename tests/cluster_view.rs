@@ -4,7 +4,7 @@
 //! a live Slurm job on the grid and in detail (with a node Prometheus lacks); `a` and the
 //! `attach --host` it runs, failing through SSH.
 
-use gpupilot::cluster::Metric;
+use gpupilot::cluster::GridMetric;
 use gpupilot::cluster::jobs;
 use gpupilot::cluster::model::{ClusterModel, GpuCell, Node, NodeState};
 use gpupilot::cluster::view::{Key, ViewState, render};
@@ -66,7 +66,7 @@ fn model() -> ClusterModel {
 }
 
 fn state() -> ViewState {
-    let mut s = ViewState::new("http://head:9090", Metric::Util);
+    let mut s = ViewState::new("http://head:9090", GridMetric::Util);
     s.age_s = Some(0.4);
     s.now_s = Some(T0);
     s
@@ -117,13 +117,13 @@ fn metric_sort_and_filter_keys() {
     let mut st = state();
     st.key(Key::Char('p'), &m);
     st.key(Key::Char('s'), &m);
-    assert_eq!(st.metric, Metric::Power);
+    assert_eq!(st.metric, GridMetric::Power);
     shot("cluster_power_sorted", &m, &st);
     let order: Vec<String> = st.visible(&m).iter().map(|n| n.name.clone()).collect();
     let means: Vec<f64> = st
         .visible(&m)
         .iter()
-        .map(|n| n.mean(Metric::Power).unwrap())
+        .map(|n| n.mean(GridMetric::Power).unwrap())
         .collect();
     assert!(
         means.windows(2).all(|w| w[0] >= w[1]),

@@ -24,7 +24,7 @@ use gpupilot::client::Client;
 use gpupilot::cluster::model::{ClusterModel, NodeState};
 use gpupilot::cluster::query::Prometheus;
 use gpupilot::cluster::view::{Key, ViewState, render};
-use gpupilot::cluster::{Metric, fetch};
+use gpupilot::cluster::{GridMetric, fetch};
 use gpupilot::telemetry::{GpuSample, now_s};
 use ratatui::Terminal;
 use ratatui::backend::TestBackend;
@@ -342,7 +342,7 @@ fn prometheus_scrapes_two_daemons_and_the_cluster_view_matches() {
     assert_eq!(totals.gpus_busy + totals.gpus_idle, 5);
 
     // The view of that model: both nodes in the grid, and one node's GPUs in detail.
-    let mut state = ViewState::new(&prom.base, Metric::Util);
+    let mut state = ViewState::new(&prom.base, GridMetric::Util);
     let screen = |state: &ViewState| {
         let mut t = Terminal::new(TestBackend::new(200, 50)).unwrap();
         t.draw(|f| render(f, &model, state)).unwrap();

@@ -27,7 +27,7 @@ use query::{Prometheus, QueryError};
 
 /// The metric that colours the grid.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Metric {
+pub enum GridMetric {
     /// GPU utilization, percent.
     Util,
     /// Power draw, watts (coloured against the GPU's cap).
@@ -38,22 +38,22 @@ pub enum Metric {
     Mem,
 }
 
-impl Metric {
+impl GridMetric {
     pub fn word(self) -> &'static str {
         match self {
-            Metric::Util => "util %",
-            Metric::Power => "power W",
-            Metric::Temp => "temp °C",
-            Metric::Mem => "mem %",
+            GridMetric::Util => "util %",
+            GridMetric::Power => "power W",
+            GridMetric::Temp => "temp °C",
+            GridMetric::Mem => "mem %",
         }
     }
 
-    pub fn next(self) -> Metric {
+    pub fn next(self) -> GridMetric {
         match self {
-            Metric::Util => Metric::Power,
-            Metric::Power => Metric::Temp,
-            Metric::Temp => Metric::Mem,
-            Metric::Mem => Metric::Util,
+            GridMetric::Util => GridMetric::Power,
+            GridMetric::Power => GridMetric::Temp,
+            GridMetric::Temp => GridMetric::Mem,
+            GridMetric::Mem => GridMetric::Util,
         }
     }
 }
@@ -80,14 +80,14 @@ pub fn fetch(
 
 /// What the poller sends.
 #[derive(Debug)]
-pub enum Update {
+pub enum Polled {
     Model(Box<ClusterModel>),
     Failed(String),
 }
 
 /// The query thread: one round per interval; ends when the receiver is dropped.
 pub struct Poller {
-    pub rx: mpsc::Receiver<Update>,
+    pub rx: mpsc::Receiver<Polled>,
 }
 
 impl Poller {
@@ -102,9 +102,9 @@ impl Poller {
                     let update = match fetch(&prom, previous.as_ref(), crate::telemetry::now_s()) {
                         Ok(m) => {
                             previous = Some(m.clone());
-                            Update::Model(Box::new(m))
+                            Polled::Model(Box::new(m))
                         }
-                        Err(e) => Update::Failed(e.to_string()),
+                        Err(e) => Polled::Failed(e.to_string()),
                     };
                     if tx.send(update).is_err() {
                         return;
@@ -157,7 +157,7 @@ pub fn run_attach(mut cmd: Command) -> Result<String, String> {
 }
 
 /// Run the view in the terminal until q.
-pub fn run_terminal(prom: Prometheus, metric: Metric, every: Duration) -> anyhow::Result<()> {
+pub fn run_terminal(prom: Prometheus, metric: GridMetric, every: Duration) -> anyhow::Result<()> {
     use crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
     let poller = Poller::start(prom.clone(), every);
     let (runs_tx, runs_rx) = mpsc::channel();
@@ -180,14 +180,14 @@ pub fn run_terminal(prom: Prometheus, metric: Metric, every: Duration) -> anyhow
             let mut changed = false;
             while let Ok(u) = poller.rx.try_recv() {
                 match u {
-                    Update::Model(m) => {
+                    Polled::Model(m) => {
                         state.now_s = Some(m.time_s);
                         prom_model = *m;
                         state.error = None;
                         last_answer = Some(Instant::now());
                         changed = true;
                     }
-                    Update::Failed(e) => state.error = Some(e),
+                    Polled::Failed(e) => state.error = Some(e),
                 }
                 dirty = true;
             }

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::Metric;
+use super::GridMetric;
 use super::query::Series;
 
 /// A node whose newest scrape is older than this is stale (seconds).
@@ -74,12 +74,12 @@ pub struct GpuCell {
 
 impl GpuCell {
     /// The value the grid shows for `metric`.
-    pub fn value(&self, metric: Metric) -> Option<f64> {
+    pub fn value(&self, metric: GridMetric) -> Option<f64> {
         match metric {
-            Metric::Util => self.util_pct,
-            Metric::Power => self.power_w,
-            Metric::Temp => self.temp_c,
-            Metric::Mem => self.mem_pct(),
+            GridMetric::Util => self.util_pct,
+            GridMetric::Power => self.power_w,
+            GridMetric::Temp => self.temp_c,
+            GridMetric::Mem => self.mem_pct(),
         }
     }
 
@@ -92,12 +92,12 @@ impl GpuCell {
     }
 
     /// Where the value sits between cool (0) and hot (1), for the colour.
-    pub fn heat(&self, metric: Metric) -> Option<f64> {
+    pub fn heat(&self, metric: GridMetric) -> Option<f64> {
         let v = self.value(metric)?;
         let x = match metric {
-            Metric::Util | Metric::Mem => v / 100.0,
-            Metric::Power => v / self.power_limit_w.filter(|l| *l > 0.0).unwrap_or(700.0),
-            Metric::Temp => (v - 30.0) / 55.0,
+            GridMetric::Util | GridMetric::Mem => v / 100.0,
+            GridMetric::Power => v / self.power_limit_w.filter(|l| *l > 0.0).unwrap_or(700.0),
+            GridMetric::Temp => (v - 30.0) / 55.0,
         };
         Some(x.clamp(0.0, 1.0))
     }
@@ -156,7 +156,7 @@ impl Node {
     }
 
     /// Mean of the metric over the node's GPUs that have it.
-    pub fn mean(&self, metric: Metric) -> Option<f64> {
+    pub fn mean(&self, metric: GridMetric) -> Option<f64> {
         let v: Vec<f64> = self.gpus.iter().filter_map(|g| g.value(metric)).collect();
         (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
     }

@@ -8,7 +8,7 @@ use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Paragraph, Row, Table};
 
-use super::Metric;
+use super::GridMetric;
 use super::model::{ClusterModel, GpuCell, Node, NodeState};
 
 /// How the nodes are ordered.
@@ -41,7 +41,7 @@ impl Sort {
 /// What the keys change.
 #[derive(Debug, Clone)]
 pub struct ViewState {
-    pub metric: Metric,
+    pub metric: GridMetric,
     pub sort: Sort,
     /// Nodes whose name contains this (case-insensitive).
     pub filter: String,
@@ -85,7 +85,7 @@ pub enum Key {
 }
 
 impl ViewState {
-    pub fn new(source: &str, metric: Metric) -> ViewState {
+    pub fn new(source: &str, metric: GridMetric) -> ViewState {
         ViewState {
             metric,
             sort: Sort::Name,
@@ -146,10 +146,10 @@ impl ViewState {
             Key::Char('q') => return true,
             Key::Esc if self.detail.is_some() => self.detail = None,
             Key::Esc if !self.filter.is_empty() => self.filter.clear(),
-            Key::Char('u') => self.metric = Metric::Util,
-            Key::Char('p') => self.metric = Metric::Power,
-            Key::Char('t') => self.metric = Metric::Temp,
-            Key::Char('m') => self.metric = Metric::Mem,
+            Key::Char('u') => self.metric = GridMetric::Util,
+            Key::Char('p') => self.metric = GridMetric::Power,
+            Key::Char('t') => self.metric = GridMetric::Temp,
+            Key::Char('m') => self.metric = GridMetric::Mem,
             Key::Char('\t') | Key::Char('c') => self.metric = self.metric.next(),
             Key::Char('s') => self.sort = self.sort.next(),
             Key::Char('/') => {
@@ -339,7 +339,7 @@ fn state_style(s: NodeState) -> Style {
     }
 }
 
-fn cell_span(g: &GpuCell, metric: Metric, node_state: NodeState, color: bool) -> Span<'static> {
+fn cell_span(g: &GpuCell, metric: GridMetric, node_state: NodeState, color: bool) -> Span<'static> {
     const W: usize = 4;
     if g.lost {
         return Span::styled(format!("{:>W$} ", "LOST"), Style::default().fg(Color::Red));

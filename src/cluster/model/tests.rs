@@ -67,7 +67,7 @@ fn nodes_gpus_and_totals() {
     assert_eq!(a.gpus[1].model.as_deref(), Some("NVIDIA A100-SXM4-80GB"));
     assert_eq!(a.gpus[1].power_w, Some(301.0));
     assert_eq!(a.gpus[0].mem_total_mib, Some(4096.0), "used + free");
-    assert_eq!(a.gpus[0].value(Metric::Mem), Some(25.0));
+    assert_eq!(a.gpus[0].value(GridMetric::Mem), Some(25.0));
     // 50 s since b's last scrape: stale, and out of the sums.
     assert_eq!(m.nodes[1].state, NodeState::Stale);
     let t = m.totals();
