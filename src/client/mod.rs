@@ -146,6 +146,7 @@ pub struct LogChunk {
 mod calls;
 mod push;
 mod remote;
+pub mod system;
 
 pub use push::{PushStream, telemetry_stream};
 

@@ -19,7 +19,6 @@ pub mod profile;
 pub mod ranks;
 pub mod report;
 pub mod runs;
-pub mod system;
 pub mod thermal;
 pub mod tune;
 
@@ -64,7 +63,7 @@ pub fn daemon_args(g: &GlobalArgs) -> Vec<OsString> {
 pub fn connect_or_spawn(g: &GlobalArgs, paths: &Paths) -> anyhow::Result<Client> {
     if crate::config::paths::system_daemon_selected() {
         // The system daemon is root's to start.
-        return system::connect(paths);
+        return crate::client::system::connect(paths);
     }
     let exe = std::env::current_exe().context("finding the gpupilot binary to start a daemon")?;
     let (client, spawned) = Client::connect_or_spawn(paths, &exe, &daemon_args(g))?;
@@ -80,7 +79,7 @@ pub fn connect_or_spawn(g: &GlobalArgs, paths: &Paths) -> anyhow::Result<Client>
 /// Connect to a running daemon; no daemon is an error that says how to start one.
 pub fn connect(paths: &Paths) -> anyhow::Result<Client> {
     if crate::config::paths::system_daemon_selected() {
-        return system::connect(paths);
+        return crate::client::system::connect(paths);
     }
     Ok(Client::connect(paths)?)
 }

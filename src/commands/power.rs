@@ -90,7 +90,7 @@ fn change(g: &GlobalArgs, request: Request, json: bool) -> anyhow::Result<ExitCo
     let kind = request.kind();
     let answer = client.request(request).map_err(|e| {
         let args: Vec<String> = std::env::args().skip(1).collect();
-        super::system::suggest_system(e, &args)
+        crate::client::system::suggest_system(e, &args)
     })?;
     let (changes, notes) = match answer {
         Response::GpuChanged { changes, notes } => (changes, notes),

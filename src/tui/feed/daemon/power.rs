@@ -45,7 +45,7 @@ impl Worker {
                     None => format!("power reset --gpu {gpu}"),
                 };
                 let args: Vec<String> = args.split(' ').map(String::from).collect();
-                let text = crate::commands::system::suggest_system(e, &args).to_string();
+                let text = crate::client::system::suggest_system(e, &args).to_string();
                 self.send(Update::Answer { ok: false, text })
             }
             Err(e @ ClientError::Daemon { .. }) => self.send(Update::Answer {

@@ -4,7 +4,7 @@
 
 use std::os::unix::net::UnixStream;
 
-use crate::client::{Client, ClientError};
+use super::{Client, ClientError};
 use crate::config::Paths;
 use crate::protocol::ErrorCode;
 
@@ -23,7 +23,7 @@ pub fn connect(paths: &Paths) -> anyhow::Result<Client> {
 
 /// Whether a system daemon answers on its socket (a connection is accepted).
 pub fn system_daemon_answers() -> bool {
-    UnixStream::connect(crate::daemon::socket_path(&Paths::system_from_env())).is_ok()
+    UnixStream::connect(super::socket_path(&Paths::system_from_env())).is_ok()
 }
 
 /// A change the user's own daemon refused with `no_permission` (it is not root): when a system
