@@ -107,7 +107,8 @@ pub fn sim_config(args: &SimSpec) -> Result<gpusim::NodeConfig, OpenError> {
 /// control loops take the same object as their power control).
 pub enum Opened {
     Sim(SimSource),
-    Nvml(NvmlSource),
+    /// Boxed: NVML's handle table is some 12 KB.
+    Nvml(Box<NvmlSource>),
 }
 
 /// Open the source `kind` names. `auto` is NVML when it loads; otherwise the NVML error,
@@ -121,7 +122,9 @@ pub fn open(kind: SourceKind, nvml_lib: Option<&Path>, sim: &SimSpec) -> Result<
                 SimSource::new(&config, SIM_WARMUP_S).map_err(|e| OpenError::Sim(e.to_string()))?;
             Ok(Opened::Sim(src))
         }
-        SourceKind::Nvml | SourceKind::Auto => Ok(Opened::Nvml(NvmlSource::open(nvml_lib)?)),
+        SourceKind::Nvml | SourceKind::Auto => {
+            Ok(Opened::Nvml(Box::new(NvmlSource::open(nvml_lib)?)))
+        }
     }
 }
 
@@ -133,6 +136,6 @@ pub fn open_source(
 ) -> Result<Arc<dyn Source>, OpenError> {
     Ok(match open(kind, nvml_lib, sim)? {
         Opened::Sim(s) => Arc::new(s),
-        Opened::Nvml(n) => Arc::new(n),
+        Opened::Nvml(n) => Arc::<NvmlSource>::from(n),
     })
 }

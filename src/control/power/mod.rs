@@ -90,7 +90,7 @@ pub fn open_node(
     use crate::telemetry::open::{Opened, open};
     Ok(match open(kind, nvml_lib, sim)? {
         Opened::Sim(s) => Node::of(Arc::new(s)),
-        Opened::Nvml(n) => Node::of(Arc::new(n)),
+        Opened::Nvml(n) => Node::of(Arc::<crate::telemetry::nvml::NvmlSource>::from(n)),
     })
 }
 
