@@ -4,6 +4,8 @@ use clap::builder::TypedValueParser as _;
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 
+use crate::control::tuner::TuneSettings;
+
 pub use crate::telemetry::open::{SimSpec, SourceKind};
 
 /// gpupilot: watch, supervise and tune deep-learning training on GPU machines.
@@ -645,10 +647,15 @@ pub struct TuneEnergyArgs {
     #[arg(value_name = "RUN")]
     pub run: String,
     /// Weight of energy against time, 0..=1.
-    #[arg(long, value_name = "ETA", default_value_t = 0.5, value_parser = parse_eta)]
+    #[arg(long, value_name = "ETA", default_value_t = TuneSettings::default().eta, value_parser = parse_eta)]
     pub eta: f64,
     /// Watts between the caps tried.
-    #[arg(long = "step-w", value_name = "WATTS", default_value_t = 25.0, value_parser = parse_step_w)]
+    #[arg(
+        long = "step-w",
+        value_name = "WATTS",
+        default_value_t = TuneSettings::default().step_w,
+        value_parser = parse_step_w
+    )]
     pub step_w: f64,
     /// Warm-up per cap, in steps (in seconds with --seconds); default 10 steps or 5 s.
     #[arg(long, value_name = "N", value_parser = parse_window)]

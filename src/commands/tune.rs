@@ -29,7 +29,9 @@ use crate::control::jobs::gpu_ranges;
 use crate::control::tuner::Window;
 use crate::control::tuner::job::{JobTally, Scope, energy_of, scope};
 use crate::control::tuner::live::{LiveRun, Outcome, drive};
-use crate::control::tuner::{Observation, Phase, Progress, TuneResult, Tuner, TunerConfig, Unit};
+use crate::control::tuner::{
+    Observation, Phase, Progress, TuneResult, TuneSettings, Tuner, TunerConfig, Unit,
+};
 use crate::profile::VisibleGpus;
 use crate::protocol::{GpuSelection, Request, Response};
 use crate::supervisor::RunStatus;
@@ -40,7 +42,7 @@ pub const RESULT_FILE: &str = "tune-energy.json";
 /// `gpupilot tune energy RUN …`.
 pub fn tune_energy(g: &GlobalArgs, args: &TuneEnergyArgs) -> anyhow::Result<ExitCode> {
     let client = super::connect_or_spawn(g, &Paths::from_env())?;
-    let (mut run, mut tuner) = prepare(client, args)?;
+    let (mut run, mut tuner) = prepare(client, &args.run, &settings(args))?;
     let max_w = tuner.config().max_w;
     eprintln!(
         "gpupilot: tuning the power cap of {} ({} caps from {max_w:.0} W down, {} + {} {} each, eta {}); Ctrl-C puts the caps back",
@@ -49,7 +51,7 @@ pub fn tune_energy(g: &GlobalArgs, args: &TuneEnergyArgs) -> anyhow::Result<Exit
         tuner.config().window.warmup,
         tuner.config().window.measure,
         unit_name(tuner.config().window.unit),
-        args.eta
+        tuner.config().eta
     );
     let stop = stop_flag();
     let mut last_line = String::new();
@@ -100,25 +102,9 @@ pub fn tune_energy(g: &GlobalArgs, args: &TuneEnergyArgs) -> anyhow::Result<Exit
     }
 }
 
-/// The run `args.run` seen through `client`'s daemon, and a search on it with `args`'
-/// settings, ready to [`drive`] (the console's tuner starts the same way, with the defaults).
-pub(crate) fn prepare(client: Client, args: &TuneEnergyArgs) -> anyhow::Result<(DaemonRun, Tuner)> {
-    let mut run = DaemonRun::open(client, &args.run)?;
-    let Some(first) = run.limits.first() else {
-        anyhow::bail!(
-            "run {} uses no GPU the daemon sees: no power cap to tune",
-            run.id
-        );
-    };
-    let (min_w, max_w, default_w) = run.limits.iter().fold(
-        (first.min_w, first.max_w, first.default_w),
-        |(lo, hi, d), l| (lo.max(l.min_w), hi.min(l.max_w), d.min(l.default_w)),
-    );
-    let mut cfg = TunerConfig::new(min_w, default_w, max_w, first.current_w, run.gpus.len());
-    cfg.max_power_w = run.limits.iter().map(|l| l.max_w).sum();
-    cfg.eta = args.eta;
-    cfg.step_w = args.step_w;
-    cfg.window = match args.seconds {
+/// The search `args` ask for.
+fn settings(args: &TuneEnergyArgs) -> TuneSettings {
+    let window = match args.seconds {
         Some(measure) => Window {
             unit: Unit::Seconds,
             warmup: args.warmup.unwrap_or(Window::DEFAULT_SECONDS.warmup),
@@ -130,22 +116,37 @@ pub(crate) fn prepare(client: Client, args: &TuneEnergyArgs) -> anyhow::Result<(
             measure: args.measure.unwrap_or(Window::DEFAULT_STEPS.measure),
         },
     };
+    TuneSettings {
+        eta: args.eta,
+        step_w: args.step_w,
+        window,
+    }
+}
+
+/// Run `spec` seen through `client`'s daemon, and a search on it as `settings` ask, ready to
+/// [`drive`] (the console's tuner starts the same way, with the default settings).
+pub(crate) fn prepare(
+    client: Client,
+    spec: &str,
+    settings: &TuneSettings,
+) -> anyhow::Result<(DaemonRun, Tuner)> {
+    let mut run = DaemonRun::open(client, spec)?;
+    let Some(first) = run.limits.first() else {
+        anyhow::bail!(
+            "run {} uses no GPU the daemon sees: no power cap to tune",
+            run.id
+        );
+    };
+    let (min_w, max_w, default_w) = run.limits.iter().fold(
+        (first.min_w, first.max_w, first.default_w),
+        |(lo, hi, d), l| (lo.max(l.min_w), hi.min(l.max_w), d.min(l.default_w)),
+    );
+    let mut cfg = TunerConfig::new(min_w, default_w, max_w, first.current_w, run.gpus.len())
+        .with_settings(settings);
+    cfg.max_power_w = run.limits.iter().map(|l| l.max_w).sum();
     run.unit = cfg.window.unit;
     let tuner = Tuner::new(cfg)?;
     Ok((run, tuner))
-}
-
-/// The options `gpupilot tune energy RUN` runs with when given none.
-pub(crate) fn default_args(run: &str) -> TuneEnergyArgs {
-    TuneEnergyArgs {
-        run: run.to_string(),
-        eta: 0.5,
-        step_w: 25.0,
-        warmup: None,
-        measure: None,
-        seconds: None,
-        json: false,
-    }
 }
 
 /// Write `result` to the run's directory ([`RESULT_FILE`]); where it went.

@@ -28,6 +28,6 @@ mod search;
 pub mod sim;
 
 pub use search::{
-    Action, CapPoint, Observation, Phase, Progress, TuneResult, Tuner, TunerConfig, TunerError,
-    Unit, Window, zeus_cost,
+    Action, CapPoint, Observation, Phase, Progress, TuneResult, TuneSettings, Tuner, TunerConfig,
+    TunerError, Unit, Window, zeus_cost,
 };

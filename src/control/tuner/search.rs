@@ -37,6 +37,30 @@ impl Window {
     };
 }
 
+/// What a search is asked for: the weight of energy against time, the distance between the
+/// caps tried, and how long each is held. `gpupilot tune energy`'s flags set it; the console's
+/// tuner and the simulator harness take the defaults, and this `Default` is the one place they
+/// are written.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct TuneSettings {
+    /// Weight of energy against time in the cost, 0..=1 (1: energy only, 0: time only).
+    pub eta: f64,
+    /// Distance between the caps tried, watts.
+    pub step_w: f64,
+    pub window: Window,
+}
+
+impl Default for TuneSettings {
+    /// Energy and time weighed alike, 25 W between caps, Zeus's step window.
+    fn default() -> TuneSettings {
+        TuneSettings {
+            eta: 0.5,
+            step_w: 25.0,
+            window: Window::DEFAULT_STEPS,
+        }
+    }
+}
+
 /// Everything the search needs to know up front. Watts throughout.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TunerConfig {
@@ -62,21 +86,32 @@ pub struct TunerConfig {
 }
 
 impl TunerConfig {
-    /// Defaults (eta 0.5, 25 W steps, Zeus's step window, stop after two caps 2% above the
-    /// best) for `gpus` GPUs sharing one set of limits, starting at `start_w`.
+    /// The default [`TuneSettings`] (and stop after two caps 2% above the best) for `gpus`
+    /// GPUs sharing one set of limits, starting at `start_w`.
     pub fn new(min_w: f64, default_w: f64, max_w: f64, start_w: f64, gpus: usize) -> TunerConfig {
+        let s = TuneSettings::default();
         TunerConfig {
-            eta: 0.5,
-            step_w: 25.0,
+            eta: s.eta,
+            step_w: s.step_w,
             min_w,
             max_w,
             default_w,
             start_w,
             max_power_w: max_w * gpus.max(1) as f64,
-            window: Window::DEFAULT_STEPS,
+            window: s.window,
             rise_margin: 0.02,
             patience: 2,
             early_stop: true,
+        }
+    }
+
+    /// This configuration searching as `s` asks.
+    pub fn with_settings(self, s: &TuneSettings) -> TunerConfig {
+        TunerConfig {
+            eta: s.eta,
+            step_w: s.step_w,
+            window: s.window,
+            ..self
         }
     }
 

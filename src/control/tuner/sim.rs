@@ -10,7 +10,8 @@
 use gpusim::{Node, NodeConfig, SimError, TrainingConfig, find};
 
 use super::search::{
-    Action, Observation, TuneResult, Tuner, TunerConfig, TunerError, Window, zeus_cost,
+    Action, Observation, TuneResult, TuneSettings, Tuner, TunerConfig, TunerError, Window,
+    zeus_cost,
 };
 
 /// Why a simulated search could not be carried out.
@@ -56,12 +57,13 @@ pub struct SimSettings {
 }
 
 impl Default for SimSettings {
-    /// eta 0.5, 25 W steps, Zeus's window (10 + 40 steps), 10 ms simulation steps.
+    /// The search's defaults ([`TuneSettings`]), 10 ms simulation steps.
     fn default() -> SimSettings {
+        let t = TuneSettings::default();
         SimSettings {
-            eta: 0.5,
-            step_w: 25.0,
-            window: Window::DEFAULT_STEPS,
+            eta: t.eta,
+            step_w: t.step_w,
+            window: t.window,
             sim_step_s: 0.01,
             seed: 1,
         }

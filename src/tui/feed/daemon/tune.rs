@@ -8,8 +8,8 @@
 
 use super::{Done, REQUEST_TIMEOUT, Worker};
 use crate::client::Origin;
-use crate::commands::tune::{default_args, prepare, save_result};
-use crate::control::tuner::Progress;
+use crate::commands::tune::{prepare, save_result};
+use crate::control::tuner::{Progress, TuneSettings};
 use crate::control::tuner::live::{Outcome, drive};
 use crate::tui::feed::Update;
 use crate::tui::tuner::{TunerEnd, TunerEvent};
@@ -166,7 +166,7 @@ fn search(
         Ok(c) => c.with_timeout(REQUEST_TIMEOUT),
         Err(e) => return ended(TunerEnd::Failed(format!("connecting to the daemon: {e}"))),
     };
-    let (mut live, mut tuner) = match prepare(client, &default_args(run)) {
+    let (mut live, mut tuner) = match prepare(client, run, &TuneSettings::default()) {
         Ok(p) => p,
         Err(e) => return ended(TunerEnd::Failed(format!("{e:#}"))),
     };
