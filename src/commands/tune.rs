@@ -125,12 +125,12 @@ fn settings(args: &TuneEnergyArgs) -> TuneSettings {
 
 /// Run `spec` seen through `client`'s daemon, and a search on it as `settings` ask, ready to
 /// [`drive`] (the console's tuner starts the same way, with the default settings).
-pub(crate) fn prepare(
-    client: Client,
+pub(crate) fn prepare<D: TunerDaemon>(
+    daemon: D,
     spec: &str,
     settings: &TuneSettings,
-) -> anyhow::Result<(DaemonRun, Tuner)> {
-    let mut run = DaemonRun::open(client, spec)?;
+) -> anyhow::Result<(DaemonRun<D>, Tuner)> {
+    let mut run = DaemonRun::open(daemon, spec)?;
     let Some(first) = run.limits.first() else {
         anyhow::bail!(
             "run {} uses no GPU the daemon sees: no power cap to tune",
@@ -150,8 +150,8 @@ pub(crate) fn prepare(
 }
 
 /// Write `result` to the run's directory ([`RESULT_FILE`]); where it went.
-pub(crate) fn save_result(
-    run: &DaemonRun,
+pub(crate) fn save_result<D: TunerDaemon>(
+    run: &DaemonRun<D>,
     result: &TuneResult,
 ) -> anyhow::Result<std::path::PathBuf> {
     let path = run.dir.join(RESULT_FILE);
@@ -260,9 +260,89 @@ fn stop_flag() -> Arc<AtomicBool> {
     flag
 }
 
+/// What the tuner asks of the daemon: the run, the GPUs' newest samples, the run's metrics
+/// reports, the GPUs' power limits, and caps. The daemon's client implements it; a test may
+/// fake it.
+pub trait TunerDaemon {
+    /// The run `spec` names (an id, a unique id prefix, a run name, or `last`).
+    fn run(&self, spec: &str) -> anyhow::Result<RunSeen>;
+    /// The daemon's newest snapshot; `None` while it has no GPU telemetry.
+    fn snapshot(&self) -> anyhow::Result<Option<crate::telemetry::Snapshot>>;
+    /// The run's metrics reports from `since` on (`u64::MAX`: none, only its trainer's side).
+    fn reports(&self, run: &str, since: u64) -> anyhow::Result<Reports>;
+    /// Each GPU's power limits, by index; `None` where they cannot be read.
+    fn power_limits(&self) -> anyhow::Result<Vec<(u32, Option<crate::control::PowerLimits>)>>;
+    /// Cap `gpus` at `watts`, with `why` for the node's events.
+    fn set_cap(&self, gpus: Vec<u32>, watts: f64, why: &str) -> anyhow::Result<()>;
+}
+
+/// A run, as the tuner needs to know it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunSeen {
+    /// Its full id.
+    pub id: String,
+    /// Its directory, where the result goes.
+    pub dir: std::path::PathBuf,
+    /// The GPUs it sees: its `CUDA_VISIBLE_DEVICES` (`all` when unset).
+    pub gpus: String,
+    /// Whether it is training now.
+    pub running: bool,
+}
+
+/// A run's metrics reports from some point on, where the next ones start, and its trainer's
+/// side (its ranks, their GPUs).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reports {
+    pub points: Vec<crate::training::MetricsPoint>,
+    pub next: u64,
+    pub trainer: crate::training::TrainerInfo,
+}
+
+impl TunerDaemon for Client {
+    fn run(&self, spec: &str) -> anyhow::Result<RunSeen> {
+        let info = Client::run(self, spec)?;
+        Ok(RunSeen {
+            id: info.id,
+            dir: info.dir,
+            gpus: info.gpus,
+            running: matches!(info.status, RunStatus::Running),
+        })
+    }
+
+    fn snapshot(&self) -> anyhow::Result<Option<crate::telemetry::Snapshot>> {
+        Ok(self.status()?.snapshot)
+    }
+
+    fn reports(&self, run: &str, since: u64) -> anyhow::Result<Reports> {
+        let m = self.run_metrics(run, since)?;
+        Ok(Reports {
+            points: m.points,
+            next: m.next,
+            trainer: m.trainer,
+        })
+    }
+
+    fn power_limits(&self) -> anyhow::Result<Vec<(u32, Option<crate::control::PowerLimits>)>> {
+        let Response::Power { gpus, .. } = self.request(Request::Power {})? else {
+            anyhow::bail!("the daemon answered `power` with something else");
+        };
+        Ok(gpus.into_iter().map(|g| (g.index, g.power)).collect())
+    }
+
+    fn set_cap(&self, gpus: Vec<u32>, watts: f64, why: &str) -> anyhow::Result<()> {
+        let request = Request::PowerCap {
+            gpus: GpuSelection::Some(gpus),
+            watts,
+            why: Some(why.to_string()),
+        };
+        self.request(request)?;
+        Ok(())
+    }
+}
+
 /// The run, seen through the daemon.
-pub(crate) struct DaemonRun {
-    client: Client,
+pub(crate) struct DaemonRun<D: TunerDaemon> {
+    daemon: D,
     pub(crate) id: String,
     pub(crate) dir: std::path::PathBuf,
     pub(crate) gpus: Vec<u32>,
@@ -281,15 +361,14 @@ pub(crate) struct DaemonRun {
     energy: Vec<(f64, f64)>,
 }
 
-impl DaemonRun {
-    fn open(client: Client, spec: &str) -> anyhow::Result<DaemonRun> {
-        let info = client.run(spec)?;
-        let status = client.status()?;
-        let snap = status.snapshot.context(
+impl<D: TunerDaemon> DaemonRun<D> {
+    fn open(daemon: D, spec: &str) -> anyhow::Result<DaemonRun<D>> {
+        let info = daemon.run(spec)?;
+        let snap = daemon.snapshot()?.context(
             "the daemon has no GPU telemetry: the tuner needs the GPUs' energy counters",
         )?;
         // The trainer side only (no reports): whether this is a job, and its ranks' GPUs.
-        let trainer = client.run_metrics(&info.id, u64::MAX)?.trainer;
+        let trainer = daemon.reports(&info.id, u64::MAX)?.trainer;
         let scope = scope(&trainer).map_err(|e| anyhow::anyhow!("run {}: {e}", info.id))?;
         if VisibleGpus::parse(Some(&info.gpus)).is_none() {
             anyhow::bail!(
@@ -316,16 +395,14 @@ impl DaemonRun {
                 (gpus, Some(ranks), false)
             }
         };
-        let Response::Power { gpus: settings, .. } = client.request(Request::Power {})? else {
-            anyhow::bail!("the daemon answered `power` with something else");
-        };
+        let settings = daemon.power_limits()?;
         let mut limits = Vec::new();
         let mut start_w = BTreeMap::new();
         for i in &gpus {
             let l = settings
                 .iter()
-                .find(|s| s.index == *i)
-                .and_then(|s| s.power)
+                .find(|(index, _)| index == i)
+                .and_then(|(_, power)| *power)
                 .with_context(|| {
                     format!("GPU {i}'s power limits cannot be read, so its cap cannot be tuned")
                 })?;
@@ -333,7 +410,7 @@ impl DaemonRun {
             limits.push(l);
         }
         Ok(DaemonRun {
-            client,
+            daemon,
             id: info.id,
             dir: info.dir,
             gpus,
@@ -367,15 +444,9 @@ impl DaemonRun {
     }
 
     fn cap(&self, gpus: Vec<u32>, watts: f64, why: &str) -> Result<(), String> {
-        let request = Request::PowerCap {
-            gpus: GpuSelection::Some(gpus),
-            watts,
-            why: Some(why.to_string()),
-        };
-        match self.client.request(request) {
-            Ok(_) => Ok(()),
-            Err(e) => Err(e.to_string()),
-        }
+        self.daemon
+            .set_cap(gpus, watts, why)
+            .map_err(|e| e.to_string())
     }
 
     /// Energy of the run's GPUs at `t`, from the two newest snapshots.
@@ -388,10 +459,10 @@ impl DaemonRun {
     }
 }
 
-impl LiveRun for DaemonRun {
+impl<D: TunerDaemon> LiveRun for DaemonRun<D> {
     fn observe(&mut self) -> Result<Option<Observation>, String> {
-        let status = self.client.status().map_err(|e| e.to_string())?;
-        if let Some(snap) = status.snapshot {
+        let snapshot = self.daemon.snapshot().map_err(|e| e.to_string())?;
+        if let Some(snap) = snapshot {
             let total = energy_of(&self.gpus, &snap.gpus)?;
             if self.energy.last().is_none_or(|(t, _)| *t < snap.time_s) {
                 self.energy.push((snap.time_s, total));
@@ -401,8 +472,8 @@ impl LiveRun for DaemonRun {
             }
         }
         let m = self
-            .client
-            .run_metrics(&self.id, self.since)
+            .daemon
+            .reports(&self.id, self.since)
             .map_err(|e| e.to_string())?;
         self.since = m.next;
         if m.points.is_empty() {
@@ -451,8 +522,8 @@ impl LiveRun for DaemonRun {
     }
 
     fn alive(&mut self) -> Result<bool, String> {
-        let info = self.client.run(&self.id).map_err(|e| e.to_string())?;
-        Ok(matches!(info.status, RunStatus::Running))
+        let run = self.daemon.run(&self.id).map_err(|e| e.to_string())?;
+        Ok(run.running)
     }
 }
 
