@@ -48,6 +48,7 @@ pub mod control;
 pub mod daemon;
 pub mod exporter;
 pub mod history;
+pub mod ipc;
 pub mod profile;
 pub mod protocol;
 pub mod report;

@@ -59,9 +59,11 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 
 pub use auth::{
-    Access, DEFAULT_GROUP, GroupEntry, Identity, Mode, Peer, Verdict, decide, group_entry,
-    peer_allowed, refusal_message,
+    Access, DEFAULT_GROUP, GroupEntry, Identity, Mode, Verdict, decide, group_entry,
+    refusal_message,
 };
+/// The socket, the log and the peer check are `ipc`'s (clients need them without the daemon).
+pub use crate::ipc::{LOG_NAME, Peer, SOCKET_NAME, log_path, peer_allowed, socket_path};
 pub use lock::{DaemonLock, lock_holder, prepare_private_dir, prepare_shared_dir};
 pub use logs::utf8_cut;
 pub use metrics::{DEFAULT_ADDR as DEFAULT_METRICS_ADDR, parse_addr as parse_metrics_addr};
@@ -72,25 +74,11 @@ pub use trainers::Attach;
 use crate::config::Paths;
 use crate::telemetry::{Sampler, SamplerConfig, Source};
 
-/// The socket's file name in the runtime directory.
-pub const SOCKET_NAME: &str = "daemon.sock";
 /// The lock file's name in the runtime directory (it holds the daemon's pid).
 pub const LOCK_NAME: &str = "daemon.lock";
-/// The daemon's log in the state directory.
-pub const LOG_NAME: &str = "daemon.log";
 
 /// How often runs are polled for exits, grace periods and backoffs.
 const POLL_EVERY: Duration = Duration::from_millis(100);
-
-/// Where the daemon's socket is for these paths.
-pub fn socket_path(paths: &Paths) -> PathBuf {
-    paths.runtime.join(SOCKET_NAME)
-}
-
-/// Where the daemon logs for these paths.
-pub fn log_path(paths: &Paths) -> PathBuf {
-    paths.state.join(LOG_NAME)
-}
 
 /// How a daemon is set up.
 pub struct DaemonOptions {

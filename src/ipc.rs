@@ -1,0 +1,123 @@
+//! Where a client finds the daemon and how each end checks the other: a leaf below both
+//! `client` and `daemon`, which uses only [`crate::config`]'s paths.
+//!
+//! - [`socket_path`], [`log_path`]: the daemon's socket and its log for a set of paths.
+//! - [`Peer`]: the process at the other end of a Unix socket, from the kernel (SO_PEERCRED);
+//!   nothing the peer says about itself is trusted.
+//! - [`peer_allowed`]: the rule both ends apply: the same user, or root. The daemon refuses
+//!   other users (the system daemon has its own policy, in `daemon::auth`); a client refuses a
+//!   daemon that runs as anyone else.
+
+use std::os::fd::AsFd;
+use std::path::PathBuf;
+
+use crate::config::Paths;
+
+/// The socket's file name in the runtime directory.
+pub const SOCKET_NAME: &str = "daemon.sock";
+/// The daemon's log in the state directory.
+pub const LOG_NAME: &str = "daemon.log";
+
+/// Where the daemon's socket is for these paths.
+pub fn socket_path(paths: &Paths) -> PathBuf {
+    paths.runtime.join(SOCKET_NAME)
+}
+
+/// Where the daemon logs for these paths.
+pub fn log_path(paths: &Paths) -> PathBuf {
+    paths.state.join(LOG_NAME)
+}
+
+/// The process at the other end of a connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Peer {
+    pub uid: u32,
+    pub gid: u32,
+    /// Absent when the kernel does not say (a peer in another pid namespace).
+    pub pid: Option<u32>,
+}
+
+impl Peer {
+    /// The peer's credentials, from the kernel.
+    pub fn of(socket: impl AsFd) -> std::io::Result<Peer> {
+        let cred = rustix::net::sockopt::socket_peercred(socket)?;
+        let pid = cred.pid.as_raw_nonzero().get();
+        Ok(Peer {
+            uid: cred.uid.as_raw(),
+            gid: cred.gid.as_raw(),
+            pid: u32::try_from(pid).ok().filter(|&p| p > 0),
+        })
+    }
+
+    /// `alice (uid 1000) via gpupilot (pid 4242)`: the `by` of events.
+    pub fn describe(&self) -> String {
+        let who = match user_name(self.uid) {
+            Some(name) => format!("{name} (uid {})", self.uid),
+            None => format!("uid {}", self.uid),
+        };
+        match self.pid {
+            Some(pid) => match process_name(pid) {
+                Some(comm) => format!("{who} via {comm} (pid {pid})"),
+                None => format!("{who} via pid {pid}"),
+            },
+            None => who,
+        }
+    }
+}
+
+/// Whether a peer running as `peer_uid` may use a daemon running as `daemon_uid`: the same
+/// user, or root.
+pub fn peer_allowed(daemon_uid: u32, peer_uid: u32) -> bool {
+    peer_uid == daemon_uid || peer_uid == 0
+}
+
+/// A user's name from `/etc/passwd` (no NSS: enough for the event log).
+pub fn user_name(uid: u32) -> Option<String> {
+    let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
+    passwd.lines().find_map(|line| {
+        let mut f = line.split(':');
+        let name = f.next()?;
+        let id: u32 = f.nth(1)?.parse().ok()?;
+        (id == uid).then(|| name.to_string())
+    })
+}
+
+/// A process's command name (`/proc/PID/comm`).
+fn process_name(pid: u32) -> Option<String> {
+    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+    let comm = comm.trim();
+    (!comm.is_empty()).then(|| comm.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn same_user_and_root_may_act_others_not() {
+        assert!(peer_allowed(1000, 1000), "the same user");
+        assert!(peer_allowed(1000, 0), "root");
+        assert!(peer_allowed(0, 0), "root's daemon, root");
+        assert!(!peer_allowed(1000, 1001), "another user");
+        assert!(
+            !peer_allowed(0, 1000),
+            "root's own daemon serves root; users use the system daemon (`--system`)"
+        );
+    }
+
+    #[test]
+    fn a_socket_pair_knows_its_peer() {
+        let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let peer = Peer::of(&a).unwrap();
+        assert_eq!(peer.uid, rustix::process::getuid().as_raw());
+        assert_eq!(peer.pid, Some(std::process::id()));
+        let d = peer.describe();
+        assert!(d.contains(&format!("(pid {})", std::process::id())), "{d}");
+        assert!(d.contains(&format!("uid {}", peer.uid)), "{d}");
+    }
+
+    #[test]
+    fn root_has_a_name() {
+        assert_eq!(user_name(0).as_deref(), Some("root"));
+    }
+}
