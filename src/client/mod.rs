@@ -20,7 +20,7 @@ use std::time::Duration;
 use crossbeam_channel::{Receiver, Sender, TrySendError, bounded};
 
 use crate::config::Paths;
-use crate::daemon::{Peer, peer_allowed, socket_path};
+use crate::ipc::{Peer, log_path, peer_allowed, socket_path};
 use crate::protocol::{
     self, ClientFrame, ErrorCode, MAX_REPLY_FRAME, NodeEventRecord, Request, Response, ServerFrame,
 };
@@ -183,7 +183,7 @@ pub struct Client {
 impl Client {
     /// Connect to the daemon for `paths` as `gpupilot-cli`.
     pub fn connect(paths: &Paths) -> Result<Client, ClientError> {
-        let log = crate::daemon::log_path(paths);
+        let log = log_path(paths);
         let mut client = Client::connect_to(
             &socket_path(paths),
             &format!("gpupilot-cli {}", env!("CARGO_PKG_VERSION")),

@@ -10,8 +10,7 @@
 //! here; the facts it needs (the caller's groups from `/proc/PID/status`, the group from
 //! `/etc/group`) are read by the functions beside it.
 
-pub use crate::ipc::{Peer, peer_allowed};
-use crate::ipc::user_name;
+use crate::ipc::{Peer, peer_allowed, user_name};
 use crate::protocol::Request;
 
 /// The group whose members may change GPU settings on a system daemon, unless told otherwise.

@@ -8,10 +8,10 @@
 
 use std::sync::{Arc, Mutex, OnceLock};
 
-use super::auth::Peer;
 use super::outside::{LimitWatch, Watched};
 use super::state::{Daemon, RequestError, lock};
 use super::{DaemonError, io_err};
+use crate::ipc::Peer;
 use crate::control::ControlError;
 use crate::control::power::{
     GpuControl, Originals, check_clocks, check_gpu_max, check_power, watts,

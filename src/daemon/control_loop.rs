@@ -30,8 +30,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Mutex;
 
-use super::auth::Peer;
 use super::state::{Daemon, RequestError, lock};
+use crate::ipc::Peer;
 use crate::control::alerts::{HOOK_TIMEOUT, Observation, run_hook};
 use crate::control::governor::Target;
 use crate::control::node::{NodeControl, RunRules, RunView};

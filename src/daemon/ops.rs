@@ -6,10 +6,10 @@ use std::sync::MutexGuard;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime};
 
-use super::auth::Peer;
 use super::logs;
 use super::runs;
 use super::state::{Daemon, RequestError, lock};
+use crate::ipc::Peer;
 use crate::profile::{self, Profile};
 use crate::protocol::{self, ErrorCode, LogStream, NodeEvent, Response, RunSignal};
 use crate::time::rfc3339;

@@ -28,11 +28,12 @@ use tokio::sync::{Notify, Semaphore, broadcast, mpsc};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio_util::sync::CancellationToken;
 
-use super::auth::{Access, Identity, Mode, Peer, Verdict, decide, group_entry};
+use super::auth::{Access, Identity, Mode, Verdict, decide, group_entry};
 use super::events::Refusals;
 use super::relay;
 use super::state::Daemon;
 use super::trainers::Attach;
+use crate::ipc::Peer;
 use crate::protocol::{
     self, ClientFrame, ErrorCode, FrameError, MAX_REQUEST_FRAME, Request, Response, ServerFrame,
 };

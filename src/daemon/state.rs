@@ -10,10 +10,10 @@ use std::time::{Instant, SystemTime};
 
 use tokio::sync::watch;
 
-use super::auth::Peer;
 use super::events::NodeLog;
 use super::runs::{self, RunTable};
 use super::{DaemonError, io_err};
+use crate::ipc::Peer;
 use crate::config::Paths;
 use crate::history::History;
 use crate::protocol::{

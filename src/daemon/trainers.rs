@@ -20,11 +20,11 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
-use super::auth::Peer;
 use super::ops::append_run_event;
 use super::ranks::{Link, Ranks, Refused, Staged};
 use super::state::{Daemon, RequestError, lock};
 use super::trainer_output::{OutputParser, parse_line, read_new_lines};
+use crate::ipc::Peer;
 use crate::profile::{Knob, MetricsSettings};
 use crate::protocol::{
     self, ErrorCode, KnobName, KnobRange, KnobState, KnobVia, MetricsPoint, MetricsReport,
