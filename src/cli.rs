@@ -410,7 +410,7 @@ pub struct DaemonArgs {
 }
 
 fn parse_metrics_addr(s: &str) -> Result<String, String> {
-    crate::daemon::parse_metrics_addr(s).map(|_| s.trim().to_string())
+    crate::config::prometheus::parse_metrics_addr(s).map(|_| s.trim().to_string())
 }
 
 /// Options of `gpupilot power`.

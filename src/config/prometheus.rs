@@ -13,6 +13,7 @@
 //! ca_file = "/etc/gpupilot/prometheus-ca.pem"           # a private CA, for https
 //! ```
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
@@ -33,7 +34,30 @@ pub struct ExporterSettings {
     /// `ADDR:PORT` or `off`.
     pub listen: Option<String>,
     /// How `/metrics` spells the node's label: `"Hostname"` (default) or `"hostname"`.
-    pub hostname_label: Option<crate::exporter::HostnameLabel>,
+    pub hostname_label: Option<HostnameLabel>,
+}
+
+/// How the node's label is spelled: dcgm-exporter's `Hostname` (its releases up to 3.x, and
+/// the default), or `hostname` as dcgm-exporter 4.x spells it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+pub enum HostnameLabel {
+    /// `Hostname`.
+    #[default]
+    #[serde(rename = "Hostname")]
+    Hostname,
+    /// `hostname`.
+    #[serde(rename = "hostname")]
+    Lower,
+}
+
+impl HostnameLabel {
+    /// The label's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            HostnameLabel::Hostname => "Hostname",
+            HostnameLabel::Lower => "hostname",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
@@ -47,6 +71,20 @@ pub struct ClusterSettings {
     pub basic_auth_file: Option<PathBuf>,
     /// The PEM file of the CA that signed Prometheus's certificate.
     pub ca_file: Option<PathBuf>,
+}
+
+/// Parse `--metrics-addr` or `[exporter] listen`: `off` (None) or `ADDR:PORT`.
+pub fn parse_metrics_addr(s: &str) -> Result<Option<SocketAddr>, String> {
+    let s = s.trim();
+    if s.eq_ignore_ascii_case("off") || s.eq_ignore_ascii_case("none") {
+        return Ok(None);
+    }
+    s.parse::<SocketAddr>().map(Some).map_err(|_| {
+        format!(
+            "metrics address `{s}`: give ADDR:PORT (`127.0.0.1:9400`, `0.0.0.0:9400`, \
+             `[::1]:9400`) or `off`"
+        )
+    })
 }
 
 /// Where the file is for a config directory.
@@ -71,7 +109,7 @@ pub fn load(config_dir: &Path) -> anyhow::Result<PrometheusSettings> {
         )
     })?;
     if let Some(l) = &s.exporter.listen {
-        crate::daemon::parse_metrics_addr(l)
+        parse_metrics_addr(l)
             .map_err(|e| anyhow::anyhow!("{}: [exporter] listen: {e}", p.display()))?;
     }
     Ok(s)
@@ -113,8 +151,19 @@ mod tests {
     }
 
     #[test]
+    fn addresses_and_off() {
+        assert_eq!(parse_metrics_addr("off").unwrap(), None);
+        assert_eq!(
+            parse_metrics_addr("127.0.0.1:9400").unwrap(),
+            Some("127.0.0.1:9400".parse().unwrap())
+        );
+        assert!(parse_metrics_addr("[::1]:9400").unwrap().is_some());
+        let e = parse_metrics_addr("localhost").unwrap_err();
+        assert!(e.contains("ADDR:PORT") && e.contains("off"), "{e}");
+    }
+
+    #[test]
     fn hostname_label_either_spelling() {
-        use crate::exporter::HostnameLabel;
         let dir = tempfile::tempdir().unwrap();
         let label = |text: &str| {
             std::fs::write(path(dir.path()), text).unwrap();

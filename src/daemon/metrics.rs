@@ -10,7 +10,6 @@
 //! [`MAX_CONNECTIONS`] are served at once and one more is closed at once, so idle or slow
 //! clients cannot hold a scrape up behind them.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,6 +24,7 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use super::state::Daemon;
+use crate::config::prometheus::HostnameLabel;
 use crate::exporter;
 
 /// Where the daemon serves `/metrics` unless told otherwise: loopback, dcgm-exporter's port.
@@ -38,22 +38,8 @@ const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Connections served at once; one more is closed as soon as it is accepted.
 pub const MAX_CONNECTIONS: usize = 64;
 
-/// Parse `--metrics-addr`: `off` (None) or `ADDR:PORT`.
-pub fn parse_addr(s: &str) -> Result<Option<SocketAddr>, String> {
-    let s = s.trim();
-    if s.eq_ignore_ascii_case("off") || s.eq_ignore_ascii_case("none") {
-        return Ok(None);
-    }
-    s.parse::<SocketAddr>().map(Some).map_err(|_| {
-        format!(
-            "metrics address `{s}`: give ADDR:PORT (`127.0.0.1:9400`, `0.0.0.0:9400`, \
-             `[::1]:9400`) or `off`"
-        )
-    })
-}
-
 /// The `/metrics` page now, the node's label spelled `hostname_label`.
-pub fn page(daemon: &Daemon, hostname_label: exporter::HostnameLabel) -> String {
+pub fn page(daemon: &Daemon, hostname_label: HostnameLabel) -> String {
     let snapshot = daemon.telemetry().borrow().clone();
     let runs = daemon.live_trainers();
     let control = daemon.control_status();
@@ -72,7 +58,7 @@ type Render = Arc<dyn Fn() -> String + Send + Sync>;
 /// Accept scrapes until `shutdown`.
 pub async fn serve(
     daemon: Arc<Daemon>,
-    hostname_label: exporter::HostnameLabel,
+    hostname_label: HostnameLabel,
     listener: TcpListener,
     shutdown: CancellationToken,
 ) {
@@ -166,21 +152,10 @@ fn router(render: Render) -> Router {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::SocketAddr;
     use std::time::Instant;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpStream;
-
-    #[test]
-    fn addresses_and_off() {
-        assert_eq!(parse_addr("off").unwrap(), None);
-        assert_eq!(
-            parse_addr("127.0.0.1:9400").unwrap(),
-            Some("127.0.0.1:9400".parse().unwrap())
-        );
-        assert!(parse_addr("[::1]:9400").unwrap().is_some());
-        let e = parse_addr("localhost").unwrap_err();
-        assert!(e.contains("ADDR:PORT") && e.contains("off"), "{e}");
-    }
 
     async fn endpoint() -> (SocketAddr, CancellationToken) {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();

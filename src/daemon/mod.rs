@@ -66,7 +66,8 @@ pub use auth::{
 pub use crate::ipc::{LOG_NAME, Peer, SOCKET_NAME, log_path, peer_allowed, socket_path};
 pub use lock::{DaemonLock, lock_holder, prepare_private_dir, prepare_shared_dir};
 pub use logs::utf8_cut;
-pub use metrics::{DEFAULT_ADDR as DEFAULT_METRICS_ADDR, parse_addr as parse_metrics_addr};
+pub use crate::config::prometheus::parse_metrics_addr;
+pub use metrics::DEFAULT_ADDR as DEFAULT_METRICS_ADDR;
 pub use state::{Daemon, RequestError};
 pub use trainer_output::parse_line as parse_output_line;
 pub use trainers::Attach;
@@ -99,7 +100,7 @@ pub struct DaemonOptions {
     /// Where to serve Prometheus `/metrics` (None: not at all). See `metrics`.
     pub metrics_addr: Option<std::net::SocketAddr>,
     /// How `/metrics` spells the node's label (`[exporter] hostname_label`).
-    pub metrics_hostname_label: crate::exporter::HostnameLabel,
+    pub metrics_hostname_label: crate::config::prometheus::HostnameLabel,
 }
 
 /// Why the daemon could not start (or stopped badly).

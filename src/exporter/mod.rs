@@ -33,37 +33,13 @@
 
 use std::fmt::Write as _;
 
-use serde::Deserialize;
-
+pub use crate::config::prometheus::HostnameLabel;
 use crate::control::status::ControlStatus;
 use crate::protocol::{RunInfo, TrainerInfo};
 use crate::telemetry::{GpuSample, Snapshot};
 
 /// The content type of the text exposition format.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
-
-/// How the node's label is spelled: dcgm-exporter's `Hostname` (its releases up to 3.x, and
-/// the default), or `hostname` as dcgm-exporter 4.x spells it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-pub enum HostnameLabel {
-    /// `Hostname`.
-    #[default]
-    #[serde(rename = "Hostname")]
-    Hostname,
-    /// `hostname`.
-    #[serde(rename = "hostname")]
-    Lower,
-}
-
-impl HostnameLabel {
-    /// The label's name.
-    pub fn name(self) -> &'static str {
-        match self {
-            HostnameLabel::Hostname => "Hostname",
-            HostnameLabel::Lower => "hostname",
-        }
-    }
-}
 
 /// What one `/metrics` page is made of.
 pub struct Input<'a> {
