@@ -27,6 +27,8 @@ pub mod settings;
 pub mod status;
 pub mod tuner;
 
+pub use node::ControlEvent;
+
 use serde::{Deserialize, Serialize};
 
 /// One GPU's power-limit figures, watts.

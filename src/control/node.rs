@@ -24,7 +24,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use super::alerts::{AlertChange, Alerts, HookPayload, Observation};
+use super::alerts::{Alert, AlertChange, Alerts, HookPayload, Observation};
 use super::budget::{self, BudgetConfig, BudgetGpu};
 use super::energy::{EnergySource, GpuEnergy, GpuMeter, RunEnergy, SampleCounter};
 use super::energy_ledger::{self, Ledger, LedgerGpu};
@@ -35,7 +35,6 @@ use super::settings::{AlertRules, ControlSettings};
 use super::status::{BudgetStatus, CapChange, ControlStatus, GovernorStatus};
 use super::{ControlError, PowerControl, PowerLimits};
 use crate::profile::VisibleGpus;
-use crate::protocol::NodeEvent;
 use crate::telemetry::{GpuSample, Snapshot, throttle};
 
 /// The budget is re-shared at most this often (seconds), unless it is exceeded.
@@ -94,10 +93,42 @@ impl From<&crate::profile::Profile> for RunRules {
     }
 }
 
+/// What the loops did or were told, for the node's event log (the daemon records each as the
+/// protocol's `governor`, `budget` or `alert` node event, field for field: docs/protocol.md,
+/// "Control loops").
+#[derive(Debug, Clone, PartialEq)]
+pub enum ControlEvent {
+    /// The thermal governor of a GPU. `change`: `on`, `off`, `cap` (it moved the cap
+    /// `old_w` → `new_w`), `stale` (telemetry went stale: it holds the cap), `resumed`,
+    /// `flapping`, `restored` (nothing controls the cap any more: the user's cap is back),
+    /// `failed` (a cap could not be set), `refused` (the GPU's limits make no sense), `job`
+    /// (another GPU of a job moved with the one it governs).
+    Governor {
+        gpu: u32,
+        change: String,
+        target_c: Option<f64>,
+        temperature_c: Option<f64>,
+        old_w: Option<f64>,
+        new_w: Option<f64>,
+        by: String,
+        why: String,
+    },
+    /// The node power budget was set (`budget_w`) or cleared (None), or it moved caps (`caps`).
+    Budget {
+        budget_w: Option<f64>,
+        total_w: Option<f64>,
+        caps: Vec<CapChange>,
+        by: String,
+        why: String,
+    },
+    /// An alert was raised or cleared (`change`).
+    Alert { change: String, alert: Alert },
+}
+
 /// What one step did.
 #[derive(Debug, Default)]
 pub struct StepOutput {
-    pub events: Vec<NodeEvent>,
+    pub events: Vec<ControlEvent>,
     /// `(argv, payload)` of each alert hook to run.
     pub hooks: Vec<(Vec<String>, HookPayload)>,
     /// `(run, energy, write it to summary.json now)`.
@@ -250,16 +281,16 @@ impl NodeControl {
         target: Target,
         by: &str,
         why: &str,
-    ) -> Vec<NodeEvent> {
+    ) -> Vec<ControlEvent> {
         self.governors_on(gpus, target, Owner::Person(by.to_string()), why)
     }
 
     /// Turn the governor off for `gpus`; their caps go back to the users' caps at the next step.
-    pub fn thermal_off(&mut self, gpus: &[u32], by: &str, why: &str) -> Vec<NodeEvent> {
+    pub fn thermal_off(&mut self, gpus: &[u32], by: &str, why: &str) -> Vec<ControlEvent> {
         let mut events = Vec::new();
         for g in gpus {
             if self.governors.remove(g).is_some() {
-                events.push(NodeEvent::Governor {
+                events.push(ControlEvent::Governor {
                     gpu: *g,
                     change: "off".into(),
                     target_c: None,
@@ -275,7 +306,7 @@ impl NodeControl {
     }
 
     /// Set (Some) or clear (None) the node budget, as `by`.
-    pub fn set_budget(&mut self, budget_w: Option<f64>, by: &str, why: &str) -> NodeEvent {
+    pub fn set_budget(&mut self, budget_w: Option<f64>, by: &str, why: &str) -> ControlEvent {
         self.budget = budget_w.map(|w| BudgetSetting {
             budget_w: w,
             owner: Owner::Person(by.to_string()),
@@ -285,7 +316,7 @@ impl NodeControl {
         if budget_w.is_none() {
             self.budget_caps.clear();
         }
-        NodeEvent::Budget {
+        ControlEvent::Budget {
             budget_w,
             total_w: None,
             caps: vec![],
@@ -305,7 +336,7 @@ impl NodeControl {
         target: Target,
         owner: Owner,
         why: &str,
-    ) -> Vec<NodeEvent> {
+    ) -> Vec<ControlEvent> {
         let mut events = Vec::new();
         for &g in gpus {
             let by = owner.describe();
@@ -319,7 +350,7 @@ impl NodeControl {
                     stale: StaleReport::new(),
                 },
             );
-            events.push(NodeEvent::Governor {
+            events.push(ControlEvent::Governor {
                 gpu: g,
                 change: "on".into(),
                 target_c: match target {
@@ -439,7 +470,7 @@ impl NodeControl {
                     last: None,
                     at_s: f64::NEG_INFINITY,
                 });
-                out.events.push(NodeEvent::Budget {
+                out.events.push(ControlEvent::Budget {
                     budget_w: Some(w),
                     total_w: None,
                     caps: vec![],
@@ -492,7 +523,7 @@ impl NodeControl {
                 if self.budget.is_none() {
                     self.budget_caps.clear();
                 }
-                out.events.push(NodeEvent::Budget {
+                out.events.push(ControlEvent::Budget {
                     budget_w: self.settings.node_budget_w,
                     total_w: None,
                     caps: vec![],
@@ -678,7 +709,7 @@ impl NodeControl {
             } else {
                 "daemon"
             };
-            out.events.push(NodeEvent::Governor {
+            out.events.push(ControlEvent::Governor {
                 gpu: *g,
                 change: "refused".into(),
                 target_c: None,
@@ -753,7 +784,7 @@ impl NodeControl {
             let d = gov.gov.decide(&input);
             if let Action::Set { from_w, to_w } = d.action {
                 gov.cmd_w = Some(to_w);
-                out.events.push(NodeEvent::Governor {
+                out.events.push(ControlEvent::Governor {
                     gpu: g,
                     change: "cap".into(),
                     target_c: d.target_c,
@@ -791,7 +822,7 @@ impl NodeControl {
                         ),
                     ),
                 };
-                out.events.push(NodeEvent::Governor {
+                out.events.push(ControlEvent::Governor {
                     gpu: g,
                     change: change.into(),
                     target_c: d.target_c,
@@ -873,7 +904,7 @@ impl NodeControl {
         }
         let b = self.budget.as_mut().expect("checked");
         if a.infeasible.is_some() && b.last.as_ref().is_none_or(|l| l.infeasible.is_none()) {
-            out.events.push(NodeEvent::Budget {
+            out.events.push(ControlEvent::Budget {
                 budget_w: Some(budget_w),
                 total_w: Some(a.total_w),
                 caps: vec![],
@@ -966,7 +997,7 @@ impl NodeControl {
                             old_w: from,
                             new_w: to,
                         }),
-                        "" => out.events.push(NodeEvent::Governor {
+                        "" => out.events.push(ControlEvent::Governor {
                             gpu: g,
                             change: "restored".into(),
                             target_c: None,
@@ -1015,7 +1046,7 @@ impl NodeControl {
                 None => (None, None),
             };
             let why = job_caps::budget_why(&budget_changes, &self.jobs);
-            out.events.push(NodeEvent::Budget {
+            out.events.push(ControlEvent::Budget {
                 budget_w,
                 total_w,
                 caps: budget_changes,
@@ -1032,7 +1063,7 @@ impl NodeControl {
         }
         self.set_errors.insert(g, msg.clone());
         let who = if who.is_empty() { "daemon" } else { who };
-        out.events.push(NodeEvent::Governor {
+        out.events.push(ControlEvent::Governor {
             gpu: g,
             change: "failed".into(),
             target_c: None,
@@ -1119,7 +1150,7 @@ impl NodeControl {
                 AlertChange::Raised(a) => ("raised", a),
                 AlertChange::Cleared(a) => ("cleared", a),
             };
-            out.events.push(NodeEvent::Alert {
+            out.events.push(ControlEvent::Alert {
                 change: change.into(),
                 alert: alert.clone(),
             });
@@ -1216,7 +1247,7 @@ impl NodeControl {
     }
 
     /// The caps the loops changed, back to the users' caps (the daemon is stopping).
-    pub fn release<P: PowerControl + ?Sized>(&mut self, dev: &P) -> Vec<NodeEvent> {
+    pub fn release<P: PowerControl + ?Sized>(&mut self, dev: &P) -> Vec<ControlEvent> {
         self.governors.clear();
         self.budget = None;
         self.budget_caps.clear();

@@ -36,10 +36,10 @@ use crate::control::alerts::{HOOK_TIMEOUT, Observation, run_hook};
 use crate::control::governor::Target;
 use crate::control::node::{NodeControl, RunRules, RunView};
 use crate::control::power::{GpuControl, Originals};
+use crate::control::ControlEvent;
 use crate::control::settings;
 use crate::control::status::ControlStatus;
 use crate::control::{ControlError, PowerControl, PowerLimits};
-use crate::protocol::NodeEvent;
 use crate::protocol::{ErrorCode, GpuSelection, Request, Response};
 use crate::time::parse_rfc3339;
 use crate::telemetry::Snapshot;
@@ -123,7 +123,7 @@ impl Daemon {
             out
         });
         for e in out.events {
-            self.events.record(e);
+            self.events.record(e.into());
         }
         for (argv, payload) in out.hooks {
             // The thread is left to finish (or be killed at its timeout) on its own.
@@ -276,7 +276,7 @@ impl Daemon {
             }
         };
         for e in events {
-            self.events.record(e);
+            self.events.record(e.into());
         }
         Ok(Response::Control(Box::new(self.control_status())))
     }
@@ -338,7 +338,7 @@ impl Daemon {
             events
         });
         for e in events {
-            self.events.record(e);
+            self.events.record(e.into());
         }
     }
 }
@@ -474,10 +474,10 @@ impl PowerControl for Recording<'_> {
 
 impl Recording<'_> {
     /// The loops put a GPU back at its recorded original: nothing is left to restore.
-    fn forget_restored(&self, events: &[NodeEvent]) {
+    fn forget_restored(&self, events: &[ControlEvent]) {
         let mut originals = lock(self.originals);
         for e in events {
-            let NodeEvent::Governor {
+            let ControlEvent::Governor {
                 gpu,
                 change,
                 new_w: Some(w),

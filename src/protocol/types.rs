@@ -315,7 +315,9 @@ pub enum NodeEvent {
     },
     /// The thermal governor of a GPU. `change`: `on`, `off`, `cap` (it moved the cap
     /// `old_w` → `new_w`), `stale` (telemetry went stale: it holds the cap), `resumed`,
-    /// `restored` (nothing controls the cap any more: the user's cap is back), `failed`.
+    /// `flapping`, `restored` (nothing controls the cap any more: the user's cap is back),
+    /// `failed`, `refused`, `job`. This and the next two are the control loops' events
+    /// ([`crate::control::ControlEvent`], converted as the daemon records them).
     Governor {
         gpu: u32,
         change: String,
@@ -345,4 +347,47 @@ pub enum NodeEvent {
         change: String,
         alert: crate::control::alerts::Alert,
     },
+}
+
+/// The control loops' events are node events, field for field (control names no protocol type;
+/// the daemon converts as it records them).
+impl From<crate::control::ControlEvent> for NodeEvent {
+    fn from(e: crate::control::ControlEvent) -> NodeEvent {
+        use crate::control::ControlEvent;
+        match e {
+            ControlEvent::Governor {
+                gpu,
+                change,
+                target_c,
+                temperature_c,
+                old_w,
+                new_w,
+                by,
+                why,
+            } => NodeEvent::Governor {
+                gpu,
+                change,
+                target_c,
+                temperature_c,
+                old_w,
+                new_w,
+                by,
+                why,
+            },
+            ControlEvent::Budget {
+                budget_w,
+                total_w,
+                caps,
+                by,
+                why,
+            } => NodeEvent::Budget {
+                budget_w,
+                total_w,
+                caps,
+                by,
+                why,
+            },
+            ControlEvent::Alert { change, alert } => NodeEvent::Alert { change, alert },
+        }
+    }
 }

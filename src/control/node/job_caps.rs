@@ -3,10 +3,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{BY_BUDGET, BY_GOVERNOR, NodeControl, StepOutput};
+use super::{BY_BUDGET, BY_GOVERNOR, ControlEvent, NodeControl, StepOutput};
 use crate::control::jobs::{self, JobGroup, JobHold};
 use crate::control::status::CapChange;
-use crate::protocol::NodeEvent;
 
 impl NodeControl {
     /// The cap the governor and the budget give each GPU they control, and which of the two
@@ -75,7 +74,7 @@ impl NodeControl {
                 Some(t) => format!("GPU {} is at {t:.0} °C", h.leader),
                 None => format!("GPU {}'s governor", h.leader),
             };
-            out.events.push(NodeEvent::Governor {
+            out.events.push(ControlEvent::Governor {
                 gpu: h.leader,
                 change: "job".into(),
                 target_c: last.and_then(|d| d.target_c),

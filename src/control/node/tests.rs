@@ -154,12 +154,12 @@ fn governors_and_a_budget_hold_four_hot_gpus() {
     assert!(
         events
             .iter()
-            .any(|e| matches!(e, NodeEvent::Governor { change, .. } if change == "cap"))
+            .any(|e| matches!(e, ControlEvent::Governor { change, .. } if change == "cap"))
     );
     assert!(
         events
             .iter()
-            .any(|e| matches!(e, NodeEvent::Budget { caps, .. } if !caps.is_empty()))
+            .any(|e| matches!(e, ControlEvent::Budget { caps, .. } if !caps.is_empty()))
     );
     // Off: the governors go, the budget stays; then the budget goes and the users' caps
     // (700 W) come back.
@@ -177,7 +177,7 @@ fn governors_and_a_budget_hold_four_hot_gpus() {
     assert_eq!(
         out.events
             .iter()
-            .filter(|e| matches!(e, NodeEvent::Governor { change, .. } if change == "restored"))
+            .filter(|e| matches!(e, ControlEvent::Governor { change, .. } if change == "restored"))
             .count(),
         4
     );
@@ -212,12 +212,12 @@ fn stale_telemetry_moves_no_cap() {
         stale_events += out
             .events
             .iter()
-            .filter(|e| matches!(e, NodeEvent::Governor { change, .. } if change == "stale"))
+            .filter(|e| matches!(e, ControlEvent::Governor { change, .. } if change == "stale"))
             .count();
         assert!(
             !out.events
                 .iter()
-                .any(|e| matches!(e, NodeEvent::Governor { change, .. } if change == "cap"))
+                .any(|e| matches!(e, ControlEvent::Governor { change, .. } if change == "cap"))
         );
         assert_eq!(caps(&dev), before);
     }
@@ -236,7 +236,7 @@ fn stale_telemetry_moves_no_cap() {
     assert!(
         out.events
             .iter()
-            .any(|e| matches!(e, NodeEvent::Governor { change, .. } if change == "resumed"))
+            .any(|e| matches!(e, ControlEvent::Governor { change, .. } if change == "resumed"))
     );
 }
 
@@ -371,7 +371,7 @@ fn a_runs_profile_governs_its_gpus_while_it_lives() {
         );
         hooks += out.hooks.len();
         for e in out.events {
-            if let NodeEvent::Alert { change, alert } = e {
+            if let ControlEvent::Alert { change, alert } = e {
                 raised.push((change, alert.key));
             }
         }
@@ -401,12 +401,12 @@ fn a_runs_profile_governs_its_gpus_while_it_lives() {
     assert!(
         out.events
             .iter()
-            .any(|e| matches!(e, NodeEvent::Alert { change, .. } if change == "cleared"))
+            .any(|e| matches!(e, ControlEvent::Alert { change, .. } if change == "cleared"))
     );
     assert!(
         out.events
             .iter()
-            .any(|e| matches!(e, NodeEvent::Governor { change, .. } if change == "off"))
+            .any(|e| matches!(e, ControlEvent::Governor { change, .. } if change == "off"))
     );
 }
 
@@ -428,7 +428,7 @@ fn a_budget_below_the_minimums_is_said_once() {
         said += out
             .events
             .iter()
-            .filter(|e| matches!(e, NodeEvent::Budget { why, .. } if why.contains("raise node_budget_w")))
+            .filter(|e| matches!(e, ControlEvent::Budget { why, .. } if why.contains("raise node_budget_w")))
             .count();
     }
     assert_eq!(said, 1);

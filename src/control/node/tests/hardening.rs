@@ -52,16 +52,16 @@ fn second<P: PowerControl>(
     sim: &SimDev,
     dev: &P,
     stale: bool,
-) -> Vec<NodeEvent> {
+) -> Vec<ControlEvent> {
     advance(sim, 1.0);
     let snap = snapshot(sim, T0, true, stale);
     nc.step(&snap, &[], &no_profile, Some(dev), "n").events
 }
 
-fn governor_events<'a>(events: &'a [NodeEvent], what: &str) -> Vec<&'a NodeEvent> {
+fn governor_events<'a>(events: &'a [ControlEvent], what: &str) -> Vec<&'a ControlEvent> {
     events
         .iter()
-        .filter(|e| matches!(e, NodeEvent::Governor { change, .. } if change == what))
+        .filter(|e| matches!(e, ControlEvent::Governor { change, .. } if change == what))
         .collect()
 }
 
@@ -94,7 +94,7 @@ fn a_limit_read_as_zero_is_never_acted_on_and_the_reason_is_said_once() {
     assert!(governor_events(&events, "cap").is_empty(), "{events:?}");
     let refused = governor_events(&events, "refused");
     assert_eq!(refused.len(), 1, "said once: {events:?}");
-    let NodeEvent::Governor { why, .. } = refused[0] else {
+    let ControlEvent::Governor { why, .. } = refused[0] else {
         unreachable!()
     };
     assert!(why.contains("power limit reads 0 W"), "{why}");
@@ -138,7 +138,7 @@ fn a_setter_that_keeps_failing_is_retried_less_and_less_often() {
     assert!(gaps.windows(2).all(|w| w[1] >= w[0]), "{gaps:?}");
     let failed = governor_events(&events, "failed");
     assert_eq!(failed.len(), 1, "said once: {failed:?}");
-    let NodeEvent::Governor { why, .. } = failed[0] else {
+    let ControlEvent::Governor { why, .. } = failed[0] else {
         unreachable!()
     };
     assert!(
@@ -164,10 +164,10 @@ fn telemetry_that_flaps_is_reported_once_per_episode_not_every_second() {
         let stale = s % 3 == 0 || s % 7 == 0;
         events.extend(second(&mut nc, &dev, &dev, stale));
     }
-    let said: Vec<&NodeEvent> = events
+    let said: Vec<&ControlEvent> = events
         .iter()
         .filter(|e| {
-            matches!(e, NodeEvent::Governor { change, .. }
+            matches!(e, ControlEvent::Governor { change, .. }
                 if ["stale", "resumed", "flapping"].contains(&change.as_str()))
         })
         .collect();
@@ -183,7 +183,7 @@ fn telemetry_that_flaps_is_reported_once_per_episode_not_every_second() {
         events.extend(second(&mut nc, &dev, &dev, false));
     }
     let resumed = governor_events(&events, "resumed");
-    let Some(NodeEvent::Governor { why, .. }) = resumed.last() else {
+    let Some(ControlEvent::Governor { why, .. }) = resumed.last() else {
         panic!("no resumed: {events:?}")
     };
     assert!(why.contains("stale spells"), "{why}");

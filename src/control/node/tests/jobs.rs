@@ -12,7 +12,7 @@ fn job_view(dir: &Path, live: bool) -> RunView {
     }
 }
 
-fn step(nc: &mut NodeControl, dev: &SimDev, views: &[RunView]) -> Vec<NodeEvent> {
+fn step(nc: &mut NodeControl, dev: &SimDev, views: &[RunView]) -> Vec<ControlEvent> {
     advance(dev, 1.0);
     nc.step(
         &snapshot(dev, T0, true, false),
@@ -44,7 +44,7 @@ fn a_governed_gpu_holds_its_jobs_gpus_at_its_cap() {
     let said: Vec<&String> = events
         .iter()
         .filter_map(|e| match e {
-            NodeEvent::Governor {
+            ControlEvent::Governor {
                 change,
                 gpu: 1,
                 why,
@@ -68,7 +68,7 @@ fn a_governed_gpu_holds_its_jobs_gpus_at_its_cap() {
     let restored: Vec<u32> = events
         .iter()
         .filter_map(|e| match e {
-            NodeEvent::Governor { change, gpu, .. } if change == "restored" => Some(*gpu),
+            ControlEvent::Governor { change, gpu, .. } if change == "restored" => Some(*gpu),
             _ => None,
         })
         .collect();
@@ -90,7 +90,7 @@ fn per_gpu_caps_leave_a_jobs_other_gpus_alone() {
         assert!(
             !events
                 .iter()
-                .any(|e| matches!(e, NodeEvent::Governor { change, .. } if change == "job"))
+                .any(|e| matches!(e, ControlEvent::Governor { change, .. } if change == "job"))
         );
     }
     let c = caps(&dev);
@@ -133,7 +133,7 @@ fn a_budget_gives_a_job_one_cap() {
     let why = events
         .iter()
         .find_map(|e| match e {
-            NodeEvent::Budget { caps, why, .. } if !caps.is_empty() => Some(why.clone()),
+            ControlEvent::Budget { caps, why, .. } if !caps.is_empty() => Some(why.clone()),
             _ => None,
         })
         .expect("the budget moved caps");
