@@ -2,7 +2,10 @@
 //! snapshots made from it at whole simulated seconds.
 
 use super::*;
-use crate::control::energy::Price;
+use crate::control::energy::{EnergySource, Price};
+use crate::control::governor::Mode;
+use crate::control::{ControlError, PowerLimits};
+use crate::telemetry::GpuSample;
 use crate::telemetry::NodeInfo;
 use gpusim::{Node, NodeConfig, TrainingConfig};
 use std::sync::Mutex;
