@@ -1,7 +1,7 @@
 //! The control loops of one node, run once per telemetry snapshot: thermal governors, the node
 //! power budget, energy per GPU and per run, and alerts.
 //!
-//! [`NodeControl::step`] takes the snapshot, the runs the daemon knows ([`RunView`]) and the
+//! [`NodeControl::step`] takes the snapshot, the runs the daemon knows ([`ControlledRun`]) and the
 //! node's [`PowerControl`] handle, moves caps, and returns what happened ([`StepOutput`]): events
 //! to record ([`ControlEvent`]), alert hooks to run, run energy to store. Who asked for what
 //! lives here: governors and budgets turned on by a person (a request), by `control.toml`, or by
@@ -13,7 +13,7 @@
 //! - `alerting`: alerts from the snapshot, the runs' progress and the jobs' findings.
 //!
 //! Jobs: with `job_caps = "together"` (the default), the GPUs of a live job of several ranks
-//! ([`RunView::job_gpus`]) are held at one cap, the lowest the governors and the budget give any
+//! ([`ControlledRun::job_gpus`]) are held at one cap, the lowest the governors and the budget give any
 //! of them (`jobs`), and the budget shares watts to the job as one unit; a GPU of the job that
 //! nothing else controls is then controlled too, and let go (its user's cap back) with the job.
 //!
@@ -50,9 +50,9 @@ pub const RETRY_FIRST_S: f64 = 2.0;
 /// … up to this.
 pub const RETRY_MAX_S: f64 = 300.0;
 
-/// A run as the loops see it.
+/// A run as the loops see it (their input each step; not the console's `RunView` widget).
 #[derive(Debug, Clone, PartialEq)]
-pub struct RunView {
+pub struct ControlledRun {
     pub id: String,
     /// Not ended for good.
     pub live: bool,
@@ -197,7 +197,7 @@ struct RunTrack {
     written_s: f64,
     /// When its ledger was last saved.
     saved_s: f64,
-    /// [`RunView::uses`], as of this step.
+    /// [`ControlledRun::uses`], as of this step.
     uses: BTreeMap<u32, u64>,
     /// Energy up to this snapshot's counters was taken from its ledger: the meters' increments
     /// into this snapshot are not added again.
@@ -372,7 +372,7 @@ impl NodeControl {
     pub fn step<P: PowerControl + ?Sized>(
         &mut self,
         snap: &Snapshot,
-        runs: &[RunView],
+        runs: &[ControlledRun],
         load: &dyn Fn(&Path) -> Option<RunRules>,
         dev: Option<&P>,
         node: &str,
@@ -424,7 +424,7 @@ impl NodeControl {
     fn sync_runs(
         &mut self,
         snap: &Snapshot,
-        runs: &[RunView],
+        runs: &[ControlledRun],
         load: &dyn Fn(&Path) -> Option<RunRules>,
         all: &[u32],
         out: &mut StepOutput,

@@ -31,18 +31,18 @@ use std::path::Path;
 use std::sync::Mutex;
 
 use super::state::{Daemon, RequestError, lock};
-use crate::ipc::Peer;
+use crate::control::ControlEvent;
 use crate::control::alerts::{HOOK_TIMEOUT, Observation, run_hook};
 use crate::control::governor::Target;
-use crate::control::node::{NodeControl, RunRules, RunView};
+use crate::control::node::{ControlledRun, NodeControl, RunRules};
 use crate::control::power::{GpuControl, Originals};
-use crate::control::ControlEvent;
 use crate::control::settings;
 use crate::control::status::ControlStatus;
 use crate::control::{ControlError, PowerControl, PowerLimits};
+use crate::ipc::Peer;
 use crate::protocol::{ErrorCode, GpuSelection, Request, Response};
-use crate::time::parse_rfc3339;
 use crate::telemetry::Snapshot;
+use crate::time::parse_rfc3339;
 
 /// Reports per rank fetched for the straggler verdict: twice what it judges a rank on (the
 /// ranks' reports interleave, not always evenly).
@@ -91,7 +91,7 @@ impl Daemon {
     pub(super) fn control_step(&self, snap: &Snapshot) {
         self.note_outside_changes(snap);
         self.run_caps_follow();
-        let mut views = self.run_views();
+        let mut views = self.controlled_runs();
         let leaders: Vec<(usize, u32)> = views
             .iter()
             .enumerate()
@@ -149,14 +149,14 @@ impl Daemon {
     /// The live runs, as the loops see them: the loops act on live runs only (an ended run
     /// is one no longer among them), so the ended ones, however many, are not looked at at
     /// every snapshot.
-    fn run_views(&self) -> Vec<RunView> {
+    fn controlled_runs(&self) -> Vec<ControlledRun> {
         // Taken before the run table: the channels' lock comes after it, never with it here.
         let mut jobs: std::collections::BTreeMap<String, Vec<u32>> =
             self.job_gpu_groups().into_iter().collect();
         let runs = lock(&self.runs);
         runs.list_live(std::time::SystemTime::now())
             .into_iter()
-            .map(|info| RunView {
+            .map(|info| ControlledRun {
                 job_gpus: jobs.remove(&info.id).unwrap_or_default(),
                 live: !info.is_final(),
                 paused: info.status == crate::supervisor::RunStatus::Paused,

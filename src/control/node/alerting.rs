@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use super::{ControlEvent, NodeControl, RunView, StepOutput};
+use super::{ControlEvent, ControlledRun, NodeControl, StepOutput};
 use crate::control::alerts::{AlertChange, HookPayload, Observation};
 use crate::control::settings::AlertRules;
 use crate::telemetry::Snapshot;
@@ -16,7 +16,7 @@ impl NodeControl {
     pub(super) fn alert(
         &mut self,
         snap: &Snapshot,
-        runs: &[RunView],
+        runs: &[ControlledRun],
         now: f64,
         node: &str,
         out: &mut StepOutput,

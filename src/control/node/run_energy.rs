@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use super::{ENERGY_WRITE_EVERY_S, NodeControl, RunTrack, RunView, StepOutput};
+use super::{ControlledRun, ENERGY_WRITE_EVERY_S, NodeControl, RunTrack, StepOutput};
 use crate::control::energy::{EnergySource, GpuEnergy, RunEnergy};
 use crate::control::energy_ledger::{self, Ledger, LedgerGpu};
 use crate::telemetry::{GpuSample, Snapshot};
@@ -47,7 +47,7 @@ impl NodeControl {
     pub(super) fn run_energy(
         &mut self,
         snap: &Snapshot,
-        runs: &[RunView],
+        runs: &[ControlledRun],
         now: f64,
         out: &mut StepOutput,
     ) {

@@ -243,8 +243,8 @@ fn stale_telemetry_moves_no_cap() {
     );
 }
 
-fn run_view(dir: &Path, live: bool) -> RunView {
-    RunView {
+fn run_view(dir: &Path, live: bool) -> ControlledRun {
+    ControlledRun {
         id: "r1".into(),
         live,
         paused: false,

@@ -194,7 +194,7 @@ fn a_runs_energy_survives_a_daemon_kill_with_the_downtime_counted() {
     let dev = hot(2);
     advance(&dev, 20.0);
     let tmp = tempfile::tempdir().unwrap();
-    let view = RunView {
+    let view = ControlledRun {
         visible: Some("0,1".into()),
         ..run_view(tmp.path(), true)
     };
@@ -246,18 +246,18 @@ fn energy_goes_to_the_runs_whose_processes_use_the_gpu() {
     advance(&dev, 20.0);
     let tmp = tempfile::tempdir().unwrap();
     // A CPU-only run that declared no GPU; a run on GPU 0 (3 GiB) and one sharing it (1 GiB).
-    let cpu = RunView {
+    let cpu = ControlledRun {
         id: "cpu".into(),
         visible: None,
         ..run_view(tmp.path(), true)
     };
-    let big = RunView {
+    let big = ControlledRun {
         id: "big".into(),
         visible: None,
         uses: BTreeMap::from([(0, 3 << 30)]),
         ..run_view(tmp.path(), true)
     };
-    let small = RunView {
+    let small = ControlledRun {
         id: "small".into(),
         visible: Some("0".into()),
         uses: BTreeMap::from([(0, 1 << 30)]),

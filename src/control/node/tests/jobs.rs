@@ -4,15 +4,15 @@ use super::*;
 use crate::control::jobs::JobCaps;
 
 /// Run `r1`, a job of three ranks on GPUs 0–2 of a 4-GPU node.
-fn job_view(dir: &Path, live: bool) -> RunView {
-    RunView {
+fn job_view(dir: &Path, live: bool) -> ControlledRun {
+    ControlledRun {
         visible: None,
         job_gpus: vec![0, 1, 2],
         ..run_view(dir, live)
     }
 }
 
-fn step(nc: &mut NodeControl, dev: &SimDev, views: &[RunView]) -> Vec<ControlEvent> {
+fn step(nc: &mut NodeControl, dev: &SimDev, views: &[ControlledRun]) -> Vec<ControlEvent> {
     advance(dev, 1.0);
     nc.step(
         &snapshot(dev, T0, true, false),
