@@ -55,8 +55,8 @@ const RATE_SAMPLES: usize = 256;
 /// that reports the size of each batch it got reports a short last batch of an epoch once.
 const AGREEING_REPORTS: usize = 3;
 
-/// A trainer's connection: where to push knob changes.
-pub struct Link {
+/// A trainer's connection (one rank's): where to push knob changes.
+pub struct TrainerConn {
     pub conn: u64,
     pub tx: mpsc::Sender<String>,
     pub pid: Option<u32>,
@@ -65,7 +65,7 @@ pub struct Link {
 /// One rank of the run.
 pub struct Rank {
     pub spec: RankSpec,
-    pub link: Option<Link>,
+    pub link: Option<TrainerConn>,
     /// Its newest report.
     pub last: Option<MetricsPoint>,
     /// Its recent reports with a step: (step, daemon time), oldest first.
@@ -135,7 +135,7 @@ impl Ranks {
     /// refused unless it is the same process (it reconnected), or the run has one rank (a
     /// script that says nothing reconnects from anywhere): then the new link replaces the old,
     /// which is returned.
-    pub fn attach(&mut self, spec: RankSpec, link: Link) -> Result<Option<Link>, Refused> {
+    pub fn attach(&mut self, spec: RankSpec, link: TrainerConn) -> Result<Option<TrainerConn>, Refused> {
         if spec.world_size == 0 || spec.rank >= spec.world_size {
             return Err(Refused(format!(
                 "rank {} is outside a world of {} (ranks are 0 to world_size − 1)",
@@ -219,14 +219,14 @@ impl Ranks {
     }
 
     /// The attached ranks' links, by rank.
-    pub fn links(&self) -> impl Iterator<Item = (u32, &Link)> {
+    pub fn links(&self) -> impl Iterator<Item = (u32, &TrainerConn)> {
         self.by_rank
             .iter()
             .filter_map(|(r, rank)| Some((*r, rank.link.as_ref()?)))
     }
 
     /// The lowest rank's link (rank 0's, unless it is away).
-    pub fn first_link(&self) -> Option<&Link> {
+    pub fn first_link(&self) -> Option<&TrainerConn> {
         self.links().next().map(|(_, l)| l)
     }
 
@@ -607,9 +607,9 @@ mod tests {
         }
     }
 
-    fn link(conn: u64, pid: u32) -> Link {
+    fn link(conn: u64, pid: u32) -> TrainerConn {
         let (tx, _rx) = mpsc::channel(1);
-        Link {
+        TrainerConn {
             conn,
             tx,
             pid: Some(pid),

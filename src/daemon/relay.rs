@@ -112,7 +112,7 @@ pub struct Relay {
     /// Frames from the other daemon read while opening (its answer to the attach last), for
     /// the trainer.
     pending: Vec<String>,
-    _link: Link,
+    _bridge: SshBridge,
 }
 
 /// Open the relay `ask` asks for. Err: the frame that answers the attach instead (an error
@@ -152,8 +152,8 @@ pub async fn open(
         .map(|a| a.to_string_lossy())
         .collect::<Vec<_>>()
         .join(" ");
-    let opened = match Link::start(&argv) {
-        Ok((stream, link)) => {
+    let opened = match SshBridge::start(&argv) {
+        Ok((stream, bridge)) => {
             let attempt = handshake(daemon, &ask, stream);
             let answer = tokio::select! {
                 r = tokio::time::timeout(OPEN_WITHIN, attempt) => r.unwrap_or_else(|_| {
@@ -162,28 +162,28 @@ pub async fn open(
                 _ = shutdown.cancelled() => Err("this daemon is stopping".into()),
             };
             match answer {
-                Ok(halves) => Ok((halves, link)),
-                Err(why) => Err((why, Some(link))),
+                Ok(halves) => Ok((halves, bridge)),
+                Err(why) => Err((why, Some(bridge))),
             }
         }
         Err(e) => Err((format!("running {}: {e}", program), None)),
     };
     match opened {
-        Ok(((to_node, from_node, pending), link)) => {
+        Ok(((to_node, from_node, pending), bridge)) => {
             let relay = Relay {
                 ask,
                 to_node,
                 from_node,
                 pending,
-                _link: link,
+                _bridge: bridge,
             };
             relay.record_answer(daemon);
             Ok(relay)
         }
-        Err((why, link)) => {
+        Err((why, bridge)) => {
             // SSH says why it failed on stderr, then exits: give it a moment to finish.
-            let said = match link {
-                Some(link) => link.said_when_done().await,
+            let said = match bridge {
+                Some(bridge) => bridge.said_when_done().await,
                 None => String::new(),
             };
             let why = if said.is_empty() { why } else { said };
@@ -215,7 +215,7 @@ impl Relay {
             mut to_node,
             mut from_node,
             pending,
-            _link,
+            _bridge,
         } = self;
         for line in pending {
             if to_trainer.send(line).await.is_err() {
@@ -444,17 +444,18 @@ fn failed(daemon: &Daemon, ask: &Ask, reason: &str) {
     });
 }
 
-/// The SSH process, on one end of a socket pair; what it says on stderr is kept for errors.
-/// Dropped, it gets a moment to end by itself (its input has closed) and is killed otherwise.
-struct Link {
+/// The SSH process (`ssh NODE gpupilot bridge`), on one end of a socket pair; what it says on
+/// stderr is kept for errors. Dropped, it gets a moment to end by itself (its input has closed)
+/// and is killed otherwise.
+struct SshBridge {
     child: Option<Child>,
     said: Arc<Mutex<String>>,
 }
 
-impl Link {
-    fn start(argv: &[std::ffi::OsString]) -> std::io::Result<(UnixStream, Link)> {
+impl SshBridge {
+    fn start(argv: &[std::ffi::OsString]) -> std::io::Result<(UnixStream, SshBridge)> {
         let (ours, child, said) = spawn_bridge(argv)?;
-        let link = Link {
+        let link = SshBridge {
             child: Some(child),
             said,
         };
@@ -486,7 +487,7 @@ impl Link {
     }
 }
 
-impl Drop for Link {
+impl Drop for SshBridge {
     fn drop(&mut self) {
         let Some(mut child) = self.child.take() else {
             return;

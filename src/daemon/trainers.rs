@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
 use super::ops::append_run_event;
-use super::ranks::{Link, Ranks, Refused, Staged};
+use super::ranks::{TrainerConn, Ranks, Refused, Staged};
 use super::state::{Daemon, RequestError, lock};
 use super::trainer_output::{OutputParser, parse_line, read_new_lines};
 use crate::ipc::Peer;
@@ -438,7 +438,7 @@ impl Daemon {
         let ch = channels.get(&id, entry.run.dir().path());
         drop(table);
         let (rank_no, world) = (who.rank, who.world_size);
-        match ch.ranks.attach(who, Link { conn, tx, pid }) {
+        match ch.ranks.attach(who, TrainerConn { conn, tx, pid }) {
             Ok(Some(old)) => tracing::info!(
                 "run {id}: a new trainer connection replaces connection {} (rank {rank_no})",
                 old.conn
@@ -939,7 +939,7 @@ mod tests {
             world_size: 1,
             ..RankSpec::default()
         };
-        let link = Link {
+        let link = TrainerConn {
             conn: 1,
             tx,
             pid: None,
