@@ -147,6 +147,7 @@ mod calls;
 mod push;
 mod remote;
 pub mod system;
+mod tuner;
 
 pub use push::{PushStream, telemetry_stream};
 

@@ -60,7 +60,8 @@ pub fn gather(client: &Client, th: &Thresholds) -> anyhow::Result<AdvisorInput> 
         if !matches!(run.status, RunStatus::Running) {
             continue;
         }
-        let gpus = super::tune::run_gpus(&run.gpus, &snap.gpus).unwrap_or_default();
+        let gpus =
+            crate::control::tuner::session::run_gpus(&run.gpus, &snap.gpus).unwrap_or_default();
         let mut m = client.run_metrics(&run.id, 0)?;
         // One answer holds the oldest reports; a long run's recent ones are what counts.
         let end = m.trainer.last.as_ref().map_or(m.next, |p| p.n + 1);

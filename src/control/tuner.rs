@@ -25,6 +25,7 @@
 pub mod job;
 pub mod live;
 mod search;
+pub mod session;
 pub mod sim;
 
 pub use search::{

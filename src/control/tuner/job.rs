@@ -7,7 +7,7 @@
 //! and its step (the slowest rank's) from the ranks' reports; [`energy_of`] sums the GPUs'
 //! energy counters. A run of one process is the same with one rank.
 //!
-//! Pure: the caller (`commands::tune`) reads the daemon.
+//! Pure: the caller ([`super::session`]) reads the daemon.
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -1,7 +1,7 @@
 //! Driving a [`Tuner`] on a live run: poll the run's counters, carry out the actions, and put
 //! the starting caps back when the run ends or the search is interrupted mid-way.
 //!
-//! The run is behind [`LiveRun`] (the daemon client in `commands::tune`, a fake in tests), and
+//! The run is behind [`LiveRun`] (the daemon, in [`super::session`]; a fake in tests), and
 //! waiting between polls is the caller's `wait`, so this file neither sleeps nor does I/O.
 
 use std::sync::atomic::{AtomicBool, Ordering};

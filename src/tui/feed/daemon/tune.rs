@@ -8,9 +8,9 @@
 
 use super::{Done, REQUEST_TIMEOUT, Worker};
 use crate::client::Origin;
-use crate::commands::tune::{prepare, save_result};
-use crate::control::tuner::{Progress, TuneSettings};
 use crate::control::tuner::live::{Outcome, drive};
+use crate::control::tuner::session::{prepare, save_result};
+use crate::control::tuner::{Progress, TuneSettings};
 use crate::tui::feed::Update;
 use crate::tui::tuner::{TunerEnd, TunerEvent};
 use std::sync::atomic::{AtomicBool, Ordering};

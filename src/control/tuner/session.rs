@@ -1,0 +1,364 @@
+//! A search on a live run through the daemon: the session `gpupilot tune energy` and the
+//! console's tuner both run. [`prepare`] opens the run as the daemon sees it (its GPUs, or a
+//! job's ranks' GPUs, their limits and starting caps) and sets up a [`Tuner`] with the
+//! [`TuneSettings`] asked for; [`DaemonRun`] is the [`LiveRun`] that [`drive`](super::live::drive)
+//! polls (the GPUs' energy from the daemon's snapshots, samples and steps from the run's
+//! metrics reports, caps through the daemon, so every change lands in the node's events and
+//! needs the rights any cap needs); [`save_result`] writes the result to the run's directory.
+//! [`stop_flag`] turns Ctrl-C, SIGTERM and SIGHUP into a stop, so the caps go back first.
+//!
+//! The daemon is behind [`TunerDaemon`], which its client implements (`client::tuner`): this
+//! module speaks no protocol.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use anyhow::Context as _;
+
+use super::job::{JobTally, Scope, energy_of, scope};
+use super::live::LiveRun;
+use super::{Observation, TuneResult, TuneSettings, Tuner, TunerConfig, Unit};
+use crate::control::PowerLimits;
+use crate::control::jobs::gpu_ranges;
+use crate::profile::VisibleGpus;
+use crate::telemetry::{GpuSample, Snapshot};
+use crate::training::{MetricsPoint, TrainerInfo};
+
+/// File the result is written to, in the run's directory.
+pub const RESULT_FILE: &str = "tune-energy.json";
+
+/// What the tuner asks of the daemon: the run, the GPUs' newest samples, the run's metrics
+/// reports, the GPUs' power limits, and caps. The daemon's client implements it; a test may
+/// fake it.
+pub trait TunerDaemon {
+    /// The run `spec` names (an id, a unique id prefix, a run name, or `last`).
+    fn run(&self, spec: &str) -> anyhow::Result<RunSeen>;
+    /// The daemon's newest snapshot; `None` while it has no GPU telemetry.
+    fn snapshot(&self) -> anyhow::Result<Option<Snapshot>>;
+    /// The run's metrics reports from `since` on (`u64::MAX`: none, only its trainer's side).
+    fn reports(&self, run: &str, since: u64) -> anyhow::Result<Reports>;
+    /// Each GPU's power limits, by index; `None` where they cannot be read.
+    fn power_limits(&self) -> anyhow::Result<Vec<(u32, Option<PowerLimits>)>>;
+    /// Cap `gpus` at `watts`, with `why` for the node's events.
+    fn set_cap(&self, gpus: Vec<u32>, watts: f64, why: &str) -> anyhow::Result<()>;
+}
+
+/// A run, as the tuner needs to know it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunSeen {
+    /// Its full id.
+    pub id: String,
+    /// Its directory, where the result goes.
+    pub dir: std::path::PathBuf,
+    /// The GPUs it sees: its `CUDA_VISIBLE_DEVICES` (`all` when unset).
+    pub gpus: String,
+    /// Whether it is training now.
+    pub running: bool,
+}
+
+/// A run's metrics reports from some point on, where the next ones start, and its trainer's
+/// side (its ranks, their GPUs).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reports {
+    pub points: Vec<MetricsPoint>,
+    pub next: u64,
+    pub trainer: TrainerInfo,
+}
+
+/// Run `spec` seen through `daemon`, and a search on it as `settings` ask, ready to
+/// [`drive`](super::live::drive) (the console's tuner starts the same way, with the default settings).
+pub fn prepare<D: TunerDaemon>(
+    daemon: D,
+    spec: &str,
+    settings: &TuneSettings,
+) -> anyhow::Result<(DaemonRun<D>, Tuner)> {
+    let mut run = DaemonRun::open(daemon, spec)?;
+    let Some(first) = run.limits.first() else {
+        anyhow::bail!(
+            "run {} uses no GPU the daemon sees: no power cap to tune",
+            run.id
+        );
+    };
+    let (min_w, max_w, default_w) = run.limits.iter().fold(
+        (first.min_w, first.max_w, first.default_w),
+        |(lo, hi, d), l| (lo.max(l.min_w), hi.min(l.max_w), d.min(l.default_w)),
+    );
+    let mut cfg = TunerConfig::new(min_w, default_w, max_w, first.current_w, run.gpus.len())
+        .with_settings(settings);
+    cfg.max_power_w = run.limits.iter().map(|l| l.max_w).sum();
+    run.unit = cfg.window.unit;
+    let tuner = Tuner::new(cfg)?;
+    Ok((run, tuner))
+}
+
+/// Write `result` to the run's directory ([`RESULT_FILE`]); where it went.
+pub fn save_result<D: TunerDaemon>(
+    run: &DaemonRun<D>,
+    result: &TuneResult,
+) -> anyhow::Result<std::path::PathBuf> {
+    let path = run.dir.join(RESULT_FILE);
+    std::fs::write(&path, serde_json::to_string_pretty(result)? + "\n")
+        .with_context(|| format!("writing {}", path.display()))?;
+    Ok(path)
+}
+
+/// Ctrl-C, SIGTERM and SIGHUP (the terminal went away) turn it true instead of ending the
+/// process, so the caps can be put back first.
+pub fn stop_flag() -> Arc<AtomicBool> {
+    let flag = Arc::new(AtomicBool::new(false));
+    let set = Arc::clone(&flag);
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let spawned = std::thread::Builder::new()
+        .name("tune-signals".into())
+        .spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_io()
+                .build()
+            else {
+                let _ = ready_tx.send(());
+                return;
+            };
+            rt.block_on(async move {
+                use tokio::signal::unix::{SignalKind, signal};
+                let kinds = [
+                    SignalKind::interrupt(),
+                    SignalKind::terminate(),
+                    SignalKind::hangup(),
+                ];
+                let mut streams = Vec::new();
+                for k in kinds {
+                    if let Ok(s) = signal(k) {
+                        streams.push(s);
+                    }
+                }
+                let _ = ready_tx.send(());
+                let waits = streams.iter_mut().map(|s| Box::pin(s.recv()));
+                let _ = futures::future::select_all(waits).await;
+                set.store(true, Ordering::SeqCst);
+            });
+        });
+    if spawned.is_ok() {
+        let _ = ready_rx.recv();
+    }
+    flag
+}
+
+/// The run, seen through the daemon.
+pub struct DaemonRun<D: TunerDaemon> {
+    daemon: D,
+    pub id: String,
+    pub dir: std::path::PathBuf,
+    pub gpus: Vec<u32>,
+    limits: Vec<PowerLimits>,
+    /// Each GPU's cap before the search.
+    start_w: BTreeMap<u32, f64>,
+    /// A job of several ranks: how many (None: one process).
+    ranks: Option<u32>,
+    /// Its ranks did not say their GPUs: the GPUs the run sees stand in.
+    gpus_from_run: bool,
+    unit: Unit,
+    since: u64,
+    /// The samples and the step, from the reports (every rank's).
+    tally: JobTally,
+    /// The two newest (time, energy of the run's GPUs) from the daemon's snapshots.
+    energy: Vec<(f64, f64)>,
+}
+
+impl<D: TunerDaemon> DaemonRun<D> {
+    fn open(daemon: D, spec: &str) -> anyhow::Result<DaemonRun<D>> {
+        let info = daemon.run(spec)?;
+        let snap = daemon.snapshot()?.context(
+            "the daemon has no GPU telemetry: the tuner needs the GPUs' energy counters",
+        )?;
+        // The trainer side only (no reports): whether this is a job, and its ranks' GPUs.
+        let trainer = daemon.reports(&info.id, u64::MAX)?.trainer;
+        let scope = scope(&trainer).map_err(|e| anyhow::anyhow!("run {}: {e}", info.id))?;
+        if VisibleGpus::parse(Some(&info.gpus)).is_none() {
+            anyhow::bail!(
+                "run {} sees no GPU (its CUDA_VISIBLE_DEVICES is empty: `gpus = []` in its \
+                 profile, or set so): there is no power cap to tune",
+                info.id
+            );
+        }
+        let (gpus, ranks, gpus_from_run) = match scope {
+            Scope::Run => (run_gpus(&info.gpus, &snap.gpus)?, None, false),
+            Scope::Job { gpus, ranks } if gpus.is_empty() => {
+                (run_gpus(&info.gpus, &snap.gpus)?, Some(ranks), true)
+            }
+            Scope::Job { gpus, ranks } => {
+                if let Some(g) = gpus
+                    .iter()
+                    .find(|g| !snap.gpus.iter().any(|s| s.index == **g))
+                {
+                    anyhow::bail!(
+                        "run {}: a rank trains on GPU {g}, which is not a GPU this daemon sees",
+                        info.id
+                    );
+                }
+                (gpus, Some(ranks), false)
+            }
+        };
+        let settings = daemon.power_limits()?;
+        let mut limits = Vec::new();
+        let mut start_w = BTreeMap::new();
+        for i in &gpus {
+            let l = settings
+                .iter()
+                .find(|(index, _)| index == i)
+                .and_then(|(_, power)| *power)
+                .with_context(|| {
+                    format!("GPU {i}'s power limits cannot be read, so its cap cannot be tuned")
+                })?;
+            start_w.insert(*i, l.current_w);
+            limits.push(l);
+        }
+        Ok(DaemonRun {
+            daemon,
+            id: info.id,
+            dir: info.dir,
+            gpus,
+            limits,
+            start_w,
+            ranks,
+            gpus_from_run,
+            unit: Unit::Steps,
+            since: 0,
+            tally: JobTally::new(ranks.is_some()),
+            energy: Vec::new(),
+        })
+    }
+
+    /// What is tuned, for people: `run r1 on GPU 0,1`, or for a job `job r1 (4 ranks) on GPUs
+    /// 0-3 together, one cap for all`.
+    pub fn what(&self) -> String {
+        match self.ranks {
+            None => format!("run {} on GPU {}", self.id, gpu_ranges(&self.gpus)),
+            Some(n) => format!(
+                "job {} ({n} ranks) on GPUs {} together, one cap for all{}",
+                self.id,
+                gpu_ranges(&self.gpus),
+                if self.gpus_from_run {
+                    " (its ranks do not say their GPUs: the run's GPUs)"
+                } else {
+                    ""
+                }
+            ),
+        }
+    }
+
+    fn cap(&self, gpus: Vec<u32>, watts: f64, why: &str) -> Result<(), String> {
+        self.daemon
+            .set_cap(gpus, watts, why)
+            .map_err(|e| e.to_string())
+    }
+
+    /// Energy of the run's GPUs at `t`, from the two newest snapshots.
+    fn energy_at(&self, t: f64) -> Option<f64> {
+        match self.energy.as_slice() {
+            [.., (t0, e0), (t1, e1)] if t1 > t0 => Some(e0 + (e1 - e0) * (t - t0) / (t1 - t0)),
+            [.., (_, e)] => Some(*e),
+            [] => None,
+        }
+    }
+}
+
+impl<D: TunerDaemon> LiveRun for DaemonRun<D> {
+    fn observe(&mut self) -> Result<Option<Observation>, String> {
+        let snapshot = self.daemon.snapshot().map_err(|e| e.to_string())?;
+        if let Some(snap) = snapshot {
+            let total = energy_of(&self.gpus, &snap.gpus)?;
+            if self.energy.last().is_none_or(|(t, _)| *t < snap.time_s) {
+                self.energy.push((snap.time_s, total));
+                if self.energy.len() > 2 {
+                    self.energy.remove(0);
+                }
+            }
+        }
+        let m = self
+            .daemon
+            .reports(&self.id, self.since)
+            .map_err(|e| e.to_string())?;
+        self.since = m.next;
+        if m.points.is_empty() {
+            return Ok(None);
+        }
+        self.tally.absorb(&m.points);
+        let Some(t) = self.tally.last_t() else {
+            return Ok(None);
+        };
+        if self.unit == Unit::Steps && self.tally.step().is_none() {
+            return Err(
+                "the run's metrics carry no step counter: tune it with a window in seconds (--seconds N)"
+                    .into(),
+            );
+        }
+        let Some(energy_j) = self.energy_at(t) else {
+            return Ok(None);
+        };
+        Ok(Some(Observation {
+            // The daemon stamps reports with its clock; the tuner only needs differences.
+            time_s: t,
+            steps: self.tally.step().map(|s| s as f64),
+            energy_j,
+            samples: self.tally.samples(),
+        }))
+    }
+
+    fn set_cap(&mut self, watts: f64) -> Result<(), String> {
+        self.cap(self.gpus.clone(), watts, "energy tuner: trying a cap")
+    }
+
+    fn restore(&mut self) -> Result<(), String> {
+        // GPUs that started at the same cap go back in one request.
+        let mut by_cap: BTreeMap<u64, Vec<u32>> = BTreeMap::new();
+        for (gpu, w) in &self.start_w {
+            by_cap.entry(w.to_bits()).or_default().push(*gpu);
+        }
+        for (bits, gpus) in by_cap {
+            self.cap(
+                gpus,
+                f64::from_bits(bits),
+                "energy tuner: search stopped, cap restored",
+            )?;
+        }
+        Ok(())
+    }
+
+    fn alive(&mut self) -> Result<bool, String> {
+        let run = self.daemon.run(&self.id).map_err(|e| e.to_string())?;
+        Ok(run.running)
+    }
+}
+
+/// The GPU indices a run uses, from its `gpus` (its `CUDA_VISIBLE_DEVICES`: indices or UUIDs;
+/// `all` when unset). An empty list is no GPU, not every GPU.
+pub fn run_gpus(visible: &str, gpus: &[GpuSample]) -> anyhow::Result<Vec<u32>> {
+    VisibleGpus::parse(Some(visible))
+        .resolve(gpus.iter().map(|g| (g.index, g.uuid.as_deref())))
+        .map_err(|e| anyhow::anyhow!("the run's {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn visible_devices_name_gpus_by_index_or_uuid() {
+        let gpus: Vec<GpuSample> = (0..3)
+            .map(|i| GpuSample {
+                index: i,
+                uuid: Some(format!("GPU-{i}aaa")),
+                ..Default::default()
+            })
+            .collect();
+        assert_eq!(run_gpus("all", &gpus).unwrap(), [0, 1, 2]);
+        // `gpus = []`, CUDA_VISIBLE_DEVICES="" or ",": no GPU, never every GPU.
+        assert!(run_gpus("", &gpus).unwrap().is_empty());
+        assert!(run_gpus(",", &gpus).unwrap().is_empty());
+        assert_eq!(run_gpus("2,0", &gpus).unwrap(), [2, 0]);
+        assert_eq!(run_gpus("GPU-1", &gpus).unwrap(), [1]);
+        let e = run_gpus("7", &gpus).unwrap_err().to_string();
+        assert!(e.contains("`7`"), "{e}");
+    }
+}
