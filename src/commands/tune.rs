@@ -20,7 +20,7 @@ use std::time::Duration;
 use crate::cli::{GlobalArgs, TuneEnergyArgs};
 use crate::config::Paths;
 use crate::control::tuner::live::{Outcome, drive};
-use crate::control::tuner::session::{RESULT_FILE, prepare, stop_flag};
+use crate::control::tuner::session::{RESULT_FILE, prepare, save_result, stop_flag};
 use crate::control::tuner::{Phase, Progress, TuneResult, TuneSettings, Unit, Window};
 
 /// `gpupilot tune energy RUN …`.
@@ -55,15 +55,18 @@ pub fn tune_energy(g: &GlobalArgs, args: &TuneEnergyArgs) -> anyhow::Result<Exit
     .map_err(|e| anyhow::anyhow!(e))?;
     match outcome {
         Outcome::Done(result) => {
-            let path = run.dir.join(RESULT_FILE);
-            let saved = std::fs::write(&path, serde_json::to_string_pretty(&result)? + "\n");
+            let saved = save_result(&run, &result);
             if args.json {
                 println!("{}", serde_json::to_string_pretty(&result)?);
             } else {
                 print!("{}", render_result(&result));
                 match &saved {
-                    Ok(()) => println!("saved to {}", path.display()),
-                    Err(e) => println!("could not save to {}: {e}", path.display()),
+                    Ok(path) => println!("saved to {}", path.display()),
+                    Err(e) => println!(
+                        "could not save to {}: {}",
+                        run.dir.join(RESULT_FILE).display(),
+                        e.root_cause()
+                    ),
                 }
                 println!(
                     "to start this run's profile at this cap, add:\n\n[power]\ncap_w = {:.0}",
