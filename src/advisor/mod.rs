@@ -24,11 +24,13 @@
 //!   on it ([`straggler`]).
 //!
 //! Pure: no I/O, no clock (the caller passes `now`). [`adapt`] builds the input from what the
-//! daemon keeps (history, metrics reports); `gpupilot advise` prints the hints.
+//! daemon keeps (history, metrics reports; `client::advise` reads them); [`text`] puts the hints
+//! in words, as `gpupilot advise` prints them.
 
 pub mod adapt;
 mod rules;
 pub mod straggler;
+pub mod text;
 #[cfg(test)]
 mod tests;
 

@@ -143,6 +143,7 @@ pub struct LogChunk {
     pub finished: bool,
 }
 
+pub mod advise;
 mod calls;
 mod push;
 mod remote;

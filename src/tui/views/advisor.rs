@@ -2,8 +2,8 @@
 //! summary, the numbers behind it and what Enter does; or, with no hint, why there is none.
 //! See [`crate::tui::advisor`].
 
+use crate::advisor::text::{label, num};
 use crate::advisor::{Evidence, Hint, Knob, Suggestion};
-use crate::commands::advise::{label, num};
 use crate::tui::app::App;
 use crate::tui::feed::Link;
 use crate::tui::format;

@@ -6,7 +6,7 @@
 
 use super::{Done, Worker};
 use crate::advisor::Thresholds;
-use crate::commands::advise::gather;
+use crate::client::advise::gather;
 use crate::tui::advisor::{ADVISE_EVERY, Advice};
 use crate::tui::feed::Update;
 use std::time::Instant;
