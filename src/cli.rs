@@ -8,9 +8,14 @@ use crate::control::tuner::TuneSettings;
 
 pub use crate::telemetry::open::{SimSpec, SourceKind};
 
+/// What `gpupilot --version` prints after the name: the version, the commit and the build
+/// profile (`0.1.0 (abc1234 2026-12-01, release)`), so that a bug report says what ran. Set at
+/// compile time by build.rs.
+pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("GPUPILOT_BUILD"), ")");
+
 /// gpupilot: watch, supervise and tune deep-learning training on GPU machines.
 #[derive(Debug, Parser)]
-#[command(name = "gpupilot", version, about, propagate_version = true)]
+#[command(name = "gpupilot", version = VERSION, about, propagate_version = true)]
 pub struct Cli {
     #[command(flatten)]
     pub global: GlobalArgs,
