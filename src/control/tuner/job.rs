@@ -11,8 +11,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::training::{MetricsPoint, TrainerInfo};
 use crate::telemetry::GpuSample;
+use crate::training::{MetricsPoint, TrainerInfo};
 
 /// What a search on a run tunes.
 #[derive(Debug, Clone, PartialEq)]

@@ -1,4 +1,4 @@
-//! Driving a [`Tuner`] on a live run: poll the run's counters, carry out the actions, and put
+//! Driving a [`Tuner`] on a live run: poll the run's counters, make the cap changes, and put
 //! the starting caps back when the run ends or the search is interrupted mid-way.
 //!
 //! The run is behind [`LiveRun`] (the daemon, in [`super::session`]; a fake in tests), and
@@ -6,7 +6,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::search::{Action, Observation, Progress, TuneResult, Tuner};
+use super::search::{CapChange, Observation, Progress, TuneResult, Tuner};
 
 /// A run being tuned, as the driver needs it.
 pub trait LiveRun {
@@ -68,7 +68,7 @@ pub fn drive(
     let mut changed = false;
     loop {
         match action.take() {
-            Some(Action::SetCap(w)) => {
+            Some(CapChange::SetCap(w)) => {
                 if let Err(e) = run.set_cap(w) {
                     if !changed {
                         tuner.cancel();
@@ -88,13 +88,13 @@ pub fn drive(
                 }
                 changed = true;
             }
-            Some(Action::Finish { apply_w, result }) => {
+            Some(CapChange::Finish { apply_w, result }) => {
                 run.set_cap(apply_w)
                     .map_err(|e| format!("setting the best cap {apply_w:.0} W: {e}"))?;
                 progress(&tuner.progress());
                 return Ok(Outcome::Done(result));
             }
-            Some(Action::Restore(_)) | None => {}
+            Some(CapChange::Restore(_)) | None => {}
         }
         progress(&tuner.progress());
         if stop.load(Ordering::SeqCst) {
