@@ -179,6 +179,77 @@ each user's own daemon. See docs/operations.md, \"A root daemon for power contro
     /// events. Writes report.html into the run directory (or --html FILE) and prints its path;
     /// --md or --json print to stdout.
     Report(ReportArgs),
+    /// Shell completions for bash, zsh or fish, printed to stdout; they also complete run ids,
+    /// profiles and themes.
+    #[command(long_about = COMPLETIONS_ABOUT)]
+    Completions(CompletionsArgs),
+    /// Manual pages made from this command line: gpupilot.1 to stdout, or every page into DIR.
+    #[command(long_about = MAN_ABOUT)]
+    Man(ManArgs),
+    /// What a completion offers for a value, one a line: the run ids and names, the profile
+    /// files or the theme names (what the scripts of `completions` call).
+    #[command(hide = true)]
+    CompleteValues(CompleteValuesArgs),
+}
+
+const COMPLETIONS_ABOUT: &str = "Print the completion script for SHELL: subcommands and options \
+come from this command line, so they are never out of date. Beyond them, the scripts complete a \
+run (`logs`, `attach`, `stop`, `set`, `report`, `tune energy`) with the ids and names of your \
+runs, asking the daemon (at most half a second, never starting one) or else reading the run \
+directories; `run` and `profile check` with .toml files and your profiles in \
+$CONFIG/profiles; --theme with the shipped and your own themes.
+
+Installed by the Debian package. By hand: `gpupilot completions bash > \
+~/.local/share/bash-completion/completions/gpupilot`; zsh: `gpupilot completions zsh > \
+~/.zfunc/_gpupilot` with ~/.zfunc on $fpath; fish: `gpupilot completions fish > \
+~/.config/fish/completions/gpupilot.fish`.";
+
+const MAN_ABOUT: &str = "Manual pages made from this command line, so they say what `--help` \
+says: without DIR, gpupilot.1 to stdout (`gpupilot man | man -l -`); with DIR, gpupilot.1 and one \
+page per subcommand (gpupilot-run.1, gpupilot-power-cap.1, …) written into DIR, whose names are \
+printed. The Debian package ships them.";
+
+/// Options of `gpupilot completions`.
+#[derive(Debug, Args, Clone)]
+pub struct CompletionsArgs {
+    /// The shell whose script to print.
+    #[arg(value_name = "SHELL", value_enum)]
+    pub shell: CompletionShell,
+}
+
+/// The shells `gpupilot completions` writes for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum CompletionShell {
+    Bash,
+    Zsh,
+    Fish,
+}
+
+/// Options of `gpupilot man`.
+#[derive(Debug, Args, Clone)]
+pub struct ManArgs {
+    /// Write every page into this directory (made if missing) instead of gpupilot.1 to stdout.
+    #[arg(value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+}
+
+/// Options of `gpupilot complete-values`.
+#[derive(Debug, Args, Clone)]
+pub struct CompleteValuesArgs {
+    /// What to list.
+    #[arg(value_name = "KIND", value_enum)]
+    pub kind: CompleteKind,
+}
+
+/// The values the completion scripts ask for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum CompleteKind {
+    /// Run ids and names, and `last`.
+    Runs,
+    /// Profile files in $CONFIG/profiles.
+    Profiles,
+    /// Theme names: the shipped ones and those in $CONFIG/themes.
+    Themes,
 }
 
 const CLUSTER_ABOUT: &str = "A grid of nodes × GPUs read from Prometheus's HTTP query API once a \

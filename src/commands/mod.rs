@@ -9,11 +9,13 @@
 pub mod advise;
 pub mod bridge;
 pub mod cluster;
+pub mod completions;
 pub mod console;
 pub mod daemon;
 pub mod doctor;
 mod follow;
 pub mod knobs;
+pub mod man;
 pub mod power;
 pub mod profile;
 pub mod ranks;
