@@ -40,6 +40,10 @@ class ChannelError(Exception):
     """The connection failed or the daemon said something this client cannot use: reconnect."""
 
 
+class VersionMismatch(ChannelError):
+    """The daemon speaks another protocol version: nothing changes until one side is replaced."""
+
+
 def encode(frame):
     """One frame as bytes on the wire, or None (logged) when it cannot be sent.
 
@@ -179,6 +183,7 @@ class Channel(object):
     def _run(self):
         backoff = BACKOFF_START_S
         failures = 0
+        mismatch = None
         while not self._stop.is_set():
             sock = None
             try:
@@ -190,6 +195,13 @@ class Channel(object):
                 self.attach_count += 1
                 log.info("gpupilot: attached to run %s through %s", self.run_id, self.socket_path)
                 self._serve(sock)
+            except VersionMismatch as exc:
+                # Said once (again only if it changes), not at every retry: only a daemon
+                # restarted after an upgrade, or another SDK, ends it.
+                failures += 1
+                if str(exc) != mismatch:
+                    mismatch = str(exc)
+                    log.warning("gpupilot: %s", exc)
             except (ChannelError, OSError, ValueError) as exc:
                 failures += 1
                 level = logging.WARNING if self.connected or failures == 1 else logging.DEBUG
@@ -262,6 +274,8 @@ class Channel(object):
                 kind = answer.get("type")
                 if kind == expect:
                     return answer
+                if kind == "error" and answer.get("code") == "version_mismatch":
+                    raise VersionMismatch(self._mismatch(answer.get("message")))
                 if kind == "error":
                     raise ChannelError(
                         "the daemon refused {}: {}: {}".format(
@@ -277,9 +291,8 @@ class Channel(object):
             "welcome",
         )
         if welcome.get("version") != PROTOCOL_VERSION:
-            raise ChannelError(
-                "the daemon speaks protocol version {!r}, this SDK {}: use the SDK that comes with the "
-                "daemon's gpupilot".format(welcome.get("version"), PROTOCOL_VERSION)
+            raise VersionMismatch(
+                self._mismatch("the daemon speaks protocol version {!r}".format(welcome.get("version")))
             )
         knobs, ranges = self._handler.attach_payload()
         attach = {"type": "trainer_attach", "run": self.run_id, "pid": os.getpid(), "knobs": knobs}
@@ -295,6 +308,17 @@ class Channel(object):
         values = answer.get("knobs")
         if isinstance(values, dict):
             self._handler.attached(values)
+
+    def _mismatch(self, detail):
+        """What to tell the user when the daemon and this SDK speak different protocol versions."""
+        return (
+            "this SDK ({}) speaks protocol version {} and the daemon at {} does not ({}). Install "
+            "the SDK of the daemon's gpupilot release (its wheel, or `pip install ./python` from its "
+            "source), or restart the daemon if gpupilot was upgraded; until then this run trains on "
+            "without reporting to gpupilot or following its knobs".format(
+                self.client_name, PROTOCOL_VERSION, self.socket_path, detail
+            )
+        )
 
     def _read_frames(self, sock, deadline=None):
         """Block (up to ``deadline``) for data, then return the complete frames it finished."""

@@ -594,11 +594,13 @@ impl Conn {
                     return true;
                 }
                 if version != protocol::VERSION {
+                    let release = env!("CARGO_PKG_VERSION");
                     let message = format!(
-                        "protocol version mismatch: this daemon (pid {}) speaks version {}, the client ({client}) {version}; \
-                         use the same gpupilot for both (after an upgrade, restart the daemon: it leaves runs running)",
+                        "protocol version mismatch: this daemon (gpupilot {release}, pid {}) speaks version {}, the client ({client}) {version}; \
+                         use one gpupilot release for both: after an upgrade, restart the daemon (it leaves runs running); \
+                         a Python SDK must come from the daemon's release ({release})",
                         self.daemon.pid(),
-                        protocol::VERSION
+                        protocol::VERSION,
                     );
                     tracing::warn!("{}: {message}", self.peer.describe());
                     self.send(error(Some(id), ErrorCode::VersionMismatch, message))
