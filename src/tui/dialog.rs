@@ -2,9 +2,9 @@
 //! for a whole number checked against an inclusive range before anything is sent. Views keep
 //! the dialog's state and decide what Enter does; this module only edits and draws.
 
-use crate::tui::theme::Theme;
 use crate::tui::action::Action;
-use crate::tui::ui::centered;
+use crate::tui::theme::Theme;
+use crate::tui::widgets::centered;
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;

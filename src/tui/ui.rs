@@ -492,15 +492,3 @@ fn footer_row(app: &App, area: Rect) -> Row {
         }
     }
 }
-
-/// The rectangle of `area` centred with at most `w`×`h` cells.
-pub fn centered(area: Rect, w: u16, h: u16) -> Rect {
-    let w = w.min(area.width);
-    let h = h.min(area.height);
-    Rect::new(
-        area.x + (area.width - w) / 2,
-        area.y + (area.height - h) / 2,
-        w,
-        h,
-    )
-}

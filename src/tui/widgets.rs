@@ -1,12 +1,13 @@
 //! Small building blocks the views share: a gauge bar, a one-line meter (label, gauge, value,
-//! trend sparkline), throttle badges, and the series helpers that turn history into sparkline
-//! bars and chart segments. All of them only read.
+//! trend sparkline), throttle badges, the series helpers that turn history into sparkline
+//! bars and chart segments, and [`centered`] for boxes drawn over the body. All of them only
+//! read.
 
 use super::data::Data;
 use super::format;
-use crate::tui::theme::Theme;
 use crate::history::{Metric, Point};
 use crate::telemetry::{GpuSample, throttle};
+use crate::tui::theme::Theme;
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use ratatui::style::Style;
@@ -448,6 +449,18 @@ pub fn level(
         (Some(v), Some(l)) if l > 0.0 && v >= l * warn_frac => theme.warn,
         _ => theme.ok,
     }
+}
+
+/// The rectangle of `area` centred with at most `w`×`h` cells.
+pub fn centered(area: Rect, w: u16, h: u16) -> Rect {
+    let w = w.min(area.width);
+    let h = h.min(area.height);
+    Rect::new(
+        area.x + (area.width - w) / 2,
+        area.y + (area.height - h) / 2,
+        w,
+        h,
+    )
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use crate::advisor::{Evidence, Hint, Knob, Suggestion};
 use crate::tui::app::App;
 use crate::tui::feed::Link;
 use crate::tui::format;
-use crate::tui::ui::centered;
+use crate::tui::widgets::centered;
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use ratatui::text::{Line, Span};

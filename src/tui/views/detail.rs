@@ -6,11 +6,11 @@
 //! Charts ask the history for at most two points per column (braille has two dots across a
 //! cell) and break their line where samples are missing: a gap is drawn as a gap.
 
-use crate::tui::theme::Theme;
 use crate::history::Metric;
 use crate::telemetry::{GpuSample, throttle_reason_names};
 use crate::tui::app::App;
 use crate::tui::format;
+use crate::tui::theme::Theme;
 use crate::tui::widgets::{badges, segments};
 use ratatui::buffer::Buffer;
 use ratatui::layout::{Constraint, Layout, Rect};

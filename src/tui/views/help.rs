@@ -1,9 +1,9 @@
 //! The help screen: every binding of the keymap with its description, by context. Generated
 //! from the keymap, so it always says what the keys really do.
 
-use crate::tui::keymap::Context;
 use crate::tui::app::App;
-use crate::tui::ui::centered;
+use crate::tui::keymap::Context;
+use crate::tui::widgets::centered;
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use ratatui::text::{Line, Span};

@@ -5,11 +5,11 @@
 //! The layout adapts: full blocks in one or two columns when they fit, compact two-line blocks
 //! when they do not, and pages of GPUs (the one holding the selection) when even those do not.
 
-use crate::tui::theme::Theme;
 use crate::history::Metric;
 use crate::telemetry::GpuSample;
 use crate::tui::app::App;
 use crate::tui::format;
+use crate::tui::theme::Theme;
 use crate::tui::widgets::{
     Bars, Meter, MeterAreas, MeterPart, Trend, badges, draw_frame, gauge_ratio, level,
 };

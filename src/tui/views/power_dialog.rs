@@ -281,10 +281,10 @@ impl Widget for PowerDialogView<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tui::keymap::Keymap;
-    use crate::tui::theme::Theme;
     use crate::telemetry::{GpuSample, Snapshot};
     use crate::tui::action::ViewId;
+    use crate::tui::keymap::Keymap;
+    use crate::tui::theme::Theme;
     use std::time::Duration;
 
     /// Two GPUs linked to a daemon: GPU 0 capped at 700 W, GPU 1 at 450 W (default 700 W,

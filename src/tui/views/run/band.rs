@@ -10,14 +10,14 @@
 //! is left out. Render only reads.
 
 use super::ranks;
-use crate::tui::keymap::Context;
-use crate::tui::theme::Theme;
 use crate::protocol::{KnobName, KnobState, RunInfo, StagedChange};
 use crate::tui::action::Action;
 use crate::tui::app::App;
 use crate::tui::data::Data;
 use crate::tui::format::NA;
+use crate::tui::keymap::Context;
 use crate::tui::metrics::{Marker, MarkerKind, RunMetrics, Series, markers};
+use crate::tui::theme::Theme;
 use ratatui::buffer::Buffer;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::Style;

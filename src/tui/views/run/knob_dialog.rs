@@ -283,12 +283,12 @@ impl Widget for KnobDialogView<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tui::keymap::Keymap;
-    use crate::tui::theme::Theme;
     use crate::protocol::{KnobState, TrainerInfo};
     use crate::supervisor::RunStatus;
     use crate::tui::action::ViewId;
     use crate::tui::app::run_tests::run_info;
+    use crate::tui::keymap::Keymap;
+    use crate::tui::theme::Theme;
     use crossterm::event::{KeyCode, KeyModifiers};
     use std::time::Duration;
 

@@ -9,13 +9,13 @@ pub mod ranks;
 pub mod state;
 pub mod tuner_panel;
 
-use crate::tui::theme::Theme;
 use crate::protocol::{LogStream, RunInfo};
 use crate::supervisor::RunStatus;
 use crate::tui::app::App;
 use crate::tui::data::Data;
 use crate::tui::feed::{Link, local::NO_RUNS};
 use crate::tui::log::{LogBuffer, matches};
+use crate::tui::theme::Theme;
 use crate::units::format_duration;
 use ratatui::buffer::Buffer;
 use ratatui::layout::{Constraint, Rect};

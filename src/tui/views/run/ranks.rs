@@ -12,13 +12,13 @@
 //! many are left out; where the columns do not fit, the least telling go first (host, then
 //! the clocks, …). Render only reads.
 
-use crate::tui::theme::Theme;
 use crate::control::alerts::AlertKind;
 use crate::protocol::{JobFigures, RankInfo, RankSpec, StagedChange, TrainerInfo};
 use crate::telemetry::{GpuSample, Snapshot, throttle, throttle_reason_badges};
 use crate::tui::data::Data;
 use crate::tui::format::{NA, fit};
 use crate::tui::metrics::Series;
+use crate::tui::theme::Theme;
 use crate::tui::widgets::level;
 use ratatui::buffer::Buffer;
 use ratatui::layout::{Constraint, Rect};
