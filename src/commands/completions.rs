@@ -199,8 +199,11 @@ fn zsh(base: &str) -> String {
 # Values beyond the command line's words (run ids and names, profiles, themes), from the
 # gpupilot being completed: `gpupilot complete-values KIND`, bounded and never starting a daemon.
 _gpupilot_values() {
-    local exe=${words[1]} system=
-    (( ${words[(I)--system]} )) && system=--system
+    # The command line as typed: under a subcommand, $words starts at the subcommand.
+    local -a line
+    line=(${(z)BUFFER})
+    local exe=${line[1]} system=
+    (( ${line[(I)--system]} )) && system=--system
     local -a vals
     vals=(${(f)"$(${~exe} $system complete-values $1 2>/dev/null)"})
     # _describe reads `value:description`: a colon in a value is not a separator.
