@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use daemon_common::{Home, power_caps as caps, wait_for};
 use feed_reader::Reader;
 use gpupilot::tui::feed::{DataSource, Request, Update};
-use gpupilot::tui::tuner::{TunerEnd, TunerEvent};
+use gpupilot::tui::feed::daemon::{TunerEnd, TunerEvent};
 
 const WAIT: Duration = Duration::from_secs(30);
 

@@ -3,96 +3,24 @@
 //!
 //! `a` opens the pane over any view (and `a`, Esc or q closes it). While it is open the feed
 //! gathers the advisor's input as `gpupilot advise` does and sends the hints every
-//! [`ADVISE_EVERY`] ([`Update::Advice`]); j/k select a hint and Enter (or its number) acts on
-//! it through what the console already has: a knob opens the Run view's knob dialog on the
-//! hint's run with the suggested value typed in, a power cap opens the power-cap dialog of the
-//! GPU with the suggested watts, stopping a run asks y/n in the footer. Nothing is sent before
-//! the user confirms there. A hint without a console action (a thermal target) puts its
+//! [`ADVISE_EVERY`](crate::tui::feed::daemon::ADVISE_EVERY) ([`Update::Advice`]); j/k select a
+//! hint and Enter (or its number) acts on it through what the console already has: a knob
+//! opens the Run view's knob dialog on the hint's run with the suggested value typed in, a
+//! power cap opens the power-cap dialog of the GPU with the suggested watts, stopping a run
+//! asks y/n in the footer. Nothing is sent before the user confirms there. A hint without a console action (a thermal target) puts its
 //! command in the footer.
 
-use std::time::Duration;
-
-use crate::advisor::{self, AdvisorInput, Hint, Knob, Suggestion, Thresholds};
+use crate::advisor::{Hint, Knob, Suggestion};
 use crate::protocol::KnobName;
 use crate::tui::action::{Action, ViewId};
 use crate::tui::app::App;
 use crate::tui::data::Level;
+use crate::tui::feed::daemon::Advice;
 use crate::tui::feed::{Request, Update};
 use crate::tui::views::power_dialog::{self, PowerDialog};
 use crate::tui::views::run::knob_dialog::{self, KnobDialog};
 use crate::tui::views::run::state::Confirm;
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
-
-/// How often the feed computes the hints while the pane is open.
-pub const ADVISE_EVERY: Duration = Duration::from_secs(5);
-
-/// What the feed computed last.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Advice {
-    /// The daemon's time of the newest sample it looked at (seconds since the epoch).
-    pub at: f64,
-    /// How far back the evidence may come from, seconds.
-    pub window_s: f64,
-    pub hints: Vec<Hint>,
-    /// Why there are no hints, for the pane (empty when there are).
-    pub why_none: String,
-}
-
-impl Advice {
-    /// The hints on `input`, and why there are none when there are none.
-    pub fn compute(input: &AdvisorInput, th: &Thresholds) -> Advice {
-        let hints = advisor::advise(input, th);
-        let why_none = if hints.is_empty() {
-            why_none(input, th)
-        } else {
-            String::new()
-        };
-        Advice {
-            at: input.now,
-            window_s: th.window_s,
-            hints,
-            why_none,
-        }
-    }
-
-    /// No advice could be computed: `why` (the daemon has no telemetry, a request failed).
-    pub fn unavailable(at: f64, why: String) -> Advice {
-        Advice {
-            at,
-            window_s: Thresholds::default().window_s,
-            hints: Vec::new(),
-            why_none: why,
-        }
-    }
-}
-
-/// Why `input` yields no hint, in words for the pane.
-pub fn why_none(input: &AdvisorInput, th: &Thresholds) -> String {
-    let window = crate::tui::format::span(th.window_s);
-    if input.gpus.is_empty() {
-        return "the daemon reports no GPUs, so there is nothing to advise on".into();
-    }
-    let gpus = format!("the GPUs' last {window} show no throttling and no idle GPU drawing power");
-    let from = input.now - th.window_s;
-    if input.runs.is_empty() {
-        return format!(
-            "no live run (the data-stall, memory and throughput hints are about runs), and {gpus}"
-        );
-    }
-    let reporting = input
-        .runs
-        .iter()
-        .filter(|r| r.metrics.iter().any(|m| m.t >= from))
-        .count();
-    if reporting == 0 {
-        return format!(
-            "no run reports metrics (the gpupilot SDK, or lines the daemon parses: see \
-             docs/profiles.md), so there is no evidence about data stalls, memory or \
-             throughput; and {gpus}"
-        );
-    }
-    format!("nothing in the last {window} of telemetry and metrics calls for a change")
-}
 
 /// A knob change waiting for the run's knobs to arrive before its dialog opens.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -301,69 +229,6 @@ fn open_knob(app: &mut App, p: PendingKnob) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::advisor::{GpuPoint, GpuSeries, MetricsPoint, RunWindow};
-
-    /// A busy, cool GPU over the last minute: nothing to say about it.
-    fn quiet_gpu(now: f64) -> GpuSeries {
-        GpuSeries {
-            index: 0,
-            points: (0..60)
-                .map(|i| GpuPoint {
-                    t: now - 60.0 + f64::from(i),
-                    util_pct: Some(99.0),
-                    power_w: Some(600.0),
-                    power_limit_w: Some(700.0),
-                    power_default_w: Some(700.0),
-                    temperature_c: Some(60.0),
-                    temp_slowdown_c: Some(87.0),
-                    ..GpuPoint::default()
-                })
-                .collect(),
-            latest: None,
-        }
-    }
-
-    #[test]
-    fn without_hints_it_says_why() {
-        let th = Thresholds::default();
-        let now = 10_000.0;
-        let mut input = AdvisorInput {
-            now,
-            ..AdvisorInput::default()
-        };
-        assert!(Advice::compute(&input, &th).why_none.contains("no GPUs"));
-        input.gpus.push(quiet_gpu(now));
-        let a = Advice::compute(&input, &th);
-        assert!(a.hints.is_empty());
-        assert!(a.why_none.starts_with("no live run"), "{}", a.why_none);
-        assert!(a.why_none.contains("last 5m"), "{}", a.why_none);
-        // A run whose only reports are older than the window.
-        input.runs.push(RunWindow {
-            run: "r".into(),
-            metrics: vec![MetricsPoint {
-                t: now - 900.0,
-                ..MetricsPoint::default()
-            }],
-            ..RunWindow::default()
-        });
-        let a = Advice::compute(&input, &th);
-        assert!(
-            a.why_none.starts_with("no run reports metrics"),
-            "{}",
-            a.why_none
-        );
-        input.runs[0].metrics.push(MetricsPoint {
-            t: now - 5.0,
-            ..MetricsPoint::default()
-        });
-        let a = Advice::compute(&input, &th);
-        assert!(
-            a.why_none.starts_with("nothing in the last 5m"),
-            "{}",
-            a.why_none
-        );
-        assert_eq!(a.window_s, 300.0);
-    }
 
     #[test]
     fn keys_in_the_pane() {

@@ -7,47 +7,12 @@
 //! the command); `t` after it ended closes the result. Quitting the console stops the search
 //! and puts the starting caps back before the console exits.
 
-use crate::control::tuner::{Progress, TuneResult, Window};
+use crate::control::tuner::{Progress, Window};
 use crate::tui::action::Action;
 use crate::tui::app::App;
 use crate::tui::data::Level;
+use crate::tui::feed::daemon::{TunerEnd, TunerEvent};
 use crate::tui::feed::{Link, Request, Update};
-
-/// What the tuner's thread reports.
-#[derive(Debug, Clone, PartialEq)]
-pub enum TunerEvent {
-    /// The search starts: the run, its GPUs, the caps it will try (highest first), the
-    /// window per cap and eta.
-    Started {
-        run: String,
-        gpus: Vec<u32>,
-        plan: Vec<f64>,
-        window: Window,
-        eta: f64,
-    },
-    /// Where it stands (after every poll that changed something).
-    Progress { run: String, progress: Progress },
-    /// It ended.
-    Ended { run: String, end: TunerEnd },
-}
-
-/// How a search from the console ended.
-#[derive(Debug, Clone, PartialEq)]
-pub enum TunerEnd {
-    /// The best cap is set; the result went to the run's directory (`saved`: where, or why
-    /// not).
-    Done {
-        result: Box<TuneResult>,
-        saved: Result<String, String>,
-    },
-    /// Stopped before the end (`why`); the starting caps are back, or putting them back failed.
-    Cancelled {
-        why: String,
-        restored: Result<(), String>,
-    },
-    /// It could not start or a cap was refused (the daemon's words).
-    Failed(String),
-}
 
 /// A y/n question in the footer about the tuner.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -286,7 +251,7 @@ pub fn question(ask: &TuneAsk) -> (String, &'static str) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::control::tuner::{CapPoint, Phase};
+    use crate::control::tuner::{CapPoint, Phase, TuneResult};
 
     fn point(cap_w: f64, cost: f64) -> CapPoint {
         CapPoint {

@@ -38,7 +38,8 @@ mod tune;
 
 use pass::{Offer, Pass, Via};
 
-pub use tune::TunerGuard;
+pub use advise::{ADVISE_EVERY, Advice};
+pub use tune::{TunerEnd, TunerEvent, TunerGuard};
 
 /// How long a request may take before the feed gives up on it (the console stays live
 /// meanwhile: this is the feed's thread, not the event loop's).

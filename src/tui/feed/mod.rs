@@ -83,10 +83,10 @@ pub enum Update {
         /// The daemon's words.
         text: String,
     },
-    /// The advisor's hints (while its pane is open; see `tui::advisor`).
-    Advice(Box<crate::tui::advisor::Advice>),
-    /// The console's energy tuner reports (see `tui::tuner`).
-    Tuner(Box<crate::tui::tuner::TunerEvent>),
+    /// The advisor's hints (while its pane is open; see `daemon::advise`).
+    Advice(Box<daemon::Advice>),
+    /// The console's energy tuner reports (see `daemon::tune`).
+    Tuner(Box<daemon::TunerEvent>),
 }
 
 impl From<Snapshot> for Update {

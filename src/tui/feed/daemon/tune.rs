@@ -2,7 +2,7 @@
 //! [`Request::TuneEnergy`](crate::tui::feed::Request::TuneEnergy) starts the search
 //! of `gpupilot tune energy` (the same [`drive`] over the same daemon calls, with the
 //! command's defaults) on a thread of its own with its own connection to the daemon, reporting
-//! to the console as [`Update::Tuner`]; `Request::TuneStop` stops it, and the starting caps go
+//! to the console as [`Update::Tuner`] (a [`TunerEvent`], the message this feed produces); `Request::TuneStop` stops it, and the starting caps go
 //! back. The [`Feed`](crate::tui::feed::Feed) owns a [`TunerGuard`]: when the console quits and
 //! drops its feed, the guard stops a search still running and waits until its caps are back.
 
@@ -10,14 +10,49 @@ use super::{Done, REQUEST_TIMEOUT, Worker};
 use crate::client::Origin;
 use crate::control::tuner::live::{Outcome, drive};
 use crate::control::tuner::session::{prepare, save_result};
-use crate::control::tuner::{Progress, TuneSettings};
+use crate::control::tuner::{Progress, TuneResult, TuneSettings, Window};
 use crate::tui::feed::Update;
-use crate::tui::tuner::{TunerEnd, TunerEvent};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
+
+/// What the tuner's thread reports.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TunerEvent {
+    /// The search starts: the run, its GPUs, the caps it will try (highest first), the
+    /// window per cap and eta.
+    Started {
+        run: String,
+        gpus: Vec<u32>,
+        plan: Vec<f64>,
+        window: Window,
+        eta: f64,
+    },
+    /// Where it stands (after every poll that changed something).
+    Progress { run: String, progress: Progress },
+    /// It ended.
+    Ended { run: String, end: TunerEnd },
+}
+
+/// How a search from the console ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TunerEnd {
+    /// The best cap is set; the result went to the run's directory (`saved`: where, or why
+    /// not).
+    Done {
+        result: Box<TuneResult>,
+        saved: Result<String, String>,
+    },
+    /// Stopped before the end (`why`); the starting caps are back, or putting them back failed.
+    Cancelled {
+        why: String,
+        restored: Result<(), String>,
+    },
+    /// It could not start or a cap was refused (the daemon's words).
+    Failed(String),
+}
 
 /// How long quitting waits for a stopped search to put its caps back.
 const STOP_WAIT: Duration = Duration::from_secs(20);

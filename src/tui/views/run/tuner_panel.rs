@@ -5,7 +5,8 @@
 
 use crate::control::tuner::{Phase, Unit};
 use crate::tui::app::App;
-use crate::tui::tuner::{TunerEnd, TunerShown};
+use crate::tui::feed::daemon::TunerEnd;
+use crate::tui::tuner::TunerShown;
 use crate::tui::widgets::bar;
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
