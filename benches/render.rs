@@ -7,13 +7,12 @@
 //! memory), and to draw the same frame through the console's own terminal (`tui::screen`,
 //! which redraws only the GPU blocks that changed), and the bytes each sends per frame.
 
-use gpupilot::cli::SimArgs;
-use gpupilot::tui::keymap::Keymap;
-use gpupilot::tui::theme::Theme;
-use gpupilot::telemetry::open::open_sim;
+use gpupilot::telemetry::open::{SimSpec, SourceKind, open_source};
 use gpupilot::telemetry::{NodeInfo, Snapshot};
 use gpupilot::tui::App;
+use gpupilot::tui::keymap::Keymap;
 use gpupilot::tui::screen::Screen;
+use gpupilot::tui::theme::Theme;
 use gpupilot::tui::tty::{KnownSize, SizedBackend};
 use ratatui::Terminal;
 use ratatui::backend::CrosstermBackend;
@@ -47,12 +46,16 @@ fn main() {
         .find(|a| a != "--bench")
         .and_then(|a| a.parse().ok())
         .unwrap_or(2000);
-    let source = open_sim(&SimArgs {
-        gpus: GPUS,
-        model: "h100-sxm".into(),
-        workload: "resnet50".into(),
-        seed: 0,
-    })
+    let source = open_source(
+        SourceKind::Sim,
+        None,
+        &SimSpec {
+            gpus: GPUS,
+            model: "h100-sxm".into(),
+            workload: "resnet50".into(),
+            seed: 0,
+        },
+    )
     .expect("simulator");
     let node = NodeInfo {
         hostname: "gpu-node-07".into(),

@@ -4,10 +4,9 @@
 //! (for `nvml`, set GPUPILOT_NVML_LIB and the fake library's FAKE_NVML_SCENARIO; see
 //! bench/sampling.sh, which runs both). Prints one line of `key=value` pairs.
 
-use gpupilot::cli::SimArgs;
 use gpupilot::history::History;
 use gpupilot::telemetry::nvml::NvmlSource;
-use gpupilot::telemetry::open::open_sim;
+use gpupilot::telemetry::open::{SimSpec, SourceKind, open_source};
 use gpupilot::telemetry::{Sampler, SamplerConfig, Source};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -33,12 +32,16 @@ fn main() {
     let gpus: u32 = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(8);
 
     let source: Arc<dyn Source> = match kind {
-        "sim" => open_sim(&SimArgs {
-            gpus,
-            model: "h100-sxm".into(),
-            workload: "resnet50".into(),
-            seed: 0,
-        })
+        "sim" => open_source(
+            SourceKind::Sim,
+            None,
+            &SimSpec {
+                gpus,
+                model: "h100-sxm".into(),
+                workload: "resnet50".into(),
+                seed: 0,
+            },
+        )
         .expect("simulator"),
         "nvml" => {
             let lib = std::env::var_os("GPUPILOT_NVML_LIB").map(std::path::PathBuf::from);
