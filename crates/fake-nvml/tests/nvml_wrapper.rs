@@ -510,3 +510,86 @@ ecc_uncorrected = 2
         Err(NvmlError::NotSupported)
     ));
 }
+
+#[test]
+fn row_remaps_degraded_links_and_replays_from_the_scenario() {
+    use nvml_wrapper::structs::device::FieldId;
+    let scenario = r#"
+gpus = ["h100-sxm", "h100-sxm", "v100-sxm2", "rtx-4090"]
+[training]
+model = "resnet50"
+[[per_gpu]]
+gpu = 1
+remapped_correctable = 3
+remapped_uncorrectable = 1
+remap_pending = true
+pcie_link_gen = 4
+pcie_link_width = 8
+pcie_replays_per_min = 600.0
+"#;
+    let Some(_) = isolate(
+        "row_remaps_degraded_links_and_replays_from_the_scenario",
+        scenario,
+    ) else {
+        return;
+    };
+    let nvml = nvml();
+    // Memory temperature, the replay counter, and the four remap fields, in one call.
+    let ids = [82, 94, 142, 143, 144, 145].map(FieldId);
+    let fields = |i: u32| -> Vec<Option<u64>> {
+        let d = nvml.device_by_index(i).unwrap();
+        d.field_values_for(&ids)
+            .unwrap()
+            .into_iter()
+            .map(|s| match s.unwrap().value {
+                Ok(nvml_wrapper::enums::device::SampleValue::U32(v)) => Some(u64::from(v)),
+                Ok(other) => panic!("unexpected value type {other:?}"),
+                Err(NvmlError::NotSupported) => None,
+                Err(e) => panic!("field error {e:?}"),
+            })
+            .collect()
+    };
+    let healthy = fields(0);
+    assert!(
+        healthy[0].is_some_and(|t| (20..120).contains(&t)),
+        "{healthy:?}"
+    );
+    assert_eq!(healthy[2..], [Some(0), Some(0), Some(0), Some(0)]);
+    let sick = fields(1);
+    assert_eq!(sick[2..], [Some(3), Some(1), Some(1), Some(0)]);
+    // The replay counter climbs with simulated time (10 a second here).
+    let d1 = nvml.device_by_index(1).unwrap();
+    let first = d1.pcie_replay_counter().unwrap();
+    eventually(10.0, || {
+        (d1.pcie_replay_counter().unwrap() > first).then_some(())
+    })
+    .expect("the replay counter climbs");
+    assert_eq!(
+        nvml.device_by_index(0)
+            .unwrap()
+            .pcie_replay_counter()
+            .unwrap(),
+        0
+    );
+    // The degraded link while it works; the board's best on the healthy GPU.
+    eventually(10.0, || {
+        (d1.current_pcie_link_gen().unwrap() == 4).then_some(())
+    })
+    .expect("a working GPU's link runs at its trained generation");
+    assert_eq!(d1.current_pcie_link_width().unwrap(), 8);
+    assert_eq!(d1.max_pcie_link_gen().unwrap(), 5);
+    assert_eq!(d1.max_pcie_link_width().unwrap(), 16);
+    assert_eq!(
+        nvml.device_by_index(0)
+            .unwrap()
+            .current_pcie_link_width()
+            .unwrap(),
+        16
+    );
+    // Volta retires pages instead of remapping rows; a GeForce board has neither, nor a
+    // memory temperature.
+    assert_eq!(fields(2)[2..], [None, None, None, None]);
+    let consumer = fields(3);
+    assert_eq!(consumer[0], None);
+    assert_eq!(consumer[2..], [None, None, None, None]);
+}

@@ -6,6 +6,7 @@ use std::ffi::{c_int, c_uint};
 
 use super::*;
 use crate::identity;
+use crate::scenario::Health;
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetUtilizationRates(
@@ -238,13 +239,21 @@ pub unsafe extern "C" fn nvmlDeviceGetPowerState(
 
 // ---- PCIe ----
 
-/// The link trains down to generation 1 while the GPU idles (P8), as real boards do.
+/// The link trains down to generation 1 while the GPU idles (P8), as real boards do; while
+/// it works, the board's best or the generation a degraded link trained at.
 fn current_link_gen(ctx: &mut Context, i: usize) -> c_uint {
     if ctx.reading(i).pstate >= 8 {
         1
     } else {
-        ctx.gpu(i).spec().pcie_gen
+        health(ctx, i)
+            .pcie_link_gen
+            .unwrap_or(ctx.gpu(i).spec().pcie_gen)
     }
+}
+
+/// The scenario's health figures for GPU `i`.
+fn health(ctx: &Context, i: usize) -> Health {
+    ctx.scenario.health.get(i).copied().unwrap_or_default()
 }
 
 #[unsafe(no_mangle)]
@@ -263,7 +272,10 @@ pub unsafe extern "C" fn nvmlDeviceGetCurrPcieLinkWidth(
     currLinkWidth: *mut c_uint,
 ) -> nvmlReturn_t {
     with_device("nvmlDeviceGetCurrPcieLinkWidth", device, |ctx, i| {
-        put(currLinkWidth, ctx.gpu(i).spec().pcie_width)
+        let width = health(ctx, i)
+            .pcie_link_width
+            .unwrap_or(ctx.gpu(i).spec().pcie_width);
+        put(currLinkWidth, width)
     })
 }
 
@@ -309,9 +321,15 @@ pub unsafe extern "C" fn nvmlDeviceGetPcieReplayCounter(
     device: nvmlDevice_t,
     value: *mut c_uint,
 ) -> nvmlReturn_t {
-    with_device("nvmlDeviceGetPcieReplayCounter", device, |_, _| {
-        put(value, 0)
+    with_device("nvmlDeviceGetPcieReplayCounter", device, |ctx, i| {
+        put(value, replays(ctx, i))
     })
+}
+
+/// Replays since the node started: the scenario's rate over simulated time.
+fn replays(ctx: &Context, i: usize) -> c_uint {
+    let n = health(ctx, i).pcie_replays_per_min * ctx.sim_time_s() / 60.0;
+    n.clamp(0.0, f64::from(c_uint::MAX)) as c_uint
 }
 
 /// Video engines: training uses none. `samplingPeriodUs` is the driver's usual window.
@@ -345,27 +363,71 @@ pub unsafe extern "C" fn nvmlDeviceGetDecoderUtilization(
     })
 }
 
-/// Field values: each requested field answers NOT_SUPPORTED in its own slot (the call itself
-/// succeeds), which is how a driver without those counters behaves.
+/// Field values this library serves (any other field answers NOT_SUPPORTED in its own slot,
+/// and the call itself succeeds, which is how a driver without those counters behaves).
+const NVML_FI_DEV_MEMORY_TEMP: c_uint = 82;
+const NVML_FI_DEV_PCIE_REPLAY_COUNTER: c_uint = 94;
+const NVML_FI_DEV_REMAPPED_COR: c_uint = 142;
+const NVML_FI_DEV_REMAPPED_UNC: c_uint = 143;
+const NVML_FI_DEV_REMAPPED_PENDING: c_uint = 144;
+const NVML_FI_DEV_REMAPPED_FAILURE: c_uint = 145;
+
+/// One field's value on GPU `i`, or why not. Memory temperature: data-centre (HBM) parts
+/// only, and gpusim has no thermal model of its own for memory, so it reads 3 °C above the
+/// die. Row remapping: data-centre parts from Ampere on (Volta retires pages instead).
+fn field_value(ctx: &mut Context, i: usize, field: c_uint) -> Result<c_uint, nvmlReturn_t> {
+    let spec = ctx.gpu(i).spec();
+    let datacenter = identity::is_datacenter(spec);
+    let remaps = datacenter && identity::architecture(spec) >= NVML_DEVICE_ARCH_AMPERE;
+    let h = health(ctx, i);
+    match field {
+        NVML_FI_DEV_MEMORY_TEMP if datacenter => {
+            Ok((ctx.reading(i).temperature_c + 3.0).round().max(0.0) as c_uint)
+        }
+        NVML_FI_DEV_PCIE_REPLAY_COUNTER => Ok(replays(ctx, i)),
+        NVML_FI_DEV_REMAPPED_COR if remaps => {
+            Ok(h.remapped_correctable.min(u64::from(c_uint::MAX)) as c_uint)
+        }
+        NVML_FI_DEV_REMAPPED_UNC if remaps => {
+            Ok(h.remapped_uncorrectable.min(u64::from(c_uint::MAX)) as c_uint)
+        }
+        NVML_FI_DEV_REMAPPED_PENDING if remaps => Ok(c_uint::from(h.remap_pending)),
+        NVML_FI_DEV_REMAPPED_FAILURE if remaps => Ok(c_uint::from(h.remap_failure)),
+        _ => Err(NVML_ERROR_NOT_SUPPORTED),
+    }
+}
+
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetFieldValues(
     device: nvmlDevice_t,
     valuesCount: c_int,
     values: *mut nvmlFieldValue_t,
 ) -> nvmlReturn_t {
-    with_device("nvmlDeviceGetFieldValues", device, |_, _| {
+    with_device("nvmlDeviceGetFieldValues", device, |ctx, i| {
         if valuesCount < 0 || (valuesCount > 0 && values.is_null()) {
             return Err(NVML_ERROR_INVALID_ARGUMENT);
         }
         for k in 0..valuesCount as usize {
             // SAFETY: the caller passes `valuesCount` entries with `fieldId` (and `scopeId`) set.
+            let field = unsafe { (*values.add(k)).fieldId };
+            let answer = field_value(ctx, i, field);
+            // SAFETY: as above; each entry is written whole, in place.
             unsafe {
                 let v = values.add(k);
                 (*v).timestamp = 0;
                 (*v).latencyUsec = 0;
                 (*v).valueType = NVML_VALUE_TYPE_UNSIGNED_INT;
-                (*v).nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
-                (*v).value = nvmlValue_t { ullVal: 0 };
+                match answer {
+                    Ok(x) => {
+                        (*v).nvmlReturn = NVML_SUCCESS;
+                        (*v).value = nvmlValue_t { ullVal: 0 };
+                        (*v).value.uiVal = x;
+                    }
+                    Err(e) => {
+                        (*v).nvmlReturn = e;
+                        (*v).value = nvmlValue_t { ullVal: 0 };
+                    }
+                }
             }
         }
         Ok(())

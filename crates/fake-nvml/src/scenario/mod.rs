@@ -43,6 +43,9 @@ pub struct Scenario {
     pub persistence: Vec<Option<bool>>,
     /// ECC error counts each GPU reports (zero unless a scenario says otherwise).
     pub ecc_errors: Vec<EccErrors>,
+    /// Row remapping and PCIe link health each GPU reports (healthy unless a scenario says
+    /// otherwise).
+    pub health: Vec<Health>,
     /// `nvmlSystemGetDriverVersion`.
     pub driver_version: String,
     /// `nvmlSystemGetCudaDriverVersion`, e.g. 12040 for CUDA 12.4.
@@ -64,6 +67,25 @@ pub struct Scenario {
 pub struct EccErrors {
     pub corrected: u64,
     pub uncorrected: u64,
+}
+
+/// A GPU's memory and link health (`[[per_gpu]]` `remapped_*`, `remap_*`, `pcie_*`).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Health {
+    /// Rows remapped after correctable and uncorrectable errors (NVML's REMAPPED_COR/UNC
+    /// field values; parts with row remapping only: A100 and later data-centre GPUs).
+    pub remapped_correctable: u64,
+    pub remapped_uncorrectable: u64,
+    /// A remap waits for the next GPU reset.
+    pub remap_pending: bool,
+    /// A remap failed: the GPU needs replacing.
+    pub remap_failure: bool,
+    /// The link trained below the board's best (a degraded link): generation and width while
+    /// the GPU works; `None` is the board's maximum.
+    pub pcie_link_gen: Option<u32>,
+    pub pcie_link_width: Option<u32>,
+    /// PCIe replays per simulated minute: a bad link's counter climbs.
+    pub pcie_replays_per_min: f64,
 }
 
 /// A process a scenario puts on a GPU.
@@ -122,6 +144,7 @@ impl Scenario {
             power_limit_w: vec![None; n],
             persistence: vec![None; n],
             ecc_errors: vec![EccErrors::default(); n],
+            health: vec![Health::default(); n],
             node,
             driver_version: DEFAULT_DRIVER_VERSION.to_string(),
             cuda_driver_version: DEFAULT_CUDA_DRIVER_VERSION,

@@ -8,7 +8,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::{
-    DEFAULT_CUDA_DRIVER_VERSION, DEFAULT_DRIVER_VERSION, EccErrors, MAX_GPUS, ProcessKind,
+    DEFAULT_CUDA_DRIVER_VERSION, DEFAULT_DRIVER_VERSION, EccErrors, Health, MAX_GPUS, ProcessKind,
     Scenario, ScenarioProcess, fnv1a,
 };
 use crate::faults::{Fault, Faults};
@@ -69,6 +69,20 @@ struct RawPerGpu {
     ecc_corrected: u64,
     #[serde(default)]
     ecc_uncorrected: u64,
+    /// Rows remapped after correctable / uncorrectable errors (parts with row remapping).
+    #[serde(default)]
+    remapped_correctable: u64,
+    #[serde(default)]
+    remapped_uncorrectable: u64,
+    #[serde(default)]
+    remap_pending: bool,
+    #[serde(default)]
+    remap_failure: bool,
+    /// A degraded link: the generation and width it trained at (at most the board's).
+    pcie_link_gen: Option<Spanned<u32>>,
+    pcie_link_width: Option<Spanned<u32>>,
+    /// How fast the PCIe replay counter climbs.
+    pcie_replays_per_min: Option<Spanned<f64>>,
 }
 
 #[derive(Deserialize)]
@@ -167,6 +181,7 @@ pub(super) fn resolve(raw: RawScenario, text: &str) -> Result<Scenario, Located>
     let mut power_limit_w = vec![None; n];
     let mut persistence = vec![None; n];
     let mut ecc_errors = vec![EccErrors::default(); n];
+    let mut health = vec![Health::default(); n];
     for p in raw.per_gpu {
         let i = gpu_index(&p.gpu, n)?;
         let idle = p.idle.as_ref().is_some_and(|s| *s.get_ref());
@@ -202,6 +217,53 @@ pub(super) fn resolve(raw: RawScenario, text: &str) -> Result<Scenario, Located>
                 uncorrected: p.ecc_uncorrected,
             };
         }
+        let spec = gpusim::find(&gpus[i]).ok_or((p.gpu.span(), "unknown GPU".to_string()))?;
+        let pcie_link_gen = match p.pcie_link_gen {
+            Some(g) if !(1..=spec.pcie_gen).contains(g.get_ref()) => {
+                return Err((
+                    g.span(),
+                    format!(
+                        "pcie_link_gen {} is outside {}'s 1..={}",
+                        g.get_ref(),
+                        spec.id,
+                        spec.pcie_gen
+                    ),
+                ));
+            }
+            g => g.map(|g| *g.get_ref()),
+        };
+        let pcie_link_width = match p.pcie_link_width {
+            Some(w)
+                if !matches!(w.get_ref(), 1 | 2 | 4 | 8 | 16 | 32)
+                    || *w.get_ref() > spec.pcie_width =>
+            {
+                return Err((
+                    w.span(),
+                    format!(
+                        "pcie_link_width {} is not a PCIe width up to {}'s x{}",
+                        w.get_ref(),
+                        spec.id,
+                        spec.pcie_width
+                    ),
+                ));
+            }
+            w => w.map(|w| *w.get_ref()),
+        };
+        let pcie_replays_per_min = match p.pcie_replays_per_min {
+            Some(r) if !(r.get_ref().is_finite() && *r.get_ref() >= 0.0) => {
+                return Err((r.span(), "pcie_replays_per_min must be 0 or more".into()));
+            }
+            r => r.map_or(0.0, |r| *r.get_ref()),
+        };
+        health[i] = Health {
+            remapped_correctable: p.remapped_correctable,
+            remapped_uncorrectable: p.remapped_uncorrectable,
+            remap_pending: p.remap_pending,
+            remap_failure: p.remap_failure,
+            pcie_link_gen,
+            pcie_link_width,
+            pcie_replays_per_min,
+        };
     }
 
     let processes = match raw.processes {
@@ -257,6 +319,7 @@ pub(super) fn resolve(raw: RawScenario, text: &str) -> Result<Scenario, Located>
         power_limit_w,
         persistence,
         ecc_errors,
+        health,
         driver_version: raw
             .driver_version
             .unwrap_or_else(|| DEFAULT_DRIVER_VERSION.to_string()),

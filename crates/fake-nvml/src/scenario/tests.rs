@@ -240,3 +240,38 @@ fn doctor_scenarios_parse() {
     assert_eq!(old.power_limit_w[1], Some(250.0));
     assert_eq!(old.ecc_errors[1].uncorrected, 2);
 }
+
+#[test]
+fn health_per_gpu() {
+    let s = Scenario::parse(
+        "count = 2\n[[per_gpu]]\ngpu = 1\nremapped_correctable = 3\nremap_failure = true\n\
+         pcie_link_gen = 3\npcie_link_width = 4\npcie_replays_per_min = 2.5\n",
+        "s.toml",
+    )
+    .unwrap();
+    assert_eq!(s.health[0], Health::default());
+    assert_eq!(
+        s.health[1],
+        Health {
+            remapped_correctable: 3,
+            remap_failure: true,
+            pcie_link_gen: Some(3),
+            pcie_link_width: Some(4),
+            pcie_replays_per_min: 2.5,
+            ..Health::default()
+        }
+    );
+    for (bad, says) in [
+        ("pcie_link_gen = 6", "outside h100-sxm's 1..=5"),
+        ("pcie_link_gen = 0", "outside"),
+        ("pcie_link_width = 12", "not a PCIe width"),
+        (
+            "pcie_link_width = 32",
+            "not a PCIe width up to h100-sxm's x16",
+        ),
+        ("pcie_replays_per_min = -1.0", "0 or more"),
+    ] {
+        let e = err(&format!("count = 1\n[[per_gpu]]\ngpu = 0\n{bad}\n"));
+        assert!(e.message.contains(says), "{bad}: {}", e.message);
+    }
+}
