@@ -1,6 +1,6 @@
 //! What the control loops show their clients: the `thermal` answer, the `control` field of
 //! `status`, and the console's governor, budget and alert lines. Values only; the daemon's
-//! control loop (`daemon::control_loop`) fills them in.
+//! control loop (`daemon::control::loops`) fills them in.
 
 use serde::{Deserialize, Serialize};
 

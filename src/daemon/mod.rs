@@ -8,16 +8,16 @@
 //!   on a user's daemon, that user and root; on the system daemon (`--system`, root's, socket
 //!   0666 in a 0755 directory), everyone watches, root and one group change GPU settings.
 //! - `events`: the node's `$STATE/events.jsonl` and the live feed of it.
-//! - `runs`: the table of supervised runs: poll, list, resolve an id prefix.
 //! - `state`: [`Daemon`], the shared state, and [`Daemon::answer`], every request but the
 //!   subscriptions answered synchronously (tests call it without a socket).
-//! - `ops`: the requests that act on runs (start, stop, pause, resume, logs, events), each
-//!   change recorded with who, old → new and why.
+//! - `runs`: the table of supervised runs (poll, list, resolve an id prefix), the requests that
+//!   act on them (start, stop, pause, resume, logs, events, each change recorded with who,
+//!   old → new and why), and each run's trainer channel (knobs, metrics, ranks).
 //! - `control`: the GPU-settings requests (power caps, clock locks, the driver's target
-//!   temperature) through the control handle, originals recorded before the first change.
+//!   temperature) through the control handle, originals recorded before the first change; the
+//!   control loops at every snapshot; the caps runs' profiles set; limits changed outside.
 //! - `server`: the accept loop and one task per connection (framing, handshake, pushes).
 //! - `relay`: a trainer of another node's run, relayed to that node's daemon over SSH.
-//! - `logs`: reading a chunk of a run's log for `logs -f`.
 //! - `detach`: `--detach`, starting the daemon in its own session in the background.
 //! - `logging`: tracing to `$STATE/daemon.log`.
 //! - `metrics`: Prometheus `/metrics` over HTTP (`--metrics-addr`), the page from
@@ -31,25 +31,15 @@
 
 mod auth;
 mod control;
-mod control_loop;
 pub mod detach;
 mod events;
 mod lock;
 pub mod logging;
-mod logs;
 mod metrics;
-mod ops;
-mod outside;
-mod rank_changes;
-mod ranks;
 mod relay;
-mod run_power;
-mod run_report;
 mod runs;
 mod server;
 mod state;
-mod trainer_output;
-mod trainers;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -65,12 +55,12 @@ pub use auth::{
 /// The socket, the log and the peer check are `ipc`'s (clients need them without the daemon).
 pub use crate::ipc::{LOG_NAME, Peer, SOCKET_NAME, log_path, peer_allowed, socket_path};
 pub use lock::{DaemonLock, lock_holder, prepare_private_dir, prepare_shared_dir};
-pub use logs::utf8_cut;
+pub use runs::logs::utf8_cut;
 pub use crate::config::prometheus::parse_metrics_addr;
 pub use metrics::DEFAULT_ADDR as DEFAULT_METRICS_ADDR;
 pub use state::{Daemon, RequestError};
-pub use trainer_output::parse_line as parse_output_line;
-pub use trainers::Attach;
+pub use runs::trainer_output::parse_line as parse_output_line;
+pub use runs::trainers::Attach;
 
 use crate::config::Paths;
 use crate::telemetry::{Sampler, SamplerConfig, Source};

@@ -32,7 +32,7 @@ use super::auth::{Access, Identity, Mode, Verdict, decide, group_entry};
 use super::events::Refusals;
 use super::relay;
 use super::state::Daemon;
-use super::trainers::Attach;
+use super::runs::trainers::Attach;
 use crate::ipc::Peer;
 use crate::protocol::{
     self, ClientFrame, ErrorCode, FrameError, MAX_REQUEST_FRAME, Request, Response, ServerFrame,

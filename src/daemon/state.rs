@@ -11,7 +11,7 @@ use std::time::{Instant, SystemTime};
 use tokio::sync::watch;
 
 use super::events::NodeLog;
-use super::runs::{self, RunTable};
+use super::runs::table::{self as runs, RunTable};
 use super::{DaemonError, io_err};
 use crate::ipc::Peer;
 use crate::config::Paths;
@@ -81,11 +81,11 @@ pub struct Daemon {
     clients: AtomicUsize,
     pub(super) clock: SystemClock,
     /// The trainer channel of every run (see `trainers`).
-    pub(super) channels: Mutex<super::trainers::Channels>,
+    pub(super) channels: Mutex<super::runs::trainers::Channels>,
     next_conn: std::sync::atomic::AtomicU64,
-    pub(super) control: super::control::ControlSlot,
-    /// Governors, budget, energy and alerts (see `control_loop`).
-    pub(super) control_loop: super::control_loop::ControlLoop,
+    pub(super) control: super::control::gpu_settings::ControlSlot,
+    /// Governors, budget, energy and alerts (see `control::loops`).
+    pub(super) control_loop: super::control::loops::ControlLoop,
     /// Wakes the run poller when a run joins the table (it sleeps while no run is live).
     pub(super) run_added: tokio::sync::Notify,
     /// Runs being started: spawned (their trainer may already attach) but not yet in the
@@ -223,7 +223,7 @@ impl Daemon {
         self.check_rank_changes();
         for c in changes {
             if c.new.is_final() {
-                super::run_report::after_end(&self.paths.state, &c.id, &self.history);
+                super::runs::run_report::after_end(&self.paths.state, &c.id, &self.history);
             }
             self.events.record(NodeEvent::RunStatus {
                 run: c.id,

@@ -21,7 +21,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use super::state::{Daemon, RequestError, lock};
+use crate::daemon::state::{Daemon, RequestError, lock};
 use crate::control::ControlError;
 use crate::control::node::NodeControl;
 use crate::control::power::{GpuControl, Originals, check_power, watts};
@@ -55,7 +55,7 @@ type Wanted = (f64, bool, Vec<usize>);
 
 /// What a start set, for [`Daemon::run_cap_started`] (or [`Daemon::run_cap_undo`] when the
 /// run did not start after all).
-pub(super) struct StartCap {
+pub(in crate::daemon) struct StartCap {
     cap_w: f64,
     restore: bool,
     gpus: Vec<usize>,
@@ -227,7 +227,7 @@ struct Note {
 impl Daemon {
     /// Before a run starts: when its profile sets `[power] cap_w`, cap the GPUs it will see.
     /// An error refuses the run, and nothing is left changed.
-    pub(super) fn run_cap_before_start(
+    pub(in crate::daemon) fn run_cap_before_start(
         &self,
         p: &Profile,
         caller: &Caller,
@@ -307,7 +307,7 @@ impl Daemon {
     }
 
     /// The run did not start: put back what [`Self::run_cap_before_start`] set.
-    pub(super) fn run_cap_undo(&self, cap: Option<StartCap>) {
+    pub(in crate::daemon) fn run_cap_undo(&self, cap: Option<StartCap>) {
         let Some(cap) = cap else {
             return;
         };
@@ -341,7 +341,7 @@ impl Daemon {
     }
 
     /// The run started: record what its cap changed, and hold the cap while it lives.
-    pub(super) fn run_cap_started(&self, run: &Run, cap: Option<StartCap>) {
+    pub(in crate::daemon) fn run_cap_started(&self, run: &Run, cap: Option<StartCap>) {
         let Some(cap) = cap else {
             return;
         };
@@ -399,7 +399,7 @@ impl Daemon {
 
     /// At each snapshot: cap again the GPUs of runs that restarted (or that this daemon adopted),
     /// and put back the caps of runs that ended for good.
-    pub(super) fn run_caps_follow(&self) {
+    pub(in crate::daemon) fn run_caps_follow(&self) {
         if self.readonly() {
             return;
         }

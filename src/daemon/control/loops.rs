@@ -30,7 +30,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Mutex;
 
-use super::state::{Daemon, RequestError, lock};
+use crate::daemon::state::{Daemon, RequestError, lock};
 use crate::control::ControlEvent;
 use crate::control::alerts::{HOOK_TIMEOUT, Observation, run_hook};
 use crate::control::governor::Target;
@@ -83,12 +83,12 @@ impl Daemon {
     }
 
     /// The loops themselves, locked for `f` (a run's `[power] cap_w`, see `run_power`).
-    pub(super) fn with_node_control<R>(&self, f: impl FnOnce(&mut NodeControl) -> R) -> R {
+    pub(in crate::daemon) fn with_node_control<R>(&self, f: impl FnOnce(&mut NodeControl) -> R) -> R {
         self.with_loops(|i| f(&mut i.node))
     }
 
     /// One step of the loops at a new snapshot (called from `take_snapshot`).
-    pub(super) fn control_step(&self, snap: &Snapshot) {
+    pub(in crate::daemon) fn control_step(&self, snap: &Snapshot) {
         self.note_outside_changes(snap);
         self.run_caps_follow();
         let mut views = self.controlled_runs();
@@ -216,7 +216,7 @@ impl Daemon {
     }
 
     /// The loops for `status` and `thermal`.
-    pub(super) fn control_status(&self) -> ControlStatus {
+    pub(in crate::daemon) fn control_status(&self) -> ControlStatus {
         self.with_loops(|inner| {
             let mut s = inner.node.status();
             if let Some(e) = &inner.settings_error {
@@ -227,7 +227,7 @@ impl Daemon {
     }
 
     /// `thermal`, `thermal_set`, `thermal_off`, `power_budget`.
-    pub(super) fn answer_thermal(
+    pub(in crate::daemon) fn answer_thermal(
         &self,
         peer: &Peer,
         request: Request,

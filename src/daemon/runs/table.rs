@@ -11,7 +11,7 @@ use crate::protocol::{ErrorCode, RunInfo};
 use crate::time::parse_rfc3339;
 use crate::supervisor::{Clock, Run, RunDir, RunStatus};
 
-use super::state::RequestError;
+use crate::daemon::state::RequestError;
 
 /// One run and how this daemon came by it.
 #[derive(Debug)]

@@ -13,15 +13,15 @@ const PARSE_CHUNK: u64 = 256 * 1024;
 
 /// Reading metrics from a run's stdout.
 #[derive(Default)]
-pub(super) struct OutputParser {
-    pub(super) offset: u64,
-    pub(super) partial: Vec<u8>,
-    pub(super) patterns: Option<Vec<regex::Regex>>,
+pub(in crate::daemon) struct OutputParser {
+    pub(in crate::daemon) offset: u64,
+    pub(in crate::daemon) partial: Vec<u8>,
+    pub(in crate::daemon) patterns: Option<Vec<regex::Regex>>,
 }
 
 /// Complete lines appended to `path` since the parser's offset (at most [`PARSE_CHUNK`] bytes
 /// a call; a line cut at the end waits for its newline).
-pub(super) fn read_new_lines(path: &Path, parser: &mut OutputParser) -> Vec<String> {
+pub(in crate::daemon) fn read_new_lines(path: &Path, parser: &mut OutputParser) -> Vec<String> {
     // A stat every poll; the file is opened only when it has grown.
     let len = std::fs::metadata(path).map_or(0, |m| m.len());
     if len < parser.offset {

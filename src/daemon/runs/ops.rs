@@ -7,8 +7,8 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime};
 
 use super::logs;
-use super::runs;
-use super::state::{Daemon, RequestError, lock};
+use super::table as runs;
+use crate::daemon::state::{Daemon, RequestError, lock};
 use crate::ipc::Peer;
 use crate::profile::{self, Profile};
 use crate::protocol::{self, ErrorCode, LogStream, NodeEvent, Response, RunSignal};
@@ -19,7 +19,7 @@ use crate::supervisor::{
 };
 
 impl Daemon {
-    pub(super) fn start_run(
+    pub(in crate::daemon) fn start_run(
         &self,
         peer: &Peer,
         profile: &Profile,
@@ -85,7 +85,7 @@ impl Daemon {
     /// process starts, which may be before its run joins the table: while a run is being
     /// started, a spec that matches none is looked up again when it joins (for at most
     /// [`LAUNCH_WAIT`]).
-    pub(super) fn resolve_run_starting(
+    pub(in crate::daemon) fn resolve_run_starting(
         &self,
         spec: &str,
     ) -> Result<(MutexGuard<'_, runs::RunTable>, String), RequestError> {
@@ -110,7 +110,7 @@ impl Daemon {
         }
     }
 
-    pub(super) fn stop_run(
+    pub(in crate::daemon) fn stop_run(
         &self,
         peer: &Peer,
         spec: &str,
@@ -145,7 +145,7 @@ impl Daemon {
         })
     }
 
-    pub(super) fn signal_run(
+    pub(in crate::daemon) fn signal_run(
         &self,
         peer: &Peer,
         spec: &str,
@@ -204,7 +204,7 @@ impl Daemon {
         Ok(info)
     }
 
-    pub(super) fn logs(
+    pub(in crate::daemon) fn logs(
         &self,
         spec: &str,
         stream: LogStream,
@@ -243,7 +243,7 @@ impl Daemon {
         })
     }
 
-    pub(super) fn run_events(
+    pub(in crate::daemon) fn run_events(
         &self,
         spec: &str,
         since: u64,
@@ -287,7 +287,7 @@ fn recheck(profile: &Profile) -> Result<Profile, RequestError> {
     Ok(checked)
 }
 
-pub(super) fn append_run_event(run: &Run, event: Event) {
+pub(in crate::daemon) fn append_run_event(run: &Run, event: Event) {
     let rec = EventRecord {
         time: rfc3339(SystemTime::now()),
         event,

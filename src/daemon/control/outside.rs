@@ -10,14 +10,14 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use super::state::{Daemon, lock};
+use crate::daemon::state::{Daemon, lock};
 use crate::control::power::{ClockRange, GpuControl, TempTarget};
 use crate::control::{ControlError, PowerControl, PowerLimits};
 use crate::protocol::NodeEvent;
 use crate::telemetry::Snapshot;
 
 /// A difference smaller than this is a reading's rounding, not a change, watts.
-pub(super) const TOLERANCE_W: f64 = 1.0;
+pub(in crate::daemon) const TOLERANCE_W: f64 = 1.0;
 
 /// Readings taken this soon after a setter returned may predate its effect, seconds.
 const SETTLE_S: f64 = 1.0;
@@ -34,13 +34,13 @@ struct GpuWatch {
 
 /// What the daemon knows of each GPU's limit. See the module doc.
 #[derive(Debug, Default)]
-pub(super) struct LimitWatch {
+pub(in crate::daemon) struct LimitWatch {
     gpus: BTreeMap<u32, GpuWatch>,
 }
 
 /// One change made outside gpupilot.
 #[derive(Debug, Clone, PartialEq)]
-pub(super) struct OutsideChange {
+pub(in crate::daemon) struct OutsideChange {
     pub gpu: u32,
     pub uuid: Option<String>,
     pub old_w: f64,
@@ -62,7 +62,7 @@ impl LimitWatch {
     }
 
     /// The GPUs of `snap` whose limit was changed by someone else since the last look.
-    pub(super) fn observe(&mut self, snap: &Snapshot) -> Vec<OutsideChange> {
+    pub(in crate::daemon) fn observe(&mut self, snap: &Snapshot) -> Vec<OutsideChange> {
         let mut out = Vec::new();
         for s in &snap.gpus {
             // A lost or stale GPU, or a limit that reads as nonsense, says nothing.
@@ -95,7 +95,7 @@ impl LimitWatch {
 }
 
 /// The daemon's control handle with its power setters noted in a [`LimitWatch`].
-pub(super) struct Watched {
+pub(in crate::daemon) struct Watched {
     pub inner: Arc<dyn GpuControl>,
     pub watch: Arc<Mutex<LimitWatch>>,
 }
@@ -143,7 +143,7 @@ impl GpuControl for Watched {
 impl Daemon {
     /// Record the power limits changed outside gpupilot since the last snapshot (called from
     /// `control_step`, before the loops): an event each, and the limit before as the original.
-    pub(super) fn note_outside_changes(&self, snap: &Snapshot) {
+    pub(in crate::daemon) fn note_outside_changes(&self, snap: &Snapshot) {
         let Some((watch, originals)) = self.limit_watch() else {
             return;
         };

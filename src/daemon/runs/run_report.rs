@@ -20,7 +20,7 @@ const DELAY: Duration = Duration::from_secs(3);
 const MAX_GPUS: u32 = 16;
 
 /// Run `id` under `state` has ended: write its report soon.
-pub(super) fn after_end(state: &Path, id: &str, history: &Mutex<History>) {
+pub(in crate::daemon) fn after_end(state: &Path, id: &str, history: &Mutex<History>) {
     let dir = match RunDir::open(RunDir::runs_root(state).join(id)) {
         Ok(d) => d,
         Err(e) => {

@@ -9,8 +9,8 @@
 use std::sync::{Arc, Mutex, OnceLock};
 
 use super::outside::{LimitWatch, Watched};
-use super::state::{Daemon, RequestError, lock};
-use super::{DaemonError, io_err};
+use crate::daemon::state::{Daemon, RequestError, lock};
+use crate::daemon::{DaemonError, io_err};
 use crate::ipc::Peer;
 use crate::control::ControlError;
 use crate::control::power::{
@@ -122,15 +122,15 @@ impl Daemon {
         Ok(())
     }
 
-    /// The control handle, for the control loops (`control_loop`).
-    pub(super) fn gpu_control(&self) -> Option<Arc<dyn GpuControl>> {
+    /// The control handle, for the control loops (`loops`).
+    pub(in crate::daemon) fn gpu_control(&self) -> Option<Arc<dyn GpuControl>> {
         self.control.0.get().map(|c| Arc::clone(&c.dev))
     }
 
     /// The control handle, the record of originals and the runs' caps, for `run_power`.
     /// Lock order: the loops, then the runs' caps, then the originals.
     #[allow(clippy::type_complexity)]
-    pub(super) fn control_parts(
+    pub(in crate::daemon) fn control_parts(
         &self,
     ) -> Option<(
         &Arc<dyn GpuControl>,
@@ -145,7 +145,7 @@ impl Daemon {
 
     /// The watch on the GPUs' limits and the record of originals, for `outside`.
     /// Lock order: the originals, then the watch (a setter called with the originals held).
-    pub(super) fn limit_watch(&self) -> Option<(&Mutex<LimitWatch>, &Mutex<Originals>)> {
+    pub(in crate::daemon) fn limit_watch(&self) -> Option<(&Mutex<LimitWatch>, &Mutex<Originals>)> {
         self.control
             .0
             .get()
@@ -163,7 +163,7 @@ impl Daemon {
     }
 
     /// Answer one of the GPU-settings requests.
-    pub(super) fn answer_control(
+    pub(in crate::daemon) fn answer_control(
         &self,
         peer: &Peer,
         request: Request,

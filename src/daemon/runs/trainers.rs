@@ -22,7 +22,7 @@ use tokio::sync::mpsc;
 
 use super::ops::append_run_event;
 use super::ranks::{TrainerConn, Ranks, Refused, Staged};
-use super::state::{Daemon, RequestError, lock};
+use crate::daemon::state::{Daemon, RequestError, lock};
 use super::trainer_output::{OutputParser, parse_line, read_new_lines};
 use crate::ipc::Peer;
 use crate::profile::{Knob, MetricsSettings};
@@ -43,7 +43,7 @@ pub const MAX_METRICS: u32 = 5_000;
 /// [`KEEP_POINTS`] reports of typical size).
 const TAIL_BYTES: u64 = 8 << 20;
 
-pub(super) struct Pending {
+pub(in crate::daemon) struct Pending {
     knob: KnobName,
     value: i64,
     asked: Instant,
@@ -70,26 +70,26 @@ struct PersistedStaged {
 }
 
 /// One run's side of the channel.
-pub(super) struct Channel {
+pub(in crate::daemon) struct Channel {
     dir: PathBuf,
     /// Every rank attached (or once attached); a single-process script is rank 0 of 1.
-    pub(super) ranks: Ranks,
+    pub(in crate::daemon) ranks: Ranks,
     /// The values the run uses; for a run of several ranks, the values the job agreed on.
-    pub(super) values: BTreeMap<KnobName, i64>,
+    pub(in crate::daemon) values: BTreeMap<KnobName, i64>,
     /// Changes pushed to a single-process trainer, not yet acknowledged.
     pending: BTreeMap<u64, Pending>,
     /// A change to several ranks in flight.
-    pub(super) staged: Option<Staged>,
+    pub(in crate::daemon) staged: Option<Staged>,
     /// Whether that change was asked by the daemon to bring the ranks back to one value.
-    pub(super) staged_repair: bool,
+    pub(in crate::daemon) staged_repair: bool,
     /// The step the last change to several ranks took effect at: reports of earlier steps may
     /// still carry the old value.
-    pub(super) last_apply_step: u64,
+    pub(in crate::daemon) last_apply_step: u64,
     /// No new repair before this (one that failed is not retried at the poll rate).
-    pub(super) repair_after: Option<Instant>,
+    pub(in crate::daemon) repair_after: Option<Instant>,
     trainer_ranges: BTreeMap<KnobName, KnobRange>,
-    pub(super) last_rtt_ms: BTreeMap<KnobName, f64>,
-    pub(super) last_outcome: BTreeMap<KnobName, String>,
+    pub(in crate::daemon) last_rtt_ms: BTreeMap<KnobName, f64>,
+    pub(in crate::daemon) last_outcome: BTreeMap<KnobName, String>,
     points: VecDeque<MetricsPoint>,
     next_n: u64,
     seq: u64,
@@ -151,14 +151,14 @@ impl Channel {
         }
     }
 
-    pub(super) fn next_seq(&mut self) -> u64 {
+    pub(in crate::daemon) fn next_seq(&mut self) -> u64 {
         self.seq += 1;
         self.persist();
         self.seq
     }
 
     /// Write `knobs.json`: the sequence number and the change to several ranks in flight.
-    pub(super) fn persist(&self) {
+    pub(in crate::daemon) fn persist(&self) {
         let staged = self.staged.as_ref().map(|st| PersistedStaged {
             seq: st.seq,
             knob: st.knob,
@@ -307,13 +307,13 @@ fn read_tail(path: &Path) -> VecDeque<MetricsPoint> {
 /// Every run's channel, by run id.
 #[derive(Default)]
 pub struct Channels {
-    pub(super) runs: HashMap<String, Channel>,
+    pub(in crate::daemon) runs: HashMap<String, Channel>,
     /// Lookups so far: the clock of `Channel::used`.
     lookups: u64,
 }
 
 impl Channels {
-    pub(super) fn get(&mut self, id: &str, dir: &Path) -> &mut Channel {
+    pub(in crate::daemon) fn get(&mut self, id: &str, dir: &Path) -> &mut Channel {
         if !self.runs.contains_key(id) && self.runs.len() >= KEEP_CHANNELS {
             self.let_go_of_one();
         }
@@ -345,7 +345,7 @@ impl Channels {
 }
 
 /// A `knob` push: apply now, or (with `apply_step`) a proposal to vote on.
-pub(super) fn knob_push(
+pub(in crate::daemon) fn knob_push(
     run: &str,
     seq: u64,
     knob: KnobName,
@@ -364,21 +364,21 @@ pub(super) fn knob_push(
     })
 }
 
-pub(super) fn profile_knob(run: &Run, knob: KnobName) -> Option<Knob> {
+pub(in crate::daemon) fn profile_knob(run: &Run, knob: KnobName) -> Option<Knob> {
     match knob {
         KnobName::BatchSize => run.knob_ranges().batch_size,
         KnobName::Prefetch => run.knob_ranges().prefetch,
     }
 }
 
-pub(super) fn planned(values: KnobValues, knob: KnobName) -> Option<i64> {
+pub(in crate::daemon) fn planned(values: KnobValues, knob: KnobName) -> Option<i64> {
     match knob {
         KnobName::BatchSize => values.batch_size,
         KnobName::Prefetch => values.prefetch,
     }
 }
 
-pub(super) fn with_value(mut values: KnobValues, knob: KnobName, v: i64) -> KnobValues {
+pub(in crate::daemon) fn with_value(mut values: KnobValues, knob: KnobName, v: i64) -> KnobValues {
     match knob {
         KnobName::BatchSize => values.batch_size = Some(v),
         KnobName::Prefetch => values.prefetch = Some(v),
@@ -660,7 +660,7 @@ impl Daemon {
 
     /// `knob_set`: check the value against the run's range, then push it to the trainer or
     /// restart the run with it.
-    pub(super) fn knob_set(
+    pub(in crate::daemon) fn knob_set(
         &self,
         peer: &Peer,
         spec: &str,
@@ -809,7 +809,7 @@ impl Daemon {
     }
 
     /// `run_metrics`: reports from number `since` on, and the run's knobs and trainer.
-    pub(super) fn run_metrics(
+    pub(in crate::daemon) fn run_metrics(
         &self,
         spec: &str,
         since: u64,
@@ -841,7 +841,7 @@ impl Daemon {
     }
 
     /// Every live run with its trainer side, read-only (the `/metrics` exporter reads it).
-    pub(super) fn live_trainers(&self) -> Vec<(protocol::RunInfo, TrainerInfo)> {
+    pub(in crate::daemon) fn live_trainers(&self) -> Vec<(protocol::RunInfo, TrainerInfo)> {
         let table = lock(&self.runs);
         let mut channels = lock(&self.channels);
         table
@@ -859,7 +859,7 @@ impl Daemon {
 
     /// Read new output of live runs whose trainer is not attached, for metrics (JSON lines
     /// and the profile's patterns). Called from the run poll.
-    pub(super) fn parse_outputs(&self) {
+    pub(in crate::daemon) fn parse_outputs(&self) {
         let table = lock(&self.runs);
         let live: Vec<(String, PathBuf, MetricsSettings)> = table
             .live()

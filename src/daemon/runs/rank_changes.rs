@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use super::ops::append_run_event;
 use super::ranks::{Outcome, Staged};
-use super::state::{Daemon, RequestError, lock};
+use crate::daemon::state::{Daemon, RequestError, lock};
 use super::trainers::{Channel, knob_push, with_value};
 use crate::protocol::{self, ErrorCode, KnobName, NodeEvent, Response, ServerFrame};
 use crate::supervisor::Event;
@@ -23,7 +23,7 @@ use crate::telemetry::now_s;
 const REPAIR_BACKOFF: Duration = Duration::from_secs(30);
 
 /// Something to record once the channels lock is let go.
-pub(super) enum Effect {
+pub(in crate::daemon) enum Effect {
     Node(NodeEvent),
     Run(Event),
     /// The run's knob values for its next start (a restart uses what the job agreed on).
@@ -66,7 +66,7 @@ impl Channel {
     /// Propose `knob = value` to every rank for a step ahead of them all. Refused (nothing
     /// sent) while another change is in flight, while a rank of the world is not attached,
     /// or while a rank has not reported a step.
-    pub(super) fn propose(
+    pub(in crate::daemon) fn propose(
         &mut self,
         run: &str,
         knob: KnobName,
@@ -125,7 +125,7 @@ impl Channel {
     }
 
     /// A rank voted on change `seq`.
-    pub(super) fn rank_vote(
+    pub(in crate::daemon) fn rank_vote(
         &mut self,
         run: &str,
         rank: u32,
@@ -145,7 +145,7 @@ impl Channel {
 
     /// A rank acknowledged change `seq` (applied at `step`, or not).
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn rank_ack(
+    pub(in crate::daemon) fn rank_ack(
         &mut self,
         run: &str,
         rank: u32,
@@ -172,7 +172,7 @@ impl Channel {
     }
 
     /// A rank's connection closed.
-    pub(super) fn rank_left(&mut self, run: &str, rank: u32, effects: &mut Vec<Effect>) {
+    pub(in crate::daemon) fn rank_left(&mut self, run: &str, rank: u32, effects: &mut Vec<Effect>) {
         let Some(st) = self.staged.as_mut() else {
             return;
         };
@@ -182,7 +182,7 @@ impl Channel {
     }
 
     /// Called off for lack of votes, or acknowledgements overdue.
-    pub(super) fn check_overdue(&mut self, run: &str, now: Instant, effects: &mut Vec<Effect>) {
+    pub(in crate::daemon) fn check_overdue(&mut self, run: &str, now: Instant, effects: &mut Vec<Effect>) {
         let Some(st) = &self.staged else {
             return;
         };
@@ -395,7 +395,7 @@ impl Channel {
     /// Ranks whose reports (of steps since the last change took effect) show another value
     /// than the job's: propose the job's value to every rank. At most one change in flight,
     /// and a repair that failed is not tried again before [`REPAIR_BACKOFF`].
-    pub(super) fn check_agreement(&mut self, run: &str, now: Instant, effects: &mut Vec<Effect>) {
+    pub(in crate::daemon) fn check_agreement(&mut self, run: &str, now: Instant, effects: &mut Vec<Effect>) {
         if !self.ranks.distributed()
             || self.staged.is_some()
             || self.repair_after.is_some_and(|t| now < t)
@@ -449,7 +449,7 @@ impl Channel {
 
 impl Daemon {
     /// Record what the channel's bookkeeping decided (no channel lock held).
-    pub(super) fn apply_effects(&self, run: &str, effects: Vec<Effect>) {
+    pub(in crate::daemon) fn apply_effects(&self, run: &str, effects: Vec<Effect>) {
         if effects.is_empty() {
             return;
         }
@@ -502,7 +502,7 @@ impl Daemon {
 
     /// From the run poll: changes whose votes or acknowledgements are overdue, and ranks that
     /// disagree with their job.
-    pub(super) fn check_rank_changes(&self) {
+    pub(in crate::daemon) fn check_rank_changes(&self) {
         let now = Instant::now();
         let mut channels = lock(&self.channels);
         let mut all = Vec::new();
