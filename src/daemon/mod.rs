@@ -10,6 +10,7 @@
 //! - `events`: the node's `$STATE/events.jsonl` and the live feed of it.
 //! - `state`: [`Daemon`], the shared state, and [`Daemon::answer`], every request but the
 //!   subscriptions answered synchronously (tests call it without a socket).
+//! - `telemetry`: the newest snapshot, which subscribers follow, and every GPU's history.
 //! - `runs`: the table of supervised runs (poll, list, resolve an id prefix), the requests that
 //!   act on them (start, stop, pause, resume, logs, events, each change recorded with who,
 //!   old → new and why), and each run's trainer channel (knobs, metrics, ranks).
@@ -40,6 +41,7 @@ mod relay;
 mod runs;
 mod server;
 mod state;
+mod telemetry;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -48,19 +50,19 @@ use std::time::Duration;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 
+pub use crate::config::prometheus::parse_metrics_addr;
+/// The socket, the log and the peer check are `ipc`'s (clients need them without the daemon).
+pub use crate::ipc::{LOG_NAME, Peer, SOCKET_NAME, log_path, peer_allowed, socket_path};
 pub use auth::{
     Access, DEFAULT_GROUP, GroupEntry, Identity, Mode, Verdict, decide, group_entry,
     refusal_message,
 };
-/// The socket, the log and the peer check are `ipc`'s (clients need them without the daemon).
-pub use crate::ipc::{LOG_NAME, Peer, SOCKET_NAME, log_path, peer_allowed, socket_path};
 pub use lock::{DaemonLock, lock_holder, prepare_private_dir, prepare_shared_dir};
-pub use runs::logs::utf8_cut;
-pub use crate::config::prometheus::parse_metrics_addr;
 pub use metrics::DEFAULT_ADDR as DEFAULT_METRICS_ADDR;
-pub use state::{Daemon, RequestError};
+pub use runs::logs::utf8_cut;
 pub use runs::trainer_output::parse_line as parse_output_line;
 pub use runs::trainers::Attach;
+pub use state::{Daemon, RequestError};
 
 use crate::config::Paths;
 use crate::telemetry::{Sampler, SamplerConfig, Source};

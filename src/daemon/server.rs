@@ -31,8 +31,8 @@ use tokio_util::sync::CancellationToken;
 use super::auth::{Access, Identity, Mode, Verdict, decide, group_entry};
 use super::events::Refusals;
 use super::relay;
-use super::state::Daemon;
 use super::runs::trainers::Attach;
+use super::state::Daemon;
 use crate::ipc::Peer;
 use crate::protocol::{
     self, ClientFrame, ErrorCode, FrameError, MAX_REQUEST_FRAME, Request, Response, ServerFrame,

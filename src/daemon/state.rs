@@ -1,4 +1,4 @@
-//! [`Daemon`]: what the daemon holds (runs, history, the newest snapshot, the event log) and
+//! [`Daemon`]: what the daemon holds (runs, telemetry, the event log) and
 //! how it answers requests. Everything here is synchronous and takes the caller's identity
 //! ([`Peer`]) explicitly, so tests drive it without a socket; the server calls it from
 //! blocking tasks.
@@ -12,17 +12,17 @@ use tokio::sync::watch;
 
 use super::events::NodeLog;
 use super::runs::table::{self as runs, RunTable};
+use super::telemetry::Telemetry;
 use super::{DaemonError, io_err};
-use crate::ipc::Peer;
 use crate::config::Paths;
-use crate::history::History;
+use crate::ipc::Peer;
 use crate::protocol::{
     self, DaemonInfo, ErrorCode, NodeEvent, Request, Response, RunCounts, StatusReply,
     TelemetryInfo,
 };
-use crate::time::rfc3339;
 use crate::supervisor::{SupervisorError, SystemClock};
 use crate::telemetry::Snapshot;
+use crate::time::rfc3339;
 
 /// A request the daemon refuses, with the protocol's error code.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -74,9 +74,8 @@ pub struct Daemon {
     started_at: SystemTime,
     started: Instant,
     pub(super) runs: Mutex<RunTable>,
-    history: Mutex<History>,
-    telemetry: watch::Sender<Option<Arc<Snapshot>>>,
-    telemetry_info: TelemetryInfo,
+    /// The newest snapshot, the history and the source (see `telemetry`).
+    telemetry: Telemetry,
     pub(super) events: NodeLog,
     clients: AtomicUsize,
     pub(super) clock: SystemClock,
@@ -146,14 +145,12 @@ impl Daemon {
             started_at: SystemTime::now(),
             started: Instant::now(),
             runs: Mutex::new(table),
-            history: Mutex::new(History::default()),
-            telemetry: watch::channel(None).0,
-            telemetry_info: TelemetryInfo {
+            telemetry: Telemetry::new(TelemetryInfo {
                 source,
                 error: telemetry_error,
                 rate_hz,
                 gpus: gpus.unwrap_or(0),
-            },
+            }),
             events,
             clients: AtomicUsize::new(0),
             clock,
@@ -206,9 +203,9 @@ impl Daemon {
 
     /// A new snapshot from the sampler: into history, out to subscribers.
     pub fn take_snapshot(&self, snap: Snapshot) {
-        lock(&self.history).record(&snap);
+        self.telemetry.record(&snap);
         self.control_step(&snap);
-        self.telemetry.send_replace(Some(Arc::new(snap)));
+        self.telemetry.publish(snap);
     }
 
     /// Whether a poll of the runs has anything to do: cheap, callable from async code.
@@ -223,7 +220,11 @@ impl Daemon {
         self.check_rank_changes();
         for c in changes {
             if c.new.is_final() {
-                super::runs::run_report::after_end(&self.paths.state, &c.id, &self.history);
+                super::runs::run_report::after_end(
+                    &self.paths.state,
+                    &c.id,
+                    self.telemetry.history(),
+                );
             }
             self.events.record(NodeEvent::RunStatus {
                 run: c.id,
@@ -259,7 +260,7 @@ impl Daemon {
                 max_points,
             } => {
                 let max = max_points.min(protocol::MAX_HISTORY_POINTS) as usize;
-                let points = lock(&self.history).window(gpu as usize, metric, from, to, max);
+                let points = self.telemetry.window(gpu as usize, metric, from, to, max);
                 Ok(Response::History {
                     gpu,
                     metric,
@@ -362,8 +363,8 @@ impl Daemon {
                 socket: self.socket.clone(),
                 clients: self.clients.load(Ordering::Relaxed),
             },
-            telemetry: self.telemetry_info.clone(),
-            snapshot: self.telemetry.borrow().as_deref().cloned(),
+            telemetry: self.telemetry.info().clone(),
+            snapshot: self.telemetry.newest().as_deref().cloned(),
             runs: RunCounts { live, total },
             control: Some(self.control_status()),
         }

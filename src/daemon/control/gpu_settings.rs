@@ -9,13 +9,13 @@
 use std::sync::{Arc, Mutex, OnceLock};
 
 use super::outside::{LimitWatch, Watched};
-use crate::daemon::state::{Daemon, RequestError, lock};
-use crate::daemon::{DaemonError, io_err};
-use crate::ipc::Peer;
 use crate::control::ControlError;
 use crate::control::power::{
     GpuControl, Originals, check_clocks, check_gpu_max, check_power, watts,
 };
+use crate::daemon::state::{Daemon, RequestError, lock};
+use crate::daemon::{DaemonError, io_err};
+use crate::ipc::Peer;
 use crate::protocol::{
     ErrorCode, GpuChange, GpuSelection, GpuSettings, NodeEvent, Request, Response,
 };

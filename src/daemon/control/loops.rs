@@ -30,7 +30,6 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Mutex;
 
-use crate::daemon::state::{Daemon, RequestError, lock};
 use crate::control::ControlEvent;
 use crate::control::alerts::{HOOK_TIMEOUT, Observation, run_hook};
 use crate::control::governor::Target;
@@ -39,6 +38,7 @@ use crate::control::power::{GpuControl, Originals};
 use crate::control::settings;
 use crate::control::status::ControlStatus;
 use crate::control::{ControlError, PowerControl, PowerLimits};
+use crate::daemon::state::{Daemon, RequestError, lock};
 use crate::ipc::Peer;
 use crate::protocol::{ErrorCode, GpuSelection, Request, Response};
 use crate::telemetry::Snapshot;
@@ -83,7 +83,10 @@ impl Daemon {
     }
 
     /// The loops themselves, locked for `f` (a run's `[power] cap_w`, see `run_power`).
-    pub(in crate::daemon) fn with_node_control<R>(&self, f: impl FnOnce(&mut NodeControl) -> R) -> R {
+    pub(in crate::daemon) fn with_node_control<R>(
+        &self,
+        f: impl FnOnce(&mut NodeControl) -> R,
+    ) -> R {
         self.with_loops(|i| f(&mut i.node))
     }
 

@@ -10,9 +10,9 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use crate::daemon::state::{Daemon, lock};
 use crate::control::power::{ClockRange, GpuControl, TempTarget};
 use crate::control::{ControlError, PowerControl, PowerLimits};
+use crate::daemon::state::{Daemon, lock};
 use crate::protocol::NodeEvent;
 use crate::telemetry::Snapshot;
 

@@ -21,14 +21,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use crate::daemon::state::{Daemon, RequestError, lock};
 use crate::control::ControlError;
 use crate::control::node::NodeControl;
 use crate::control::power::{GpuControl, Originals, check_power, watts};
+use crate::daemon::state::{Daemon, RequestError, lock};
 use crate::profile::{self, Launcher, Profile, VisibleGpus};
 use crate::protocol::{ErrorCode, NodeEvent};
-use crate::time::rfc3339;
 use crate::supervisor::{Caller, Event, EventRecord, Run, RunDir};
+use crate::time::rfc3339;
 
 const POWER: &str = "power_limit";
 const BY: &str = "daemon";

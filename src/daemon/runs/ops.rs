@@ -12,11 +12,11 @@ use crate::daemon::state::{Daemon, RequestError, lock};
 use crate::ipc::Peer;
 use crate::profile::{self, Profile};
 use crate::protocol::{self, ErrorCode, LogStream, NodeEvent, Response, RunSignal};
-use crate::time::rfc3339;
 use crate::supervisor::{
     Caller, DEFAULT_GRACE, Event, EventRecord, KnobValues, LaunchOptions, Run, SupervisorError,
     SystemClock,
 };
+use crate::time::rfc3339;
 
 impl Daemon {
     pub(in crate::daemon) fn start_run(

@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use super::ops::append_run_event;
 use super::ranks::{Outcome, Staged};
-use crate::daemon::state::{Daemon, RequestError, lock};
 use super::trainers::{Channel, knob_push, with_value};
+use crate::daemon::state::{Daemon, RequestError, lock};
 use crate::protocol::{self, ErrorCode, KnobName, NodeEvent, Response, ServerFrame};
 use crate::supervisor::Event;
 use crate::telemetry::now_s;
@@ -182,7 +182,12 @@ impl Channel {
     }
 
     /// Called off for lack of votes, or acknowledgements overdue.
-    pub(in crate::daemon) fn check_overdue(&mut self, run: &str, now: Instant, effects: &mut Vec<Effect>) {
+    pub(in crate::daemon) fn check_overdue(
+        &mut self,
+        run: &str,
+        now: Instant,
+        effects: &mut Vec<Effect>,
+    ) {
         let Some(st) = &self.staged else {
             return;
         };
@@ -395,7 +400,12 @@ impl Channel {
     /// Ranks whose reports (of steps since the last change took effect) show another value
     /// than the job's: propose the job's value to every rank. At most one change in flight,
     /// and a repair that failed is not tried again before [`REPAIR_BACKOFF`].
-    pub(in crate::daemon) fn check_agreement(&mut self, run: &str, now: Instant, effects: &mut Vec<Effect>) {
+    pub(in crate::daemon) fn check_agreement(
+        &mut self,
+        run: &str,
+        now: Instant,
+        effects: &mut Vec<Effect>,
+    ) {
         if !self.ranks.distributed()
             || self.staged.is_some()
             || self.repair_after.is_some_and(|t| now < t)

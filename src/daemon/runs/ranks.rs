@@ -135,7 +135,11 @@ impl Ranks {
     /// refused unless it is the same process (it reconnected), or the run has one rank (a
     /// script that says nothing reconnects from anywhere): then the new link replaces the old,
     /// which is returned.
-    pub fn attach(&mut self, spec: RankSpec, link: TrainerConn) -> Result<Option<TrainerConn>, Refused> {
+    pub fn attach(
+        &mut self,
+        spec: RankSpec,
+        link: TrainerConn,
+    ) -> Result<Option<TrainerConn>, Refused> {
         if spec.world_size == 0 || spec.rank >= spec.world_size {
             return Err(Refused(format!(
                 "rank {} is outside a world of {} (ranks are 0 to world_size − 1)",

@@ -8,8 +8,8 @@ use std::path::Path;
 use std::time::SystemTime;
 
 use crate::protocol::{ErrorCode, RunInfo};
-use crate::time::parse_rfc3339;
 use crate::supervisor::{Clock, Run, RunDir, RunStatus};
+use crate::time::parse_rfc3339;
 
 use crate::daemon::state::RequestError;
 

@@ -21,9 +21,9 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
 use super::ops::append_run_event;
-use super::ranks::{TrainerConn, Ranks, Refused, Staged};
-use crate::daemon::state::{Daemon, RequestError, lock};
+use super::ranks::{Ranks, Refused, Staged, TrainerConn};
 use super::trainer_output::{OutputParser, parse_line, read_new_lines};
+use crate::daemon::state::{Daemon, RequestError, lock};
 use crate::ipc::Peer;
 use crate::profile::{Knob, MetricsSettings};
 use crate::protocol::{
