@@ -310,7 +310,7 @@ async fn poll_runs(daemon: Arc<Daemon>, shutdown: CancellationToken) {
             // check and this wait is not lost: `notify_one` keeps a permit for the next wait.
             tokio::select! {
                 _ = shutdown.cancelled() => break,
-                _ = daemon.run_added.notified() => {}
+                _ = daemon.run_added().notified() => {}
             }
             // Poll at once, then every period from now.
             every.reset_immediately();
@@ -380,7 +380,7 @@ mod tests {
     }
 
     fn finished(d: &Daemon, id: &str) -> bool {
-        state::lock(&d.runs).get(id).unwrap().run.is_finished()
+        d.runs.table().get(id).unwrap().run.is_finished()
     }
 
     fn wait_until(limit: Duration, f: impl Fn() -> bool) -> bool {

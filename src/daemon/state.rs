@@ -11,18 +11,22 @@ use std::time::{Instant, SystemTime};
 use tokio::sync::watch;
 
 use super::events::NodeLog;
-use super::runs::table::{self as runs, RunTable};
+use super::runs::Runs;
+use super::runs::ops::recheck;
+use super::runs::trainers::Attach;
 use super::telemetry::Telemetry;
 use super::{DaemonError, io_err};
 use crate::config::Paths;
 use crate::ipc::Peer;
+use crate::profile::Profile;
 use crate::protocol::{
     self, DaemonInfo, ErrorCode, NodeEvent, Request, Response, RunCounts, StatusReply,
     TelemetryInfo,
 };
-use crate::supervisor::{SupervisorError, SystemClock};
+use crate::supervisor::{Caller, KnobValues, LaunchOptions, SupervisorError};
 use crate::telemetry::Snapshot;
 use crate::time::rfc3339;
+use crate::training::{MetricsReport, TrainerInfo};
 
 /// A request the daemon refuses, with the protocol's error code.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,24 +77,17 @@ pub struct Daemon {
     node: String,
     started_at: SystemTime,
     started: Instant,
-    pub(super) runs: Mutex<RunTable>,
+    /// The runs and their trainer channels (see `runs`, where their locks' order is).
+    pub(super) runs: Runs,
     /// The newest snapshot, the history and the source (see `telemetry`).
     telemetry: Telemetry,
-    pub(super) events: NodeLog,
+    /// The node's event log, which the parts record to as well.
+    pub(super) events: Arc<NodeLog>,
     clients: AtomicUsize,
-    pub(super) clock: SystemClock,
-    /// The trainer channel of every run (see `trainers`).
-    pub(super) channels: Mutex<super::runs::trainers::Channels>,
     next_conn: std::sync::atomic::AtomicU64,
     pub(super) control: super::control::gpu_settings::ControlSlot,
     /// Governors, budget, energy and alerts (see `control::loops`).
     pub(super) control_loop: super::control::loops::ControlLoop,
-    /// Wakes the run poller when a run joins the table (it sleeps while no run is live).
-    pub(super) run_added: tokio::sync::Notify,
-    /// Runs being started: spawned (their trainer may already attach) but not yet in the
-    /// table. `run_joined` (with `runs`) wakes whoever waits for one of them.
-    pub(super) launching: AtomicUsize,
-    pub(super) run_joined: std::sync::Condvar,
 }
 
 impl Daemon {
@@ -104,12 +101,11 @@ impl Daemon {
         source: Option<String>,
         telemetry_error: Option<String>,
     ) -> Result<Daemon, DaemonError> {
-        let events = NodeLog::open(&paths.state).map_err(io_err(format!(
+        let events = Arc::new(NodeLog::open(&paths.state).map_err(io_err(format!(
             "reading {}",
             paths.state.join("events.jsonl").display()
-        )))?;
-        let clock = SystemClock;
-        let (table, adoptions) = RunTable::adopt_all(&paths.state, &clock);
+        )))?);
+        let (runs, adoptions) = Runs::adopt(paths.state.clone(), Arc::clone(&events));
         let pid = std::process::id();
         let telemetry = match (&source, &telemetry_error) {
             (Some(s), _) => {
@@ -144,7 +140,7 @@ impl Daemon {
             node: hostname(),
             started_at: SystemTime::now(),
             started: Instant::now(),
-            runs: Mutex::new(table),
+            runs,
             telemetry: Telemetry::new(TelemetryInfo {
                 source,
                 error: telemetry_error,
@@ -153,14 +149,9 @@ impl Daemon {
             }),
             events,
             clients: AtomicUsize::new(0),
-            clock,
-            channels: Mutex::default(),
             next_conn: std::sync::atomic::AtomicU64::new(1),
             control: Default::default(),
             control_loop: Default::default(),
-            run_added: tokio::sync::Notify::new(),
-            launching: AtomicUsize::new(0),
-            run_joined: std::sync::Condvar::new(),
         })
     }
 
@@ -210,30 +201,17 @@ impl Daemon {
 
     /// Whether a poll of the runs has anything to do: cheap, callable from async code.
     pub fn runs_to_poll(&self) -> bool {
-        lock(&self.runs).any_unfinished()
+        self.runs.any_live()
+    }
+
+    /// Notified when a run joins the table (the run poller sleeps on it while none is live).
+    pub fn run_added(&self) -> &tokio::sync::Notify {
+        self.runs.added()
     }
 
     /// Poll every live run; record status changes in the node's log.
     pub fn poll_runs(&self) {
-        let changes = lock(&self.runs).poll(&self.clock);
-        self.parse_outputs();
-        self.check_rank_changes();
-        for c in changes {
-            if c.new.is_final() {
-                super::runs::run_report::after_end(
-                    &self.paths.state,
-                    &c.id,
-                    self.telemetry.history(),
-                );
-            }
-            self.events.record(NodeEvent::RunStatus {
-                run: c.id,
-                old: c.old,
-                new: c.new,
-                by: "daemon".into(),
-                why: c.why,
-            });
-        }
+        self.runs.poll(self.telemetry.history());
     }
 
     /// The daemon is stopping (`reason`: the signal).
@@ -242,6 +220,63 @@ impl Daemon {
             pid: self.pid,
             reason: reason.into(),
         });
+    }
+
+    /// `trainer_attach` on connection `conn` (see `runs::trainers`): the run's id, the rank
+    /// the trainer said it is, the answer, and the knob pushes to send after it.
+    pub fn trainer_attach(
+        &self,
+        conn: u64,
+        tx: tokio::sync::mpsc::Sender<String>,
+        ask: Attach,
+    ) -> Result<(String, Option<u32>, Response, Vec<String>), RequestError> {
+        self.runs.trainer_attach(conn, tx, ask)
+    }
+
+    /// The trainer connection `conn` closed.
+    pub fn trainer_detached(&self, conn: u64) {
+        self.runs.trainer_detached(conn)
+    }
+
+    /// A metrics report from `run`'s trainer.
+    pub fn trainer_metrics(&self, run: &str, rank: Option<u32>, report: MetricsReport) -> Response {
+        self.runs.trainer_metrics(run, rank, report)
+    }
+
+    /// `knob_ack` from `run`'s trainer (rank `rank` of a run of several).
+    pub fn knob_ack(
+        &self,
+        run: &str,
+        rank: Option<u32>,
+        seq: u64,
+        applied: bool,
+        reason: Option<String>,
+        step: Option<u64>,
+    ) -> Response {
+        self.runs.knob_ack(run, rank, seq, applied, reason, step)
+    }
+
+    /// `knob_vote` from rank `rank` of `run`.
+    pub fn knob_vote(
+        &self,
+        run: &str,
+        rank: Option<u32>,
+        seq: u64,
+        ready: bool,
+        reason: Option<String>,
+        step: Option<u64>,
+    ) -> Response {
+        self.runs.knob_vote(run, rank, seq, ready, reason, step)
+    }
+
+    /// `trainer_error` from `run`'s trainer.
+    pub fn trainer_error(&self, run: &str, kind: String, message: Option<String>) -> Response {
+        self.runs.trainer_error(run, kind, message)
+    }
+
+    /// Every live run with its trainer side (the `/metrics` exporter reads it).
+    pub(super) fn live_trainers(&self) -> Vec<(protocol::RunInfo, TrainerInfo)> {
+        self.runs.live_trainers()
     }
 
     /// Answer one request from `peer` (every request but `hello` and `subscribe`, which belong
@@ -268,17 +303,12 @@ impl Daemon {
                 })
             }
             Request::Runs { run: None } => Ok(Response::Runs {
-                runs: lock(&self.runs).list(SystemTime::now()),
+                runs: self.runs.list(),
             }),
-            Request::Runs { run: Some(spec) } => {
-                let table = lock(&self.runs);
-                table.resolve(&spec).map(|id| Response::Runs {
-                    runs: vec![runs::info(
-                        table.get(&id).expect("resolved"),
-                        SystemTime::now(),
-                    )],
-                })
-            }
+            Request::Runs { run: Some(spec) } => self
+                .runs
+                .info(&spec)
+                .map(|info| Response::Runs { runs: vec![info] }),
             Request::RunStart {
                 profile,
                 caller,
@@ -293,9 +323,11 @@ impl Daemon {
                 grace_s,
                 why,
             } => self
+                .runs
                 .stop_run(peer, &run, kill, grace_s, why)
                 .map(|run| Response::RunChanged { run }),
             Request::RunSignal { run, signal, why } => self
+                .runs
                 .signal_run(peer, &run, signal, why)
                 .map(|run| Response::RunChanged { run }),
             Request::Logs {
@@ -303,7 +335,7 @@ impl Daemon {
                 stream,
                 offset,
                 max_bytes,
-            } => self.logs(&run, stream, offset, max_bytes),
+            } => self.runs.logs(&run, stream, offset, max_bytes),
             Request::Events { since, max } => {
                 let max = max
                     .unwrap_or(protocol::MAX_EVENTS)
@@ -311,7 +343,7 @@ impl Daemon {
                 let (events, next) = self.events.since(since, max as usize);
                 Ok(Response::Events { events, next })
             }
-            Request::RunEvents { run, since, max } => self.run_events(&run, since, max),
+            Request::RunEvents { run, since, max } => self.runs.run_events(&run, since, max),
             r @ (Request::Power {}
             | Request::PowerCap { .. }
             | Request::PowerReset { .. }
@@ -325,8 +357,8 @@ impl Daemon {
                 value,
                 restart,
                 why,
-            } => self.knob_set(peer, &run, knob, value, restart, why),
-            Request::RunMetrics { run, since, max } => self.run_metrics(&run, since, max),
+            } => self.runs.knob_set(peer, &run, knob, value, restart, why),
+            Request::RunMetrics { run, since, max } => self.runs.run_metrics(&run, since, max),
             Request::TrainerAttach { .. }
             | Request::Metrics(_)
             | Request::KnobAck { .. }
@@ -347,8 +379,42 @@ impl Daemon {
         result.unwrap_or_else(RequestError::into_response)
     }
 
+    /// `run_start`: the run's power cap (`control::run_power`) set before its process starts,
+    /// then the run started and in the table.
+    fn start_run(
+        &self,
+        peer: &Peer,
+        profile: &Profile,
+        caller: &Caller,
+        knobs: KnobValues,
+        why: Option<String>,
+    ) -> Result<protocol::RunInfo, RequestError> {
+        let profile = recheck(profile)?;
+        // `[power] cap_w`: checked and set before the process starts (see `run_power`).
+        let cap = self.run_cap_before_start(&profile, caller)?;
+        // Started without the table locked: spawning waits (briefly) for the new session. Its
+        // trainer may attach before the run is in the table: `launching` tells it to wait.
+        let launching = self.runs.launching();
+        let options = LaunchOptions {
+            socket: Some(self.socket().to_path_buf()),
+            node: Some(self.node().to_string()),
+            knobs,
+            // Each attempt under a monitor (this binary): its exit status survives us.
+            monitor: crate::supervisor::launch::monitor_program(),
+        };
+        let run = match self.runs.spawn(&profile, caller, &options) {
+            Ok(run) => run,
+            Err(e) => {
+                self.run_cap_undo(cap);
+                return Err(e.into());
+            }
+        };
+        self.run_cap_started(&run, cap);
+        Ok(self.runs.started(run, launching, peer, why))
+    }
+
     fn status(&self) -> StatusReply {
-        let (live, total) = lock(&self.runs).counts();
+        let (live, total) = self.runs.counts();
         StatusReply {
             daemon: DaemonInfo {
                 pid: self.pid,
@@ -455,16 +521,16 @@ mod tests {
         let d = Arc::new(daemon(tmp.path(), false));
         // Nothing being started: a run nobody knows is refused at once.
         let t = Instant::now();
-        let e = d.resolve_run_starting("late").map(|_| ()).unwrap_err();
+        let e = d.runs.resolve_starting("late").map(|_| ()).unwrap_err();
         assert_eq!(e.code, ErrorCode::UnknownRun);
         assert!(t.elapsed() < Duration::from_secs(1));
 
         // A run being started (its process spawned, not yet in the table): the lookup waits
         // for it to join, then finds it.
-        d.launching.fetch_add(1, Ordering::SeqCst);
+        let launching = d.runs.launching();
         let waiter = {
             let d = Arc::clone(&d);
-            std::thread::spawn(move || d.resolve_run_starting("late").map(|(_, id)| id))
+            std::thread::spawn(move || d.runs.resolve_starting("late").map(|(_, id)| id))
         };
         std::thread::sleep(Duration::from_millis(200));
         assert!(!waiter.is_finished(), "it did not wait");
@@ -474,7 +540,7 @@ mod tests {
             panic!("not started")
         };
         assert_eq!(waiter.join().unwrap().unwrap(), info.id);
-        d.launching.fetch_sub(1, Ordering::SeqCst);
+        drop(launching);
     }
 
     #[test]
@@ -531,7 +597,7 @@ mod tests {
             panic!("{r:?}")
         };
         let deadline = Instant::now() + Duration::from_secs(10);
-        while !lock(&d.runs).get(&run.id).unwrap().run.is_finished() {
+        while !d.runs.table().get(&run.id).unwrap().run.is_finished() {
             assert!(Instant::now() < deadline, "the run did not end");
             d.poll_runs();
             std::thread::sleep(Duration::from_millis(10));

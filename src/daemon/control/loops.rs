@@ -138,7 +138,7 @@ impl Daemon {
             }
         }
         if !out.energy.is_empty() {
-            let mut runs = lock(&self.runs);
+            let mut runs = self.runs.table();
             for (id, energy, write) in out.energy {
                 if let Some(entry) = runs.get_mut(&id) {
                     if let Err(e) = entry.run.set_energy(energy, write) {
@@ -155,8 +155,8 @@ impl Daemon {
     fn controlled_runs(&self) -> Vec<ControlledRun> {
         // Taken before the run table: the channels' lock comes after it, never with it here.
         let mut jobs: std::collections::BTreeMap<String, Vec<u32>> =
-            self.job_gpu_groups().into_iter().collect();
-        let runs = lock(&self.runs);
+            self.runs.job_gpu_groups().into_iter().collect();
+        let runs = self.runs.table();
         runs.list_live(std::time::SystemTime::now())
             .into_iter()
             .map(|info| ControlledRun {
@@ -189,14 +189,14 @@ impl Daemon {
                 .collect(),
             runs: Vec::new(),
         };
-        for (info, trainer) in self.live_trainers() {
+        for (info, trainer) in self.runs.live_trainers() {
             let (Some(last), true) = (&trainer.last, trainer.ranks.len() >= 2) else {
                 continue;
             };
             let since = (last.n + 1).saturating_sub(STRAGGLER_REPORTS * trainer.ranks.len() as u64);
             if let Ok(Response::RunMetrics {
                 points, trainer, ..
-            }) = self.run_metrics(&info.id, since, None)
+            }) = self.runs.run_metrics(&info.id, since, None)
             {
                 let w = adapt::run_window(&info.id, Vec::new(), &points, &trainer, Vec::new());
                 input.runs.push(w);

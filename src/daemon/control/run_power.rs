@@ -417,7 +417,7 @@ impl Daemon {
         let mut fresh: Vec<(String, RunDir, u32, Option<String>)> = Vec::new();
         let mut live_ids = BTreeSet::new();
         {
-            let table = lock(&self.runs);
+            let table = self.runs.table();
             for (id, h) in &tracked {
                 match table.get(id).map(|e| &e.run) {
                     Some(r) if !r.is_finished() && r.attempt() > h.attempt => {

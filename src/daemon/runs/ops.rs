@@ -1,58 +1,53 @@
-//! The requests that act on runs: start, stop, pause and resume, and reading a run's logs and
-//! events. Every change is recorded with who asked, the old and new status, and why, in the
-//! run's `events.jsonl` and the node's.
+//! The requests that act on runs: start (spawn, then join the table), stop, pause and resume,
+//! and reading a run's logs and events. Every change is recorded with who asked, the old and new
+//! status, and why, in the run's `events.jsonl` and the node's.
 
 use std::sync::MutexGuard;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime};
 
+use super::Runs;
 use super::logs;
 use super::table as runs;
-use crate::daemon::state::{Daemon, RequestError, lock};
+use crate::daemon::state::RequestError;
 use crate::ipc::Peer;
 use crate::profile::{self, Profile};
 use crate::protocol::{self, ErrorCode, LogStream, NodeEvent, Response, RunSignal};
 use crate::supervisor::{
-    Caller, DEFAULT_GRACE, Event, EventRecord, KnobValues, LaunchOptions, Run, SupervisorError,
-    SystemClock,
+    Caller, DEFAULT_GRACE, Event, EventRecord, LaunchOptions, Run, SupervisorError, SystemClock,
 };
 use crate::time::rfc3339;
 
-impl Daemon {
-    pub(in crate::daemon) fn start_run(
+impl Runs {
+    /// A run is about to be started: until the guard is dropped (the run joined the table, or
+    /// did not start), a trainer that attaches to a run not in the table waits for it
+    /// ([`Self::resolve_starting`]). Spawning waits (briefly) for the new session, so it is
+    /// done without the table locked, and the run's trainer may attach before it joins.
+    pub fn launching(&self) -> Launching<'_> {
+        self.launching.fetch_add(1, Ordering::SeqCst);
+        Launching(self)
+    }
+
+    /// Start a run's process (its directory under `$STATE/runs`); it joins the table with
+    /// [`Self::started`].
+    pub fn spawn(
         &self,
-        peer: &Peer,
         profile: &Profile,
         caller: &Caller,
-        knobs: KnobValues,
+        options: &LaunchOptions,
+    ) -> Result<Run, SupervisorError> {
+        Run::start_new(&self.state_dir, profile, caller, options, &self.clock)
+    }
+
+    /// The run [`Self::spawn`] started joins the table, recorded with who started it and why
+    /// in its events and the node's; the poller is woken for it.
+    pub fn started(
+        &self,
+        run: Run,
+        launching: Launching<'_>,
+        peer: &Peer,
         why: Option<String>,
-    ) -> Result<protocol::RunInfo, RequestError> {
-        let profile = recheck(profile)?;
-        // `[power] cap_w`: checked and set before the process starts (see `run_power`).
-        let cap = self.run_cap_before_start(&profile, caller)?;
-        // Started without the table locked: spawning waits (briefly) for the new session. Its
-        // trainer may attach before the run is in the table: `launching` tells it to wait.
-        let launching = Launching::new(self);
-        let run = match Run::start_new(
-            &self.paths.state,
-            &profile,
-            caller,
-            &LaunchOptions {
-                socket: Some(self.socket().to_path_buf()),
-                node: Some(self.node().to_string()),
-                knobs,
-                // Each attempt under a monitor (this binary): its exit status survives us.
-                monitor: crate::supervisor::launch::monitor_program(),
-            },
-            &self.clock,
-        ) {
-            Ok(run) => run,
-            Err(e) => {
-                self.run_cap_undo(cap);
-                return Err(e.into());
-            }
-        };
-        self.run_cap_started(&run, cap);
+    ) -> protocol::RunInfo {
         let by = peer.describe();
         append_run_event(
             &run,
@@ -71,26 +66,26 @@ impl Daemon {
             why,
         });
         let id = run.id().to_string();
-        let mut table = lock(&self.runs);
+        let mut table = self.table();
         table.insert(run);
         let info = runs::info(table.get(&id).expect("just inserted"), SystemTime::now());
         drop(table);
         drop(launching);
         // The poller sleeps while no run is live: a new one must wake it.
-        self.run_added.notify_one();
-        Ok(info)
+        self.added.notify_one();
+        info
     }
 
     /// The run table locked, with the id `spec` names. A trainer attaches as soon as its
     /// process starts, which may be before its run joins the table: while a run is being
     /// started, a spec that matches none is looked up again when it joins (for at most
     /// [`LAUNCH_WAIT`]).
-    pub(in crate::daemon) fn resolve_run_starting(
+    pub(in crate::daemon) fn resolve_starting(
         &self,
         spec: &str,
     ) -> Result<(MutexGuard<'_, runs::RunTable>, String), RequestError> {
         let deadline = Instant::now() + LAUNCH_WAIT;
-        let mut table = lock(&self.runs);
+        let mut table = self.table();
         loop {
             match table.resolve(spec) {
                 Ok(id) => return Ok((table, id)),
@@ -100,7 +95,7 @@ impl Daemon {
                         return Err(e);
                     }
                     table = self
-                        .run_joined
+                        .joined
                         .wait_timeout(table, left)
                         .unwrap_or_else(|e| e.into_inner())
                         .0;
@@ -175,7 +170,7 @@ impl Daemon {
         why: String,
         change: impl FnOnce(&mut Run, &SystemClock) -> Result<(), SupervisorError>,
     ) -> Result<protocol::RunInfo, RequestError> {
-        let mut table = lock(&self.runs);
+        let mut table = self.table();
         let id = table.resolve(spec)?;
         let entry = table.get_mut(&id).expect("resolved");
         let old = entry.run.status();
@@ -212,7 +207,7 @@ impl Daemon {
         max_bytes: Option<u64>,
     ) -> Result<Response, RequestError> {
         let (id, path, finished) = {
-            let table = lock(&self.runs);
+            let table = self.table();
             let id = table.resolve(spec)?;
             let run = &table.get(&id).expect("resolved").run;
             let path = match stream {
@@ -250,7 +245,7 @@ impl Daemon {
         max: Option<u32>,
     ) -> Result<Response, RequestError> {
         let (id, dir) = {
-            let table = lock(&self.runs);
+            let table = self.table();
             let id = table.resolve(spec)?;
             let dir = table.get(&id).expect("resolved").run.dir().clone();
             (id, dir)
@@ -276,7 +271,7 @@ impl Daemon {
 
 /// A profile that came over the socket is checked again as if read from a file: the client is
 /// trusted with nothing (a name like `../x` would escape the runs directory).
-fn recheck(profile: &Profile) -> Result<Profile, RequestError> {
+pub(in crate::daemon) fn recheck(profile: &Profile) -> Result<Profile, RequestError> {
     let mut checked = profile::parse_str("run.toml", &profile.to_toml()).map_err(|e| {
         RequestError::new(
             ErrorCode::BadRequest,
@@ -300,23 +295,16 @@ pub(in crate::daemon) fn append_run_event(run: &Run, event: Event) {
 /// How long a trainer's attach waits for a run that is being started to join the table.
 const LAUNCH_WAIT: Duration = Duration::from_secs(5);
 
-/// A run being started, counted in `Daemon::launching` until dropped (started or failed);
-/// dropping it wakes attaches waiting in [`Daemon::resolve_run_starting`].
-struct Launching<'a>(&'a Daemon);
-
-impl<'a> Launching<'a> {
-    fn new(daemon: &'a Daemon) -> Launching<'a> {
-        daemon.launching.fetch_add(1, Ordering::SeqCst);
-        Launching(daemon)
-    }
-}
+/// A run being started, counted in `Runs::launching` until dropped (started or failed);
+/// dropping it wakes attaches waiting in [`Runs::resolve_starting`].
+pub struct Launching<'a>(&'a Runs);
 
 impl Drop for Launching<'_> {
     fn drop(&mut self) {
         // Under the table's lock, so a waiter cannot miss the wake-up between its lookup and
         // its wait.
-        let _table = lock(&self.0.runs);
+        let _table = self.0.table();
         self.0.launching.fetch_sub(1, Ordering::SeqCst);
-        self.0.run_joined.notify_all();
+        self.0.joined.notify_all();
     }
 }

@@ -5,16 +5,17 @@
 //!
 //! The channel's methods run under the channels lock and only send pushes (a `try_send` on
 //! each rank's connection); what must be written elsewhere (node events, the run's events, the
-//! run's plan for restarts) comes back as [`Effect`]s that [`Daemon::apply_effects`] carries
+//! run's plan for restarts) comes back as [`Effect`]s that [`Runs::apply_effects`] carries
 //! out once that lock is let go (the run table's lock comes first, never after).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
+use super::Runs;
 use super::ops::append_run_event;
 use super::ranks::{Outcome, Staged};
 use super::trainers::{Channel, knob_push, with_value};
-use crate::daemon::state::{Daemon, RequestError, lock};
+use crate::daemon::state::RequestError;
 use crate::protocol::{self, ErrorCode, KnobName, NodeEvent, Response, ServerFrame};
 use crate::supervisor::Event;
 use crate::telemetry::now_s;
@@ -457,13 +458,13 @@ impl Channel {
     }
 }
 
-impl Daemon {
+impl Runs {
     /// Record what the channel's bookkeeping decided (no channel lock held).
     pub(in crate::daemon) fn apply_effects(&self, run: &str, effects: Vec<Effect>) {
         if effects.is_empty() {
             return;
         }
-        let mut table = lock(&self.runs);
+        let mut table = self.table();
         let mut nodes = Vec::new();
         for effect in effects {
             match effect {
@@ -499,7 +500,7 @@ impl Daemon {
         reason: Option<String>,
         _step: Option<u64>,
     ) -> Response {
-        let mut channels = lock(&self.channels);
+        let mut channels = self.channels();
         let Some(ch) = channels.runs.get_mut(run) else {
             return Response::Ok {};
         };
@@ -514,7 +515,7 @@ impl Daemon {
     /// disagree with their job.
     pub(in crate::daemon) fn check_rank_changes(&self) {
         let now = Instant::now();
-        let mut channels = lock(&self.channels);
+        let mut channels = self.channels();
         let mut all = Vec::new();
         for (id, ch) in channels.runs.iter_mut() {
             if !ch.ranks.distributed() {
@@ -536,7 +537,7 @@ impl Daemon {
     /// The GPUs of each live run of several ranks, by run id (GPUs that its ranks named), for
     /// power decisions that treat a job's GPUs together.
     pub fn job_gpu_groups(&self) -> Vec<(String, Vec<u32>)> {
-        let channels = lock(&self.channels);
+        let channels = self.channels();
         channels
             .runs
             .iter()

@@ -20,10 +20,11 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
+use super::Runs;
 use super::ops::append_run_event;
 use super::ranks::{Ranks, Refused, Staged, TrainerConn};
 use super::trainer_output::{OutputParser, parse_line, read_new_lines};
-use crate::daemon::state::{Daemon, RequestError, lock};
+use crate::daemon::state::RequestError;
 use crate::ipc::Peer;
 use crate::profile::{Knob, MetricsSettings};
 use crate::protocol::{
@@ -400,7 +401,7 @@ pub struct Attach {
     pub ranges: BTreeMap<String, KnobRange>,
 }
 
-impl Daemon {
+impl Runs {
     /// `trainer_attach` on connection `conn`: the run's id, the rank the trainer said it is,
     /// the answer, and the knob pushes to send after it.
     pub fn trainer_attach(
@@ -423,7 +424,7 @@ impl Daemon {
             world_size: 1,
             ..RankSpec::default()
         });
-        let (table, id) = self.resolve_run_starting(spec)?;
+        let (table, id) = self.resolve_starting(spec)?;
         let entry = table.get(&id).expect("resolved");
         if entry.run.is_finished() {
             return Err(RequestError::new(
@@ -434,7 +435,7 @@ impl Daemon {
                 ),
             ));
         }
-        let mut channels = lock(&self.channels);
+        let mut channels = self.channels();
         let ch = channels.get(&id, entry.run.dir().path());
         drop(table);
         let (rank_no, world) = (who.rank, who.world_size);
@@ -507,7 +508,7 @@ impl Daemon {
     /// Connection `conn` closed: if it was a rank of a run, that rank is away now (and a
     /// change to several ranks it was part of goes on without it, or is called off).
     pub fn trainer_detached(&self, conn: u64) {
-        let mut channels = lock(&self.channels);
+        let mut channels = self.channels();
         let mut gone = Vec::new();
         for (id, ch) in channels.runs.iter_mut() {
             let Some((rank, pid)) = ch.ranks.detach(conn) else {
@@ -532,7 +533,7 @@ impl Daemon {
 
     /// A metrics report from `run`'s trainer.
     pub fn trainer_metrics(&self, run: &str, rank: Option<u32>, report: MetricsReport) -> Response {
-        let mut channels = lock(&self.channels);
+        let mut channels = self.channels();
         match channels.runs.get_mut(run) {
             Some(ch) => {
                 ch.record(report, "trainer", rank);
@@ -552,7 +553,7 @@ impl Daemon {
         reason: Option<String>,
         step: Option<u64>,
     ) -> Response {
-        let mut channels = lock(&self.channels);
+        let mut channels = self.channels();
         let Some(ch) = channels.runs.get_mut(run) else {
             return Response::Ok {};
         };
@@ -588,7 +589,7 @@ impl Daemon {
         }
         drop(channels);
         // Keep the applied value for restarts, and record the round trip.
-        let mut table = lock(&self.runs);
+        let mut table = self.table();
         if let Some(entry) = table.get_mut(run) {
             if applied {
                 let values = with_value(entry.run.plan().knobs(), p.knob, p.value);
@@ -636,7 +637,7 @@ impl Daemon {
 
     /// `trainer_error` from `run`'s trainer: recorded; an out-of-memory marks the attempt.
     pub fn trainer_error(&self, run: &str, kind: String, message: Option<String>) -> Response {
-        let mut table = lock(&self.runs);
+        let mut table = self.table();
         if let Some(entry) = table.get_mut(run) {
             if kind == "oom" {
                 entry.run.mark_oom();
@@ -669,7 +670,7 @@ impl Daemon {
         restart: bool,
         why: Option<String>,
     ) -> Result<Response, RequestError> {
-        let mut table = lock(&self.runs);
+        let mut table = self.table();
         let id = table.resolve(spec)?;
         let entry = table.get_mut(&id).expect("resolved");
         let run = &mut entry.run;
@@ -686,7 +687,7 @@ impl Daemon {
                 ),
             ));
         }
-        let mut channels = lock(&self.channels);
+        let mut channels = self.channels();
         let ch = channels.get(&id, run.dir().path());
         let Some(range) = ch.range(knob, profile_knob(run, knob)) else {
             return Err(RequestError::new(
@@ -769,7 +770,7 @@ impl Daemon {
                     let values = with_value(run.plan().knobs(), knob, value);
                     run.set_knobs(values)?;
                     run.restart_now(DEFAULT_GRACE, &self.clock)?;
-                    channels = lock(&self.channels);
+                    channels = self.channels();
                 }
             }
             (seq, via)
@@ -815,12 +816,12 @@ impl Daemon {
         since: u64,
         max: Option<u32>,
     ) -> Result<Response, RequestError> {
-        let table = lock(&self.runs);
+        let table = self.table();
         let id = table.resolve(spec)?;
         let run = &table.get(&id).expect("resolved").run;
         let ranges = run.knob_ranges().clone();
         let plan = run.plan().knobs();
-        let mut channels = lock(&self.channels);
+        let mut channels = self.channels();
         let ch = channels.get(&id, run.dir().path());
         drop(table);
         let max = max.unwrap_or(MAX_METRICS).min(MAX_METRICS) as usize;
@@ -842,8 +843,8 @@ impl Daemon {
 
     /// Every live run with its trainer side, read-only (the `/metrics` exporter reads it).
     pub(in crate::daemon) fn live_trainers(&self) -> Vec<(protocol::RunInfo, TrainerInfo)> {
-        let table = lock(&self.runs);
-        let mut channels = lock(&self.channels);
+        let table = self.table();
+        let mut channels = self.channels();
         table
             .list(std::time::SystemTime::now())
             .into_iter()
@@ -860,7 +861,7 @@ impl Daemon {
     /// Read new output of live runs whose trainer is not attached, for metrics (JSON lines
     /// and the profile's patterns). Called from the run poll.
     pub(in crate::daemon) fn parse_outputs(&self) {
-        let table = lock(&self.runs);
+        let table = self.table();
         let live: Vec<(String, PathBuf, MetricsSettings)> = table
             .live()
             .map(|r| {
@@ -871,7 +872,7 @@ impl Daemon {
                 )
             })
             .collect();
-        let mut channels = lock(&self.channels);
+        let mut channels = self.channels();
         drop(table);
         for (id, dir, settings) in live {
             if !settings.json && settings.patterns.is_empty() {
