@@ -380,7 +380,7 @@ mod tests {
     }
 
     fn finished(d: &Daemon, id: &str) -> bool {
-        d.runs.table().get(id).unwrap().run.is_finished()
+        d.runs().table().get(id).unwrap().run.is_finished()
     }
 
     fn wait_until(limit: Duration, f: impl Fn() -> bool) -> bool {

@@ -1,7 +1,13 @@
-//! [`Daemon`]: what the daemon holds (runs, telemetry, the event log) and
-//! how it answers requests. Everything here is synchronous and takes the caller's identity
-//! ([`Peer`]) explicitly, so tests drive it without a socket; the server calls it from
-//! blocking tasks.
+//! [`Daemon`]: who the daemon is (pid, user, node, socket, read-only), the node's event log,
+//! and its three parts, each in a module of its own with its own locks and their order:
+//! [`Telemetry`] (the newest snapshot, the history), [`Runs`] (the run table and the trainer
+//! channels) and [`Control`] (GPU settings, the control loops, the runs' power caps).
+//!
+//! What crosses parts is done here: a snapshot goes into history, then through the control
+//! loops (which read the runs), then out to subscribers; a run's start sets its power cap, then
+//! starts it; [`Daemon::answer`] sends each request to its part. Everything here is synchronous
+//! and takes the caller's identity ([`Peer`]) explicitly, so tests drive it without a socket;
+//! the server calls it from blocking tasks.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -10,6 +16,7 @@ use std::time::{Instant, SystemTime};
 
 use tokio::sync::watch;
 
+use super::control::Control;
 use super::events::NodeLog;
 use super::runs::Runs;
 use super::runs::ops::recheck;
@@ -17,6 +24,7 @@ use super::runs::trainers::Attach;
 use super::telemetry::Telemetry;
 use super::{DaemonError, io_err};
 use crate::config::Paths;
+use crate::control::status::ControlStatus;
 use crate::ipc::Peer;
 use crate::profile::Profile;
 use crate::protocol::{
@@ -69,7 +77,7 @@ const READONLY: &str = "this daemon is read-only (started with --readonly): it d
 
 /// The daemon's state, shared by every task. See the module doc.
 pub struct Daemon {
-    pub(super) paths: Paths,
+    paths: Paths,
     socket: PathBuf,
     readonly: bool,
     pid: u32,
@@ -78,16 +86,16 @@ pub struct Daemon {
     started_at: SystemTime,
     started: Instant,
     /// The runs and their trainer channels (see `runs`, where their locks' order is).
-    pub(super) runs: Runs,
+    runs: Runs,
     /// The newest snapshot, the history and the source (see `telemetry`).
     telemetry: Telemetry,
     /// The node's event log, which the parts record to as well.
-    pub(super) events: Arc<NodeLog>,
+    events: Arc<NodeLog>,
     clients: AtomicUsize,
     next_conn: std::sync::atomic::AtomicU64,
-    pub(super) control: super::control::gpu_settings::ControlSlot,
-    /// Governors, budget, energy and alerts (see `control::loops`).
-    pub(super) control_loop: super::control::loops::ControlLoop,
+    /// The GPU settings, the control loops and the runs' caps (see `control`, where their
+    /// locks' order is).
+    control: Control,
 }
 
 impl Daemon {
@@ -131,13 +139,15 @@ impl Daemon {
                 status: a.status,
             });
         }
+        let node = hostname();
+        let control = Control::new(paths.clone(), readonly, node.clone(), Arc::clone(&events));
         Ok(Daemon {
             paths,
             socket,
             readonly,
             pid,
             uid: rustix::process::getuid().as_raw(),
-            node: hostname(),
+            node,
             started_at: SystemTime::now(),
             started: Instant::now(),
             runs,
@@ -150,8 +160,7 @@ impl Daemon {
             events,
             clients: AtomicUsize::new(0),
             next_conn: std::sync::atomic::AtomicU64::new(1),
-            control: Default::default(),
-            control_loop: Default::default(),
+            control,
         })
     }
 
@@ -195,8 +204,14 @@ impl Daemon {
     /// A new snapshot from the sampler: into history, out to subscribers.
     pub fn take_snapshot(&self, snap: Snapshot) {
         self.telemetry.record(&snap);
-        self.control_step(&snap);
+        self.control.step(&snap, &self.runs);
         self.telemetry.publish(snap);
+    }
+
+    /// The runs part, for tests that look at the table.
+    #[cfg(test)]
+    pub(super) fn runs(&self) -> &Runs {
+        &self.runs
     }
 
     /// Whether a poll of the runs has anything to do: cheap, callable from async code.
@@ -279,6 +294,32 @@ impl Daemon {
         self.runs.live_trainers()
     }
 
+    /// Give the daemon GPUs to control (see `control`); `restore_on_exit`: restore the
+    /// recorded originals when it stops. Reads the record a previous daemon left.
+    pub fn attach_control(
+        &self,
+        dev: Arc<dyn crate::control::power::GpuControl>,
+        restore_on_exit: bool,
+    ) -> Result<(), DaemonError> {
+        self.control.attach(dev, restore_on_exit)
+    }
+
+    /// The control loops as clients see them (`status`, `thermal`, `/metrics`).
+    pub(super) fn control_status(&self) -> ControlStatus {
+        self.control.status()
+    }
+
+    /// The daemon is stopping: the caps the loops changed go back to the users' caps.
+    pub fn control_loop_stopping(&self) {
+        self.control.loops_stopping()
+    }
+
+    /// The daemon is stopping: restore every recorded original when told to
+    /// (`--restore-on-exit`).
+    pub fn control_stopping(&self) {
+        self.control.settings_stopping()
+    }
+
     /// Answer one request from `peer` (every request but `hello` and `subscribe`, which belong
     /// to the connection). Blocking: call it off the async workers.
     pub fn answer(&self, peer: &Peer, request: Request) -> Response {
@@ -350,7 +391,7 @@ impl Daemon {
             | Request::ClocksLock { .. }
             | Request::ClocksReset { .. }
             | Request::GpuMaxTemp { .. }
-            | Request::GpuMaxTempReset { .. }) => self.answer_control(peer, r),
+            | Request::GpuMaxTempReset { .. }) => self.control.answer_settings(peer, r),
             Request::KnobSet {
                 run,
                 knob,
@@ -370,7 +411,7 @@ impl Daemon {
             r @ (Request::Thermal {}
             | Request::ThermalSet { .. }
             | Request::ThermalOff { .. }
-            | Request::PowerBudget { .. }) => self.answer_thermal(peer, r),
+            | Request::PowerBudget { .. }) => self.control.answer_thermal(peer, r, &self.telemetry),
             Request::Hello { .. } | Request::Subscribe { .. } => Err(RequestError::new(
                 ErrorCode::BadRequest,
                 "hello and subscribe belong to a connection",
@@ -391,7 +432,7 @@ impl Daemon {
     ) -> Result<protocol::RunInfo, RequestError> {
         let profile = recheck(profile)?;
         // `[power] cap_w`: checked and set before the process starts (see `run_power`).
-        let cap = self.run_cap_before_start(&profile, caller)?;
+        let cap = self.control.run_cap_before_start(&profile, caller)?;
         // Started without the table locked: spawning waits (briefly) for the new session. Its
         // trainer may attach before the run is in the table: `launching` tells it to wait.
         let launching = self.runs.launching();
@@ -405,11 +446,11 @@ impl Daemon {
         let run = match self.runs.spawn(&profile, caller, &options) {
             Ok(run) => run,
             Err(e) => {
-                self.run_cap_undo(cap);
+                self.control.run_cap_undo(cap);
                 return Err(e.into());
             }
         };
-        self.run_cap_started(&run, cap);
+        self.control.run_cap_started(&run, cap);
         Ok(self.runs.started(run, launching, peer, why))
     }
 
@@ -432,7 +473,7 @@ impl Daemon {
             telemetry: self.telemetry.info().clone(),
             snapshot: self.telemetry.newest().as_deref().cloned(),
             runs: RunCounts { live, total },
-            control: Some(self.control_status()),
+            control: Some(self.control.status()),
         }
     }
 }

@@ -6,34 +6,14 @@
 //! change is recorded as a `gpu_changed` node event with who, old → new and why. Changes are
 //! made one at a time (the record's lock), so two clients never interleave a record and a set.
 
-use std::sync::{Arc, Mutex, OnceLock};
-
-use super::outside::{LimitWatch, Watched};
+use super::{Control, Controller};
 use crate::control::ControlError;
-use crate::control::power::{
-    GpuControl, Originals, check_clocks, check_gpu_max, check_power, watts,
-};
-use crate::daemon::state::{Daemon, RequestError, lock};
-use crate::daemon::{DaemonError, io_err};
+use crate::control::power::{check_clocks, check_gpu_max, check_power, watts};
+use crate::daemon::state::{RequestError, lock};
 use crate::ipc::Peer;
 use crate::protocol::{
     ErrorCode, GpuChange, GpuSelection, GpuSettings, NodeEvent, Request, Response,
 };
-
-/// The daemon's control handle, set once at start when it has GPUs to control.
-#[derive(Default)]
-pub struct ControlSlot(OnceLock<Controller>);
-
-struct Controller {
-    dev: Arc<dyn GpuControl>,
-    /// Also the lock that makes changes one at a time.
-    originals: Mutex<Originals>,
-    restore_on_exit: bool,
-    /// The caps runs' profiles set (`run_power`).
-    run_caps: Mutex<super::run_power::RunCaps>,
-    /// The limits `dev` set, to tell changes made outside gpupilot (`outside`).
-    watch: Arc<Mutex<LimitWatch>>,
-}
 
 const POWER: &str = "power_limit";
 const CLOCKS: &str = "locked_clocks";
@@ -95,65 +75,9 @@ fn keep<T>(r: Result<T, ControlError>, notes: &mut Vec<String>) -> Option<T> {
     }
 }
 
-impl Daemon {
-    /// Give the daemon GPUs to control; `restore_on_exit`: restore the recorded originals
-    /// when it stops. Reads the record a previous daemon left.
-    pub fn attach_control(
-        &self,
-        dev: Arc<dyn GpuControl>,
-        restore_on_exit: bool,
-    ) -> Result<(), DaemonError> {
-        let path = Originals::path_in(&self.paths.state);
-        let originals =
-            Originals::load(path.clone()).map_err(io_err(format!("reading {}", path.display())))?;
-        // Every setter goes through the watch, so what it did not set was set by another.
-        let watch = Arc::new(Mutex::new(LimitWatch::default()));
-        let dev: Arc<dyn GpuControl> = Arc::new(Watched {
-            inner: dev,
-            watch: Arc::clone(&watch),
-        });
-        let _ = self.control.0.set(Controller {
-            dev,
-            originals: Mutex::new(originals),
-            restore_on_exit,
-            run_caps: Mutex::default(),
-            watch,
-        });
-        Ok(())
-    }
-
-    /// The control handle, for the control loops (`loops`).
-    pub(in crate::daemon) fn gpu_control(&self) -> Option<Arc<dyn GpuControl>> {
-        self.control.0.get().map(|c| Arc::clone(&c.dev))
-    }
-
-    /// The control handle, the record of originals and the runs' caps, for `run_power`.
-    /// Lock order: the loops, then the runs' caps, then the originals.
-    #[allow(clippy::type_complexity)]
-    pub(in crate::daemon) fn control_parts(
-        &self,
-    ) -> Option<(
-        &Arc<dyn GpuControl>,
-        &Mutex<Originals>,
-        &Mutex<super::run_power::RunCaps>,
-    )> {
-        self.control
-            .0
-            .get()
-            .map(|c| (&c.dev, &c.originals, &c.run_caps))
-    }
-
-    /// The watch on the GPUs' limits and the record of originals, for `outside`.
-    /// Lock order: the originals, then the watch (a setter called with the originals held).
-    pub(in crate::daemon) fn limit_watch(&self) -> Option<(&Mutex<LimitWatch>, &Mutex<Originals>)> {
-        self.control
-            .0
-            .get()
-            .map(|c| (c.watch.as_ref(), &c.originals))
-    }
-
+impl Control {
     fn controller(&self) -> Result<&Controller, RequestError> {
-        self.control.0.get().ok_or_else(|| {
+        self.handle.get().ok_or_else(|| {
             RequestError::new(
                 ErrorCode::NotSupported,
                 "this daemon has no GPUs to control (no telemetry source: see `gpupilot daemon \
@@ -163,7 +87,7 @@ impl Daemon {
     }
 
     /// Answer one of the GPU-settings requests.
-    pub(in crate::daemon) fn answer_control(
+    pub(in crate::daemon) fn answer_settings(
         &self,
         peer: &Peer,
         request: Request,
@@ -536,8 +460,8 @@ impl Daemon {
 
     /// The daemon is stopping: restore every recorded original when told to. Failures are
     /// logged; the record stays for the next daemon or a `reset`.
-    pub fn control_stopping(&self) {
-        let Some(c) = self.control.0.get() else {
+    pub fn settings_stopping(&self) {
+        let Some(c) = self.handle.get() else {
             return;
         };
         if !c.restore_on_exit {

@@ -9,7 +9,7 @@
 //! `thermal` says so).
 //!
 //! Jobs of several ranks reach the loops as the GPUs their ranks train on
-//! (`Daemon::job_gpu_groups`), so that the governor and the budget can hold a job's GPUs at one
+//! (`Runs::job_gpu_groups`), so that the governor and the budget can hold a job's GPUs at one
 //! cap (`control.toml`'s `[power] job_caps`).
 //!
 //! The advisor's straggler verdict on each live job of several ranks (from each rank's newest
@@ -30,6 +30,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Mutex;
 
+use super::Control;
 use crate::control::ControlEvent;
 use crate::control::alerts::{HOOK_TIMEOUT, Observation, run_hook};
 use crate::control::governor::Target;
@@ -38,7 +39,9 @@ use crate::control::power::{GpuControl, Originals};
 use crate::control::settings;
 use crate::control::status::ControlStatus;
 use crate::control::{ControlError, PowerControl, PowerLimits};
-use crate::daemon::state::{Daemon, RequestError, lock};
+use crate::daemon::runs::Runs;
+use crate::daemon::state::{RequestError, lock};
+use crate::daemon::telemetry::Telemetry;
 use crate::ipc::Peer;
 use crate::protocol::{ErrorCode, GpuSelection, Request, Response};
 use crate::telemetry::Snapshot;
@@ -49,12 +52,7 @@ use crate::time::parse_rfc3339;
 const STRAGGLER_REPORTS: u64 = 2 * crate::advisor::straggler::REPORTS as u64;
 
 /// The loops and what the daemon knows about them.
-#[derive(Default)]
-pub struct ControlLoop {
-    inner: Mutex<Option<Inner>>,
-}
-
-struct Inner {
+pub(super) struct Loops {
     node: NodeControl,
     /// Why control.toml was not used.
     settings_error: Option<String>,
@@ -62,9 +60,9 @@ struct Inner {
     gpus: Vec<u32>,
 }
 
-impl Daemon {
-    fn with_loops<R>(&self, f: impl FnOnce(&mut Inner) -> R) -> R {
-        let mut g = lock(&self.control_loop.inner);
+impl Control {
+    fn with_loops<R>(&self, f: impl FnOnce(&mut Loops) -> R) -> R {
+        let mut g = lock(&self.loops);
         let inner = g.get_or_insert_with(|| {
             let (settings, settings_error) = match settings::load(&self.paths.config) {
                 Ok(s) => (s, None),
@@ -73,7 +71,7 @@ impl Daemon {
                     (Default::default(), Some(e))
                 }
             };
-            Inner {
+            Loops {
                 node: NodeControl::new(settings),
                 settings_error,
                 gpus: Vec::new(),
@@ -90,11 +88,12 @@ impl Daemon {
         self.with_loops(|i| f(&mut i.node))
     }
 
-    /// One step of the loops at a new snapshot (called from `take_snapshot`).
-    pub(in crate::daemon) fn control_step(&self, snap: &Snapshot) {
+    /// One step of the loops at a new snapshot (called from `take_snapshot`), over the
+    /// daemon's `runs`.
+    pub fn step(&self, snap: &Snapshot, runs: &Runs) {
         self.note_outside_changes(snap);
-        self.run_caps_follow();
-        let mut views = self.controlled_runs();
+        self.run_caps_follow(runs);
+        let mut views = self.controlled_runs(runs);
         let leaders: Vec<(usize, u32)> = views
             .iter()
             .enumerate()
@@ -103,13 +102,13 @@ impl Daemon {
         for (i, uses) in gpu_use(snap, &leaders) {
             views[i].uses = uses;
         }
-        let parts = if self.readonly() {
+        let parts = if self.readonly {
             None
         } else {
             self.control_parts()
         };
-        let node = self.node().to_string();
-        let findings = self.straggler_findings(snap);
+        let node = self.node.clone();
+        let findings = self.straggler_findings(snap, runs);
         let out = self.with_loops(|inner| {
             inner.gpus = snap.gpus.iter().map(|g| g.index).collect();
             inner.node.set_job_findings(findings);
@@ -138,9 +137,9 @@ impl Daemon {
             }
         }
         if !out.energy.is_empty() {
-            let mut runs = self.runs.table();
+            let mut table = runs.table();
             for (id, energy, write) in out.energy {
-                if let Some(entry) = runs.get_mut(&id) {
+                if let Some(entry) = table.get_mut(&id) {
                     if let Err(e) = entry.run.set_energy(energy, write) {
                         tracing::warn!("run {id}: {e}");
                     }
@@ -152,12 +151,13 @@ impl Daemon {
     /// The live runs, as the loops see them: the loops act on live runs only (an ended run
     /// is one no longer among them), so the ended ones, however many, are not looked at at
     /// every snapshot.
-    fn controlled_runs(&self) -> Vec<ControlledRun> {
+    fn controlled_runs(&self, runs: &Runs) -> Vec<ControlledRun> {
         // Taken before the run table: the channels' lock comes after it, never with it here.
         let mut jobs: std::collections::BTreeMap<String, Vec<u32>> =
-            self.runs.job_gpu_groups().into_iter().collect();
-        let runs = self.runs.table();
-        runs.list_live(std::time::SystemTime::now())
+            runs.job_gpu_groups().into_iter().collect();
+        let table = runs.table();
+        table
+            .list_live(std::time::SystemTime::now())
             .into_iter()
             .map(|info| ControlledRun {
                 job_gpus: jobs.remove(&info.id).unwrap_or_default(),
@@ -178,7 +178,7 @@ impl Daemon {
 
     /// The straggler verdict on every live job of several ranks, as alert observations: each
     /// rank's last [`STRAGGLER_REPORTS`] reports against the snapshot's GPUs.
-    fn straggler_findings(&self, snap: &Snapshot) -> Vec<Observation> {
+    fn straggler_findings(&self, snap: &Snapshot, runs: &Runs) -> Vec<Observation> {
         use crate::advisor::{self, AdvisorInput, Thresholds, adapt};
         let mut input = AdvisorInput {
             now: crate::telemetry::now_s().max(snap.time_s),
@@ -189,14 +189,14 @@ impl Daemon {
                 .collect(),
             runs: Vec::new(),
         };
-        for (info, trainer) in self.runs.live_trainers() {
+        for (info, trainer) in runs.live_trainers() {
             let (Some(last), true) = (&trainer.last, trainer.ranks.len() >= 2) else {
                 continue;
             };
             let since = (last.n + 1).saturating_sub(STRAGGLER_REPORTS * trainer.ranks.len() as u64);
             if let Ok(Response::RunMetrics {
                 points, trainer, ..
-            }) = self.runs.run_metrics(&info.id, since, None)
+            }) = runs.run_metrics(&info.id, since, None)
             {
                 let w = adapt::run_window(&info.id, Vec::new(), &points, &trainer, Vec::new());
                 input.runs.push(w);
@@ -219,7 +219,7 @@ impl Daemon {
     }
 
     /// The loops for `status` and `thermal`.
-    pub(in crate::daemon) fn control_status(&self) -> ControlStatus {
+    pub fn status(&self) -> ControlStatus {
         self.with_loops(|inner| {
             let mut s = inner.node.status();
             if let Some(e) = &inner.settings_error {
@@ -229,11 +229,13 @@ impl Daemon {
         })
     }
 
-    /// `thermal`, `thermal_set`, `thermal_off`, `power_budget`.
+    /// `thermal`, `thermal_set`, `thermal_off`, `power_budget` (GPUs named against the newest
+    /// snapshot in `telemetry`).
     pub(in crate::daemon) fn answer_thermal(
         &self,
         peer: &Peer,
         request: Request,
+        telemetry: &Telemetry,
     ) -> Result<Response, RequestError> {
         let by = peer.describe();
         let events = match request {
@@ -246,12 +248,12 @@ impl Daemon {
             } => {
                 let target = thermal_target(target_c, margin_c)?;
                 self.needs_control()?;
-                let list = self.gpu_list(&gpus)?;
+                let list = self.gpu_list(&gpus, telemetry)?;
                 let why = why.unwrap_or_else(|| format!("hold {}", target.describe()));
                 self.with_loops(|i| i.node.thermal_on(&list, target, &by, &why))
             }
             Request::ThermalOff { gpus, why } => {
-                let list = self.gpu_list(&gpus)?;
+                let list = self.gpu_list(&gpus, telemetry)?;
                 let why = why.unwrap_or_else(|| "turned off".into());
                 self.with_loops(|i| i.node.thermal_off(&list, &by, &why))
             }
@@ -281,7 +283,7 @@ impl Daemon {
         for e in events {
             self.events.record(e.into());
         }
-        Ok(Response::Control(Box::new(self.control_status())))
+        Ok(Response::Control(Box::new(self.status())))
     }
 
     fn needs_control(&self) -> Result<(), RequestError> {
@@ -296,8 +298,12 @@ impl Daemon {
     }
 
     /// The GPUs `sel` names, checked against the newest snapshot.
-    fn gpu_list(&self, sel: &GpuSelection) -> Result<Vec<u32>, RequestError> {
-        let have = match self.telemetry().borrow().as_deref() {
+    fn gpu_list(
+        &self,
+        sel: &GpuSelection,
+        telemetry: &Telemetry,
+    ) -> Result<Vec<u32>, RequestError> {
+        let have = match telemetry.newest().as_deref() {
             Some(s) => s.gpus.iter().map(|g| g.index).collect::<Vec<_>>(),
             None => self.with_loops(|i| i.gpus.clone()),
         };
@@ -324,8 +330,8 @@ impl Daemon {
     }
 
     /// The daemon is stopping: the caps the loops changed go back to the users' caps.
-    pub fn control_loop_stopping(&self) {
-        if self.readonly() {
+    pub fn loops_stopping(&self) {
+        if self.readonly {
             return;
         }
         let Some((dev, originals, _)) = self.control_parts() else {

@@ -10,9 +10,10 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
+use super::Control;
 use crate::control::power::{ClockRange, GpuControl, TempTarget};
 use crate::control::{ControlError, PowerControl, PowerLimits};
-use crate::daemon::state::{Daemon, lock};
+use crate::daemon::state::lock;
 use crate::protocol::NodeEvent;
 use crate::telemetry::Snapshot;
 
@@ -140,9 +141,9 @@ impl GpuControl for Watched {
     }
 }
 
-impl Daemon {
+impl Control {
     /// Record the power limits changed outside gpupilot since the last snapshot (called from
-    /// `control_step`, before the loops): an event each, and the limit before as the original.
+    /// `Control::step`, before the loops): an event each, and the limit before as the original.
     pub(in crate::daemon) fn note_outside_changes(&self, snap: &Snapshot) {
         let Some((watch, originals)) = self.limit_watch() else {
             return;
@@ -155,7 +156,7 @@ impl Daemon {
                 new_w = c.new_w,
                 "power limit changed outside gpupilot"
             );
-            if !self.readonly() {
+            if !self.readonly {
                 let mut o = lock(originals);
                 let rec = o.get(c.gpu);
                 let same_gpu = match (&rec.uuid, &c.uuid) {

@@ -21,10 +21,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use super::Control;
 use crate::control::ControlError;
 use crate::control::node::NodeControl;
 use crate::control::power::{GpuControl, Originals, check_power, watts};
-use crate::daemon::state::{Daemon, RequestError, lock};
+use crate::daemon::runs::Runs;
+use crate::daemon::state::{RequestError, lock};
 use crate::profile::{self, Launcher, Profile, VisibleGpus};
 use crate::protocol::{ErrorCode, NodeEvent};
 use crate::supervisor::{Caller, Event, EventRecord, Run, RunDir};
@@ -53,7 +55,7 @@ struct Held {
 /// What an adopted run's profile asks: the cap, `restore_on_exit`, the GPUs.
 type Wanted = (f64, bool, Vec<usize>);
 
-/// What a start set, for [`Daemon::run_cap_started`] (or [`Daemon::run_cap_undo`] when the
+/// What a start set, for [`Control::run_cap_started`] (or [`Control::run_cap_undo`] when the
 /// run did not start after all).
 pub(in crate::daemon) struct StartCap {
     cap_w: f64,
@@ -224,7 +226,7 @@ struct Note {
     node: bool,
 }
 
-impl Daemon {
+impl Control {
     /// Before a run starts: when its profile sets `[power] cap_w`, cap the GPUs it will see.
     /// An error refuses the run, and nothing is left changed.
     pub(in crate::daemon) fn run_cap_before_start(
@@ -399,8 +401,8 @@ impl Daemon {
 
     /// At each snapshot: cap again the GPUs of runs that restarted (or that this daemon adopted),
     /// and put back the caps of runs that ended for good.
-    pub(in crate::daemon) fn run_caps_follow(&self) {
-        if self.readonly() {
+    pub(in crate::daemon) fn run_caps_follow(&self, runs: &Runs) {
+        if self.readonly {
             return;
         }
         let Some((dev, originals, caps)) = self.control_parts() else {
@@ -417,7 +419,7 @@ impl Daemon {
         let mut fresh: Vec<(String, RunDir, u32, Option<String>)> = Vec::new();
         let mut live_ids = BTreeSet::new();
         {
-            let table = self.runs.table();
+            let table = runs.table();
             for (id, h) in &tracked {
                 match table.get(id).map(|e| &e.run) {
                     Some(r) if !r.is_finished() && r.attempt() > h.attempt => {
