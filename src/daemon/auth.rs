@@ -41,42 +41,9 @@ pub enum Access {
 }
 
 impl Access {
-    /// What `request` needs.
+    /// What `request` needs: its class in `requests`, where every request is classified.
     pub fn of(request: &Request) -> Access {
-        match request {
-            Request::Hello { .. }
-            | Request::Status {}
-            | Request::Subscribe { .. }
-            | Request::History { .. }
-            | Request::Runs { .. }
-            | Request::Events { .. }
-            | Request::Power {}
-            | Request::Thermal {} => Access::Watch,
-            Request::PowerCap { .. }
-            | Request::PowerReset { .. }
-            | Request::ClocksLock { .. }
-            | Request::ClocksReset { .. }
-            | Request::GpuMaxTemp { .. }
-            | Request::GpuMaxTempReset { .. }
-            | Request::ThermalSet { .. }
-            | Request::ThermalOff { .. }
-            | Request::PowerBudget { .. } => Access::GpuSettings,
-            Request::RunStart { .. }
-            | Request::RunStop { .. }
-            | Request::RunSignal { .. }
-            | Request::Logs { .. }
-            | Request::RunEvents { .. }
-            | Request::KnobSet { .. }
-            | Request::RunMetrics { .. }
-            | Request::TrainerAttach { .. }
-            | Request::Metrics(_)
-            | Request::KnobAck { .. }
-            | Request::KnobVote { .. }
-            | Request::TrainerError { .. } => Access::Runs,
-            // A request not classified above is root's on the system daemon until it is.
-            #[allow(unreachable_patterns)]
-            _ => Access::Runs,
-        }
+        super::requests::classify(request).access
     }
 }
 

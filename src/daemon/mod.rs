@@ -7,6 +7,8 @@
 //! - `auth`: who is on the other end of a connection (SO_PEERCRED) and whether they may act:
 //!   on a user's daemon, that user and root; on the system daemon (`--system`, root's, socket
 //!   0666 in a 0755 directory), everyone watches, root and one group change GPU settings.
+//! - `requests`: every request classified once: who sends it, who may make it, whether it
+//!   changes something (authorization, `--readonly` and docs/protocol.md's table read it).
 //! - `events`: the node's `$STATE/events.jsonl` and the live feed of it.
 //! - `state`: [`Daemon`], the shared state, and [`Daemon::answer`], every request but the
 //!   subscriptions answered synchronously (tests call it without a socket).
@@ -38,6 +40,7 @@ mod lock;
 pub mod logging;
 mod metrics;
 mod relay;
+mod requests;
 mod runs;
 mod server;
 mod state;

@@ -18,6 +18,7 @@ use tokio::sync::watch;
 
 use super::control::Control;
 use super::events::NodeLog;
+use super::requests::classify;
 use super::runs::Runs;
 use super::runs::ops::recheck;
 use super::runs::trainers::Attach;
@@ -323,7 +324,7 @@ impl Daemon {
     /// Answer one request from `peer` (every request but `hello` and `subscribe`, which belong
     /// to the connection). Blocking: call it off the async workers.
     pub fn answer(&self, peer: &Peer, request: Request) -> Response {
-        if request.is_change() && self.readonly {
+        if classify(&request).changes && self.readonly {
             return RequestError::new(ErrorCode::Readonly, READONLY).into_response();
         }
         let result = match request {

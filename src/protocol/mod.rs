@@ -346,26 +346,6 @@ impl Request {
             Request::PowerBudget { .. } => "power_budget",
         }
     }
-
-    /// Whether the request changes something (refused by a `--readonly` daemon).
-    pub fn is_change(&self) -> bool {
-        matches!(
-            self,
-            Request::RunStart { .. }
-                | Request::RunStop { .. }
-                | Request::RunSignal { .. }
-                | Request::KnobSet { .. }
-                | Request::PowerCap { .. }
-                | Request::PowerReset { .. }
-                | Request::ClocksLock { .. }
-                | Request::ClocksReset { .. }
-                | Request::GpuMaxTemp { .. }
-                | Request::GpuMaxTempReset { .. }
-                | Request::ThermalSet { .. }
-                | Request::ThermalOff { .. }
-                | Request::PowerBudget { .. }
-        )
-    }
 }
 
 /// What the daemon says: answers and pushed updates. Tagged by `"type"`, snake_case.
