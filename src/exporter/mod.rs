@@ -21,12 +21,15 @@
 //!   dcgm-exporter 4.x's `hostname`; every series on the page then carries that spelling.
 //! - Types as dcgm-exporter: `DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION` and the ECC counts are
 //!   `counter`s, keeping dcgm-exporter's names without the `_total` suffix.
-//! - ECC: NVML's volatile totals (since the driver loaded) are what the snapshot holds, so
-//!   `ecc_corrected` is `DCGM_FI_DEV_ECC_SBE_VOL_TOTAL` and `ecc_uncorrected` is
-//!   `DCGM_FI_DEV_ECC_DBE_VOL_TOTAL` (DCGM reads its single-/double-bit volatile totals from
-//!   the same NVML corrected/uncorrected volatile counters). The aggregate (lifetime) fields
-//!   `DCGM_FI_DEV_ECC_SBE_AGG_TOTAL` / `_DBE_AGG_TOTAL` are not exported: the snapshot has no
-//!   aggregate counts. A GPU without ECC (or without the reading) has no ECC series.
+//! - ECC: `ecc_corrected`/`ecc_uncorrected` (NVML's volatile totals, since the driver
+//!   loaded) are `DCGM_FI_DEV_ECC_SBE_VOL_TOTAL`/`_DBE_VOL_TOTAL`, and the aggregate
+//!   (lifetime) counts `DCGM_FI_DEV_ECC_SBE_AGG_TOTAL`/`_DBE_AGG_TOTAL`: DCGM reads its
+//!   single-/double-bit totals from the same NVML corrected/uncorrected counters. A GPU
+//!   without ECC (or without the reading) has no ECC series.
+//! - Memory and link health as dcgm-exporter's default counters: remapped rows (and
+//!   `DCGM_FI_DEV_ROW_REMAP_PENDING`, which DCGM has and its default file leaves out),
+//!   memory temperature, reserved framebuffer, encoder/decoder utilization, the PCIe replay
+//!   counter, and the PCIe link's generation and width now and at best.
 //! - `promtool check metrics` lints two things here that dcgm-exporter's own page draws too:
 //!   the camelCase label `modelName` and counters without `_total`. Compatibility with
 //!   dcgm-exporter's names wins over that lint; nothing else on the page draws a warning.
@@ -195,6 +198,96 @@ const GPU_FIELDS: &[GpuField] = &[
         help: "Total number of double-bit volatile ECC errors.",
         kind: "counter",
         value: |g| g.ecc_uncorrected.map(|v| v as f64),
+    },
+    GpuField {
+        name: "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL",
+        help: "Total number of single-bit persistent ECC errors.",
+        kind: "counter",
+        value: |g| g.ecc_corrected_total.map(|v| v as f64),
+    },
+    GpuField {
+        name: "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL",
+        help: "Total number of double-bit persistent ECC errors.",
+        kind: "counter",
+        value: |g| g.ecc_uncorrected_total.map(|v| v as f64),
+    },
+    GpuField {
+        name: "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+        help: "Number of remapped rows for correctable errors.",
+        kind: "counter",
+        value: |g| g.remapped_rows.map(|r| r.correctable as f64),
+    },
+    GpuField {
+        name: "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+        help: "Number of remapped rows for uncorrectable errors.",
+        kind: "counter",
+        value: |g| g.remapped_rows.map(|r| r.uncorrectable as f64),
+    },
+    GpuField {
+        name: "DCGM_FI_DEV_ROW_REMAP_PENDING",
+        help: "Whether remapping of rows is pending (reset the GPU).",
+        kind: "gauge",
+        value: |g| g.remapped_rows.map(|r| f64::from(u8::from(r.pending))),
+    },
+    GpuField {
+        name: "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+        help: "Whether remapping of rows has failed.",
+        kind: "gauge",
+        value: |g| g.remapped_rows.map(|r| f64::from(u8::from(r.failure))),
+    },
+    GpuField {
+        name: "DCGM_FI_DEV_MEMORY_TEMP",
+        help: "Memory temperature (in C).",
+        kind: "gauge",
+        value: |g| g.memory_temp_c,
+    },
+    GpuField {
+        name: "DCGM_FI_DEV_FB_RESERVED",
+        help: "Framebuffer memory reserved (in MiB).",
+        kind: "gauge",
+        value: |g| g.memory_reserved_bytes.map(|b| b as f64 / MIB),
+    },
+    GpuField {
+        name: "DCGM_FI_DEV_ENC_UTIL",
+        help: "Encoder utilization (in %).",
+        kind: "gauge",
+        value: |g| g.enc_util_pct,
+    },
+    GpuField {
+        name: "DCGM_FI_DEV_DEC_UTIL",
+        help: "Decoder utilization (in %).",
+        kind: "gauge",
+        value: |g| g.dec_util_pct,
+    },
+    GpuField {
+        name: "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
+        help: "Total number of PCIe retries.",
+        kind: "counter",
+        value: |g| g.pcie_replays.map(|v| v as f64),
+    },
+    GpuField {
+        name: "DCGM_FI_DEV_PCIE_LINK_GEN",
+        help: "PCIe link generation now (it trains down while the GPU idles).",
+        kind: "gauge",
+        value: |g| g.pcie_gen.map(f64::from),
+    },
+    GpuField {
+        name: "DCGM_FI_DEV_PCIE_LINK_WIDTH",
+        help: "PCIe link width now (lanes).",
+        kind: "gauge",
+        value: |g| g.pcie_width.map(f64::from),
+    },
+    GpuField {
+        name: "DCGM_FI_DEV_PCIE_MAX_LINK_GEN",
+        help: "The best PCIe link generation of the GPU and its slot.",
+        kind: "gauge",
+        value: |g| g.pcie_gen_max.map(f64::from),
+    },
+    GpuField {
+        name: "DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH",
+        help: "The widest PCIe link of the GPU and its slot (lanes).",
+        kind: "gauge",
+        value: |g| g.pcie_width_max.map(f64::from),
     },
 ];
 

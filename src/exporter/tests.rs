@@ -284,8 +284,53 @@ fn energy_and_ecc_are_counters_under_dcgm_names() {
         value(&p, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", 0).as_deref(),
         Some("0")
     );
-    // The snapshot has no aggregate counts: no aggregate series.
+    // No aggregate counts in this sample: no aggregate series.
     assert!(!p.contains("_AGG_TOTAL"), "{p}");
+}
+
+#[test]
+fn memory_and_link_health_under_dcgm_names_and_absent_where_unread() {
+    let mut sick = gpu(1);
+    sick.ecc_corrected_total = Some(40);
+    sick.ecc_uncorrected_total = Some(2);
+    sick.remapped_rows = Some(crate::telemetry::RemappedRows {
+        correctable: 3,
+        uncorrectable: 1,
+        pending: true,
+        failure: false,
+    });
+    sick.memory_temp_c = Some(71.0);
+    sick.memory_reserved_bytes = Some(512 * 1024 * 1024);
+    sick.enc_util_pct = Some(0.0);
+    sick.dec_util_pct = Some(12.0);
+    sick.pcie_replays = Some(1234);
+    sick.pcie_gen = Some(4);
+    sick.pcie_width = Some(8);
+    sick.pcie_gen_max = Some(5);
+    sick.pcie_width_max = Some(16);
+    let p = page(&snap_with(vec![gpu(0), sick], None), &[]);
+    for (metric, want, kind) in [
+        ("DCGM_FI_DEV_ECC_SBE_AGG_TOTAL", "40", "counter"),
+        ("DCGM_FI_DEV_ECC_DBE_AGG_TOTAL", "2", "counter"),
+        ("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "3", "counter"),
+        ("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "1", "counter"),
+        ("DCGM_FI_DEV_ROW_REMAP_PENDING", "1", "gauge"),
+        ("DCGM_FI_DEV_ROW_REMAP_FAILURE", "0", "gauge"),
+        ("DCGM_FI_DEV_MEMORY_TEMP", "71", "gauge"),
+        ("DCGM_FI_DEV_FB_RESERVED", "512", "gauge"),
+        ("DCGM_FI_DEV_ENC_UTIL", "0", "gauge"),
+        ("DCGM_FI_DEV_DEC_UTIL", "12", "gauge"),
+        ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "1234", "counter"),
+        ("DCGM_FI_DEV_PCIE_LINK_GEN", "4", "gauge"),
+        ("DCGM_FI_DEV_PCIE_LINK_WIDTH", "8", "gauge"),
+        ("DCGM_FI_DEV_PCIE_MAX_LINK_GEN", "5", "gauge"),
+        ("DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH", "16", "gauge"),
+    ] {
+        assert_eq!(value(&p, metric, 1).as_deref(), Some(want), "{metric}\n{p}");
+        assert!(p.contains(&format!("# TYPE {metric} {kind}\n")), "{metric}");
+        // GPU 0 read none of these: absent, never 0.
+        assert_eq!(value(&p, metric, 0), None, "{metric}");
+    }
 }
 
 #[test]

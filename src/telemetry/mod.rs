@@ -74,13 +74,55 @@ pub struct GpuSample {
     pub throttle_reasons: Option<u64>,
     pub pcie_rx_kbps: Option<u64>,
     pub pcie_tx_kbps: Option<u64>,
+    /// The PCIe link's generation and width now (a link trains down while the GPU idles).
     pub pcie_gen: Option<u32>,
     pub pcie_width: Option<u32>,
+    /// The best the GPU and its slot can do: a busy GPU below these has a degraded link.
+    #[serde(default)]
+    pub pcie_gen_max: Option<u32>,
+    #[serde(default)]
+    pub pcie_width_max: Option<u32>,
+    /// PCIe replays since the driver loaded: a climbing count is a bad link.
+    #[serde(default)]
+    pub pcie_replays: Option<u64>,
+    /// Volatile ECC counts (since the driver loaded).
     pub ecc_corrected: Option<u64>,
     pub ecc_uncorrected: Option<u64>,
+    /// Aggregate ECC counts (the board's lifetime).
+    #[serde(default)]
+    pub ecc_corrected_total: Option<u64>,
+    #[serde(default)]
+    pub ecc_uncorrected_total: Option<u64>,
+    /// Row remapping (A100 and later data-centre GPUs).
+    #[serde(default)]
+    pub remapped_rows: Option<RemappedRows>,
+    /// HBM temperature, where the GPU reports it.
+    #[serde(default)]
+    pub memory_temp_c: Option<f64>,
+    /// Framebuffer the driver reserves for itself.
+    #[serde(default)]
+    pub memory_reserved_bytes: Option<u64>,
+    /// Video encoder and decoder utilization.
+    #[serde(default)]
+    pub enc_util_pct: Option<f64>,
+    #[serde(default)]
+    pub dec_util_pct: Option<f64>,
     pub persistence: Option<bool>,
     /// Compute and graphics processes on this GPU.
     pub processes: Option<Vec<GpuProcess>>,
+}
+
+/// Rows of GPU memory remapped to spares after errors, and the state of remapping.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RemappedRows {
+    /// Rows remapped after correctable errors.
+    pub correctable: u64,
+    /// Rows remapped after uncorrectable errors.
+    pub uncorrectable: u64,
+    /// A remap waits for the next GPU reset: reset the GPU when it is idle.
+    pub pending: bool,
+    /// A remap failed: the GPU should be replaced.
+    pub failure: bool,
 }
 
 /// A process that holds memory on a GPU.

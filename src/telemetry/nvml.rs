@@ -5,15 +5,18 @@
 //! here panics on a driver answer. Handles are looked up per sample (cheap in NVML) so one
 //! GPU's worker thread never shares a handle with another's.
 
-use super::{GpuProcess, GpuSample, NodeInfo, Source, now_s};
+use super::{GpuProcess, GpuSample, NodeInfo, RemappedRows, Source, now_s};
 use nvml_wrapper::Nvml;
 use nvml_wrapper::enum_wrappers::device::{
     Clock, EccCounter, MemoryError, PcieUtilCounter, TemperatureSensor, TemperatureThreshold,
 };
-use nvml_wrapper::enums::device::UsedGpuMemory;
+use nvml_wrapper::enums::device::{SampleValue, UsedGpuMemory};
 use nvml_wrapper::error::NvmlError;
+use nvml_wrapper::structs::device::FieldId;
 use std::ffi::OsStr;
 use std::path::Path;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 /// Why NVML could not be used, in words a user can act on.
 #[derive(Debug, thiserror::Error)]
@@ -34,6 +37,49 @@ pub enum NvmlOpenError {
 pub struct NvmlSource {
     nvml: Nvml,
     count: usize,
+    /// Per GPU, the fields read every [`SELDOM`] rather than every sample, and when.
+    seldom: Vec<Mutex<Option<(Instant, Seldom)>>>,
+}
+
+/// How often fields that change seldom or never are read again: the link's best generation
+/// and width, and the lifetime ECC counts. Four NVML calls a GPU saved on most samples.
+const SELDOM: Duration = Duration::from_secs(10);
+
+/// Fields read every [`SELDOM`].
+#[derive(Debug, Clone, Copy, Default)]
+struct Seldom {
+    pcie_gen_max: Option<u32>,
+    pcie_width_max: Option<u32>,
+    ecc_corrected_total: Option<u64>,
+    ecc_uncorrected_total: Option<u64>,
+}
+
+/// NVML field values read in one call each sample: memory temperature, the PCIe replay
+/// counter, and row remapping (`NVML_FI_DEV_*` in nvml.h).
+const FI_MEMORY_TEMP: u32 = 82;
+const FI_PCIE_REPLAY_COUNTER: u32 = 94;
+const FI_REMAPPED_COR: u32 = 142;
+const FI_REMAPPED_UNC: u32 = 143;
+const FI_REMAPPED_PENDING: u32 = 144;
+const FI_REMAPPED_FAILURE: u32 = 145;
+const FIELDS: [FieldId; 6] = [
+    FieldId(FI_MEMORY_TEMP),
+    FieldId(FI_PCIE_REPLAY_COUNTER),
+    FieldId(FI_REMAPPED_COR),
+    FieldId(FI_REMAPPED_UNC),
+    FieldId(FI_REMAPPED_PENDING),
+    FieldId(FI_REMAPPED_FAILURE),
+];
+
+/// A field value as a number; a field the GPU does not support is absent.
+fn field_number(v: &Result<SampleValue, NvmlError>) -> Option<f64> {
+    match v {
+        Ok(SampleValue::F64(x)) => Some(*x),
+        Ok(SampleValue::U32(x)) => Some(f64::from(*x)),
+        Ok(SampleValue::U64(x)) => Some(*x as f64),
+        Ok(SampleValue::I64(x)) => Some(*x as f64),
+        Err(_) => None,
+    }
 }
 
 impl NvmlSource {
@@ -59,7 +105,12 @@ impl NvmlSource {
             },
         })?;
         let count = nvml.device_count().unwrap_or(0) as usize;
-        Ok(NvmlSource { nvml, count })
+        let seldom = (0..count).map(|_| Mutex::new(None)).collect();
+        Ok(NvmlSource {
+            nvml,
+            count,
+            seldom,
+        })
     }
 
     /// The NVML handle, for the setters in `control::power` (this module only reads).
@@ -83,6 +134,32 @@ impl Reader {
             }
             Err(_) => None,
         }
+    }
+}
+
+impl NvmlSource {
+    /// GPU `index`'s seldom-read fields: the cached ones while they are younger than
+    /// [`SELDOM`], else read now (a failed read is absent, as every field).
+    fn seldom(&self, index: usize, dev: &nvml_wrapper::Device<'_>, r: &mut Reader) -> Seldom {
+        let Some(slot) = self.seldom.get(index) else {
+            return Seldom::default();
+        };
+        let mut slot = slot.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((at, cached)) = *slot {
+            if at.elapsed() < SELDOM {
+                return cached;
+            }
+        }
+        let fresh = Seldom {
+            pcie_gen_max: r.get(dev.max_pcie_link_gen()),
+            pcie_width_max: r.get(dev.max_pcie_link_width()),
+            ecc_corrected_total: r
+                .get(dev.total_ecc_errors(MemoryError::Corrected, EccCounter::Aggregate)),
+            ecc_uncorrected_total: r
+                .get(dev.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Aggregate)),
+        };
+        *slot = Some((Instant::now(), fresh));
+        fresh
     }
 }
 
@@ -134,6 +211,7 @@ impl Source for NvmlSource {
         if let Some(m) = r.get(dev.memory_info()) {
             s.memory_used_bytes = Some(m.used);
             s.memory_total_bytes = Some(m.total);
+            s.memory_reserved_bytes = Some(m.reserved);
         }
         s.temperature_c = r
             .get(dev.temperature(TemperatureSensor::Gpu))
@@ -186,6 +264,42 @@ impl Source for NvmlSource {
         s.ecc_corrected = r.get(dev.total_ecc_errors(MemoryError::Corrected, EccCounter::Volatile));
         s.ecc_uncorrected =
             r.get(dev.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile));
+        let seldom = self.seldom(index, &dev, &mut r);
+        s.pcie_gen_max = seldom.pcie_gen_max;
+        s.pcie_width_max = seldom.pcie_width_max;
+        s.ecc_corrected_total = seldom.ecc_corrected_total;
+        s.ecc_uncorrected_total = seldom.ecc_uncorrected_total;
+        if let Some(values) = r.get(dev.field_values_for(&FIELDS)) {
+            let mut by_id = [None; FIELDS.len()];
+            for v in values.into_iter().flatten() {
+                if let Some(k) = FIELDS.iter().position(|f| f.0 == v.field.0) {
+                    by_id[k] = field_number(&v.value);
+                }
+            }
+            let [temp, replays, cor, unc, pending, failure] = by_id;
+            s.memory_temp_c = temp;
+            s.pcie_replays = replays.map(|x| x as u64);
+            // All four or none: a part without row remapping answers NOT_SUPPORTED to each.
+            if let (Some(cor), Some(unc), Some(pending), Some(failure)) =
+                (cor, unc, pending, failure)
+            {
+                s.remapped_rows = Some(RemappedRows {
+                    correctable: cor as u64,
+                    uncorrectable: unc as u64,
+                    pending: pending != 0.0,
+                    failure: failure != 0.0,
+                });
+            }
+        }
+        if s.pcie_replays.is_none() {
+            s.pcie_replays = r.get(dev.pcie_replay_counter()).map(u64::from);
+        }
+        s.enc_util_pct = r
+            .get(dev.encoder_utilization())
+            .map(|u| f64::from(u.utilization));
+        s.dec_util_pct = r
+            .get(dev.decoder_utilization())
+            .map(|u| f64::from(u.utilization));
         s.persistence = r.get(dev.is_in_persistent_mode());
         let compute = r.get(dev.running_compute_processes());
         let graphics = r.get(dev.running_graphics_processes());

@@ -10,7 +10,7 @@
 //! daemon (`2:60:3`: GPU 2 runs hot after a minute and throttles, so the demo's data-parallel
 //! job has a straggler to name). A value that does not parse is logged and ignored.
 
-use super::{GpuProcess, GpuSample, NodeInfo, Source, now_s};
+use super::{GpuProcess, GpuSample, NodeInfo, RemappedRows, Source, now_s};
 use gpusim::{CoolingFault, Node, NodeConfig};
 use std::sync::Mutex;
 use std::time::Instant;
@@ -146,8 +146,22 @@ impl Source for SimSource {
                 pcie_tx_kbps: Some(r.pcie_tx_kbps),
                 pcie_gen: Some(spec.pcie_gen),
                 pcie_width: Some(spec.pcie_width),
+                pcie_gen_max: Some(spec.pcie_gen),
+                pcie_width_max: Some(spec.pcie_width),
+                pcie_replays: Some(0),
                 ecc_corrected: Some(0),
                 ecc_uncorrected: Some(0),
+                ecc_corrected_total: Some(0),
+                ecc_uncorrected_total: Some(0),
+                // Data-centre parts from Ampere on remap rows; the simulator's never fail.
+                remapped_rows: (!spec.has_fan && spec.architecture != "Volta")
+                    .then(RemappedRows::default),
+                // Not modelled: gpusim has no memory thermal model and reserves nothing.
+                memory_temp_c: None,
+                memory_reserved_bytes: None,
+                // Training uses no video engine.
+                enc_util_pct: Some(0.0),
+                dec_util_pct: Some(0.0),
                 persistence: Some(r.persistence),
                 processes: Some(processes),
             }
