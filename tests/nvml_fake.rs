@@ -173,3 +173,56 @@ fn bad_scenario_fails_with_a_clear_message() {
         "the library names file:line:col: {err}"
     );
 }
+
+#[test]
+fn memory_and_link_health_read_through_nvml() {
+    // GPU 1 has rows remapped (one waiting for a reset), a link trained at Gen4 x8 and a
+    // climbing replay counter; GPU 2 is a V100 (no row remapping); GPU 3 a GeForce board.
+    let node = FakeNode::new(
+        r#"
+gpus = ["h100-sxm", "h100-sxm", "v100-sxm2", "rtx-4090"]
+[training]
+model = "resnet50"
+[[per_gpu]]
+gpu = 1
+remapped_correctable = 3
+remapped_uncorrectable = 1
+remap_pending = true
+pcie_link_gen = 4
+pcie_link_width = 8
+pcie_replays_per_min = 600.0
+ecc_corrected = 5
+"#,
+    );
+    let (v, _) = status_json(&node, &[]);
+    let gpus = v["gpus"].as_array().unwrap();
+    let healthy = &gpus[0];
+    assert_eq!(healthy["remapped_rows"]["correctable"], 0, "{healthy}");
+    assert_eq!(healthy["remapped_rows"]["pending"], false);
+    assert_eq!(healthy["pcie_gen_max"], 5);
+    assert_eq!(healthy["pcie_width_max"], 16);
+    assert_eq!(healthy["pcie_replays"], 0);
+    assert_eq!(healthy["ecc_uncorrected_total"], 0);
+    assert!(healthy["memory_temp_c"].as_f64().is_some_and(|t| t > 20.0));
+    assert!(healthy["enc_util_pct"].as_f64().is_some());
+    let sick = &gpus[1];
+    assert_eq!(
+        sick["remapped_rows"],
+        serde_json::json!({"correctable": 3, "uncorrectable": 1, "pending": true, "failure": false})
+    );
+    assert_eq!(
+        (sick["pcie_gen"].as_u64(), sick["pcie_width"].as_u64()),
+        (Some(4), Some(8))
+    );
+    assert!(sick["pcie_replays"].as_u64().is_some(), "{sick}");
+    assert_eq!(sick["ecc_corrected_total"], 5);
+    // Not supported there: absent, never zero.
+    assert!(gpus[2]["remapped_rows"].is_null(), "{}", gpus[2]);
+    assert!(
+        gpus[2]["memory_temp_c"].as_f64().is_some(),
+        "HBM2 reports it"
+    );
+    assert!(gpus[3]["remapped_rows"].is_null());
+    assert!(gpus[3]["memory_temp_c"].is_null());
+    assert!(gpus[3]["ecc_corrected_total"].is_null());
+}
