@@ -6,7 +6,7 @@ mod tui_common;
 
 use gpupilot::control::alerts::{Alert, AlertKind};
 use gpupilot::control::energy::{GpuEnergy, Price, RunEnergy};
-use gpupilot::control::governor::{Action as GovAction, Decision, Mode, Target};
+use gpupilot::control::governor::{CapMove as GovAction, Decision, Mode, Target};
 use gpupilot::control::status::{BudgetStatus, ControlStatus, GovernorStatus};
 use gpupilot::tui::{Action, ViewId};
 use tui_common::{app, app_with_runs, render, text};

@@ -130,7 +130,7 @@ pub struct GovernorInput {
 /// What to do with the cap.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "action", rename_all = "snake_case")]
-pub enum Action {
+pub enum CapMove {
     /// Set the cap to `to_w` (from `from_w`).
     Set { from_w: f64, to_w: f64 },
     /// Leave the cap as it is.
@@ -160,7 +160,7 @@ pub enum Mode {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Decision {
     #[serde(flatten)]
-    pub action: Action,
+    pub action: CapMove,
     pub mode: Mode,
     pub temperature_c: Option<f64>,
     pub target_c: Option<f64>,
@@ -171,8 +171,8 @@ impl Decision {
     /// The new cap, when the decision moves it.
     pub fn new_cap_w(&self) -> Option<f64> {
         match self.action {
-            Action::Set { to_w, .. } => Some(to_w),
-            Action::Hold => None,
+            CapMove::Set { to_w, .. } => Some(to_w),
+            CapMove::Hold => None,
         }
     }
 }
@@ -260,7 +260,7 @@ impl Governor {
         let Some(target) = target_c else {
             self.mode = Mode::Stale;
             return Decision {
-                action: Action::Hold,
+                action: CapMove::Hold,
                 mode: Mode::Stale,
                 temperature_c: Some(temp),
                 target_c: None,
@@ -343,7 +343,7 @@ impl Governor {
         self.trend_c_per_s = 0.0;
         self.mode = mode;
         Decision {
-            action: Action::Hold,
+            action: CapMove::Hold,
             mode,
             temperature_c: input.temperature_c,
             target_c: self.target.resolve(input.slowdown_c),
@@ -355,7 +355,7 @@ impl Governor {
         self.mode = mode;
         let rel = relation(temp, target);
         Decision {
-            action: Action::Hold,
+            action: CapMove::Hold,
             mode,
             temperature_c: Some(temp),
             target_c: Some(target),
@@ -380,7 +380,7 @@ impl Governor {
             format!(" ({note})")
         };
         Decision {
-            action: Action::Set {
+            action: CapMove::Set {
                 from_w: from,
                 to_w: to,
             },

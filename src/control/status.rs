@@ -76,10 +76,10 @@ impl GovernorStatus {
                     })
                     .unwrap_or_default();
                 match d.action {
-                    super::governor::Action::Set { from_w, to_w } => {
+                    super::governor::CapMove::Set { from_w, to_w } => {
                         format!("{:+.0} W, {temp}", to_w - from_w).replace('-', "−")
                     }
-                    super::governor::Action::Hold => match self.mode {
+                    super::governor::CapMove::Hold => match self.mode {
                         Mode::Settled => format!("settled, {temp}"),
                         Mode::AtCeiling => format!("at its ceiling, {temp}"),
                         Mode::AtFloor => format!("at the minimum, {temp}"),
@@ -131,7 +131,7 @@ impl BudgetStatus {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::control::governor::Action;
+    use crate::control::governor::CapMove;
 
     #[test]
     fn console_lines() {
@@ -143,7 +143,7 @@ mod tests {
             cap_w: Some(540.0),
             user_cap_w: None,
             last: Some(Decision {
-                action: Action::Set {
+                action: CapMove::Set {
                     from_w: 560.0,
                     to_w: 540.0,
                 },

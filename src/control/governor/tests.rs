@@ -226,19 +226,19 @@ fn stale_telemetry_holds_the_cap_still() {
     // The sampler marks it stale.
     i.stale = true;
     let d = gov.decide(&i);
-    assert_eq!(d.action, Action::Hold);
+    assert_eq!(d.action, CapMove::Hold);
     assert_eq!(d.mode, Mode::Stale);
     assert!(d.why.contains("stale"), "{}", d.why);
     // The newest sample is old.
     i.stale = false;
     i.sample_time_s = 190.0;
     let d = gov.decide(&i);
-    assert_eq!((d.action, d.mode), (Action::Hold, Mode::Stale));
+    assert_eq!((d.action, d.mode), (CapMove::Hold, Mode::Stale));
     assert!(d.why.contains("10 s old"), "{}", d.why);
     // No temperature.
     i.sample_time_s = 200.0;
     i.temperature_c = None;
-    assert_eq!(gov.decide(&i).action, Action::Hold);
+    assert_eq!(gov.decide(&i).action, CapMove::Hold);
     // Over a whole minute of stale samples on a hot GPU, not one change.
     let mut stale_secs = 0;
     for t in 201..=260 {
@@ -271,7 +271,7 @@ fn a_margin_needs_a_slowdown_threshold() {
         max_w: 400.0,
         user_cap_w: None,
     });
-    assert_eq!(d.action, Action::Hold);
+    assert_eq!(d.action, CapMove::Hold);
     assert!(d.why.contains("absolute target"), "{}", d.why);
     assert_eq!(Target::BelowSlowdown(8.0).resolve(Some(89.0)), Some(81.0));
 }
@@ -358,7 +358,7 @@ fn implausible_limits_move_nothing_and_say_why() {
                 sample_time_s: 1.0 + s as f64,
                 ..input
             });
-            assert_eq!(d.action, Action::Hold, "{input:?}: {d:?}");
+            assert_eq!(d.action, CapMove::Hold, "{input:?}: {d:?}");
             assert_eq!(d.mode, Mode::Refused);
             assert!(d.why.contains(says), "{}", d.why);
             assert!(d.why.contains("not moved"), "{}", d.why);

@@ -17,7 +17,7 @@ use super::{
 };
 use crate::control::budget::{self, BudgetGpu};
 use crate::control::governor::stale::Said;
-use crate::control::governor::{Action, GovernorInput, Mode};
+use crate::control::governor::{CapMove, GovernorInput, Mode};
 use crate::control::jobs::JobHold;
 use crate::control::status::{BudgetStatus, CapChange};
 use crate::control::{ControlError, PowerControl, PowerLimits};
@@ -188,7 +188,7 @@ impl NodeControl {
             let cmd = gov.cmd_w.unwrap_or(l.current_w.min(user));
             let input = governor_input(sample, now, cmd, &l, user);
             let d = gov.gov.decide(&input);
-            if let Action::Set { from_w, to_w } = d.action {
+            if let CapMove::Set { from_w, to_w } = d.action {
                 gov.cmd_w = Some(to_w);
                 out.events.push(ControlEvent::Governor {
                     gpu: g,
