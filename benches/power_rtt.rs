@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use gpupilot::client::Client;
 use gpupilot::config::Paths;
-use gpupilot::protocol::{GpuSelection, Request, Response};
+use gpupilot::protocol::{Request, Response, TargetGpus};
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
@@ -59,7 +59,7 @@ fn main() -> anyhow::Result<()> {
         let watts = if i % 2 == 0 { 300.0 } else { 650.0 };
         let sent = Instant::now();
         let answer = client.request(Request::PowerCap {
-            gpus: GpuSelection::Some(vec![1]),
+            gpus: TargetGpus::Some(vec![1]),
             watts,
             why: None,
         })?;
@@ -70,7 +70,7 @@ fn main() -> anyhow::Result<()> {
         );
     }
     let _ = client.request(Request::PowerReset {
-        gpus: GpuSelection::All,
+        gpus: TargetGpus::All,
         why: None,
     });
     let calls = std::fs::read_to_string(&setlog)?

@@ -12,7 +12,7 @@ use gpupilot::config::Paths;
 use gpupilot::control::power::GpuControl;
 use gpupilot::daemon::{Attach, Daemon, Peer};
 use gpupilot::profile::Profile;
-use gpupilot::protocol::{ErrorCode, GpuSelection, NodeEvent, RankSpec, Request, Response};
+use gpupilot::protocol::{ErrorCode, NodeEvent, RankSpec, Request, Response, TargetGpus};
 use gpupilot::supervisor::Caller;
 use gpupilot::telemetry::sim::SimSource;
 use gpupilot::telemetry::{Snapshot, Source};
@@ -114,7 +114,7 @@ fn a_governor_asked_for_moves_its_gpus_cap_and_lets_go_when_turned_off() {
     let r = d.answer(
         &me(),
         Request::ThermalSet {
-            gpus: GpuSelection::Some(vec![0]),
+            gpus: TargetGpus::Some(vec![0]),
             target_c: Some(70.0),
             margin_c: None,
             why: Some("test".into()),
@@ -152,7 +152,7 @@ fn a_governor_asked_for_moves_its_gpus_cap_and_lets_go_when_turned_off() {
     let r = d.answer(
         &me(),
         Request::ThermalOff {
-            gpus: GpuSelection::All,
+            gpus: TargetGpus::All,
             why: None,
         },
     );
@@ -165,13 +165,13 @@ fn a_governor_asked_for_moves_its_gpus_cap_and_lets_go_when_turned_off() {
     // Bad requests change nothing.
     for bad in [
         Request::ThermalSet {
-            gpus: GpuSelection::Some(vec![7]),
+            gpus: TargetGpus::Some(vec![7]),
             target_c: Some(70.0),
             margin_c: None,
             why: None,
         },
         Request::ThermalSet {
-            gpus: GpuSelection::All,
+            gpus: TargetGpus::All,
             target_c: Some(70.0),
             margin_c: Some(5.0),
             why: None,
@@ -241,13 +241,13 @@ fn a_readonly_daemon_refuses_governor_and_budget_changes() {
     tick(&d, &src);
     for r in [
         Request::ThermalSet {
-            gpus: GpuSelection::All,
+            gpus: TargetGpus::All,
             target_c: Some(70.0),
             margin_c: None,
             why: None,
         },
         Request::ThermalOff {
-            gpus: GpuSelection::All,
+            gpus: TargetGpus::All,
             why: None,
         },
         Request::PowerBudget {
@@ -299,7 +299,7 @@ fn a_runs_energy_reaches_ps_and_its_summary() {
     caller.cwd = std::env::temp_dir();
     // Its GPUs declared: a run that declares none is charged only the GPUs its processes use.
     let mut profile = Profile::from_command(vec!["sh".into(), "-c".into(), "sleep 0.5".into()]);
-    profile.run.gpus = gpupilot::profile::GpuSelection::List(vec![0, 1]);
+    profile.run.gpus = gpupilot::profile::TargetGpus::List(vec![0, 1]);
     let r = d.answer(
         &me(),
         Request::RunStart {
@@ -412,7 +412,7 @@ fn a_governed_gpu_holds_its_jobs_other_gpu_at_its_cap() {
     let r = d.answer(
         &me(),
         Request::ThermalSet {
-            gpus: GpuSelection::Some(vec![0]),
+            gpus: TargetGpus::Some(vec![0]),
             target_c: Some(70.0),
             margin_c: None,
             why: None,
@@ -448,7 +448,7 @@ fn a_governed_gpu_holds_its_jobs_other_gpu_at_its_cap() {
     d.answer(
         &me(),
         Request::ThermalOff {
-            gpus: GpuSelection::All,
+            gpus: TargetGpus::All,
             why: None,
         },
     );

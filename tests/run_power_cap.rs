@@ -262,7 +262,7 @@ mod in_process {
     use gpupilot::control::power::GpuControl;
     use gpupilot::daemon::{Daemon, Peer};
     use gpupilot::profile::Profile;
-    use gpupilot::protocol::{GpuSelection, Request, Response};
+    use gpupilot::protocol::{Request, Response, TargetGpus};
     use gpupilot::supervisor::Caller;
     use gpupilot::telemetry::sim::SimSource;
     use gpupilot::telemetry::{Snapshot, Source};
@@ -334,7 +334,7 @@ mod in_process {
         let r = d.answer(
             &me(),
             Request::ThermalSet {
-                gpus: GpuSelection::Some(vec![0]),
+                gpus: TargetGpus::Some(vec![0]),
                 target_c: Some(110.0),
                 margin_c: None,
                 why: None,
@@ -348,7 +348,7 @@ mod in_process {
 
         let mut profile = Profile::from_command(vec!["sleep".into(), "30".into()]);
         profile.power.cap_w = Some(400.0);
-        profile.run.gpus = gpupilot::profile::GpuSelection::List(vec![0]);
+        profile.run.gpus = gpupilot::profile::TargetGpus::List(vec![0]);
         let mut caller = Caller::current().unwrap();
         caller.cwd = std::env::temp_dir();
         let r = d.answer(

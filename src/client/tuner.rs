@@ -5,7 +5,7 @@
 use super::Client;
 use crate::control::PowerLimits;
 use crate::control::tuner::session::{Reports, RunSeen, TunerDaemon};
-use crate::protocol::{GpuSelection, Request, Response};
+use crate::protocol::{Request, Response, TargetGpus};
 use crate::supervisor::RunStatus;
 use crate::telemetry::Snapshot;
 
@@ -42,7 +42,7 @@ impl TunerDaemon for Client {
 
     fn set_cap(&self, gpus: Vec<u32>, watts: f64, why: &str) -> anyhow::Result<()> {
         let request = Request::PowerCap {
-            gpus: GpuSelection::Some(gpus),
+            gpus: TargetGpus::Some(gpus),
             watts,
             why: Some(why.to_string()),
         };

@@ -8,7 +8,7 @@ use crate::cli::{ClocksCommand, GlobalArgs, GpuList, PowerArgs, PowerCommand};
 use crate::client::Client;
 use crate::config::Paths;
 use crate::control::power::watts;
-use crate::protocol::{GpuChange, GpuSelection, GpuSettings, Request, Response};
+use crate::protocol::{GpuChange, GpuSettings, Request, Response, TargetGpus};
 
 /// `gpupilot power …`.
 pub fn power(g: &GlobalArgs, args: &PowerArgs) -> anyhow::Result<ExitCode> {
@@ -69,11 +69,11 @@ pub fn clocks(g: &GlobalArgs, cmd: &ClocksCommand) -> anyhow::Result<ExitCode> {
     change(g, request, false)
 }
 
-fn selection(gpus: &GpuList) -> GpuSelection {
+fn selection(gpus: &GpuList) -> TargetGpus {
     if gpus.gpu.is_empty() {
-        GpuSelection::All
+        TargetGpus::All
     } else {
-        GpuSelection::Some(gpus.gpu.clone())
+        TargetGpus::Some(gpus.gpu.clone())
     }
 }
 

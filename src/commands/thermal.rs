@@ -9,7 +9,7 @@ use crate::cli::{BudgetArgs, GlobalArgs, GpuList, ThermalArgs, ThermalCommand};
 use crate::config::Paths;
 use crate::control::energy::joules_text;
 use crate::control::status::ControlStatus;
-use crate::protocol::{GpuSelection, Request, Response};
+use crate::protocol::{Request, Response, TargetGpus};
 
 /// `gpupilot thermal …`.
 pub fn thermal(g: &GlobalArgs, args: &ThermalArgs) -> anyhow::Result<ExitCode> {
@@ -54,11 +54,11 @@ pub fn budget(g: &GlobalArgs, args: &BudgetArgs) -> anyhow::Result<ExitCode> {
     ask(g, request, args.json)
 }
 
-fn selection(gpus: &GpuList) -> GpuSelection {
+fn selection(gpus: &GpuList) -> TargetGpus {
     if gpus.gpu.is_empty() {
-        GpuSelection::All
+        TargetGpus::All
     } else {
-        GpuSelection::Some(gpus.gpu.clone())
+        TargetGpus::Some(gpus.gpu.clone())
     }
 }
 

@@ -424,13 +424,13 @@ mod tests {
 
     #[test]
     fn every_request_has_its_access() {
-        use crate::protocol::GpuSelection;
+        use crate::protocol::TargetGpus;
         assert_eq!(Access::of(&Request::Status {}), Access::Watch);
         assert_eq!(Access::of(&Request::Power {}), Access::Watch);
         assert_eq!(Access::of(&Request::Runs { run: None }), Access::Watch);
         assert_eq!(
             Access::of(&Request::PowerCap {
-                gpus: GpuSelection::All,
+                gpus: TargetGpus::All,
                 watts: 250.0,
                 why: None
             }),

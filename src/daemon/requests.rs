@@ -84,12 +84,12 @@ mod tests {
     use super::*;
     use crate::history::Metric;
     use crate::profile::Profile;
-    use crate::protocol::{GpuSelection, KnobName, LogStream, RunSignal};
+    use crate::protocol::{KnobName, LogStream, RunSignal, TargetGpus};
     use crate::supervisor::Caller;
 
     /// One request of every type.
     fn one_of_each() -> Vec<Request> {
-        let gpus = GpuSelection::All;
+        let gpus = TargetGpus::All;
         vec![
             Request::Hello {
                 version: 1,

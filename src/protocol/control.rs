@@ -8,22 +8,22 @@ use crate::control::power::{ClockRange, GpuOriginals, TempTarget};
 
 /// Which GPUs a change applies to: JSON `"all"` (the default) or a list of indices.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub enum GpuSelection {
+pub enum TargetGpus {
     #[default]
     All,
     Some(Vec<u32>),
 }
 
-impl Serialize for GpuSelection {
+impl Serialize for TargetGpus {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         match self {
-            GpuSelection::All => s.serialize_str("all"),
-            GpuSelection::Some(v) => v.serialize(s),
+            TargetGpus::All => s.serialize_str("all"),
+            TargetGpus::Some(v) => v.serialize(s),
         }
     }
 }
 
-impl<'de> Deserialize<'de> for GpuSelection {
+impl<'de> Deserialize<'de> for TargetGpus {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         #[derive(Deserialize)]
         #[serde(untagged)]
@@ -32,11 +32,11 @@ impl<'de> Deserialize<'de> for GpuSelection {
             List(Vec<u32>),
         }
         match Raw::deserialize(d)? {
-            Raw::Word(w) if w == "all" => Ok(GpuSelection::All),
+            Raw::Word(w) if w == "all" => Ok(TargetGpus::All),
             Raw::Word(w) => Err(serde::de::Error::custom(format!(
                 "gpus `{w}`: give \"all\" or a list of GPU indices"
             ))),
-            Raw::List(v) => Ok(GpuSelection::Some(v)),
+            Raw::List(v) => Ok(TargetGpus::Some(v)),
         }
     }
 }

@@ -21,11 +21,11 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-pub use control::{GpuChange, GpuSelection, GpuSettings};
 pub use crate::training::{
     JobFigures, KnobName, KnobRange, KnobState, KnobVia, MetricsPoint, MetricsReport, RankInfo,
     RankSpec, StagedChange, TrainerInfo,
 };
+pub use control::{GpuChange, GpuSettings, TargetGpus};
 pub use types::{
     DaemonInfo, LogStream, NodeEvent, NodeEventRecord, RunCounts, RunInfo, RunSignal, StatusReply,
     TelemetryInfo,
@@ -237,7 +237,7 @@ pub enum Request {
     /// Set the power cap of `gpus` to `watts`.
     PowerCap {
         #[serde(default)]
-        gpus: GpuSelection,
+        gpus: TargetGpus,
         watts: f64,
         #[serde(default)]
         why: Option<String>,
@@ -245,14 +245,14 @@ pub enum Request {
     /// Restore the power limits recorded before gpupilot's first cap.
     PowerReset {
         #[serde(default)]
-        gpus: GpuSelection,
+        gpus: TargetGpus,
         #[serde(default)]
         why: Option<String>,
     },
     /// Lock the SM clocks of `gpus` within `[min_mhz, max_mhz]`.
     ClocksLock {
         #[serde(default)]
-        gpus: GpuSelection,
+        gpus: TargetGpus,
         min_mhz: u32,
         max_mhz: u32,
         #[serde(default)]
@@ -261,14 +261,14 @@ pub enum Request {
     /// Unlock the SM clocks gpupilot locked.
     ClocksReset {
         #[serde(default)]
-        gpus: GpuSelection,
+        gpus: TargetGpus,
         #[serde(default)]
         why: Option<String>,
     },
     /// Set the driver's target temperature ("GPU max") of `gpus`, whole °C.
     GpuMaxTemp {
         #[serde(default)]
-        gpus: GpuSelection,
+        gpus: TargetGpus,
         celsius: f64,
         #[serde(default)]
         why: Option<String>,
@@ -276,7 +276,7 @@ pub enum Request {
     /// Restore the target temperatures recorded before gpupilot's first change.
     GpuMaxTempReset {
         #[serde(default)]
-        gpus: GpuSelection,
+        gpus: TargetGpus,
         #[serde(default)]
         why: Option<String>,
     },
@@ -287,7 +287,7 @@ pub enum Request {
     /// the two), by moving their power caps. Answered with `control`.
     ThermalSet {
         #[serde(default)]
-        gpus: GpuSelection,
+        gpus: TargetGpus,
         #[serde(default)]
         target_c: Option<f64>,
         #[serde(default)]
@@ -298,7 +298,7 @@ pub enum Request {
     /// Turn the governor of `gpus` off; their users' caps come back. Answered with `control`.
     ThermalOff {
         #[serde(default)]
-        gpus: GpuSelection,
+        gpus: TargetGpus,
         #[serde(default)]
         why: Option<String>,
     },

@@ -12,7 +12,7 @@ use crate::control::power::{check_clocks, check_gpu_max, check_power, watts};
 use crate::daemon::state::{RequestError, lock};
 use crate::ipc::Peer;
 use crate::protocol::{
-    ErrorCode, GpuChange, GpuSelection, GpuSettings, NodeEvent, Request, Response,
+    ErrorCode, GpuChange, GpuSettings, NodeEvent, Request, Response, TargetGpus,
 };
 
 const POWER: &str = "power_limit";
@@ -114,12 +114,12 @@ impl Control {
     }
 
     /// The GPUs `sel` names, checked against the node.
-    fn targets(&self, c: &Controller, sel: &GpuSelection) -> Result<Vec<usize>, RequestError> {
+    fn targets(&self, c: &Controller, sel: &TargetGpus) -> Result<Vec<usize>, RequestError> {
         let n = c.dev.gpu_count();
         let all: Vec<usize> = (0..n).collect();
         let list = match sel {
-            GpuSelection::All => return Ok(all),
-            GpuSelection::Some(v) => v,
+            TargetGpus::All => return Ok(all),
+            TargetGpus::Some(v) => v,
         };
         if list.is_empty() {
             return Err(RequestError::new(
@@ -189,7 +189,7 @@ impl Control {
     fn power_cap(
         &self,
         by: &str,
-        sel: &GpuSelection,
+        sel: &TargetGpus,
         w: f64,
         why: Option<String>,
     ) -> Result<Response, RequestError> {
@@ -266,7 +266,7 @@ impl Control {
     fn clocks_lock(
         &self,
         by: &str,
-        sel: &GpuSelection,
+        sel: &TargetGpus,
         min_mhz: u32,
         max_mhz: u32,
         why: Option<String>,
@@ -308,7 +308,7 @@ impl Control {
     fn gpu_max(
         &self,
         by: &str,
-        sel: &GpuSelection,
+        sel: &TargetGpus,
         target_c: f64,
         why: Option<String>,
     ) -> Result<Response, RequestError> {
@@ -354,7 +354,7 @@ impl Control {
     fn restore(
         &self,
         by: &str,
-        sel: &GpuSelection,
+        sel: &TargetGpus,
         settings: &[&str],
         why: Option<String>,
     ) -> Result<Response, RequestError> {
@@ -420,7 +420,7 @@ impl Control {
                         _ => "target temperature",
                     };
                     // Asked of every GPU, the ones gpupilot never changed go without saying.
-                    if *sel != GpuSelection::All {
+                    if *sel != TargetGpus::All {
                         notes.push(format!(
                             "GPU {g}: no {setting} recorded (gpupilot has not changed it)"
                         ));
@@ -468,7 +468,7 @@ impl Control {
             return;
         }
         let why = Some("restore on exit (--restore-on-exit)".to_string());
-        match self.restore("daemon", &GpuSelection::All, &[POWER, CLOCKS, GPU_MAX], why) {
+        match self.restore("daemon", &TargetGpus::All, &[POWER, CLOCKS, GPU_MAX], why) {
             Ok(Response::GpuChanged { changes, .. }) => {
                 tracing::info!(restored = changes.len(), "restored GPU settings on exit");
             }

@@ -43,7 +43,7 @@ use crate::daemon::runs::Runs;
 use crate::daemon::state::{RequestError, lock};
 use crate::daemon::telemetry::Telemetry;
 use crate::ipc::Peer;
-use crate::protocol::{ErrorCode, GpuSelection, Request, Response};
+use crate::protocol::{ErrorCode, Request, Response, TargetGpus};
 use crate::telemetry::Snapshot;
 use crate::time::parse_rfc3339;
 
@@ -298,22 +298,18 @@ impl Control {
     }
 
     /// The GPUs `sel` names, checked against the newest snapshot.
-    fn gpu_list(
-        &self,
-        sel: &GpuSelection,
-        telemetry: &Telemetry,
-    ) -> Result<Vec<u32>, RequestError> {
+    fn gpu_list(&self, sel: &TargetGpus, telemetry: &Telemetry) -> Result<Vec<u32>, RequestError> {
         let have = match telemetry.newest().as_deref() {
             Some(s) => s.gpus.iter().map(|g| g.index).collect::<Vec<_>>(),
             None => self.with_loops(|i| i.gpus.clone()),
         };
         match sel {
-            GpuSelection::All => Ok(have),
-            GpuSelection::Some(list) if list.is_empty() => Err(RequestError::new(
+            TargetGpus::All => Ok(have),
+            TargetGpus::Some(list) if list.is_empty() => Err(RequestError::new(
                 ErrorCode::BadRequest,
                 "no GPU named: give indices (`--gpu 0,1`) or leave --gpu out for all",
             )),
-            GpuSelection::Some(list) => {
+            TargetGpus::Some(list) => {
                 if let Some(g) = list.iter().find(|g| !have.contains(g)) {
                     return Err(RequestError::new(
                         ErrorCode::BadRequest,

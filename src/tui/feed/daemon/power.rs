@@ -4,7 +4,7 @@
 
 use super::{Done, Worker};
 use crate::client::ClientError;
-use crate::protocol::{ErrorCode, GpuChange, GpuSelection, Request, Response};
+use crate::protocol::{ErrorCode, GpuChange, Request, Response, TargetGpus};
 use crate::tui::feed::Update;
 
 /// Why a change is made, as the node's events record it.
@@ -19,7 +19,7 @@ impl Worker {
                 text: "the daemon is gone: start it again with `gpupilot daemon --detach`".into(),
             });
         };
-        let gpus = GpuSelection::Some(vec![gpu]);
+        let gpus = TargetGpus::Some(vec![gpu]);
         let why = Some(WHY.to_string());
         let request = match watts {
             Some(w) => Request::PowerCap {
