@@ -35,10 +35,10 @@ pub struct App {
     pub help: HelpState,
     /// The power-cap dialog (Overview and GPU detail), while open.
     pub power: Option<PowerDialog>,
-    /// The advisor pane (see `tui::advisor`).
-    pub advisor: super::advisor::AdvisorState,
-    /// The console's energy tuner (see `tui::tuner`).
-    pub tuner: super::tuner::TunerUi,
+    /// The advisor pane (see `views::advisor`, `app/advisor.rs`).
+    pub advisor: super::views::advisor::AdvisorState,
+    /// The console's energy tuner (see `views::run::tuner_panel`, `app/tuner.rs`).
+    pub tuner: super::views::run::tuner_panel::TunerUi,
     /// The size of the last frame: mouse positions are resolved against it.
     pub size: Rect,
     pub quit: bool,
@@ -79,8 +79,8 @@ impl App {
     pub fn on_update(&mut self, u: Update) {
         let runs = matches!(u, Update::Runs(_));
         run::knob_dialog::on_update(&mut self.run, &u);
-        let knob_waits = super::advisor::on_update(self, &u);
-        super::tuner::on_update(self, &u);
+        let knob_waits = advisor::on_update(self, &u);
+        tuner::on_update(self, &u);
         self.data.on_update(u);
         self.clamp_selection();
         if runs {
@@ -88,7 +88,7 @@ impl App {
         }
         self.watch_current_run();
         if knob_waits {
-            super::advisor::after_update(self);
+            advisor::after_update(self);
         }
     }
 
@@ -208,15 +208,15 @@ impl App {
             Action::ScrollDown if self.help.open => {
                 self.help.scroll = self.help.scroll.saturating_add(1)
             }
-            Action::Advisor => super::advisor::toggle(self),
-            Action::Confirm(yes) if self.tuner.ask.is_some() => super::tuner::answer(self, yes),
+            Action::Advisor => advisor::toggle(self),
+            Action::Confirm(yes) if self.tuner.ask.is_some() => tuner::answer(self, yes),
             a if self.advisor.open
                 && !self.modal_besides_advisor()
-                && super::advisor::AdvisorState::handles(a) =>
+                && super::views::advisor::AdvisorState::handles(a) =>
             {
-                super::advisor::apply(self, a)
+                advisor::apply(self, a)
             }
-            Action::TuneEnergy if self.view == ViewId::Run => super::tuner::key(self),
+            Action::TuneEnergy if self.view == ViewId::Run => tuner::key(self),
             Action::SetKnob(k) if self.view == ViewId::Run => {
                 run::knob_dialog::open(&mut self.run, &mut self.data, k)
             }
@@ -322,8 +322,10 @@ impl App {
     }
 }
 
+mod advisor;
 #[cfg(test)]
 pub(crate) mod run_tests;
+mod tuner;
 
 #[cfg(test)]
 mod tests {

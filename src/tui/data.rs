@@ -188,7 +188,7 @@ impl Data {
             } => self.metrics.take(run, points, reset, *trainer),
             // The Run view asks about it (see `views::run::knob_dialog`).
             Update::KnobNeedsRestart { .. } => {}
-            // The app's advisor pane and tuner take them (see `tui::advisor`, `tui::tuner`).
+            // The app's advisor pane and tuner take them (see `app/advisor.rs`, `app/tuner.rs`).
             Update::Advice(_) | Update::Tuner(_) => {}
         }
     }

@@ -25,7 +25,6 @@
 //! runs go on.
 
 pub mod action;
-pub mod advisor;
 pub mod app;
 pub mod control;
 pub mod data;
@@ -39,7 +38,6 @@ pub mod metrics;
 pub mod screen;
 pub mod theme;
 pub mod tty;
-pub mod tuner;
 pub mod ui;
 pub mod views;
 pub mod widgets;

@@ -438,7 +438,7 @@ fn footer_row(app: &App, area: Rect) -> Row {
         ]));
     }
     if let Some(ask) = &app.tuner.ask {
-        let (q, rest) = super::tuner::question(ask);
+        let (q, rest) = super::views::run::tuner_panel::question(ask);
         return row(Line::from(vec![
             Span::styled(q, t.warn),
             Span::styled("y", t.key),
@@ -452,7 +452,10 @@ fn footer_row(app: &App, area: Rect) -> Row {
         return row(Line::styled(format!(" {}", d.keys()), t.footer));
     }
     if app.advisor.open {
-        return row(Line::styled(super::advisor::footer(&app.advisor), t.footer));
+        return row(Line::styled(
+            super::views::advisor::footer(&app.advisor),
+            t.footer,
+        ));
     }
     if let Some(q) = &app.run.prompt {
         return row(Line::from(vec![

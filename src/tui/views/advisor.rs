@@ -1,17 +1,86 @@
 //! The advisor pane, drawn over the body of any view: each hint's kind and whose it is, its
 //! summary, the numbers behind it and what Enter does; or, with no hint, why there is none.
-//! See [`crate::tui::advisor`].
+//! Its state ([`AdvisorState`]) and the keys it takes are here; what its actions do to the
+//! console is in `app/advisor.rs`.
 
 use crate::advisor::text::{label, num};
 use crate::advisor::{Evidence, Hint, Knob, Suggestion};
+use crate::protocol::KnobName;
+use crate::tui::action::Action;
 use crate::tui::app::App;
 use crate::tui::feed::Link;
+use crate::tui::feed::daemon::Advice;
 use crate::tui::format;
 use crate::tui::widgets::centered;
+use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Clear, Padding, Paragraph, Widget, Wrap};
+
+/// A knob change waiting for the run's knobs to arrive before its dialog opens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingKnob {
+    pub run: String,
+    pub knob: KnobName,
+    pub value: i64,
+}
+
+/// The pane's state.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AdvisorState {
+    pub open: bool,
+    /// The hint selected (a position in the list).
+    pub selected: usize,
+    /// The newest advice from the feed; None until the first came.
+    pub advice: Option<Advice>,
+    pub pending: Option<PendingKnob>,
+}
+
+impl AdvisorState {
+    /// The hints shown.
+    pub fn hints(&self) -> &[Hint] {
+        self.advice.as_ref().map_or(&[], |a| a.hints.as_slice())
+    }
+
+    /// The action a key runs while the pane is open (every key goes to it); `close` is the
+    /// key the keymap binds to the advisor (it closes the pane too).
+    pub fn action_for_key(&self, ev: &KeyEvent, close: bool) -> Option<Action> {
+        let ctrl = ev.modifiers.contains(KeyModifiers::CONTROL);
+        if close {
+            return Some(Action::Advisor);
+        }
+        match ev.code {
+            KeyCode::Char('c') if ctrl => Some(Action::Quit),
+            KeyCode::Esc | KeyCode::Char('q') => Some(Action::Advisor),
+            KeyCode::Char('j') | KeyCode::Down => Some(Action::ScrollDown),
+            KeyCode::Char('k') | KeyCode::Up => Some(Action::ScrollUp),
+            KeyCode::Enter => Some(Action::HintAct(self.selected)),
+            KeyCode::Char(c @ '1'..='9') => Some(Action::HintAct(c as usize - '1' as usize)),
+            _ => None,
+        }
+    }
+
+    /// Whether the open pane takes `a`.
+    pub fn handles(a: Action) -> bool {
+        matches!(
+            a,
+            Action::ScrollUp | Action::ScrollDown | Action::HintAct(_)
+        )
+    }
+}
+
+/// What the footer says while the pane is open.
+pub fn footer(st: &AdvisorState) -> String {
+    match st.hints().len() {
+        0 => " Advisor · Esc: close".into(),
+        1 => " Advisor · Enter or 1: act on the hint · Esc: close".into(),
+        n => format!(
+            " Advisor · j/k: select · Enter or 1–{}: act on the hint · Esc: close",
+            n.min(9)
+        ),
+    }
+}
 
 /// The pane's width, at most.
 const WIDTH: u16 = 120;
@@ -224,5 +293,38 @@ mod tests {
             action_text(&thermal),
             "run: gpupilot thermal target 83 --gpu 0"
         );
+    }
+
+    #[test]
+    fn keys_in_the_pane() {
+        let st = AdvisorState {
+            open: true,
+            selected: 2,
+            ..AdvisorState::default()
+        };
+        let key = |c| KeyEvent::new(c, KeyModifiers::NONE);
+        assert_eq!(
+            st.action_for_key(&key(KeyCode::Enter), false),
+            Some(Action::HintAct(2))
+        );
+        assert_eq!(
+            st.action_for_key(&key(KeyCode::Char('3')), false),
+            Some(Action::HintAct(2))
+        );
+        assert_eq!(
+            st.action_for_key(&key(KeyCode::Esc), false),
+            Some(Action::Advisor)
+        );
+        assert_eq!(
+            st.action_for_key(&key(KeyCode::Char('x')), true),
+            Some(Action::Advisor),
+            "the advisor's own key closes it"
+        );
+        assert_eq!(
+            st.action_for_key(&key(KeyCode::Char('j')), false),
+            Some(Action::ScrollDown)
+        );
+        assert_eq!(st.action_for_key(&key(KeyCode::Char('x')), false), None);
+        assert_eq!(footer(&st), " Advisor · Esc: close");
     }
 }

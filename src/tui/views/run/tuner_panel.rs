@@ -1,17 +1,136 @@
 //! The energy tuner's panel in the Run view, above the log while the console's tuner
 //! works on the run shown (and after, until `t` closes it): the cap under test with how far
 //! through its warm-up or measured window, the cost curve so far as a table with a bar per cap,
-//! then the best cap and the saving, or why it stopped. See [`crate::tui::tuner`].
+//! then the best cap and the saving, or why it stopped. Also the tuner's part of the console
+//! state ([`TunerUi`]: the search shown, the footer's question); what `t` and the feed's reports
+//! do to it is in `app/tuner.rs`.
 
-use crate::control::tuner::{Phase, Unit};
+use crate::control::tuner::{Phase, Progress, Unit, Window};
 use crate::tui::app::App;
-use crate::tui::feed::daemon::TunerEnd;
-use crate::tui::tuner::TunerShown;
+use crate::tui::feed::daemon::{TunerEnd, TunerEvent};
 use crate::tui::widgets::bar;
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Clear, Padding, Paragraph, Widget, Wrap};
+
+/// A y/n question in the footer about the tuner.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TuneAsk {
+    /// Start a search on this run.
+    Start(String),
+    /// Stop the search running on this run.
+    Stop(String),
+}
+
+/// The search the console started, as shown.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TunerShown {
+    pub run: String,
+    pub gpus: Vec<u32>,
+    pub plan: Vec<f64>,
+    pub window: Option<Window>,
+    pub eta: Option<f64>,
+    pub progress: Option<Progress>,
+    /// None while it runs.
+    pub end: Option<TunerEnd>,
+    /// A stop was asked for and not yet carried out.
+    pub stopping: bool,
+}
+
+impl TunerShown {
+    /// A search asked for on `run`, before its thread reports.
+    pub fn starting(run: &str) -> TunerShown {
+        TunerShown {
+            run: run.to_string(),
+            gpus: Vec::new(),
+            plan: Vec::new(),
+            window: None,
+            eta: None,
+            progress: None,
+            end: None,
+            stopping: false,
+        }
+    }
+
+    pub fn running(&self) -> bool {
+        self.end.is_none()
+    }
+}
+
+/// The tuner's part of the console state.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TunerUi {
+    pub ask: Option<TuneAsk>,
+    pub shown: Option<TunerShown>,
+}
+
+impl TunerUi {
+    /// Take in the tuner's report.
+    pub fn on_event(&mut self, e: &TunerEvent) {
+        let run = match e {
+            TunerEvent::Started { run, .. }
+            | TunerEvent::Progress { run, .. }
+            | TunerEvent::Ended { run, .. } => run,
+        };
+        let shown = match &mut self.shown {
+            Some(s) if &s.run == run => s,
+            // A report about a search this console state did not start (a reconnect): show it.
+            slot => slot.insert(TunerShown::starting(run)),
+        };
+        match e {
+            TunerEvent::Started {
+                gpus,
+                plan,
+                window,
+                eta,
+                ..
+            } => {
+                shown.gpus = gpus.clone();
+                shown.plan = plan.clone();
+                shown.window = Some(*window);
+                shown.eta = Some(*eta);
+            }
+            TunerEvent::Progress { progress, .. } => shown.progress = Some(progress.clone()),
+            TunerEvent::Ended { end, .. } => {
+                if let TunerEnd::Done { result, .. } = end {
+                    let p = shown.progress.get_or_insert_with(|| Progress {
+                        phase: crate::control::tuner::Phase::Done,
+                        cap_w: None,
+                        index: 0,
+                        planned: result.planned,
+                        fraction: 1.0,
+                        curve: Vec::new(),
+                        best_cap_w: None,
+                    });
+                    p.curve = result.curve.clone();
+                    p.best_cap_w = Some(result.best.cap_w);
+                }
+                shown.end = Some(end.clone());
+                shown.stopping = false;
+            }
+        }
+    }
+
+    /// The tuner shown with run `id`, if any.
+    pub fn of(&self, id: &str) -> Option<&TunerShown> {
+        self.shown.as_ref().filter(|s| s.run == id)
+    }
+}
+
+/// The footer's question.
+pub fn question(ask: &TuneAsk) -> (String, &'static str) {
+    match ask {
+        TuneAsk::Start(run) => (
+            format!(" Tune run {run}'s power cap for energy? "),
+            " starts it (it stops if the console quits) · any other key: no",
+        ),
+        TuneAsk::Stop(run) => (
+            format!(" Stop the tuner on run {run}? "),
+            " stops it and puts the starting caps back · any other key: no",
+        ),
+    }
+}
 
 /// Width of the bar drawn for each cap's cost.
 const COST_BAR: usize = 20;
@@ -188,4 +307,106 @@ pub fn render(app: &App, s: &TunerShown, area: Rect, buf: &mut Buffer) {
         .block(block)
         .wrap(Wrap { trim: false })
         .render(panel, buf);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::control::tuner::{CapPoint, TuneResult};
+
+    fn point(cap_w: f64, cost: f64) -> CapPoint {
+        CapPoint {
+            cap_w,
+            energy_j: 100.0,
+            samples: 10.0,
+            seconds: 1.0,
+            energy_per_sample_j: 10.0,
+            time_per_sample_s: 0.1,
+            avg_power_w: 100.0,
+            cost,
+        }
+    }
+
+    fn progress(curve: Vec<CapPoint>) -> Progress {
+        Progress {
+            phase: Phase::Measure,
+            cap_w: Some(650.0),
+            index: 2,
+            planned: 5,
+            fraction: 0.5,
+            curve,
+            best_cap_w: Some(700.0),
+        }
+    }
+
+    #[test]
+    fn reports_build_up_what_the_panel_shows() {
+        let mut ui = TunerUi {
+            shown: Some(TunerShown::starting("r")),
+            ..TunerUi::default()
+        };
+        ui.on_event(&TunerEvent::Started {
+            run: "r".into(),
+            gpus: vec![0, 1],
+            plan: vec![700.0, 675.0],
+            window: Window::DEFAULT_STEPS,
+            eta: 0.5,
+        });
+        ui.on_event(&TunerEvent::Progress {
+            run: "r".into(),
+            progress: progress(vec![point(700.0, 3.0)]),
+        });
+        let s = ui.of("r").expect("shown");
+        assert!(s.running());
+        assert_eq!((s.gpus.as_slice(), s.plan.len()), (&[0, 1][..], 2));
+        assert_eq!(s.progress.as_ref().unwrap().curve.len(), 1);
+        assert!(ui.of("other").is_none());
+
+        // The result's curve is the final one, and its best cap is marked.
+        let mut result = TuneResult {
+            eta: 0.5,
+            max_power_w: 1400.0,
+            window: Window::DEFAULT_STEPS,
+            start_w: 700.0,
+            default_w: 700.0,
+            best: point(675.0, 2.0),
+            default: Some(point(700.0, 3.0)),
+            curve: vec![point(700.0, 3.0), point(675.0, 2.0)],
+            energy_saving_pct: Some(5.0),
+            time_change_pct: Some(1.0),
+            cost_saving_pct: Some(33.0),
+            stopped_early: false,
+            planned: 2,
+            duration_s: 60.0,
+        };
+        result.best.cap_w = 675.0;
+        ui.on_event(&TunerEvent::Ended {
+            run: "r".into(),
+            end: TunerEnd::Done {
+                result: Box::new(result),
+                saved: Ok("/x/tune-energy.json".into()),
+            },
+        });
+        let s = ui.of("r").unwrap();
+        assert!(!s.running());
+        let p = s.progress.as_ref().unwrap();
+        assert_eq!((p.curve.len(), p.best_cap_w), (2, Some(675.0)));
+    }
+
+    #[test]
+    fn a_report_about_another_run_replaces_what_is_shown() {
+        let mut ui = TunerUi {
+            shown: Some(TunerShown::starting("a")),
+            ..TunerUi::default()
+        };
+        ui.on_event(&TunerEvent::Ended {
+            run: "b".into(),
+            end: TunerEnd::Failed("no metrics".into()),
+        });
+        assert!(ui.of("a").is_none());
+        assert_eq!(
+            ui.of("b").and_then(|s| s.end.clone()),
+            Some(TunerEnd::Failed("no metrics".into()))
+        );
+    }
 }

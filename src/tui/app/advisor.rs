@@ -1,5 +1,7 @@
-//! The console's advisor pane: the hints of [`crate::advisor`] on the daemon's recent telemetry
-//! and the live runs' metrics, each with the numbers behind it and its action one key away.
+//! The console's advisor pane at work: the hints of [`crate::advisor`] on the daemon's recent
+//! telemetry and the live runs' metrics, each with the numbers behind it and its action one
+//! key away. The pane's state and drawing are `views::advisor`; these are the parts of
+//! [`App::apply`] and [`App::on_update`] that are the pane's.
 //!
 //! `a` opens the pane over any view (and `a`, Esc or q closes it). While it is open the feed
 //! gathers the advisor's input as `gpupilot advise` does and sends the hints every
@@ -7,84 +9,19 @@
 //! hint and Enter (or its number) acts on it through what the console already has: a knob
 //! opens the Run view's knob dialog on the hint's run with the suggested value typed in, a
 //! power cap opens the power-cap dialog of the GPU with the suggested watts, stopping a run
-//! asks y/n in the footer. Nothing is sent before the user confirms there. A hint without a console action (a thermal target) puts its
-//! command in the footer.
+//! asks y/n in the footer. Nothing is sent before the user confirms there. A hint without a
+//! console action (a thermal target) puts its command in the footer.
 
-use crate::advisor::{Hint, Knob, Suggestion};
+use crate::advisor::{Knob, Suggestion};
 use crate::protocol::KnobName;
 use crate::tui::action::{Action, ViewId};
 use crate::tui::app::App;
 use crate::tui::data::Level;
-use crate::tui::feed::daemon::Advice;
 use crate::tui::feed::{Request, Update};
+use crate::tui::views::advisor::PendingKnob;
 use crate::tui::views::power_dialog::{self, PowerDialog};
 use crate::tui::views::run::knob_dialog::{self, KnobDialog};
 use crate::tui::views::run::state::Confirm;
-use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
-
-/// A knob change waiting for the run's knobs to arrive before its dialog opens.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PendingKnob {
-    pub run: String,
-    pub knob: KnobName,
-    pub value: i64,
-}
-
-/// The pane's state.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct AdvisorState {
-    pub open: bool,
-    /// The hint selected (a position in the list).
-    pub selected: usize,
-    /// The newest advice from the feed; None until the first came.
-    pub advice: Option<Advice>,
-    pub pending: Option<PendingKnob>,
-}
-
-impl AdvisorState {
-    /// The hints shown.
-    pub fn hints(&self) -> &[Hint] {
-        self.advice.as_ref().map_or(&[], |a| a.hints.as_slice())
-    }
-
-    /// The action a key runs while the pane is open (every key goes to it); `close` is the
-    /// key the keymap binds to the advisor (it closes the pane too).
-    pub fn action_for_key(&self, ev: &KeyEvent, close: bool) -> Option<Action> {
-        let ctrl = ev.modifiers.contains(KeyModifiers::CONTROL);
-        if close {
-            return Some(Action::Advisor);
-        }
-        match ev.code {
-            KeyCode::Char('c') if ctrl => Some(Action::Quit),
-            KeyCode::Esc | KeyCode::Char('q') => Some(Action::Advisor),
-            KeyCode::Char('j') | KeyCode::Down => Some(Action::ScrollDown),
-            KeyCode::Char('k') | KeyCode::Up => Some(Action::ScrollUp),
-            KeyCode::Enter => Some(Action::HintAct(self.selected)),
-            KeyCode::Char(c @ '1'..='9') => Some(Action::HintAct(c as usize - '1' as usize)),
-            _ => None,
-        }
-    }
-
-    /// Whether the open pane takes `a`.
-    pub fn handles(a: Action) -> bool {
-        matches!(
-            a,
-            Action::ScrollUp | Action::ScrollDown | Action::HintAct(_)
-        )
-    }
-}
-
-/// What the footer says while the pane is open.
-pub fn footer(st: &AdvisorState) -> String {
-    match st.hints().len() {
-        0 => " Advisor · Esc: close".into(),
-        1 => " Advisor · Enter or 1: act on the hint · Esc: close".into(),
-        n => format!(
-            " Advisor · j/k: select · Enter or 1–{}: act on the hint · Esc: close",
-            n.min(9)
-        ),
-    }
-}
 
 /// Take in an update (before the data does): new advice. Returns whether a knob dialog waits
 /// for this update (the run's knobs): then call [`after_update`] once the data took it in.
@@ -223,43 +160,5 @@ fn open_knob(app: &mut App, p: PendingKnob) {
     knob_dialog::open(&mut app.run, &mut app.data, p.knob);
     if let Some(KnobDialog::Edit { field, .. }) = &mut app.run.dialog {
         field.text = p.value.to_string();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn keys_in_the_pane() {
-        let st = AdvisorState {
-            open: true,
-            selected: 2,
-            ..AdvisorState::default()
-        };
-        let key = |c| KeyEvent::new(c, KeyModifiers::NONE);
-        assert_eq!(
-            st.action_for_key(&key(KeyCode::Enter), false),
-            Some(Action::HintAct(2))
-        );
-        assert_eq!(
-            st.action_for_key(&key(KeyCode::Char('3')), false),
-            Some(Action::HintAct(2))
-        );
-        assert_eq!(
-            st.action_for_key(&key(KeyCode::Esc), false),
-            Some(Action::Advisor)
-        );
-        assert_eq!(
-            st.action_for_key(&key(KeyCode::Char('x')), true),
-            Some(Action::Advisor),
-            "the advisor's own key closes it"
-        );
-        assert_eq!(
-            st.action_for_key(&key(KeyCode::Char('j')), false),
-            Some(Action::ScrollDown)
-        );
-        assert_eq!(st.action_for_key(&key(KeyCode::Char('x')), false), None);
-        assert_eq!(footer(&st), " Advisor · Esc: close");
     }
 }
