@@ -38,6 +38,11 @@
 //!
 //! This crate has no `unsafe`: FFI lives in nvml-wrapper and, for tests, in `crates/fake-nvml`.
 
+// Outside tests every failure is handled, or is an `expect` that says why it cannot happen:
+// a daemon that supervises week-long runs must not die on an unexpected value (clippy.toml
+// allows both in unit tests; integration tests are crates of their own).
+#![deny(clippy::unwrap_used, clippy::panic)]
+
 pub mod advisor;
 pub mod cli;
 pub mod client;

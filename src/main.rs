@@ -1,5 +1,10 @@
 //! The `gpupilot` binary: parse the command line, dispatch into the library.
 
+// Outside tests every failure is handled, or is an `expect` that says why it cannot happen:
+// a daemon that supervises week-long runs must not die on an unexpected value (clippy.toml
+// allows both in unit tests; integration tests are crates of their own).
+#![deny(clippy::unwrap_used, clippy::panic)]
+
 use anyhow::Context;
 use clap::Parser;
 use gpupilot::cli::{Cli, Command, GlobalArgs, ProfileCommand, StatusArgs, TuneCommand};

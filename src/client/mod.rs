@@ -220,18 +220,17 @@ impl Client {
         // A daemon that refuses this peer says why and closes at once, possibly before the
         // hello is written: the write then fails (EPIPE), but the refusal is still waiting to
         // be read, and it is the message the user needs.
-        let wrote = writer.write_all(protocol::encode(&hello).as_bytes());
-        match &wrote {
+        let wrote = match writer.write_all(protocol::encode(&hello).as_bytes()) {
             Err(e)
                 if !matches!(
                     e.kind(),
                     std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset
                 ) =>
             {
-                return Err(wrote.unwrap_err().into());
+                return Err(e.into());
             }
-            _ => {}
-        }
+            wrote => wrote,
+        };
         let frame = match read_frame(&mut reader) {
             Ok(Some(f)) => f,
             Ok(None) => {

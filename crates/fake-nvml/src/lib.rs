@@ -22,6 +22,11 @@
 //! unless an exported function is called. See `docs/fake-nvml.md` for the scenario format and
 //! the environment variables.
 
+// Outside tests every failure is handled, or is an `expect` that says why it cannot happen:
+// a daemon that supervises week-long runs must not die on an unexpected value (clippy.toml
+// allows both in unit tests; integration tests are crates of their own).
+#![deny(clippy::unwrap_used, clippy::panic)]
+
 pub mod context;
 mod exports;
 pub mod faults;

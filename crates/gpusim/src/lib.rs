@@ -80,6 +80,11 @@
 //! that energy optima resemble Zeus (You, Chung, Chowdhury, NSDI 2023), which measured optima
 //! well below the default cap.
 
+// Outside tests every failure is handled, or is an `expect` that says why it cannot happen:
+// a daemon that supervises week-long runs must not die on an unexpected value (clippy.toml
+// allows both in unit tests; integration tests are crates of their own).
+#![deny(clippy::unwrap_used, clippy::panic)]
+
 pub mod catalog;
 pub mod error;
 pub mod gpu;
