@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use gpupilot::cluster::model::{ClusterModel, names};
 use gpupilot::cluster::query::Prometheus;
 use gpupilot::cluster::view::{ViewState, render};
-use gpupilot::cluster::{Metric, Poller, Update};
+use gpupilot::cluster::{GridMetric, Polled, Poller};
 use ratatui::Terminal;
 use ratatui::backend::TestBackend;
 
@@ -181,22 +181,22 @@ fn main() {
     probe.read_to_end(&mut raw).unwrap();
 
     let poller = Poller::start(prom.clone(), Duration::from_secs(1));
-    let mut state = ViewState::new(&prom.base, Metric::Util);
+    let mut state = ViewState::new(&prom.base, GridMetric::Util);
     let mut terminal = Terminal::new(TestBackend::new(200, 50)).unwrap();
     let mut frames = Vec::new();
     let mut per_second = Vec::new();
     let mut failures = 0;
     // The first answer is warm-up.
     let mut model: ClusterModel = match poller.rx.recv_timeout(Duration::from_secs(10)) {
-        Ok(Update::Model(m)) => *m,
+        Ok(Polled::Model(m)) => *m,
         other => panic!("no first answer: {other:?}"),
     };
     let (cpu0, wall0) = (cpu_seconds(), Instant::now());
     let mut last = (cpu0, wall0);
     while wall0.elapsed() < Duration::from_secs(seconds) {
         match poller.rx.recv_timeout(Duration::from_secs(5)) {
-            Ok(Update::Model(m)) => model = *m,
-            Ok(Update::Failed(e)) => {
+            Ok(Polled::Model(m)) => model = *m,
+            Ok(Polled::Failed(e)) => {
                 failures += 1;
                 eprintln!("query failed: {e}");
             }

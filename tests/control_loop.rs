@@ -299,7 +299,7 @@ fn a_runs_energy_reaches_ps_and_its_summary() {
     caller.cwd = std::env::temp_dir();
     // Its GPUs declared: a run that declares none is charged only the GPUs its processes use.
     let mut profile = Profile::from_command(vec!["sh".into(), "-c".into(), "sleep 0.5".into()]);
-    profile.run.gpus = gpupilot::profile::TargetGpus::List(vec![0, 1]);
+    profile.run.gpus = gpupilot::profile::GpuSelection::List(vec![0, 1]);
     let r = d.answer(
         &me(),
         Request::RunStart {

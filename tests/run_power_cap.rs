@@ -348,7 +348,7 @@ mod in_process {
 
         let mut profile = Profile::from_command(vec!["sleep".into(), "30".into()]);
         profile.power.cap_w = Some(400.0);
-        profile.run.gpus = gpupilot::profile::TargetGpus::List(vec![0]);
+        profile.run.gpus = gpupilot::profile::GpuSelection::List(vec![0]);
         let mut caller = Caller::current().unwrap();
         caller.cwd = std::env::temp_dir();
         let r = d.answer(
