@@ -7,6 +7,7 @@ use super::action::{Action, ViewId};
 use super::data::Data;
 use super::feed::{Request, Update};
 use super::ui;
+use super::views::Ctx;
 use super::views::detail::DetailState;
 use super::views::events::{self, EventsState};
 use super::views::help::HelpState;
@@ -67,6 +68,15 @@ impl App {
             quit: false,
             full_redraw: false,
             outbox: Vec::new(),
+        }
+    }
+
+    /// What the views may read besides their own state.
+    pub fn ctx(&self) -> Ctx<'_> {
+        Ctx {
+            data: &self.data,
+            theme: &self.theme,
+            keymap: &self.keymap,
         }
     }
 

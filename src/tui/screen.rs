@@ -180,7 +180,7 @@ impl<B: Backend> Screen<B> {
                 }
             });
         }
-        for (pos, rect, model) in block_models(app, a.body) {
+        for (pos, rect, model) in block_models(app.ctx(), app.selected, a.body) {
             let i = CHROME + pos;
             if self.shows(i, rect, |m| matches!(m, Model::Block(b) if *b == model)) {
                 continue;

@@ -7,6 +7,7 @@ use super::app::App;
 use super::data::Level;
 use super::feed::Link;
 use super::format;
+use super::views::advisor::AdvisorView;
 use super::views::power_dialog::PowerDialogView;
 use super::views::run::knob_dialog::KnobDialogView;
 use super::views::run::state::Confirm;
@@ -244,24 +245,51 @@ impl Widget for &App {
         header_row(self, a.header).draw(a.header, buf);
         host_row(self, a.host).draw(a.host, buf);
         tabs_row(self, a.tabs).draw(a.tabs, buf);
+        let ctx = self.ctx();
         match self.view {
-            ViewId::Overview => OverviewView { app: self }.render(a.body, buf),
-            ViewId::Detail => DetailView { app: self }.render(a.body, buf),
-            ViewId::Run => RunView { app: self }.render(a.body, buf),
-            ViewId::Events => EventsView { app: self }.render(a.body, buf),
+            ViewId::Overview => OverviewView {
+                ctx,
+                selected: self.selected,
+            }
+            .render(a.body, buf),
+            ViewId::Detail => DetailView {
+                ctx,
+                state: &self.detail,
+                selected: self.selected,
+            }
+            .render(a.body, buf),
+            ViewId::Run => RunView {
+                ctx,
+                state: &self.run,
+                tuner: &self.tuner,
+            }
+            .render(a.body, buf),
+            ViewId::Events => EventsView {
+                ctx,
+                state: &self.events,
+            }
+            .render(a.body, buf),
         }
         footer_row(self, a.footer).draw(a.footer, buf);
         if self.help.open {
-            HelpView { app: self }.render(a.body, buf);
+            HelpView {
+                ctx,
+                state: &self.help,
+            }
+            .render(a.body, buf);
         }
         if self.advisor.open {
-            super::views::advisor::AdvisorView { app: self }.render(a.body, buf);
+            AdvisorView {
+                ctx,
+                state: &self.advisor,
+            }
+            .render(a.body, buf);
         }
-        if self.run.dialog.is_some() {
-            KnobDialogView { app: self }.render(a.body, buf);
+        if let Some(dialog) = &self.run.dialog {
+            KnobDialogView { ctx, dialog }.render(a.body, buf);
         }
-        if self.power.is_some() {
-            PowerDialogView { app: self }.render(a.body, buf);
+        if let Some(dialog) = &self.power {
+            PowerDialogView { ctx, dialog }.render(a.body, buf);
         }
     }
 }

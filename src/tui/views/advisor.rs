@@ -3,11 +3,11 @@
 //! Its state ([`AdvisorState`]) and the keys it takes are here; what its actions do to the
 //! console is in `app/advisor.rs`.
 
+use super::Ctx;
 use crate::advisor::text::{label, num};
 use crate::advisor::{Evidence, Hint, Knob, Suggestion};
 use crate::protocol::KnobName;
 use crate::tui::action::Action;
-use crate::tui::app::App;
 use crate::tui::feed::Link;
 use crate::tui::feed::daemon::Advice;
 use crate::tui::format;
@@ -87,7 +87,8 @@ const WIDTH: u16 = 120;
 
 /// The pane, borrowed for one frame.
 pub struct AdvisorView<'a> {
-    pub app: &'a App,
+    pub ctx: Ctx<'a>,
+    pub state: &'a AdvisorState,
 }
 
 /// An evidence number as `name value unit`.
@@ -149,8 +150,8 @@ fn wrap(items: &[String], sep: &str, indent: usize, width: usize) -> Vec<String>
 }
 
 /// The lines of hint `i` in a pane `width` wide.
-fn hint_lines(app: &App, i: usize, h: &Hint, width: usize, selected: bool) -> Vec<Line<'static>> {
-    let t = &app.theme;
+fn hint_lines(ctx: Ctx, i: usize, h: &Hint, width: usize, selected: bool) -> Vec<Line<'static>> {
+    let t = ctx.theme;
     let whose = match (&h.run, h.gpu) {
         (Some(r), _) => format!("run {r}"),
         (None, Some(g)) => format!("GPU {g}"),
@@ -198,9 +199,9 @@ fn hint_lines(app: &App, i: usize, h: &Hint, width: usize, selected: bool) -> Ve
 
 impl Widget for AdvisorView<'_> {
     fn render(self, area: Rect, buf: &mut Buffer) {
-        let app = self.app;
-        let t = &app.theme;
-        let st = &app.advisor;
+        let ctx = self.ctx;
+        let t = ctx.theme;
+        let st = self.state;
         let popup = centered(area, WIDTH, area.height);
         Clear.render(popup, buf);
         let window = st.advice.as_ref().map_or(String::new(), |a| {
@@ -217,7 +218,7 @@ impl Widget for AdvisorView<'_> {
         let message = |text: String| Paragraph::new(text).style(t.dim).wrap(Wrap { trim: true });
         let hints = st.hints();
         if hints.is_empty() {
-            let text = match (&app.data.link, &st.advice) {
+            let text = match (&ctx.data.link, &st.advice) {
                 (Link::Local, _) => "The advisor needs the daemon's history and runs, and this \
                                      console samples in-process: start `gpupilot` (it starts \
                                      the daemon)."
@@ -237,7 +238,7 @@ impl Widget for AdvisorView<'_> {
                 lines.push(Line::raw(""));
             }
             let first = lines.len();
-            lines.extend(hint_lines(app, i, h, width, i == st.selected));
+            lines.extend(hint_lines(ctx, i, h, width, i == st.selected));
             spans.push((first, lines.len()));
         }
         // The selected hint in view: scrolled so that it ends on screen, or starts at the top.

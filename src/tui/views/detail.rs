@@ -6,9 +6,9 @@
 //! Charts ask the history for at most two points per column (braille has two dots across a
 //! cell) and break their line where samples are missing: a gap is drawn as a gap.
 
+use super::Ctx;
 use crate::history::Metric;
 use crate::telemetry::{GpuSample, throttle_reason_names};
-use crate::tui::app::App;
 use crate::tui::format;
 use crate::tui::theme::Theme;
 use crate::tui::widgets::{badges, segments};
@@ -77,18 +77,21 @@ pub struct DetailState {
     pub process_scroll: usize,
 }
 
-/// The detail view, borrowed for one frame.
+/// The detail view, borrowed for one frame: its state, and the GPU shown (a position in the
+/// snapshot).
 pub struct DetailView<'a> {
-    pub app: &'a App,
+    pub ctx: Ctx<'a>,
+    pub state: &'a DetailState,
+    pub selected: usize,
 }
 
 impl Widget for DetailView<'_> {
     fn render(self, area: Rect, buf: &mut Buffer) {
-        let app = self.app;
-        let t = &app.theme;
-        let Some(g) = app.data.gpu(app.selected) else {
-            let msg = if app.data.snapshot.is_none() {
-                app.data.no_snapshot_text()
+        let v = &self;
+        let t = v.ctx.theme;
+        let Some(g) = v.ctx.data.gpu(v.selected) else {
+            let msg = if v.ctx.data.snapshot.is_none() {
+                v.ctx.data.no_snapshot_text()
             } else {
                 "No GPU to show.".into()
             };
@@ -105,7 +108,7 @@ impl Widget for DetailView<'_> {
             width: info.width.saturating_sub(badges.width() as u16 + 1),
             ..info
         };
-        info_line(g, app.data.name(app.selected), t).render(left, buf);
+        info_line(g, v.ctx.data.name(v.selected), t).render(left, buf);
         badges.right_aligned().render(info, buf);
 
         let rows: [Rect; 3] = Layout::vertical([Constraint::Ratio(1, 3); 3]).areas(grid);
@@ -121,9 +124,9 @@ impl Widget for DetailView<'_> {
             cells[1][1],
             cells[2][0],
         ]) {
-            render_chart(app, g, &spec, area, buf);
+            render_chart(v, g, &spec, area, buf);
         }
-        render_processes(app, g, cells[2][1], buf);
+        render_processes(v, g, cells[2][1], buf);
     }
 }
 
@@ -249,10 +252,10 @@ fn num(v: f64) -> String {
     }
 }
 
-fn render_chart(app: &App, g: &GpuSample, spec: &ChartSpec, area: Rect, buf: &mut Buffer) {
-    let t = &app.theme;
-    let d = &app.data;
-    let window = app.detail.window.seconds();
+fn render_chart(v: &DetailView, g: &GpuSample, spec: &ChartSpec, area: Rect, buf: &mut Buffer) {
+    let t = v.ctx.theme;
+    let d = v.ctx.data;
+    let window = v.state.window.seconds();
     let value_style = if spec.value == format::NA || spec.value == "LOST" {
         t.na
     } else if g.stale {
@@ -274,7 +277,7 @@ fn render_chart(app: &App, g: &GpuSample, spec: &ChartSpec, area: Rect, buf: &mu
         .max(1.0) as usize;
     let points = d
         .history
-        .window(app.selected, spec.metric, from, d.now, points_wanted);
+        .window(v.selected, spec.metric, from, d.now, points_wanted);
     let scaled: Vec<_> = points
         .iter()
         .map(|p| crate::history::Point {
@@ -309,7 +312,7 @@ fn render_chart(app: &App, g: &GpuSample, spec: &ChartSpec, area: Rect, buf: &mu
     if spec.metric == Metric::SmClock {
         // Under the clock, where there is room: how long it was held down by power and by
         // heat in this window.
-        if let Some(key) = limited_summary(app, from) {
+        if let Some(key) = limited_summary(v, from) {
             if key.chars().count() < room {
                 block = block.title_bottom(Line::styled(key, t.warn));
             }
@@ -357,7 +360,7 @@ fn render_chart(app: &App, g: &GpuSample, spec: &ChartSpec, area: Rect, buf: &mu
     let mut x_axis = Axis::default().bounds([-window, 0.0]).style(t.axis);
     if inner.height >= 8 {
         x_axis = x_axis.labels([
-            Span::raw(format!("-{}", app.detail.window.label())),
+            Span::raw(format!("-{}", v.state.window.label())),
             Span::raw("now"),
         ]);
     }
@@ -388,9 +391,9 @@ fn render_chart(app: &App, g: &GpuSample, spec: &ChartSpec, area: Rect, buf: &mu
 
 /// ` power-limited 3m24s · thermal 0s ` over the shown window, from the history's 0/1 series;
 /// None when the history has neither.
-fn limited_summary(app: &App, from: f64) -> Option<String> {
-    let d = &app.data;
-    let time = |m| d.history.time_at_one(app.selected, m, from, d.now, 120);
+fn limited_summary(v: &DetailView, from: f64) -> Option<String> {
+    let d = v.ctx.data;
+    let time = |m| d.history.time_at_one(v.selected, m, from, d.now, 120);
     let (p, th) = (time(Metric::PowerLimited), time(Metric::ThermalLimited));
     if p.is_none() && th.is_none() {
         return None;
@@ -404,8 +407,8 @@ fn limited_summary(app: &App, from: f64) -> Option<String> {
     Some(format!(" power-limited {} · thermal {} ", s(p), s(th)))
 }
 
-fn render_processes(app: &App, g: &GpuSample, area: Rect, buf: &mut Buffer) {
-    let t = &app.theme;
+fn render_processes(v: &DetailView, g: &GpuSample, area: Rect, buf: &mut Buffer) {
+    let t = v.ctx.theme;
     let title = match &g.processes {
         Some(p) => format!(" Processes ({}) ", p.len()),
         None => " Processes ".to_string(),
@@ -431,7 +434,7 @@ fn render_processes(app: &App, g: &GpuSample, area: Rect, buf: &mut Buffer) {
         }
         Some(p) => p,
     };
-    let scroll = app.detail.process_scroll.min(procs.len().saturating_sub(1));
+    let scroll = v.state.process_scroll.min(procs.len().saturating_sub(1));
     let rows = procs.iter().skip(scroll).map(|p| {
         let mem = p.used_memory_bytes.map_or_else(
             || format::NA.to_string(),

@@ -1,9 +1,9 @@
 //! The Events view: the node's `events.jsonl` as the daemon keeps it, newest first: when, who,
 //! what, old → new, and why. Scrolls with the keys of the `[[events]]` keymap section.
 
+use super::Ctx;
 use crate::protocol::{NodeEvent, NodeEventRecord};
 use crate::tui::action::Action;
-use crate::tui::app::App;
 use crate::tui::feed::Link;
 use ratatui::buffer::Buffer;
 use ratatui::layout::{Constraint, Rect};
@@ -314,21 +314,21 @@ fn short_time(rfc3339: &str) -> String {
 
 /// The Events view, borrowed for one frame.
 pub struct EventsView<'a> {
-    pub app: &'a App,
+    pub ctx: Ctx<'a>,
+    pub state: &'a EventsState,
 }
 
 impl Widget for EventsView<'_> {
     fn render(self, area: Rect, buf: &mut Buffer) {
-        let app = self.app;
-        let t = &app.theme;
-        let events = &app.data.events;
+        let t = self.ctx.theme;
+        let events = &self.ctx.data.events;
         let title = Span::styled(format!(" Events ({}) ", events.len()), t.title);
         let block = Block::bordered()
             .border_style(t.border)
             .title(title)
             .title(Line::styled(" newest first ", t.dim).right_aligned());
         if events.is_empty() {
-            let text = match &app.data.link {
+            let text = match &self.ctx.data.link {
                 Link::Local => {
                     "The demo has no daemon, so no event log. On a real node this lists the \
                      node's events.jsonl: runs started and stopped, daemons started, refused \
@@ -345,8 +345,8 @@ impl Widget for EventsView<'_> {
             return;
         }
         let page = page_rows(area);
-        let scroll = app
-            .events
+        let scroll = self
+            .state
             .scroll
             .min(events.len().saturating_sub(page.max(1)));
         // Narrow terminals get the time of day and the user's name; wide ones everything.

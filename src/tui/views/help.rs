@@ -1,7 +1,7 @@
 //! The help screen: every binding of the keymap with its description, by context. Generated
 //! from the keymap, so it always says what the keys really do.
 
-use crate::tui::app::App;
+use super::Ctx;
 use crate::tui::keymap::Context;
 use crate::tui::widgets::centered;
 use ratatui::buffer::Buffer;
@@ -18,12 +18,13 @@ pub struct HelpState {
 
 /// The help, drawn over the body.
 pub struct HelpView<'a> {
-    pub app: &'a App,
+    pub ctx: Ctx<'a>,
+    pub state: &'a HelpState,
 }
 
 /// The help text, one line per binding.
-pub fn lines(app: &App) -> Vec<Line<'static>> {
-    let t = &app.theme;
+pub fn lines(ctx: Ctx) -> Vec<Line<'static>> {
+    let t = ctx.theme;
     let mut out = Vec::new();
     let keys_of = |b: &crate::tui::keymap::Binding| {
         b.keys
@@ -34,19 +35,19 @@ pub fn lines(app: &App) -> Vec<Line<'static>> {
     };
     let width = Context::ALL
         .iter()
-        .flat_map(|c| app.keymap.bindings(*c))
+        .flat_map(|c| ctx.keymap.bindings(*c))
         .map(|b| keys_of(b).chars().count())
         .max()
         .unwrap_or(0);
-    for ctx in Context::ALL {
-        let bindings = app.keymap.bindings(ctx);
+    for context in Context::ALL {
+        let bindings = ctx.keymap.bindings(context);
         if bindings.is_empty() {
             continue;
         }
         if !out.is_empty() {
             out.push(Line::raw(""));
         }
-        out.push(Line::styled(ctx.title(), t.help_section));
+        out.push(Line::styled(context.title(), t.help_section));
         for b in bindings {
             out.push(Line::from(vec![
                 Span::styled(format!("  {:<width$}  ", keys_of(b)), t.key),
@@ -62,7 +63,7 @@ pub fn lines(app: &App) -> Vec<Line<'static>> {
     out.push(Line::styled(
         format!(
             "Mouse: click a GPU to select it, a tab to switch; the wheel scrolls. Theme: {}.",
-            app.theme.name
+            t.name
         ),
         t.dim,
     ));
@@ -71,8 +72,8 @@ pub fn lines(app: &App) -> Vec<Line<'static>> {
 
 impl Widget for HelpView<'_> {
     fn render(self, area: Rect, buf: &mut Buffer) {
-        let t = &self.app.theme;
-        let text = lines(self.app);
+        let t = self.ctx.theme;
+        let text = lines(self.ctx);
         let h = (text.len() as u16 + 2).min(area.height);
         let popup = centered(area, 86, h);
         Clear.render(popup, buf);
@@ -85,7 +86,7 @@ impl Widget for HelpView<'_> {
         let inner = block.inner(popup);
         let max_scroll = (text.len() as u16).saturating_sub(inner.height);
         let block = if max_scroll > 0 {
-            let at = self.app.help.scroll.min(max_scroll);
+            let at = self.state.scroll.min(max_scroll);
             let more = if at < max_scroll {
                 " ↓ more: j/k scroll "
             } else {
@@ -97,7 +98,7 @@ impl Widget for HelpView<'_> {
         };
         Paragraph::new(text)
             .block(block)
-            .scroll((self.app.help.scroll.min(max_scroll), 0))
+            .scroll((self.state.scroll.min(max_scroll), 0))
             .render(popup, buf);
     }
 }

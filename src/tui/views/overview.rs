@@ -5,9 +5,9 @@
 //! The layout adapts: full blocks in one or two columns when they fit, compact two-line blocks
 //! when they do not, and pages of GPUs (the one holding the selection) when even those do not.
 
+use super::Ctx;
 use crate::history::Metric;
 use crate::telemetry::GpuSample;
-use crate::tui::app::App;
 use crate::tui::format;
 use crate::tui::theme::Theme;
 use crate::tui::widgets::{
@@ -123,18 +123,19 @@ impl Layout {
     }
 }
 
-/// The overview, borrowed for one frame.
+/// The overview, borrowed for one frame, with the GPU selected (a position in the snapshot).
 pub struct OverviewView<'a> {
-    pub app: &'a App,
+    pub ctx: Ctx<'a>,
+    pub selected: usize,
 }
 
 impl Widget for OverviewView<'_> {
     fn render(self, area: Rect, buf: &mut Buffer) {
-        let app = self.app;
-        let t = &app.theme;
-        let gpus = app.data.gpus();
-        if app.data.snapshot.is_none() {
-            Paragraph::new(app.data.no_snapshot_text())
+        let ctx = self.ctx;
+        let t = ctx.theme;
+        let gpus = ctx.data.gpus();
+        if ctx.data.snapshot.is_none() {
+            Paragraph::new(ctx.data.no_snapshot_text())
                 .style(t.dim)
                 .wrap(Wrap { trim: true })
                 .render(area, buf);
@@ -147,13 +148,13 @@ impl Widget for OverviewView<'_> {
                 .render(area, buf);
             return;
         }
-        let layout = Layout::new(area, gpus.len(), app.selected);
+        let layout = Layout::new(area, gpus.len(), self.selected);
         for cell in &layout.cells {
             GpuBlock {
-                app,
+                ctx,
                 g: &gpus[cell.gpu],
                 pos: cell.gpu,
-                selected: cell.gpu == app.selected,
+                selected: cell.gpu == self.selected,
                 density: layout.density,
                 meter_rows: layout.meter_rows,
             }
@@ -175,20 +176,20 @@ impl Widget for OverviewView<'_> {
     }
 }
 
-/// One GPU's block on one frame: its model, drawn.
-/// Each GPU block of the overview of `body`: its position, its area and its model.
-pub fn block_models(app: &App, body: Rect) -> Vec<(usize, Rect, BlockModel)> {
-    let gpus = app.data.gpus();
-    let layout = Layout::new(body, gpus.len(), app.selected);
+/// Each GPU block of the overview of `body` with GPU `selected` selected: its position, its
+/// area and its model.
+pub fn block_models(ctx: Ctx, selected: usize, body: Rect) -> Vec<(usize, Rect, BlockModel)> {
+    let gpus = ctx.data.gpus();
+    let layout = Layout::new(body, gpus.len(), selected);
     layout
         .cells
         .iter()
         .map(|cell| {
             let block = GpuBlock {
-                app,
+                ctx,
                 g: &gpus[cell.gpu],
                 pos: cell.gpu,
-                selected: cell.gpu == app.selected,
+                selected: cell.gpu == selected,
                 density: layout.density,
                 meter_rows: layout.meter_rows,
             };
@@ -197,8 +198,9 @@ pub fn block_models(app: &App, body: Rect) -> Vec<(usize, Rect, BlockModel)> {
         .collect()
 }
 
+/// One GPU's block on one frame: its model, drawn.
 struct GpuBlock<'a> {
-    app: &'a App,
+    ctx: Ctx<'a>,
     g: &'a GpuSample,
     pos: usize,
     selected: bool,
@@ -208,7 +210,7 @@ struct GpuBlock<'a> {
 
 impl Widget for GpuBlock<'_> {
     fn render(self, area: Rect, buf: &mut Buffer) {
-        BlockModel::of(&self, area).draw(&self.app.theme, area, buf);
+        BlockModel::of(&self, area).draw(self.ctx.theme, area, buf);
     }
 }
 
@@ -295,9 +297,9 @@ impl BlockAreas {
 
 impl BlockModel {
     fn of(b: &GpuBlock, area: Rect) -> BlockModel {
-        let t = &b.app.theme;
+        let t = b.ctx.theme;
         let g = b.g;
-        let name = b.app.data.name(b.pos).unwrap_or(format::NA);
+        let name = b.ctx.data.name(b.pos).unwrap_or(format::NA);
         let border = if b.selected {
             t.border_selected
         } else {
@@ -312,7 +314,7 @@ impl BlockModel {
             BlockBody::Lost
         } else {
             let a = BlockAreas::of(area, b.density, b.meter_rows);
-            let meters = meters(b.app, g, b.pos, &a);
+            let meters = meters(b.ctx, g, b.pos, &a);
             BlockBody::Meters {
                 density: b.density,
                 meter_rows: b.meter_rows,
@@ -513,9 +515,9 @@ fn ratio(v: Option<f64>, of: Option<f64>) -> Option<f64> {
 
 /// Util, memory, temperature, power: the four meters of a GPU block, for its areas `a`. Their
 /// sparklines are one column per sampling interval.
-fn meters(app: &App, g: &GpuSample, pos: usize, a: &BlockAreas) -> [MeterSpec; 4] {
-    let t = &app.theme;
-    let d = &app.data;
+fn meters(ctx: Ctx, g: &GpuSample, pos: usize, a: &BlockAreas) -> [MeterSpec; 4] {
+    let t = ctx.theme;
+    let d = ctx.data;
     let w = a.spark as usize;
     let used = g.memory_used_bytes.map(|b| b as f64);
     let total = g.memory_total_bytes.map(|b| b as f64);

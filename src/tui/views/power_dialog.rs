@@ -7,8 +7,8 @@
 //! without a daemon (an in-process sampler) says so instead of sending. While it is open every
 //! key goes to it.
 
+use super::Ctx;
 use crate::tui::action::Action;
-use crate::tui::app::App;
 use crate::tui::data::{Data, Level};
 use crate::tui::dialog::{self, DialogBox, NumberField};
 use crate::tui::feed::local::NO_DAEMON;
@@ -209,16 +209,14 @@ fn w(v: Option<f64>) -> String {
 
 /// The dialog, drawn over the body.
 pub struct PowerDialogView<'a> {
-    pub app: &'a App,
+    pub ctx: Ctx<'a>,
+    pub dialog: &'a PowerDialog,
 }
 
 impl Widget for PowerDialogView<'_> {
     fn render(self, area: Rect, buf: &mut Buffer) {
-        let app = self.app;
-        let t = &app.theme;
-        let Some(d) = &app.power else {
-            return;
-        };
+        let t = self.ctx.theme;
+        let d = self.dialog;
         let (gpu, limits) = match d {
             PowerDialog::Edit { gpu, limits, .. } | PowerDialog::Confirm { gpu, limits, .. } => {
                 (*gpu, limits)
@@ -283,6 +281,7 @@ mod tests {
     use super::*;
     use crate::telemetry::{GpuSample, Snapshot};
     use crate::tui::action::ViewId;
+    use crate::tui::app::App;
     use crate::tui::keymap::Keymap;
     use crate::tui::theme::Theme;
     use std::time::Duration;

@@ -12,12 +12,12 @@
 use super::ranks;
 use crate::protocol::{KnobName, KnobState, RunInfo, StagedChange};
 use crate::tui::action::Action;
-use crate::tui::app::App;
 use crate::tui::data::Data;
 use crate::tui::format::NA;
 use crate::tui::keymap::Context;
 use crate::tui::metrics::{Marker, MarkerKind, RunMetrics, Series, markers};
 use crate::tui::theme::Theme;
+use crate::tui::views::Ctx;
 use ratatui::buffer::Buffer;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::Style;
@@ -53,18 +53,13 @@ pub fn rows(rest: u16) -> u16 {
 }
 
 /// Whether `run` has a band: it reported metrics or has knobs.
-pub fn shows(app: &App, run: &RunInfo) -> bool {
-    has_band(&app.data, run)
-}
-
-/// [`shows`], from the data alone.
 pub fn has_band(data: &Data, run: &RunInfo) -> bool {
     data.metrics.of(&run.id).is_some_and(RunMetrics::has_any)
 }
 
 /// Draw the band of `run` in `area`.
-pub fn render(app: &App, run: &RunInfo, area: Rect, buf: &mut Buffer) {
-    let Some(m) = app.data.metrics.of(&run.id) else {
+pub fn render(ctx: Ctx, run: &RunInfo, area: Rect, buf: &mut Buffer) {
+    let Some(m) = ctx.data.metrics.of(&run.id) else {
         return;
     };
     let knob_w = if area.width >= 70 {
@@ -74,24 +69,24 @@ pub fn render(app: &App, run: &RunInfo, area: Rect, buf: &mut Buffer) {
     };
     let [charts, knobs] =
         Layout::horizontal([Constraint::Fill(1), Constraint::Length(knob_w)]).areas(area);
-    let marks = markers(&app.data.events, &run.id);
+    let marks = markers(&ctx.data.events, &run.id);
     let x = x_bounds(m);
     if area.height >= CHARTS_MIN && charts.width >= 4 * CHART_MIN_W {
         let cells: [Rect; 4] = Layout::horizontal([Constraint::Fill(1); 4]).areas(charts);
         for (s, cell) in Series::ALL.into_iter().zip(cells) {
-            render_chart(app, m, s, x, &marks, cell, buf);
+            render_chart(ctx, m, s, x, &marks, cell, buf);
         }
     } else if area.height >= CHARTS_MIN && charts.width >= 2 * CHART_MIN_W {
         let [top, bottom] = Layout::vertical([Constraint::Fill(1); 2]).areas(charts);
         let [a, b]: [Rect; 2] = Layout::horizontal([Constraint::Fill(1); 2]).areas(top);
         let [c, d]: [Rect; 2] = Layout::horizontal([Constraint::Fill(1); 2]).areas(bottom);
         for (s, cell) in Series::ALL.into_iter().zip([a, b, c, d]) {
-            render_chart(app, m, s, x, &marks, cell, buf);
+            render_chart(ctx, m, s, x, &marks, cell, buf);
         }
     } else {
-        render_rows(app, m, x, &marks, charts, buf);
+        render_rows(ctx, m, x, &marks, charts, buf);
     }
-    render_knobs(app, m, knobs, buf);
+    render_knobs(ctx, m, knobs, buf);
 }
 
 /// The time the charts span: the first report to the newest (at least a second).
@@ -199,7 +194,7 @@ fn shown_markers(t: &Theme, marks: &[Marker], x: [f64; 2]) -> (Vec<Marker>, Vec<
 }
 
 fn render_chart(
-    app: &App,
+    ctx: Ctx,
     m: &RunMetrics,
     s: Series,
     x: [f64; 2],
@@ -207,7 +202,7 @@ fn render_chart(
     area: Rect,
     buf: &mut Buffer,
 ) {
-    let t = &app.theme;
+    let t = ctx.theme;
     let pts = m.series(s);
     let value = current(s, &pts);
     let value_style = if pts.is_empty() {
@@ -279,14 +274,14 @@ fn render_chart(
 
 /// One row per series: name, newest value, and a sparkline over the run with marked columns.
 fn render_rows(
-    app: &App,
+    ctx: Ctx,
     m: &RunMetrics,
     x: [f64; 2],
     marks: &[Marker],
     area: Rect,
     buf: &mut Buffer,
 ) {
-    let t = &app.theme;
+    let t = ctx.theme;
     let (inside, legend) = shown_markers(t, marks, x);
     let mut block = Block::bordered()
         .border_style(t.border)
@@ -420,8 +415,8 @@ fn outcome(t: &Theme, k: &KnobState, staged: Option<&StagedChange>) -> (String, 
 }
 
 /// The key the keymap gives to changing `knob` in the Run view, if any.
-fn key_for(app: &App, knob: KnobName) -> Option<String> {
-    app.keymap
+fn key_for(ctx: Ctx, knob: KnobName) -> Option<String> {
+    ctx.keymap
         .bindings(Context::Run)
         .iter()
         .find(|b| b.action == Action::SetKnob(knob))
@@ -440,8 +435,8 @@ pub fn range_text(k: &KnobState) -> String {
     }
 }
 
-fn render_knobs(app: &App, m: &RunMetrics, area: Rect, buf: &mut Buffer) {
-    let t = &app.theme;
+fn render_knobs(ctx: Ctx, m: &RunMetrics, area: Rect, buf: &mut Buffer) {
+    let t = ctx.theme;
     let (who, style) = match &m.trainer {
         Some(tr) if ranks::is_multi(tr) => {
             let attached = tr.ranks.iter().filter(|r| r.attached).count();
@@ -480,7 +475,7 @@ fn render_knobs(app: &App, m: &RunMetrics, area: Rect, buf: &mut Buffer) {
     let mut lines = Vec::new();
     for k in knobs {
         let mut first = Vec::new();
-        if let Some(key) = key_for(app, k.knob) {
+        if let Some(key) = key_for(ctx, k.knob) {
             first.push(Span::styled(format!("{key} "), t.key));
         }
         first.push(Span::styled(format!("{:<10} ", k.knob.as_str()), t.dim));

@@ -7,10 +7,10 @@
 use super::state::RunState;
 use crate::protocol::{KnobName, KnobRange};
 use crate::tui::action::Action;
-use crate::tui::app::App;
 use crate::tui::data::{Data, Level};
 use crate::tui::dialog::{self, DialogBox, NumberField};
 use crate::tui::feed::{Request, Update};
+use crate::tui::views::Ctx;
 use crossterm::event::KeyEvent;
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
@@ -205,16 +205,14 @@ pub fn on_update(st: &mut RunState, u: &Update) {
 
 /// The dialog, drawn over the body.
 pub struct KnobDialogView<'a> {
-    pub app: &'a App,
+    pub ctx: Ctx<'a>,
+    pub dialog: &'a KnobDialog,
 }
 
 impl Widget for KnobDialogView<'_> {
     fn render(self, area: Rect, buf: &mut Buffer) {
-        let app = self.app;
-        let t = &app.theme;
-        let Some(d) = &app.run.dialog else {
-            return;
-        };
+        let t = self.ctx.theme;
+        let d = self.dialog;
         let (title, lines) = match d {
             KnobDialog::Edit {
                 run,
@@ -286,6 +284,7 @@ mod tests {
     use crate::protocol::{KnobState, TrainerInfo};
     use crate::supervisor::RunStatus;
     use crate::tui::action::ViewId;
+    use crate::tui::app::App;
     use crate::tui::app::run_tests::run_info;
     use crate::tui::keymap::Keymap;
     use crate::tui::theme::Theme;

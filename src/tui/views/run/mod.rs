@@ -9,9 +9,9 @@ pub mod ranks;
 pub mod state;
 pub mod tuner_panel;
 
+use super::Ctx;
 use crate::protocol::{LogStream, RunInfo};
 use crate::supervisor::RunStatus;
-use crate::tui::app::App;
 use crate::tui::data::Data;
 use crate::tui::feed::{Link, local::NO_RUNS};
 use crate::tui::log::{LogBuffer, matches};
@@ -23,6 +23,7 @@ use ratatui::style::Style;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Cell, Padding, Paragraph, Row, Table, Widget, Wrap};
 use state::{RunState, list, window};
+use tuner_panel::TunerUi;
 
 /// Where each part of the view goes: a pure function of the body and the number of runs,
 /// shared by render and by the app (a page of log is as many lines as fit).
@@ -105,17 +106,20 @@ impl Layout {
     }
 }
 
-/// The Run view, borrowed for one frame.
+/// The Run view, borrowed for one frame: its state, and the console's tuner (whose panel it
+/// draws over the log of the run it tunes).
 pub struct RunView<'a> {
-    pub app: &'a App,
+    pub ctx: Ctx<'a>,
+    pub state: &'a RunState,
+    pub tuner: &'a TunerUi,
 }
 
 impl Widget for RunView<'_> {
     fn render(self, area: Rect, buf: &mut Buffer) {
-        let app = self.app;
-        let t = &app.theme;
-        let d = &app.data;
-        let Some(run) = app.run.current(d) else {
+        let v = &self;
+        let t = v.ctx.theme;
+        let d = v.ctx.data;
+        let Some(run) = v.state.current(d) else {
             let text = match (&d.link, &d.runs) {
                 (Link::Local, _) => NO_RUNS.to_string(),
                 (Link::Gone { .. }, _) => {
@@ -142,27 +146,27 @@ impl Widget for RunView<'_> {
         };
         let layout = Layout::of(area, d, run);
         if let Some(list_area) = layout.list {
-            render_list(app, run, list_area, buf);
+            render_list(v, run, list_area, buf);
         }
-        render_info(app, run, layout.info, buf);
+        render_info(v.ctx, run, layout.info, buf);
         if let (Some(ranks_area), Some(tr)) = (layout.ranks, ranks::trainer_of(d, &run.id)) {
             ranks::render(t, d, &run.id, tr, ranks_area, buf);
         }
         if let Some(band_area) = layout.band {
-            band::render(app, run, band_area, buf);
+            band::render(v.ctx, run, band_area, buf);
         }
         let mut log = layout.log;
-        if let Some(s) = app.tuner.of(&run.id) {
+        if let Some(s) = v.tuner.of(&run.id) {
             // The console's energy tuner on this run: its panel above the log.
-            let h = tuner_panel::height(app, s, log);
-            tuner_panel::render(app, s, Rect { height: h, ..log }, buf);
+            let h = tuner_panel::height(t, s, log);
+            tuner_panel::render(t, s, Rect { height: h, ..log }, buf);
             log = Rect {
                 y: log.y + h,
                 height: log.height - h,
                 ..log
             };
         }
-        render_log(app, &app.run, app.run.buffer(d), log, buf);
+        render_log(t, v.state, v.state.buffer(d), log, buf);
     }
 }
 
@@ -186,11 +190,11 @@ fn exit_cell(r: &RunInfo) -> String {
     }
 }
 
-fn render_list(app: &App, shown: &RunInfo, area: Rect, buf: &mut Buffer) {
-    let t = &app.theme;
+fn render_list(v: &RunView, shown: &RunInfo, area: Rect, buf: &mut Buffer) {
+    let t = v.ctx.theme;
     let rows_fit = area.height.saturating_sub(1) as usize;
-    let skip = app.run.selected.saturating_sub(rows_fit.saturating_sub(1));
-    let rows: Vec<Row> = list(&app.data)
+    let skip = v.state.selected.saturating_sub(rows_fit.saturating_sub(1));
+    let rows: Vec<Row> = list(v.ctx.data)
         .enumerate()
         .skip(skip)
         .take(rows_fit)
@@ -205,14 +209,14 @@ fn render_list(app: &App, shown: &RunInfo, area: Rect, buf: &mut Buffer) {
                 Cell::from(exit_cell(r)),
                 Cell::from(shell_words::join(&r.command)),
             ]);
-            if i == app.run.selected {
+            if i == v.state.selected {
                 row.style(t.selected)
             } else {
                 row
             }
         })
         .collect();
-    let n = app.data.run_list().len();
+    let n = v.ctx.data.run_list().len();
     let header = Row::new(vec![
         "",
         "RUN",
@@ -244,8 +248,8 @@ fn render_list(app: &App, shown: &RunInfo, area: Rect, buf: &mut Buffer) {
     .render(area, buf);
 }
 
-fn render_info(app: &App, r: &RunInfo, area: Rect, buf: &mut Buffer) {
-    let t = &app.theme;
+fn render_info(ctx: Ctx, r: &RunInfo, area: Rect, buf: &mut Buffer) {
+    let t = ctx.theme;
     let dim = |s: &str| Span::styled(s.to_string(), t.dim);
     let sep = || Span::styled(" · ", t.dim);
     let mut first = vec![dim("pid ")];
@@ -267,7 +271,7 @@ fn render_info(app: &App, r: &RunInfo, area: Rect, buf: &mut Buffer) {
             Span::raw(crate::tui::control::energy_line(e)),
         ]);
     }
-    let log = &app.data.log;
+    let log = &ctx.data.log;
     let exits = if log.run.as_deref() == Some(r.id.as_str()) && !log.exits.is_empty() {
         log.exits.join(" · ")
     } else if r.is_final() {
@@ -299,8 +303,7 @@ fn render_info(app: &App, r: &RunInfo, area: Rect, buf: &mut Buffer) {
         .render(area, buf);
 }
 
-fn render_log(app: &App, st: &RunState, log: Option<&LogBuffer>, area: Rect, buf: &mut Buffer) {
-    let t = &app.theme;
+fn render_log(t: &Theme, st: &RunState, log: Option<&LogBuffer>, area: Rect, buf: &mut Buffer) {
     let name = st.stream.as_str();
     let other = match st.stream {
         LogStream::Stdout => "stderr",

@@ -6,8 +6,8 @@
 //! do to it is in `app/tuner.rs`.
 
 use crate::control::tuner::{Phase, Progress, Unit, Window};
-use crate::tui::app::App;
 use crate::tui::feed::daemon::{TunerEnd, TunerEvent};
+use crate::tui::theme::Theme;
 use crate::tui::widgets::bar;
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
@@ -136,8 +136,7 @@ pub fn question(ask: &TuneAsk) -> (String, &'static str) {
 const COST_BAR: usize = 20;
 
 /// The panel's lines (without its border).
-pub fn lines(app: &App, s: &TunerShown) -> Vec<Line<'static>> {
-    let t = &app.theme;
+pub fn lines(t: &Theme, s: &TunerShown) -> Vec<Line<'static>> {
     let dim = |x: String| Span::styled(x, t.dim);
     let mut out = Vec::new();
     let mut about = Vec::new();
@@ -265,9 +264,9 @@ pub fn lines(app: &App, s: &TunerShown) -> Vec<Line<'static>> {
 
 /// Rows the panel takes at the top of the log's `area`: its lines (wrapped to the width) and
 /// border, leaving the log at least three rows.
-pub fn height(app: &App, s: &TunerShown, area: Rect) -> u16 {
+pub fn height(t: &Theme, s: &TunerShown, area: Rect) -> u16 {
     let inner_w = area.width.saturating_sub(4).max(1) as usize;
-    let rows: usize = lines(app, s)
+    let rows: usize = lines(t, s)
         .iter()
         .map(|l| l.width().max(1).div_ceil(inner_w))
         .sum();
@@ -276,9 +275,8 @@ pub fn height(app: &App, s: &TunerShown, area: Rect) -> u16 {
 
 /// Draw the panel in `area` (see [`height`]). A panel too short keeps its first two lines
 /// and the newest caps.
-pub fn render(app: &App, s: &TunerShown, area: Rect, buf: &mut Buffer) {
-    let t = &app.theme;
-    let text = lines(app, s);
+pub fn render(t: &Theme, s: &TunerShown, area: Rect, buf: &mut Buffer) {
+    let text = lines(t, s);
     let h = area.height;
     let panel = area;
     Clear.render(panel, buf);
