@@ -219,3 +219,41 @@ fn the_simulator_has_no_driver_to_check() {
         text(&out)
     );
 }
+
+#[test]
+fn remapped_rows_and_a_degraded_link_are_found_and_explained() {
+    // GPU 1 waits for a reset to finish a row remap, and its link trained at Gen4 x8.
+    let node = FakeNode::new(&format!(
+        "{COMPATIBLE}\nremap_pending = true\nremapped_uncorrectable = 1\npcie_link_gen = 4\npcie_link_width = 8\n"
+    ));
+    let py = fake_python(node.dir.path(), TORCH_CU121);
+    let out = doctor(&node, &py, false);
+    let report = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{report}");
+    let memory = line(&report, "memory rows");
+    assert!(
+        memory.starts_with("  warn")
+            && memory.contains("GPU 1")
+            && memory.contains("nvidia-smi -r"),
+        "{memory}"
+    );
+    let pcie = line(&report, "PCIe link");
+    assert!(
+        pcie.starts_with("  warn") && pcie.contains("GPU 1 runs at Gen4 x8, it can do Gen5 x16"),
+        "{pcie}"
+    );
+
+    // A failed remap is a problem: the GPU needs replacing.
+    let node = FakeNode::new(&format!("{COMPATIBLE}\nremap_failure = true\n"));
+    let out = doctor(&node, &py, true);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let memory = v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "memory")
+        .unwrap();
+    assert_eq!(memory["status"], "fail", "{memory}");
+    assert_eq!(v["facts"]["gpus"][1]["remapped_rows"]["failure"], true);
+}

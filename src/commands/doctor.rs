@@ -1,29 +1,27 @@
 //! `gpupilot doctor [--json]`: is this node fit to train? Driver and CUDA versions, the
 //! installed PyTorch's CUDA build against them, persistence mode, power limits below default,
-//! thermal slowdown, ECC errors, and whether this user may set power caps.
+//! thermal slowdown, ECC errors, row remapping, degraded PCIe links, and whether this user may
+//! set power caps.
 //!
-//! It reads NVML directly (no daemon), asks the Python that runs training about PyTorch
+//! It reads NVML directly (no daemon; the GPUs through the sampler's own `NvmlSource`), asks the Python that runs training about PyTorch
 //! (`GPUPILOT_PYTHON`, default `python3`, with a time limit), and changes nothing: the
 //! permission probe sets a GPU's power limit to the value it already has. The verdicts live in
 //! [`checks`]; the exit status is 0 (nothing to fix), 1 (warnings) or 2 (a failure).
 
 pub mod checks;
 
-use std::ffi::OsStr;
 use std::io::Read;
 use std::path::Path;
 use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use nvml_wrapper::Nvml;
-use nvml_wrapper::enum_wrappers::device::{
-    EccCounter, MemoryError, TemperatureSensor, TemperatureThreshold,
-};
 use nvml_wrapper::error::NvmlError;
 use serde::Serialize;
 
 use crate::cli::{DoctorArgs, GlobalArgs, SourceKind};
-use crate::telemetry::nvml::NvmlOpenError;
+use crate::telemetry::Source as _;
+use crate::telemetry::nvml::NvmlSource;
 use checks::{Check, Facts, GpuFacts, Permission, Status, Torch};
 
 /// The interpreter asked about PyTorch unless `GPUPILOT_PYTHON` names another.
@@ -105,6 +103,8 @@ fn title(name: &str) -> &str {
         "power_limits" => "power limits",
         "thermal" => "thermal",
         "ecc" => "ECC",
+        "memory" => "memory rows",
+        "pcie" => "PCIe link",
         "power_cap_permission" => "power-cap permission",
         other => other,
     }
@@ -129,37 +129,15 @@ pub fn doctor(g: &GlobalArgs, args: &DoctorArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::from(report.exit_code))
 }
 
-fn open_nvml(lib: Option<&Path>) -> Result<Nvml, NvmlOpenError> {
-    let name = lib
-        .map(|p| p.display().to_string())
-        .unwrap_or_else(|| "libnvidia-ml.so.1".into());
-    let result = match lib {
-        Some(path) => Nvml::builder()
-            .lib_path(OsStr::new(path.as_os_str()))
-            .init(),
-        None => Nvml::init(),
-    };
-    result.map_err(|e| match e {
-        NvmlError::LibloadingError(_) | NvmlError::LibraryNotFound => {
-            NvmlOpenError::NotFound { lib: name }
-        }
-        NvmlError::DriverNotLoaded => NvmlOpenError::DriverNotLoaded { lib: name },
-        other => NvmlOpenError::Init {
-            lib: name,
-            source: other,
-        },
-    })
-}
-
-/// Read every fact: NVML, the permission probe, PyTorch.
+/// Read every fact: NVML (through the same source the sampler reads), the permission probe,
+/// PyTorch.
 pub fn gather(lib: Option<&Path>, python: &str, timeout: Duration) -> anyhow::Result<Facts> {
-    let nvml = open_nvml(lib)?;
-    let count = nvml.device_count().unwrap_or(0);
-    let mut gpus = Vec::new();
-    for i in 0..count {
-        gpus.push(gpu_facts(&nvml, i));
-    }
-    let power_permission = probe_power_permission(&nvml, &gpus);
+    let source = NvmlSource::open(lib)?;
+    let gpus: Vec<GpuFacts> = (0..source.gpu_count())
+        .map(|i| GpuFacts::from(&source.sample_gpu(i)))
+        .collect();
+    let nvml = source.nvml();
+    let power_permission = probe_power_permission(nvml, &gpus);
     Ok(Facts {
         driver_version: nvml.sys_driver_version().ok(),
         cuda_driver_version: nvml.sys_cuda_driver_version().ok(),
@@ -169,63 +147,6 @@ pub fn gather(lib: Option<&Path>, python: &str, timeout: Duration) -> anyhow::Re
         is_root: rustix::process::geteuid().is_root(),
         power_permission,
     })
-}
-
-fn gpu_facts(nvml: &Nvml, i: u32) -> GpuFacts {
-    let mut f = GpuFacts {
-        index: i,
-        ..GpuFacts::default()
-    };
-    let dev = match nvml.device_by_index(i) {
-        Ok(d) => d,
-        Err(_) => {
-            f.lost = true;
-            return f;
-        }
-    };
-    let mut lost = false;
-    let mw = |v: u32| f64::from(v) / 1000.0;
-    let l = &mut lost;
-    f.name = get(l, dev.name());
-    f.persistence = get(l, dev.is_in_persistent_mode());
-    f.power_limit_w = get(l, dev.power_management_limit().map(mw)).filter(|w| *w > 0.0);
-    f.power_default_w = get(l, dev.power_management_limit_default().map(mw)).filter(|w| *w > 0.0);
-    f.throttle_reasons = get(l, dev.current_throttle_reasons().map(|t| t.bits()));
-    f.temperature_c = get(l, dev.temperature(TemperatureSensor::Gpu).map(f64::from));
-    f.temp_slowdown_c = get(
-        l,
-        dev.temperature_threshold(TemperatureThreshold::Slowdown)
-            .map(f64::from),
-    );
-    f.ecc_corrected = get(
-        l,
-        dev.total_ecc_errors(MemoryError::Corrected, EccCounter::Volatile),
-    );
-    f.ecc_uncorrected = get(
-        l,
-        dev.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile),
-    );
-    if lost {
-        return GpuFacts {
-            index: i,
-            name: f.name,
-            lost: true,
-            ..GpuFacts::default()
-        };
-    }
-    f
-}
-
-/// `Ok` → `Some`; GPU lost → remember it; any other error → absent.
-fn get<T>(lost: &mut bool, r: Result<T, NvmlError>) -> Option<T> {
-    match r {
-        Ok(v) => Some(v),
-        Err(NvmlError::GpuLost) => {
-            *lost = true;
-            None
-        }
-        Err(_) => None,
-    }
 }
 
 /// Set the first readable GPU's power limit to what it already is: NVML answers as it would

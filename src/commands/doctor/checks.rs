@@ -11,6 +11,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::telemetry::{GpuSample, RemappedRows};
+
 /// Minimum Linux driver for CUDA minor-version compatibility, per CUDA major release
 /// (NVIDIA CUDA Toolkit release notes, "CUDA Toolkit and Minimum Required Driver Version for
 /// CUDA Minor Version Compatibility").
@@ -42,7 +44,7 @@ impl Status {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Check {
     /// Stable id for scripts: `driver`, `cuda_driver`, `pytorch`, `gpus`, `persistence`,
-    /// `power_limits`, `thermal`, `ecc`, `power_cap_permission`.
+    /// `power_limits`, `thermal`, `ecc`, `memory`, `pcie`, `power_cap_permission`.
     pub name: String,
     pub status: Status,
     pub detail: String,
@@ -86,6 +88,56 @@ pub struct GpuFacts {
     pub temp_slowdown_c: Option<f64>,
     pub ecc_corrected: Option<u64>,
     pub ecc_uncorrected: Option<u64>,
+    #[serde(default)]
+    pub remapped_rows: Option<RemappedRows>,
+    /// The PCIe link now and at best, and whether the GPU is working (an idle GPU trains its
+    /// link down, which is no fault).
+    #[serde(default)]
+    pub pcie_gen: Option<u32>,
+    #[serde(default)]
+    pub pcie_width: Option<u32>,
+    #[serde(default)]
+    pub pcie_gen_max: Option<u32>,
+    #[serde(default)]
+    pub pcie_width_max: Option<u32>,
+    #[serde(default)]
+    pub pcie_replays: Option<u64>,
+    #[serde(default)]
+    pub busy: bool,
+}
+
+impl From<&GpuSample> for GpuFacts {
+    fn from(s: &GpuSample) -> GpuFacts {
+        if s.lost {
+            return GpuFacts {
+                index: s.index,
+                name: s.name.clone(),
+                lost: true,
+                ..GpuFacts::default()
+            };
+        }
+        GpuFacts {
+            index: s.index,
+            name: s.name.clone(),
+            lost: false,
+            persistence: s.persistence,
+            power_limit_w: s.power_limit_w,
+            power_default_w: s.power_default_w,
+            throttle_reasons: s.throttle_reasons,
+            temperature_c: s.temperature_c,
+            temp_slowdown_c: s.temp_slowdown_c,
+            ecc_corrected: s.ecc_corrected,
+            ecc_uncorrected: s.ecc_uncorrected,
+            remapped_rows: s.remapped_rows,
+            pcie_gen: s.pcie_gen,
+            pcie_width: s.pcie_width,
+            pcie_gen_max: s.pcie_gen_max,
+            pcie_width_max: s.pcie_width_max,
+            pcie_replays: s.pcie_replays,
+            // P-states 0–2 are a GPU at work; an idle one sits at P8 with its link at Gen1.
+            busy: s.pstate.is_some_and(|p| p <= 2) || s.util_gpu_pct.is_some_and(|u| u > 0.0),
+        }
+    }
 }
 
 /// Whether this user may change power caps.
@@ -351,8 +403,125 @@ pub fn evaluate(f: &Facts) -> Vec<Check> {
         )
     });
 
+    out.push(memory_check(&live));
+    out.push(pcie_check(&live));
     out.push(permission_check(&f.power_permission, f.is_root));
     out
+}
+
+/// Row remapping: a failure means replace, a pending remap means reset when idle.
+fn memory_check(live: &[&GpuFacts]) -> Check {
+    let with = |pick: fn(&RemappedRows) -> bool| -> Vec<u32> {
+        live.iter()
+            .filter(|g| g.remapped_rows.as_ref().is_some_and(pick))
+            .map(|g| g.index)
+            .collect()
+    };
+    let failed = with(|r| r.failure);
+    let pending = with(|r| r.pending);
+    let remapped: Vec<String> = live
+        .iter()
+        .filter_map(|g| {
+            let r = g.remapped_rows?;
+            (r.correctable + r.uncorrectable > 0).then(|| {
+                format!(
+                    "GPU {}: {} + {} rows",
+                    g.index, r.correctable, r.uncorrectable
+                )
+            })
+        })
+        .collect();
+    if !failed.is_empty() {
+        check(
+            "memory",
+            Status::Fail,
+            format!(
+                "row remapping failed on GPU {}: its memory has no spare rows left where it needs \
+                 them; drain it and have it replaced",
+                list(&failed)
+            ),
+        )
+    } else if !pending.is_empty() {
+        check(
+            "memory",
+            Status::Warn,
+            format!(
+                "a row remap waits for a GPU reset on GPU {}: until then the bad row stays in \
+                 use; reset it when idle (`nvidia-smi -r -i N`, or drain and reboot)",
+                list(&pending)
+            ),
+        )
+    } else if !remapped.is_empty() {
+        check(
+            "memory",
+            Status::Ok,
+            format!(
+                "rows remapped to spares ({}): normal in small numbers",
+                remapped.join(", ")
+            ),
+        )
+    } else if live.iter().any(|g| g.remapped_rows.is_some()) {
+        check("memory", Status::Ok, "no remapped rows".into())
+    } else {
+        check(
+            "memory",
+            Status::Info,
+            "row remapping is not reported (GPUs before A100, and consumer GPUs, have none)".into(),
+        )
+    }
+}
+
+/// A working GPU whose link runs below its best: a classic cause of a slow rank.
+fn pcie_check(live: &[&GpuFacts]) -> Check {
+    let degraded: Vec<String> = live
+        .iter()
+        .filter(|g| g.busy)
+        .filter_map(|g| {
+            let (now_gen, now_width) = (g.pcie_gen?, g.pcie_width?);
+            let (max_gen, max_width) = (g.pcie_gen_max?, g.pcie_width_max?);
+            (now_gen < max_gen || now_width < max_width).then(|| {
+                format!(
+                    "GPU {} runs at Gen{now_gen} x{now_width}, it can do Gen{max_gen} x{max_width}",
+                    g.index
+                )
+            })
+        })
+        .collect();
+    let replays: Vec<String> = live
+        .iter()
+        .filter(|g| g.pcie_replays.is_some_and(|n| n > 0))
+        .map(|g| format!("GPU {}: {}", g.index, g.pcie_replays.unwrap_or(0)))
+        .collect();
+    let replay_note = if replays.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "; PCIe replays since the driver loaded ({}): a count that keeps climbing is a bad link",
+            replays.join(", ")
+        )
+    };
+    if !degraded.is_empty() {
+        check(
+            "pcie",
+            Status::Warn,
+            format!(
+                "{}: reseat the GPU or check its riser and slot{replay_note}",
+                degraded.join("; ")
+            ),
+        )
+    } else if live.iter().any(|g| g.pcie_gen_max.is_some()) {
+        check(
+            "pcie",
+            Status::Ok,
+            format!("every working GPU's link runs at its best{replay_note}"),
+        )
+    } else {
+        check(
+            "pcie",
+            Status::Info,
+            "PCIe link speed is not reported".into(),
+        )
+    }
 }
 
 fn torch_check(t: &Torch, driver: Option<&str>, cuda: Option<(u32, u32)>) -> Check {
@@ -472,6 +641,13 @@ mod tests {
                     temp_slowdown_c: Some(87.0),
                     ecc_corrected: Some(0),
                     ecc_uncorrected: Some(0),
+                    remapped_rows: Some(RemappedRows::default()),
+                    pcie_gen: Some(5),
+                    pcie_width: Some(16),
+                    pcie_gen_max: Some(5),
+                    pcie_width_max: Some(16),
+                    pcie_replays: Some(0),
+                    busy: true,
                     ..GpuFacts::default()
                 })
                 .collect(),
@@ -535,6 +711,8 @@ mod tests {
                 "power_limits",
                 "thermal",
                 "ecc",
+                "memory",
+                "pcie",
                 "power_cap_permission"
             ]
         );
@@ -595,6 +773,71 @@ mod tests {
         assert_eq!(s, Status::Warn);
         assert!(d.contains("sudo gpupilot daemon"), "{d}");
         assert_eq!(exit_code(&evaluate(&f)), 1);
+    }
+
+    #[test]
+    fn row_remapping_failure_is_a_problem_and_a_pending_remap_a_warning() {
+        let mut f = healthy();
+        for g in &mut f.gpus {
+            g.remapped_rows = None;
+        }
+        assert_eq!(status_of(&f, "memory").0, Status::Info, "not reported");
+        for g in &mut f.gpus {
+            g.remapped_rows = Some(RemappedRows::default());
+        }
+        assert_eq!(
+            status_of(&f, "memory"),
+            (Status::Ok, "no remapped rows".into())
+        );
+        f.gpus[0].remapped_rows = Some(RemappedRows {
+            correctable: 2,
+            ..RemappedRows::default()
+        });
+        let (s, d) = status_of(&f, "memory");
+        assert_eq!(s, Status::Ok);
+        assert!(d.contains("GPU 0: 2 + 0 rows"), "{d}");
+        f.gpus[1].remapped_rows = Some(RemappedRows {
+            pending: true,
+            ..RemappedRows::default()
+        });
+        let (s, d) = status_of(&f, "memory");
+        assert_eq!(s, Status::Warn);
+        assert!(d.contains("GPU 1") && d.contains("nvidia-smi -r"), "{d}");
+        assert_eq!(exit_code(&evaluate(&f)), 1);
+        f.gpus[0].remapped_rows = Some(RemappedRows {
+            failure: true,
+            ..RemappedRows::default()
+        });
+        let (s, d) = status_of(&f, "memory");
+        assert_eq!(s, Status::Fail);
+        assert!(d.contains("GPU 0") && d.contains("replaced"), "{d}");
+        assert_eq!(exit_code(&evaluate(&f)), 2);
+    }
+
+    #[test]
+    fn a_working_gpu_below_its_best_link_is_a_warning_an_idle_one_is_not() {
+        let mut f = healthy();
+        for g in &mut f.gpus {
+            (g.pcie_gen_max, g.pcie_width_max) = (None, None);
+        }
+        assert_eq!(status_of(&f, "pcie").0, Status::Info, "not reported");
+        let mut f = healthy();
+        assert_eq!(status_of(&f, "pcie").0, Status::Ok);
+        // Idle: the link trains down to Gen1, which is no fault.
+        f.gpus[1].pcie_gen = Some(1);
+        f.gpus[1].busy = false;
+        assert_eq!(status_of(&f, "pcie").0, Status::Ok);
+        f.gpus[1].busy = true;
+        f.gpus[1].pcie_gen = Some(4);
+        f.gpus[1].pcie_width = Some(8);
+        f.gpus[1].pcie_replays = Some(40);
+        let (s, d) = status_of(&f, "pcie");
+        assert_eq!(s, Status::Warn);
+        assert!(
+            d.contains("GPU 1 runs at Gen4 x8, it can do Gen5 x16"),
+            "{d}"
+        );
+        assert!(d.contains("GPU 1: 40"), "{d}");
     }
 
     #[test]
