@@ -6,7 +6,7 @@
 use super::action::{Action, ViewId};
 use super::data::Data;
 use super::feed::{Request, Update};
-use super::ui;
+use super::layout::{self, Areas};
 use super::views::Ctx;
 use super::views::detail::DetailState;
 use super::views::events::{self, EventsState};
@@ -78,6 +78,14 @@ impl App {
             theme: &self.theme,
             keymap: &self.keymap,
         }
+    }
+
+    /// Where the parts of a frame of `area` go now (the footer grows for a long error).
+    pub fn areas(&self, area: Rect) -> Areas {
+        Areas::of(
+            area,
+            layout::footer_height(self.modal(), &self.data, area.width),
+        )
     }
 
     pub fn on_snapshot(&mut self, snap: Snapshot) {
@@ -153,7 +161,7 @@ impl App {
     /// selects it, the wheel scrolls what is under it.
     pub fn action_for_mouse(&self, ev: &MouseEvent) -> Option<Action> {
         let at = Position::new(ev.column, ev.row);
-        let areas = ui::Areas::of_app(self, self.size);
+        let areas = self.areas(self.size);
         if self.advisor.open {
             return match ev.kind {
                 MouseEventKind::ScrollDown => Some(Action::ScrollDown),
@@ -178,7 +186,7 @@ impl App {
             }
             MouseEventKind::Down(MouseButton::Left) if !self.help.open => {
                 if areas.tabs.contains(at) {
-                    return ui::tab_at(&self.keymap, areas.tabs, at.x).map(Action::ShowView);
+                    return layout::tab_at(&self.keymap, areas.tabs, at.x).map(Action::ShowView);
                 }
                 if self.view == ViewId::Overview && areas.body.contains(at) {
                     let layout =
@@ -244,7 +252,7 @@ impl App {
                 }
             }
             a if RunState::handles(a) && (self.view == ViewId::Run || self.modal()) => {
-                let body = ui::Areas::of_app(self, self.size).body;
+                let body = self.areas(self.size).body;
                 let page = match self.run.current(&self.data) {
                     Some(r) => run::Layout::of(body, &self.data, r),
                     None => run::Layout::new(body, self.data.run_list().len()),
@@ -263,7 +271,7 @@ impl App {
             | Action::Bottom)
                 if self.view == ViewId::Events =>
             {
-                let body = ui::Areas::of_app(self, self.size).body;
+                let body = self.areas(self.size).body;
                 let n = self.data.events.len();
                 self.events.apply(a, n, events::page_rows(body));
             }
@@ -419,7 +427,7 @@ mod tests {
     fn clicks_select_gpus_and_tabs() {
         let mut app = app_with(4);
         app.size = Rect::new(0, 0, 200, 50);
-        let areas = ui::Areas::of_app(&app, app.size);
+        let areas = app.areas(app.size);
         let layout = overview::Layout::new(areas.body, 4, 0);
         let cell = layout.cells.iter().find(|c| c.gpu == 2).unwrap().area;
         let click = |x, y| MouseEvent {
@@ -434,7 +442,7 @@ mod tests {
         assert_eq!(app.selected, 2);
 
         let x = (0..200)
-            .find(|&x| ui::tab_at(&app.keymap, areas.tabs, x) == Some(ViewId::Run))
+            .find(|&x| layout::tab_at(&app.keymap, areas.tabs, x) == Some(ViewId::Run))
             .unwrap();
         assert_eq!(
             app.action_for_mouse(&click(x, areas.tabs.y)),

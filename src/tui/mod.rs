@@ -13,7 +13,9 @@
 //!   the app asks for what needs the daemon with [`feed::Request`]s.
 //! - [`log`]: a run's log as lines, cleaned for a terminal, with search.
 //! - [`metrics`]: the shown run's training metrics, knobs, and the changes its charts mark.
-//! - [`ui`] and [`views`]: render. They borrow the app and change nothing; no I/O, no locks.
+//! - [`ui`] and [`views`]: render. The frame borrows the app, each view its own state and a
+//!   narrow context; they change nothing; no I/O, no locks. [`layout`]: where the frame's
+//!   parts go, for render and for clicks.
 //! - [`dialog`]: small modal dialogs (a number checked against a range).
 //! - [`widgets`], [`format`]: gauges, sparklines, badges, compact numbers (`N/A` for absent).
 //! - [`event_loop`]: input, updates and a tick on one tokio task; draws once per burst of
@@ -33,6 +35,7 @@ pub mod event_loop;
 pub mod feed;
 pub mod format;
 pub mod keymap;
+pub mod layout;
 pub mod log;
 pub mod metrics;
 pub mod screen;

@@ -10,6 +10,7 @@
 //! of them, or none). Only what was drawn is compared with what the terminal shows.
 
 use super::app::App;
+use super::layout::Areas;
 use super::ui;
 use super::views::overview::{BlockModel, block_models};
 use crate::tui::theme::Theme;
@@ -167,7 +168,7 @@ impl<B: Backend> Screen<B> {
         Ok(())
     }
 
-    fn draw_pieces(&mut self, app: &App, a: &ui::Areas) -> Result<(), B::Error> {
+    fn draw_pieces(&mut self, app: &App, a: &Areas) -> Result<(), B::Error> {
         for (i, (rect, row_of)) in ui::chrome(a).into_iter().enumerate() {
             let row = row_of(app, rect);
             if self.shows(i, rect, |m| matches!(m, Model::Row(r) if *r == row)) {
@@ -241,7 +242,7 @@ impl<B: Backend> Screen<B> {
     /// Draw piece `i` on `rect` with `draw` (given the piece's model), note what differs from
     /// what the terminal shows there (in `changed`), and keep it as shown.
     fn put(&mut self, i: usize, rect: Rect, model: Model, draw: impl FnOnce(&mut Buffer, &Model)) {
-        // The pieces are laid out inside the frame's area (`ui::Areas`).
+        // The pieces are laid out inside the frame's area (`layout::Areas`).
         if rect.is_empty() || rect.intersection(self.shown.area) != rect {
             debug_assert!(rect.is_empty(), "a piece outside the screen: {rect:?}");
             return;

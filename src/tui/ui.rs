@@ -1,12 +1,13 @@
 //! The frame: header (node, driver, CUDA), host line, view tabs, the current view, footer (key
-//! hints and status), and the help over it. Render reads the [`App`] and changes nothing; the
-//! layout functions here are also what mouse clicks are resolved against.
+//! hints and status), and the help over it. Render reads the [`App`] and changes nothing; where
+//! each part goes is `layout`, which mouse clicks are resolved against too.
 
 use super::action::ViewId;
 use super::app::App;
 use super::data::Level;
 use super::feed::Link;
 use super::format;
+use super::layout::{Areas, tab_label};
 use super::views::advisor::AdvisorView;
 use super::views::power_dialog::PowerDialogView;
 use super::views::run::knob_dialog::KnobDialogView;
@@ -15,7 +16,6 @@ use super::views::{
     detail::DetailView, events::EventsView, help::HelpView, overview::OverviewView, run::RunView,
 };
 use super::widgets::bar;
-use crate::tui::keymap::Keymap;
 use ratatui::buffer::Buffer;
 use ratatui::layout::{Alignment, Rect};
 use ratatui::style::{Color, Style};
@@ -25,85 +25,6 @@ use ratatui::widgets::{Paragraph, Widget, Wrap};
 /// Below this the console says the terminal is too small instead of drawing.
 pub const MIN_WIDTH: u16 = 40;
 pub const MIN_HEIGHT: u16 = 12;
-
-/// Where each part of the frame goes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Areas {
-    pub header: Rect,
-    pub host: Rect,
-    pub tabs: Rect,
-    pub body: Rect,
-    pub footer: Rect,
-}
-
-impl Areas {
-    /// The parts of `area` with a footer `footer_h` rows high (1, or more for a long error).
-    pub fn of(area: Rect, footer_h: u16) -> Areas {
-        let row = |i: u16| {
-            Rect::new(
-                area.x,
-                area.y + i.min(area.height),
-                area.width,
-                u16::from(i < area.height),
-            )
-        };
-        let footer_h = footer_h.clamp(1, 3);
-        let body_h = area.height.saturating_sub(3 + footer_h);
-        let footer_y = area.y + (3 + body_h).min(area.height);
-        Areas {
-            header: row(0),
-            host: row(1),
-            tabs: row(2),
-            body: Rect::new(area.x, area.y + 3.min(area.height), area.width, body_h),
-            footer: Rect::new(
-                area.x,
-                footer_y,
-                area.width,
-                footer_h.min(area.height.saturating_sub(footer_y - area.y)),
-            ),
-        }
-    }
-
-    /// The parts of the app's current frame.
-    pub fn of_app(app: &App, area: Rect) -> Areas {
-        Areas::of(area, footer_height(app, area.width))
-    }
-}
-
-/// An error message wraps onto up to three footer rows; everything else fits in one.
-pub fn footer_height(app: &App, width: u16) -> u16 {
-    if app.modal() {
-        return 1;
-    }
-    match app.data.visible_status() {
-        Some(s) if s.level == Level::Error => {
-            let len = s.text.chars().count() as u16 + 2;
-            len.div_ceil(width.max(1)).clamp(1, 3)
-        }
-        _ => 1,
-    }
-}
-
-/// A view's tab: its title, after the key that shows it (from the keymap) when there is one.
-fn tab_label(keymap: &Keymap, v: ViewId) -> String {
-    match keymap.view_key(v) {
-        Some(k) => format!(" {k} {} ", v.title()),
-        None => format!(" {} ", v.title()),
-    }
-}
-
-/// The view whose tab covers column `x`.
-pub fn tab_at(keymap: &Keymap, tabs: Rect, x: u16) -> Option<ViewId> {
-    let mut left = tabs.x + 1;
-    for v in ViewId::ALL {
-        let w = tab_label(keymap, v).chars().count() as u16;
-        if (left..left + w).contains(&x) {
-            return Some(v);
-        }
-        left += w + 1;
-    }
-    None
-}
 
 /// The theme's text style over `area`: what every frame starts from.
 pub fn base(app: &App, area: Rect, buf: &mut Buffer) {
@@ -136,7 +57,7 @@ pub fn piecewise(app: &App, area: Rect) -> Option<Pieces> {
     {
         return None;
     }
-    let a = Areas::of_app(app, area);
+    let a = app.areas(area);
     let gpus = app.data.gpus().len();
     let layout = super::views::overview::Layout::new(a.body, gpus, app.selected);
     (layout.hidden == (0, 0)).then_some(Pieces { areas: a, gpus })
@@ -241,7 +162,7 @@ impl Widget for &App {
                 .render(area, buf);
             return;
         }
-        let a = Areas::of_app(self, area);
+        let a = self.areas(area);
         header_row(self, a.header).draw(a.header, buf);
         host_row(self, a.host).draw(a.host, buf);
         tabs_row(self, a.tabs).draw(a.tabs, buf);

@@ -115,7 +115,7 @@ fn search_finds_the_newest_match_then_walks_with_n_and_shift_n() {
     assert!(status(&app).contains("wrapped to the top"));
     press(&mut app, KeyCode::Char('n'));
     assert_eq!(app.run.current, Some(40));
-    let page = run::Layout::new(ui::Areas::of_app(&app, app.size).body, 3).log_rows() as u64;
+    let page = run::Layout::new(app.areas(app.size).body, 3).log_rows() as u64;
     let (first, end) =
         run::state::window(&app.run, app.run.buffer(&app.data).unwrap(), page as usize);
     assert!(
