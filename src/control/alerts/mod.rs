@@ -32,6 +32,8 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use crate::telemetry::RemappedRows;
+
 /// Temperature alerts clear this far below their limit, °C.
 pub const TEMP_HYSTERESIS_C: f64 = 3.0;
 /// Power alerts clear below this fraction of their limit.
@@ -52,6 +54,8 @@ pub enum AlertKind {
     Temperature,
     Power,
     Ecc,
+    /// A row remap waits for a reset, or failed.
+    Memory,
     Lost,
     Stalled,
     /// One rank of a job of several holds the others back.
@@ -64,6 +68,7 @@ impl AlertKind {
             AlertKind::Temperature => "temperature",
             AlertKind::Power => "power",
             AlertKind::Ecc => "ecc",
+            AlertKind::Memory => "memory",
             AlertKind::Lost => "lost",
             AlertKind::Stalled => "stalled",
             AlertKind::Straggler => "straggler",
@@ -109,6 +114,11 @@ pub enum Observation {
         gpu: u32,
         uncorrected: Option<u64>,
     },
+    /// Row remapping: raised while a remap waits for a reset or after one failed.
+    Memory {
+        gpu: u32,
+        remapped: Option<RemappedRows>,
+    },
     Lost {
         gpu: u32,
         lost: bool,
@@ -140,6 +150,7 @@ impl Observation {
             Observation::Temperature { gpu, .. } => format!("temperature:gpu{gpu}"),
             Observation::Power { gpu, .. } => format!("power:gpu{gpu}"),
             Observation::Ecc { gpu, .. } => format!("ecc:gpu{gpu}"),
+            Observation::Memory { gpu, .. } => format!("memory:gpu{gpu}"),
             Observation::Lost { gpu, .. } => format!("lost:gpu{gpu}"),
             Observation::Stalled { run, .. } => format!("stalled:{run}"),
             Observation::Straggler { run, .. } => format!("straggler:{run}"),
@@ -285,6 +296,30 @@ impl Alerts {
                     Verdict::Clear
                 }
             }
+            Observation::Memory { gpu, remapped } => match remapped {
+                Some(r) if r.failure => Verdict::Raise(alert(
+                    AlertKind::Memory,
+                    Some(*gpu),
+                    None,
+                    1.0,
+                    None,
+                    format!(
+                        "GPU {gpu}: row remapping failed (no spare row left where needed): \
+                         drain it and have it replaced"
+                    ),
+                )),
+                Some(r) if r.pending => Verdict::Raise(alert(
+                    AlertKind::Memory,
+                    Some(*gpu),
+                    None,
+                    1.0,
+                    None,
+                    format!("GPU {gpu}: a row remap waits for a reset (reset it when it is free)"),
+                )),
+                Some(_) => Verdict::Clear,
+                // No reading: neither proof of a fault nor of its repair.
+                None => Verdict::Keep,
+            },
             Observation::Lost { gpu, lost } => {
                 if *lost {
                     Verdict::Raise(alert(

@@ -207,3 +207,47 @@ fn a_hung_hook_is_killed_and_a_missing_one_is_reported() {
     assert!(matches!(h.join().unwrap(), HookOutcome::Failed(_)));
     assert!(run_hook(&[], &payload(), HOOK_TIMEOUT).is_none());
 }
+
+#[test]
+fn a_pending_or_failed_row_remap_is_one_alert_until_it_is_gone() {
+    let mut a = Alerts::new();
+    let mem = |r: Option<RemappedRows>| {
+        [Observation::Memory {
+            gpu: 3,
+            remapped: r,
+        }]
+    };
+    let healthy = RemappedRows::default();
+    let pending = RemappedRows {
+        uncorrectable: 1,
+        pending: true,
+        ..healthy
+    };
+    assert!(a.observe(&mem(Some(healthy)), 0.0).is_empty());
+    let c = a.observe(&mem(Some(pending)), 1.0);
+    let [AlertChange::Raised(al)] = c.as_slice() else {
+        panic!("{c:?}");
+    };
+    assert_eq!(
+        (al.key.as_str(), al.kind),
+        ("memory:gpu3", AlertKind::Memory)
+    );
+    assert!(al.message.contains("waits for a reset"), "{}", al.message);
+    // Still pending, or no reading for a while: the same alert, not a new one.
+    assert!(a.observe(&mem(Some(pending)), 2.0).is_empty());
+    assert!(a.observe(&mem(None), 3.0).is_empty());
+    assert_eq!(a.active().count(), 1);
+    // After the reset the remap is done: cleared.
+    let c = a.observe(&mem(Some(healthy)), 4.0);
+    assert!(matches!(c.as_slice(), [AlertChange::Cleared(_)]), "{c:?}");
+    // A failure says what to do.
+    let failed = RemappedRows {
+        failure: true,
+        ..healthy
+    };
+    let c = a.observe(&mem(Some(failed)), 5.0);
+    let [AlertChange::Raised(al)] = c.as_slice() else {
+        panic!("{c:?}");
+    };
+    assert!(al.message.contains("replaced"), "{}", al.message);
+}

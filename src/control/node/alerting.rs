@@ -1,5 +1,5 @@
-//! Alerts: at each step, the observations of the snapshot (temperature, power, ECC, a lost
-//! GPU) against the alert rules that cover each GPU (`control.toml`'s and each live run's), the
+//! Alerts: at each step, the observations of the snapshot (temperature, power, ECC, row
+//! remapping, a lost GPU) against the alert rules that cover each GPU (`control.toml`'s and each live run's), the
 //! live runs' progress against their stall limit, and the findings about jobs made outside the
 //! loops (the advisor's straggler verdicts); each alert raised or cleared is an event and runs
 //! the hooks of the rules that cover it.
@@ -54,6 +54,10 @@ impl NodeControl {
             obs.push(Observation::Ecc {
                 gpu: s.index,
                 uncorrected: s.ecc_uncorrected,
+            });
+            obs.push(Observation::Memory {
+                gpu: s.index,
+                remapped: s.remapped_rows,
             });
         }
         for r in runs.iter().filter(|r| r.live && !r.paused) {
