@@ -17,7 +17,7 @@
 //! the job runs at the pace of its slowest rank, so one cap is a decision for all of them.
 //!
 //! Nothing here reads a clock, a GPU or a file: the caller feeds [`Observation`]s (cumulative
-//! energy, samples, steps, time) and carries out the [`CapChange`]s. [`live`] drives it on a run
+//! energy, samples, steps, time) and carries out the [`SearchStep`]s. [`live`] drives it on a run
 //! (`gpupilot tune energy`, through the daemon); [`sim`] drives it on a gpusim
 //! node in simulated time and runs the exhaustive sweep it is compared with (`cargo bench
 //! --bench tuner`, BENCHMARKS.md).
@@ -29,6 +29,6 @@ pub mod session;
 pub mod sim;
 
 pub use search::{
-    CapChange, CapPoint, Observation, Phase, Progress, TuneResult, TuneSettings, Tuner,
+    CapPoint, Observation, Phase, Progress, SearchStep, TuneResult, TuneSettings, Tuner,
     TunerConfig, TunerError, Unit, Window, zeus_cost,
 };

@@ -6,7 +6,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::search::{CapChange, Observation, Progress, TuneResult, Tuner};
+use super::search::{Observation, Progress, SearchStep, TuneResult, Tuner};
 
 /// A run being tuned, as the driver needs it.
 pub trait LiveRun {
@@ -68,7 +68,7 @@ pub fn drive(
     let mut changed = false;
     loop {
         match action.take() {
-            Some(CapChange::SetCap(w)) => {
+            Some(SearchStep::SetCap(w)) => {
                 if let Err(e) = run.set_cap(w) {
                     if !changed {
                         tuner.cancel();
@@ -88,13 +88,13 @@ pub fn drive(
                 }
                 changed = true;
             }
-            Some(CapChange::Finish { apply_w, result }) => {
+            Some(SearchStep::Finish { apply_w, result }) => {
                 run.set_cap(apply_w)
                     .map_err(|e| format!("setting the best cap {apply_w:.0} W: {e}"))?;
                 progress(&tuner.progress());
                 return Ok(Outcome::Done(result));
             }
-            Some(CapChange::Restore(_)) | None => {}
+            Some(SearchStep::Restore(_)) | None => {}
         }
         progress(&tuner.progress());
         if stop.load(Ordering::SeqCst) {

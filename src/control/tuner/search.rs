@@ -1,5 +1,5 @@
 //! The search itself: a plan of caps, a warm-up and a measured window per cap, early stop,
-//! the result. Driven by [`Observation`]s; answers with [`CapChange`]s.
+//! the result. Driven by [`Observation`]s; answers with [`SearchStep`]s.
 
 use serde::{Deserialize, Serialize};
 
@@ -189,7 +189,7 @@ pub struct Observation {
 
 /// The cap change the search asks the caller to make.
 #[derive(Debug, Clone, PartialEq)]
-pub enum CapChange {
+pub enum SearchStep {
     /// Set this cap on every tuned GPU (the next cap to try).
     SetCap(f64),
     /// The search is over: set `apply_w` (the best cap) and keep `result`.
@@ -339,7 +339,7 @@ enum State {
 }
 
 /// The search. `start`, then `observe` as counters arrive (every second, or on every metrics
-/// report), carrying out each [`CapChange`]; `cancel` at any time.
+/// report), carrying out each [`SearchStep`]; `cancel` at any time.
 #[derive(Debug, Clone)]
 pub struct Tuner {
     cfg: TunerConfig,
@@ -373,18 +373,18 @@ impl Tuner {
     }
 
     /// Begin: set the first (highest) cap.
-    pub fn start(&mut self, now: &Observation) -> CapChange {
+    pub fn start(&mut self, now: &Observation) -> SearchStep {
         self.started_s = now.time_s;
         self.state = State::WarmUp {
             idx: 0,
             from: self.coord(now),
             done: 0.0,
         };
-        CapChange::SetCap(self.plan[0])
+        SearchStep::SetCap(self.plan[0])
     }
 
     /// Feed the counters now; `Some` when the caller must act.
-    pub fn observe(&mut self, obs: &Observation) -> Option<CapChange> {
+    pub fn observe(&mut self, obs: &Observation) -> Option<SearchStep> {
         let p = self.coord(obs);
         match self.state.clone() {
             State::WarmUp { idx, from, .. } => {
@@ -463,11 +463,11 @@ impl Tuner {
 
     /// Stop now. Mid-way this asks for the starting cap back; before the start or after the
     /// end there is nothing to undo.
-    pub fn cancel(&mut self) -> Option<CapChange> {
+    pub fn cancel(&mut self) -> Option<SearchStep> {
         match self.state {
             State::WarmUp { .. } | State::Measure { .. } => {
                 self.state = State::Cancelled;
-                Some(CapChange::Restore(self.cfg.start_w))
+                Some(SearchStep::Restore(self.cfg.start_w))
             }
             State::NotStarted => {
                 self.state = State::Cancelled;
@@ -526,7 +526,7 @@ impl Tuner {
     }
 
     /// Record a measured cap and decide: the next cap, or the end.
-    fn scored(&mut self, idx: usize, point: CapPoint, obs: &Observation, p: f64) -> CapChange {
+    fn scored(&mut self, idx: usize, point: CapPoint, obs: &Observation, p: f64) -> SearchStep {
         let best_before = self.best().map(|b| b.cost);
         self.curve.push(point);
         match best_before {
@@ -540,14 +540,14 @@ impl Tuner {
             let result = Box::new(self.result_at(obs, early && !last));
             let apply_w = result.best.cap_w;
             self.state = State::Done(result.clone());
-            return CapChange::Finish { apply_w, result };
+            return SearchStep::Finish { apply_w, result };
         }
         self.state = State::WarmUp {
             idx: idx + 1,
             from: Some(p),
             done: 0.0,
         };
-        CapChange::SetCap(self.plan[idx + 1])
+        SearchStep::SetCap(self.plan[idx + 1])
     }
 
     fn result_at(&self, obs: &Observation, stopped_early: bool) -> TuneResult {

@@ -10,7 +10,7 @@
 use gpusim::{Node, NodeConfig, SimError, TrainingConfig, find};
 
 use super::search::{
-    CapChange, Observation, TuneResult, TuneSettings, Tuner, TunerConfig, TunerError, Window,
+    Observation, SearchStep, TuneResult, TuneSettings, Tuner, TunerConfig, TunerError, Window,
     zeus_cost,
 };
 
@@ -152,15 +152,15 @@ pub fn run_on_sim(
     let limit_s = t0 + tuner.plan().len() as f64 * 3600.0;
     loop {
         match action {
-            CapChange::SetCap(w) => node.try_gpu_mut(0)?.set_power_limit_w(w)?,
-            CapChange::Finish { apply_w, result } => {
+            SearchStep::SetCap(w) => node.try_gpu_mut(0)?.set_power_limit_w(w)?,
+            SearchStep::Finish { apply_w, result } => {
                 node.try_gpu_mut(0)?.set_power_limit_w(apply_w)?;
                 return Ok(SimRun {
                     sim_time_s: node.time_s() - t0,
                     result: *result,
                 });
             }
-            CapChange::Restore(w) => node.try_gpu_mut(0)?.set_power_limit_w(w)?,
+            SearchStep::Restore(w) => node.try_gpu_mut(0)?.set_power_limit_w(w)?,
         }
         action = loop {
             node.step();

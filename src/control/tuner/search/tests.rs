@@ -34,9 +34,9 @@ impl FakeRun {
     }
 
     /// Drive the tuner to its end; returns the caps it set and the final action.
-    fn drive(&mut self, t: &mut Tuner) -> (Vec<f64>, CapChange) {
+    fn drive(&mut self, t: &mut Tuner) -> (Vec<f64>, SearchStep) {
         let mut set = Vec::new();
-        let CapChange::SetCap(first) = t.start(&self.obs) else {
+        let SearchStep::SetCap(first) = t.start(&self.obs) else {
             panic!("start sets a cap")
         };
         set.push(first);
@@ -44,7 +44,7 @@ impl FakeRun {
         for _ in 0..100_000 {
             let obs = self.step();
             match t.observe(&obs) {
-                Some(CapChange::SetCap(w)) => {
+                Some(SearchStep::SetCap(w)) => {
                     set.push(w);
                     self.cap = w;
                 }
@@ -86,7 +86,7 @@ fn the_plan_runs_from_max_down_and_includes_the_default() {
 fn finds_the_minimum_and_stops_after_two_clear_rises() {
     let mut t = Tuner::new(h100()).unwrap();
     let (set, end) = FakeRun::new(bowl).drive(&mut t);
-    let CapChange::Finish { apply_w, result } = end else {
+    let SearchStep::Finish { apply_w, result } = end else {
         panic!("{end:?}")
     };
     assert_eq!(apply_w, 450.0);
@@ -121,7 +121,7 @@ fn eta_trades_energy_for_time() {
     c.eta = 0.5;
     let mut t = Tuner::new(c).unwrap();
     let (_, end) = FakeRun::new(bowl).drive(&mut t);
-    let CapChange::Finish { apply_w, result } = end else {
+    let SearchStep::Finish { apply_w, result } = end else {
         panic!()
     };
     // cost = 0.5·(2 + 0.5x²) + 0.5·700·(7/cap): brute force on the plan.
@@ -151,7 +151,7 @@ fn the_sweep_tries_every_cap() {
     let mut t = Tuner::new(c).unwrap();
     let (set, end) = FakeRun::new(bowl).drive(&mut t);
     assert_eq!(set, h100().plan());
-    let CapChange::Finish { apply_w, result } = end else {
+    let SearchStep::Finish { apply_w, result } = end else {
         panic!()
     };
     assert_eq!(apply_w, 450.0);
@@ -177,7 +177,7 @@ fn never_stops_before_the_default_cap_is_measured() {
     let mut t = Tuner::new(c).unwrap();
     let (set, end) = FakeRun::new(flat_then_rising).drive(&mut t);
     assert!(set.contains(&450.0), "{set:?}");
-    let CapChange::Finish { result, .. } = end else {
+    let SearchStep::Finish { result, .. } = end else {
         panic!()
     };
     assert!(result.default.is_some());
@@ -200,7 +200,7 @@ fn warm_up_is_not_scored() {
         energy_j: 0.0,
         samples: 0.0,
     };
-    assert_eq!(t.start(&obs), CapChange::SetCap(700.0));
+    assert_eq!(t.start(&obs), SearchStep::SetCap(700.0));
     for k in 1..=3 {
         obs.steps = Some(k as f64);
         obs.time_s = k as f64;
@@ -225,7 +225,7 @@ fn warm_up_is_not_scored() {
     obs.time_s = 7.0;
     obs.energy_j += 100.0;
     obs.samples += 10.0;
-    assert_eq!(t.observe(&obs), Some(CapChange::SetCap(675.0)));
+    assert_eq!(t.observe(&obs), Some(SearchStep::SetCap(675.0)));
     let p = t.progress().curve[0];
     assert_eq!((p.energy_j, p.samples, p.seconds), (400.0, 40.0, 4.0));
     assert_eq!(p.energy_per_sample_j, 10.0);
@@ -263,7 +263,7 @@ fn a_counter_going_backwards_restarts_the_window() {
     obs.time_s = 16.0;
     obs.energy_j = 1010.0;
     obs.samples = 160.0;
-    assert_eq!(t.observe(&obs), Some(CapChange::SetCap(675.0)));
+    assert_eq!(t.observe(&obs), Some(SearchStep::SetCap(675.0)));
     let p = t.progress().curve[0];
     assert_eq!((p.energy_j, p.samples, p.seconds), (1000.0, 100.0, 10.0));
 }
@@ -314,7 +314,7 @@ fn cancelling_mid_way_restores_the_starting_cap() {
     }
     assert!(matches!(t.phase(), Phase::WarmUp | Phase::Measure));
     assert!(!t.progress().curve.is_empty());
-    assert_eq!(t.cancel(), Some(CapChange::Restore(550.0)));
+    assert_eq!(t.cancel(), Some(SearchStep::Restore(550.0)));
     assert_eq!(t.phase(), Phase::Cancelled);
     assert_eq!(t.observe(&run.step()), None);
     assert_eq!(t.cancel(), None);
@@ -346,7 +346,7 @@ fn bad_configs_are_refused_with_a_reason() {
 fn results_round_trip_as_json() {
     let mut t = Tuner::new(h100()).unwrap();
     let (_, end) = FakeRun::new(bowl).drive(&mut t);
-    let CapChange::Finish { result, .. } = end else {
+    let SearchStep::Finish { result, .. } = end else {
         panic!()
     };
     let text = serde_json::to_string(&result).unwrap();
@@ -361,7 +361,7 @@ type Curve = fn(f64) -> (f64, f64);
 /// A data-parallel job: one rank per GPU, each with its own (joules, seconds) per sample at a
 /// cap; all GPUs at the one cap the tuner sets. A step takes as long as its slowest rank, and
 /// the tuner sees the energy of every GPU and the samples of every rank.
-fn drive_job(t: &mut Tuner, gpus: &[Curve]) -> (Vec<f64>, CapChange) {
+fn drive_job(t: &mut Tuner, gpus: &[Curve]) -> (Vec<f64>, SearchStep) {
     let batch = 16.0;
     let mut obs = Observation {
         time_s: 0.0,
@@ -369,7 +369,7 @@ fn drive_job(t: &mut Tuner, gpus: &[Curve]) -> (Vec<f64>, CapChange) {
         energy_j: 0.0,
         samples: 0.0,
     };
-    let CapChange::SetCap(mut cap) = t.start(&obs) else {
+    let SearchStep::SetCap(mut cap) = t.start(&obs) else {
         panic!("start sets a cap")
     };
     let mut set = vec![cap];
@@ -381,7 +381,7 @@ fn drive_job(t: &mut Tuner, gpus: &[Curve]) -> (Vec<f64>, CapChange) {
         obs.samples += batch * gpus.len() as f64;
         obs.steps = obs.steps.map(|n| n + 1.0);
         match t.observe(&obs) {
-            Some(CapChange::SetCap(w)) => {
+            Some(SearchStep::SetCap(w)) => {
                 set.push(w);
                 cap = w;
             }
@@ -411,7 +411,7 @@ fn a_job_of_identical_ranks_scores_as_one_of_them() {
         let (set1, end1) = drive_job(&mut one, &[bowl]);
         let (set4, end4) = drive_job(&mut four, &[bowl, bowl, bowl, bowl]);
         assert_eq!(set1, set4);
-        let (CapChange::Finish { result: r1, .. }, CapChange::Finish { result: r4, .. }) =
+        let (SearchStep::Finish { result: r1, .. }, SearchStep::Finish { result: r4, .. }) =
             (end1, end4)
         else {
             panic!("both finish")
@@ -439,13 +439,13 @@ fn a_job_is_scored_on_the_energy_of_all_its_gpus() {
     // Alone, one GPU's best is 450 W, the other's 550 W; held at one cap, the job's energy
     // per sample is their mean, lowest at 500 W.
     let mut t = Tuner::new(job_config(1, 1.0)).unwrap();
-    let (_, CapChange::Finish { apply_w, .. }) = drive_job(&mut t, &[bowl]) else {
+    let (_, SearchStep::Finish { apply_w, .. }) = drive_job(&mut t, &[bowl]) else {
         panic!()
     };
     assert_eq!(apply_w, 450.0);
     let mut t = Tuner::new(job_config(2, 1.0)).unwrap();
     let (set, end) = drive_job(&mut t, &[bowl, bowl_550]);
-    let CapChange::Finish { apply_w, result } = end else {
+    let SearchStep::Finish { apply_w, result } = end else {
         panic!("{end:?}")
     };
     assert_eq!(apply_w, 500.0, "{set:?}");
