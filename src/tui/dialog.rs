@@ -1,6 +1,7 @@
-//! Small modal dialogs drawn over the body: a box of lines centred on the screen, and a field
-//! for a whole number checked against an inclusive range before anything is sent. Views keep
-//! the dialog's state and decide what Enter does; this module only edits and draws.
+//! Small modal dialogs drawn over the body: a box of lines centred on the screen, and the
+//! numeric dialog's number step, a field for a whole number checked against an inclusive range
+//! before anything is sent, which the power-cap and the knob dialogs share. Views keep the
+//! dialog's state and decide what Enter does; this module only edits and draws.
 
 use crate::tui::action::Action;
 use crate::tui::theme::Theme;
@@ -48,13 +49,78 @@ pub fn takes(a: Action) -> bool {
 /// Digits a number field takes (enough for any knob or wattage, short of overflowing `i64`).
 const MAX_DIGITS: usize = 12;
 
-/// A whole number being typed.
+/// The number step of a numeric dialog (the power cap's and the knobs'): a whole number being
+/// typed, the inclusive range Enter checks it against, and why Enter did not go on.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NumberField {
     pub text: String,
+    pub min: i64,
+    /// No upper bound when `None`.
+    pub max: Option<i64>,
+    /// Said after a refusal for the range (` W`), or nothing.
+    pub unit: &'static str,
+    /// Why Enter did not go on (out of range, not a number, no daemon).
+    pub message: Option<String>,
+}
+
+/// What an action did to a [`NumberField`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Edited {
+    /// A digit typed or deleted, or refused with the message why: the dialog stays.
+    Editing,
+    /// Esc or Ctrl-C.
+    Cancelled,
+    /// Enter, on a number within the range.
+    Entered(i64),
 }
 
 impl NumberField {
+    /// An empty field for a number within `min..=max`; `unit` follows a refusal's range.
+    pub fn new(min: i64, max: Option<i64>, unit: &'static str) -> NumberField {
+        NumberField {
+            min,
+            max,
+            unit,
+            ..NumberField::default()
+        }
+    }
+
+    /// Carry out a key's action on the field (what [`field_key`] maps keys to).
+    pub fn edit(&mut self, a: Action) -> Edited {
+        match a {
+            Action::PromptChar(c) => self.message = self.push(c).err(),
+            Action::PromptBackspace => {
+                self.backspace();
+                self.message = None;
+            }
+            Action::PromptCancel => return Edited::Cancelled,
+            Action::PromptSubmit => match self.value_within(self.min, self.max) {
+                Err(why) => self.message = Some(format!("{why}{}", self.unit)),
+                Ok(v) => return Edited::Entered(v),
+            },
+            _ => {}
+        }
+        Edited::Editing
+    }
+
+    /// The range in words: `1–1024`, or `1 or more`.
+    pub fn allowed(&self) -> String {
+        allowed(self.min, self.max)
+    }
+
+    /// The field's line (`label`, then the number typed and a cursor) and, when Enter was
+    /// refused, the line that says why.
+    pub fn lines(&self, label: String, t: &Theme) -> Vec<Line<'static>> {
+        let mut lines = vec![Line::from(vec![
+            Span::styled(label, t.title),
+            Span::styled(format!("{}█", self.text), t.text),
+        ])];
+        if let Some(m) = &self.message {
+            lines.push(Line::styled(m.clone(), t.crit));
+        }
+        lines
+    }
+
     /// Type `c`: digits only, up to [`MAX_DIGITS`]; anything else is refused with why.
     pub fn push(&mut self, c: char) -> Result<(), String> {
         if !c.is_ascii_digit() {
@@ -74,10 +140,7 @@ impl NumberField {
     /// The number typed, if it lies within `min..=max` (no `max`: no upper bound); else what
     /// is wrong, in words for the dialog.
     pub fn value_within(&self, min: i64, max: Option<i64>) -> Result<i64, String> {
-        let allowed = match max {
-            Some(max) => format!("{min}–{max}"),
-            None => format!("{min} or more"),
-        };
+        let allowed = allowed(min, max);
         if self.text.is_empty() {
             return Err(format!("type a number ({allowed})"));
         }
@@ -89,6 +152,14 @@ impl NumberField {
             return Err(format!("{v} is outside the allowed range {allowed}"));
         }
         Ok(v)
+    }
+}
+
+/// `min–max`, or `min or more` without a maximum.
+fn allowed(min: i64, max: Option<i64>) -> String {
+    match max {
+        Some(max) => format!("{min}–{max}"),
+        None => format!("{min} or more"),
     }
 }
 

@@ -10,7 +10,7 @@
 use super::Ctx;
 use crate::tui::action::Action;
 use crate::tui::data::{Data, Level};
-use crate::tui::dialog::{self, DialogBox, NumberField};
+use crate::tui::dialog::{self, DialogBox, Edited, NumberField};
 use crate::tui::feed::local::NO_DAEMON;
 use crate::tui::feed::{Link, Request};
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
@@ -48,9 +48,8 @@ pub enum PowerDialog {
         /// The GPU's index (as the daemon numbers them).
         gpu: u32,
         limits: Limits,
+        /// The watts, within the allowed range.
         field: NumberField,
-        /// Why Enter did not go on (out of range, not a number, no daemon).
-        message: Option<String>,
     },
     /// The change, asked y/n before it is sent.
     Confirm {
@@ -125,8 +124,7 @@ pub fn open(data: &mut Data, selected: usize) -> Option<PowerDialog> {
             min_w,
             max_w,
         },
-        field: NumberField::default(),
-        message: None,
+        field: NumberField::new(min_w, Some(max_w), " W"),
     })
 }
 
@@ -138,13 +136,8 @@ pub fn apply(slot: &mut Option<PowerDialog>, data: &mut Data, a: Action) -> Opti
     }
     let no_daemon = data.link == Link::Local;
     match slot.as_mut()? {
-        PowerDialog::Edit {
-            gpu,
-            limits,
-            field,
-            message,
-        } => match a {
-            Action::PromptChar('r' | 'R') if no_daemon => *message = Some(NO_DAEMON.into()),
+        PowerDialog::Edit { gpu, limits, field } => match a {
+            Action::PromptChar('r' | 'R') if no_daemon => field.message = Some(NO_DAEMON.into()),
             Action::PromptChar('r' | 'R') => {
                 *slot = Some(PowerDialog::Confirm {
                     gpu: *gpu,
@@ -152,15 +145,11 @@ pub fn apply(slot: &mut Option<PowerDialog>, data: &mut Data, a: Action) -> Opti
                     change: Change::Reset,
                 });
             }
-            Action::PromptChar(c) => *message = field.push(c).err(),
-            Action::PromptBackspace => {
-                field.backspace();
-                *message = None;
-            }
-            Action::PromptSubmit => match field.value_within(limits.min_w, Some(limits.max_w)) {
-                Err(why) => *message = Some(format!("{why} W")),
-                Ok(_) if no_daemon => *message = Some(NO_DAEMON.into()),
-                Ok(w) => {
+            _ => match field.edit(a) {
+                Edited::Editing => {}
+                Edited::Cancelled => *slot = None,
+                Edited::Entered(_) if no_daemon => field.message = Some(NO_DAEMON.into()),
+                Edited::Entered(w) => {
                     *slot = Some(PowerDialog::Confirm {
                         gpu: *gpu,
                         limits: *limits,
@@ -169,7 +158,6 @@ pub fn apply(slot: &mut Option<PowerDialog>, data: &mut Data, a: Action) -> Opti
                     });
                 }
             },
-            _ => {}
         },
         PowerDialog::Confirm { gpu, change, .. } => {
             let (gpu, change) = (*gpu, *change);
@@ -232,14 +220,8 @@ impl Widget for PowerDialogView<'_> {
         ]);
         let mut lines = vec![now, Line::raw("")];
         let title = match d {
-            PowerDialog::Edit { field, message, .. } => {
-                lines.push(Line::from(vec![
-                    Span::styled("new cap, watts: ", t.title),
-                    Span::styled(format!("{}█", field.text), t.text),
-                ]));
-                if let Some(m) = message {
-                    lines.push(Line::styled(m.clone(), t.crit));
-                }
+            PowerDialog::Edit { field, .. } => {
+                lines.extend(field.lines("new cap, watts: ".into(), t));
                 format!("Power cap of GPU {gpu}")
             }
             PowerDialog::Confirm { change, .. } => {
@@ -331,7 +313,7 @@ mod tests {
 
     fn message(app: &App) -> Option<String> {
         match &app.power {
-            Some(PowerDialog::Edit { message, .. }) => message.clone(),
+            Some(PowerDialog::Edit { field, .. }) => field.message.clone(),
             _ => None,
         }
     }
@@ -351,8 +333,7 @@ mod tests {
                     min_w: 200,
                     max_w: 700,
                 },
-                field: NumberField::default(),
-                message: None,
+                field: NumberField::new(200, Some(700), " W"),
             })
         );
         assert!(app.modal());

@@ -5,10 +5,10 @@
 //! as a y/n question and `y` asks again allowing it. While it is open every key goes to it.
 
 use super::state::RunState;
-use crate::protocol::{KnobName, KnobRange};
+use crate::protocol::KnobName;
 use crate::tui::action::Action;
 use crate::tui::data::{Data, Level};
-use crate::tui::dialog::{self, DialogBox, NumberField};
+use crate::tui::dialog::{self, DialogBox, Edited, NumberField};
 use crate::tui::feed::{Request, Update};
 use crate::tui::views::Ctx;
 use crossterm::event::KeyEvent;
@@ -30,10 +30,8 @@ pub enum KnobDialog {
         /// The value the run uses now, and a change on its way.
         current: Option<i64>,
         pending: Option<i64>,
-        range: KnobRange,
+        /// The new value, within the knob's range.
         field: NumberField,
-        /// Why Enter did not send (out of range, not a number).
-        message: Option<String>,
     },
     /// The daemon needs a restart of the run for this change: ask first.
     ConfirmRestart {
@@ -113,9 +111,7 @@ pub fn open(st: &mut RunState, data: &mut Data, knob: KnobName) {
         knob,
         current: k.value,
         pending: k.pending,
-        range,
-        field: NumberField::default(),
-        message: None,
+        field: NumberField::new(range.min, range.max, ""),
     });
 }
 
@@ -127,37 +123,27 @@ pub fn apply(st: &mut RunState, data: &mut Data, a: Action) -> Option<Request> {
             knob,
             current,
             pending,
-            range,
             field,
-            message,
-        } => match a {
-            Action::PromptChar(c) => *message = field.push(c).err(),
-            Action::PromptBackspace => {
-                field.backspace();
-                *message = None;
+        } => match field.edit(a) {
+            Edited::Editing => {}
+            Edited::Cancelled => st.dialog = None,
+            Edited::Entered(v) if Some(v) == *current && pending.is_none() => {
+                field.message = Some(format!("{knob} is {v} already: nothing to change"));
             }
-            Action::PromptCancel => st.dialog = None,
-            Action::PromptSubmit => match field.value_within(range.min, range.max) {
-                Err(why) => *message = Some(why),
-                Ok(v) if Some(v) == *current && pending.is_none() => {
-                    *message = Some(format!("{knob} is {v} already: nothing to change"));
-                }
-                Ok(value) => {
-                    let (run, knob) = (run.clone(), *knob);
-                    st.dialog = None;
-                    data.set_status(
-                        Level::Info,
-                        format!("asking the daemon: {knob} = {value} for run {run}…"),
-                    );
-                    return Some(Request::SetKnob {
-                        run,
-                        knob,
-                        value,
-                        restart: false,
-                    });
-                }
-            },
-            _ => {}
+            Edited::Entered(value) => {
+                let (run, knob) = (run.clone(), *knob);
+                st.dialog = None;
+                data.set_status(
+                    Level::Info,
+                    format!("asking the daemon: {knob} = {value} for run {run}…"),
+                );
+                return Some(Request::SetKnob {
+                    run,
+                    knob,
+                    value,
+                    restart: false,
+                });
+            }
         },
         KnobDialog::ConfirmRestart {
             run, knob, value, ..
@@ -219,9 +205,7 @@ impl Widget for KnobDialogView<'_> {
                 knob,
                 current,
                 pending,
-                range,
                 field,
-                message,
             } => {
                 let mut now = vec![
                     Span::styled("now ", t.dim),
@@ -230,24 +214,14 @@ impl Widget for KnobDialogView<'_> {
                 if let Some(p) = pending.filter(|p| Some(*p) != *current) {
                     now.push(Span::styled(format!(" → {p} (on its way)"), t.warn));
                 }
-                let allowed = match range.max {
-                    Some(max) => format!("{}–{max}", range.min),
-                    None => format!("{} or more", range.min),
-                };
                 now.push(Span::styled("   allowed ", t.dim));
-                now.push(Span::raw(allowed));
+                now.push(Span::raw(field.allowed()));
                 let mut lines = vec![
                     Line::from(vec![Span::styled("run ", t.dim), Span::raw(run.clone())]),
                     Line::from(now),
                     Line::raw(""),
-                    Line::from(vec![
-                        Span::styled(format!("new {knob}: "), t.title),
-                        Span::styled(format!("{}█", field.text), t.text),
-                    ]),
                 ];
-                if let Some(m) = message {
-                    lines.push(Line::styled(m.clone(), t.crit));
-                }
+                lines.extend(field.lines(format!("new {knob}: "), t));
                 (format!("Set {knob}"), lines)
             }
             KnobDialog::ConfirmRestart {
@@ -281,7 +255,7 @@ impl Widget for KnobDialogView<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::{KnobState, TrainerInfo};
+    use crate::protocol::{KnobRange, KnobState, TrainerInfo};
     use crate::supervisor::RunStatus;
     use crate::tui::action::ViewId;
     use crate::tui::app::App;
@@ -343,7 +317,7 @@ mod tests {
 
     fn message(app: &App) -> Option<String> {
         match &app.run.dialog {
-            Some(KnobDialog::Edit { message, .. }) => message.clone(),
+            Some(KnobDialog::Edit { field, .. }) => field.message.clone(),
             _ => None,
         }
     }
