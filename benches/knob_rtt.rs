@@ -11,7 +11,7 @@
 
 use std::time::{Duration, Instant};
 
-use gpupilot::client::Update;
+use gpupilot::client::Push;
 use gpupilot::profile::{Knob, Knobs, Profile};
 use gpupilot::protocol::{KnobName, NodeEvent};
 use gpupilot::supervisor::Caller;
@@ -64,7 +64,7 @@ fn main() -> anyhow::Result<()> {
         let pending = client.knob_set(&run, KnobName::BatchSize, value, false, None)?;
         loop {
             match client.updates().recv_timeout(Duration::from_secs(10))? {
-                Update::Event(rec) => match rec.event {
+                Push::Event(rec) => match rec.event {
                     NodeEvent::KnobApplied { change, rtt_ms, .. } if change == pending.seq => {
                         client_ms.push(sent.elapsed().as_secs_f64() * 1e3);
                         daemon_ms.push(rtt_ms);
@@ -75,7 +75,7 @@ fn main() -> anyhow::Result<()> {
                     }
                     _ => {}
                 },
-                Update::Closed => anyhow::bail!("the daemon went away"),
+                Push::Closed => anyhow::bail!("the daemon went away"),
                 _ => {}
             }
         }

@@ -15,7 +15,7 @@
 
 use std::time::{Duration, Instant};
 
-use gpupilot::client::Update;
+use gpupilot::client::Push;
 use gpupilot::profile::{Knob, Knobs, Profile};
 use gpupilot::protocol::{KnobName, NodeEvent};
 use gpupilot::supervisor::Caller;
@@ -121,7 +121,7 @@ fn main() -> anyhow::Result<()> {
         let mut staged_at = None;
         loop {
             match client.updates().recv_timeout(Duration::from_secs(20))? {
-                Update::Event(rec) => match rec.event {
+                Push::Event(rec) => match rec.event {
                     NodeEvent::KnobStaged { change, rtt_ms, .. } if change == pending.seq => {
                         agreed_client.push(sent.elapsed().as_secs_f64() * 1e3);
                         agreed_daemon.push(rtt_ms);
@@ -139,7 +139,7 @@ fn main() -> anyhow::Result<()> {
                     }
                     _ => {}
                 },
-                Update::Closed => anyhow::bail!("the daemon went away"),
+                Push::Closed => anyhow::bail!("the daemon went away"),
                 _ => {}
             }
         }

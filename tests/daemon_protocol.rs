@@ -7,7 +7,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
 use daemon_common::{Home, Raw, wait_for};
-use gpupilot::client::{Client, ClientError, Update};
+use gpupilot::client::{Client, ClientError, Push};
 use gpupilot::history::Metric;
 use gpupilot::protocol::{ErrorCode, MAX_REQUEST_FRAME};
 use gpupilot::telemetry::now_s;
@@ -70,7 +70,7 @@ fn subscriptions_push_snapshots_and_events() {
             .recv_timeout(left)
             .expect("pushed snapshots")
         {
-            Update::Telemetry(s) => {
+            Push::Telemetry(s) => {
                 assert_eq!(s.gpus.len(), 2);
                 snapshots += 1;
             }
@@ -90,7 +90,7 @@ fn subscriptions_push_snapshots_and_events() {
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
         let left = deadline.saturating_duration_since(std::time::Instant::now());
-        if let Update::Event(e) = client.updates().recv_timeout(left).expect("an event") {
+        if let Push::Event(e) = client.updates().recv_timeout(left).expect("an event") {
             let v = serde_json::to_value(&e).unwrap();
             assert_eq!(v["event"], "run_started");
             assert_eq!(v["run"], run.id.as_str());
@@ -286,8 +286,8 @@ fn sigterm_is_a_clean_exit_that_leaves_runs_running() {
     let mut saw_shutdown = false;
     while let Ok(u) = client.updates().recv_timeout(Duration::from_secs(5)) {
         match u {
-            Update::Shutdown(_) => saw_shutdown = true,
-            Update::Closed => break,
+            Push::Shutdown(_) => saw_shutdown = true,
+            Push::Closed => break,
             _ => {}
         }
     }

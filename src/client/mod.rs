@@ -100,7 +100,7 @@ pub struct Welcome {
 
 /// Something the daemon pushed (not an answer).
 #[derive(Debug, Clone, PartialEq)]
-pub enum Update {
+pub enum Push {
     Telemetry(Box<Snapshot>),
     Event(NodeEventRecord),
     /// Events were dropped because this client read too slowly.
@@ -115,7 +115,7 @@ pub enum Update {
     /// The connection is gone; nothing more will come.
     Closed,
     /// To a trainer: use `value` for `knob`, then acknowledge `seq` (or, with `apply_step`,
-    /// vote on it and wait for its [`Update::KnobDecision`]).
+    /// vote on it and wait for its [`Push::KnobDecision`]).
     Knob {
         run: String,
         seq: u64,
@@ -169,7 +169,7 @@ pub struct Client {
     writer: Mutex<UnixStream>,
     pending: Pending,
     next_id: AtomicU64,
-    updates: Receiver<Update>,
+    updates: Receiver<Push>,
     tap: Tap,
     welcome: Welcome,
     socket: PathBuf,
@@ -331,11 +331,11 @@ impl Client {
         &self.socket
     }
 
-    /// Pushed updates, in the order they came; ends with [`Update::Closed`] (or, if that found no
+    /// Pushed updates, in the order they came; ends with [`Push::Closed`] (or, if that found no
     /// room, with the channel disconnecting). Drain it while
     /// subscribed: when 256 updates wait unread, new snapshots are dropped, and an event that
     /// finds no room holds up the answers behind it until there is.
-    pub fn updates(&self) -> &Receiver<Update> {
+    pub fn updates(&self) -> &Receiver<Push> {
         &self.updates
     }
 
@@ -437,12 +437,7 @@ fn read_frame(reader: &mut impl BufRead) -> std::io::Result<Option<ServerFrame>>
         .map_err(std::io::Error::other)
 }
 
-fn read_loop(
-    mut reader: BufReader<UnixStream>,
-    pending: Pending,
-    tap: Tap,
-    updates: Sender<Update>,
-) {
+fn read_loop(mut reader: BufReader<UnixStream>, pending: Pending, tap: Tap, updates: Sender<Push>) {
     loop {
         let frame = match read_frame(&mut reader) {
             Ok(Some(f)) => f,
@@ -465,12 +460,12 @@ fn read_loop(
                     None => Some(snapshot),
                 };
                 match left {
-                    Some(s) => Update::Telemetry(s),
+                    Some(s) => Push::Telemetry(s),
                     None => continue,
                 }
             }
-            (None, Response::Event { event }) => Update::Event(event),
-            (None, Response::Lagged { missed }) => Update::Lagged(missed),
+            (None, Response::Event { event }) => Push::Event(event),
+            (None, Response::Lagged { missed }) => Push::Lagged(missed),
             (
                 None,
                 Response::Knob {
@@ -480,7 +475,7 @@ fn read_loop(
                     value,
                     apply_step,
                 },
-            ) => Update::Knob {
+            ) => Push::Knob {
                 run,
                 seq,
                 knob,
@@ -495,13 +490,13 @@ fn read_loop(
                     reason,
                     ..
                 },
-            ) => Update::KnobDecision {
+            ) => Push::KnobDecision {
                 seq,
                 commit,
                 reason,
             },
-            (None, Response::Shutdown { reason }) => Update::Shutdown(reason),
-            (None, Response::Error { code, message }) => Update::Error { code, message },
+            (None, Response::Shutdown { reason }) => Push::Shutdown(reason),
+            (None, Response::Error { code, message }) => Push::Error { code, message },
             (None, other) => {
                 tracing::debug!("ignoring an unexpected push: {other:?}");
                 continue;
@@ -509,7 +504,7 @@ fn read_loop(
         };
         match update {
             // A reader that is behind misses snapshots, never events or answers.
-            Update::Telemetry(_) => {
+            Push::Telemetry(_) => {
                 if let Err(TrySendError::Disconnected(_)) = updates.try_send(update) {
                     break;
                 }
@@ -523,7 +518,7 @@ fn read_loop(
     }
     // Requests still waiting get `Closed` (their senders drop here).
     lock(&pending).clear();
-    let _ = updates.try_send(Update::Closed);
+    let _ = updates.try_send(Push::Closed);
 }
 
 /// Run `exe daemon --detach ARGS` and wait for it (it returns once the daemon answers).

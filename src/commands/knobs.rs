@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use super::connect;
 use crate::cli::{GlobalArgs, SetArgs, SyntheticTrainArgs};
-use crate::client::{Client, KnobPending, Update};
+use crate::client::{Client, KnobPending, Push};
 use crate::config::Paths;
 use crate::protocol::{ErrorCode, KnobName, KnobVia, NodeEvent, Request, Response};
 
@@ -251,8 +251,8 @@ fn wait_for_answer(
             Ok(u) => u,
             Err(_) => continue,
         };
-        let Update::Event(rec) = update else {
-            if matches!(update, Update::Closed | Update::Shutdown(_)) {
+        let Push::Event(rec) = update else {
+            if matches!(update, Push::Closed | Push::Shutdown(_)) {
                 anyhow::bail!("the daemon went away before the trainer answered");
             }
             continue;

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use super::model::Model;
 use super::staging::{Ack, Staging};
-use crate::client::{Client, Update};
+use crate::client::{Client, Push};
 use crate::protocol::{MetricsReport, RankSpec, Request, Response};
 
 /// The trainer channel, when the environment names one (`GPUPILOT_SOCKET`, `GPUPILOT_RUN_ID`).
@@ -89,9 +89,9 @@ impl Channel {
         }
     }
 
-    fn take(&self, update: Update, model: &mut Model, staging: &mut Staging) {
+    fn take(&self, update: Push, model: &mut Model, staging: &mut Staging) {
         match update {
-            Update::Knob {
+            Push::Knob {
                 seq,
                 knob,
                 value,
@@ -109,7 +109,7 @@ impl Channel {
                     step: None,
                 });
             }
-            Update::Knob {
+            Push::Knob {
                 seq,
                 knob,
                 value,
@@ -124,7 +124,7 @@ impl Channel {
                     step: Some(vote.step),
                 });
             }
-            Update::KnobDecision { seq, commit, .. } => staging.decide(seq, commit),
+            Push::KnobDecision { seq, commit, .. } => staging.decide(seq, commit),
             _ => {}
         }
     }

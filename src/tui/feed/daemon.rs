@@ -162,9 +162,9 @@ impl Worker {
                     self.pass.set_poll_due(self.poll_due());
                     let wait = self.next_due().saturating_duration_since(Instant::now());
                     select! {
-                        recv(updates) -> u => self.on_push(u.unwrap_or(crate::client::Update::Closed)),
+                        recv(updates) -> u => self.on_push(u.unwrap_or(crate::client::Push::Closed)),
                         recv(pumped) -> s => match s {
-                            Ok(s) => self.on_push(crate::client::Update::Telemetry(s)),
+                            Ok(s) => self.on_push(crate::client::Push::Telemetry(s)),
                             Err(_) => return,
                         },
                         recv(requests) -> r => match r {
@@ -349,8 +349,8 @@ impl Worker {
         }
     }
 
-    fn on_push(&mut self, u: crate::client::Update) -> Result<(), Done> {
-        use crate::client::Update as U;
+    fn on_push(&mut self, u: crate::client::Push) -> Result<(), Done> {
+        use crate::client::Push as U;
         match u {
             // A poll due within half a refresh goes first, so that its answers reach the
             // console just before the snapshot they go with: one frame for both. (A snapshot
