@@ -43,7 +43,7 @@ pub use adopt::{Adopted, adopt, is_alive};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use events::{Event, EventRecord, ExitInfo, RunStatus, Summary};
 pub use launch::{Caller, KnobValues, LaunchError, LaunchOptions, LaunchPlan, torchrun_argv};
-pub use restart::{Attempt, Decision, GiveUp, next_action};
+pub use restart::{AfterExit, Attempt, GiveUp, next_action};
 pub use run::{DEFAULT_GRACE, Run};
 pub use rundir::{PidRecord, RunDir, run_id};
 

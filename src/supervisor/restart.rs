@@ -19,7 +19,7 @@ pub struct Attempt {
 
 /// What to do after the last attempt ended.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Decision {
+pub enum AfterExit {
     Restart { after: Duration },
     GiveUp(GiveUp),
 }
@@ -66,28 +66,28 @@ pub fn backoff(policy: &RestartPolicy, n: u32) -> Duration {
 }
 
 /// Restart or give up after the last of `history` ended.
-pub fn next_action(policy: &RestartPolicy, history: &[Attempt]) -> Decision {
+pub fn next_action(policy: &RestartPolicy, history: &[Attempt]) -> AfterExit {
     let Some(last) = history.last() else {
-        return Decision::GiveUp(GiveUp::NothingEnded);
+        return AfterExit::GiveUp(GiveUp::NothingEnded);
     };
     if last.stopped_by_user {
-        return Decision::GiveUp(GiveUp::StoppedByUser);
+        return AfterExit::GiveUp(GiveUp::StoppedByUser);
     }
     match policy.mode {
-        RestartMode::Never => return Decision::GiveUp(GiveUp::PolicyNever),
+        RestartMode::Never => return AfterExit::GiveUp(GiveUp::PolicyNever),
         RestartMode::OnFailure if last.exit.is_success() => {
-            return Decision::GiveUp(GiveUp::Succeeded);
+            return AfterExit::GiveUp(GiveUp::Succeeded);
         }
         RestartMode::OnFailure if last.exit.is_unknown() => {
-            return Decision::GiveUp(GiveUp::UnknownStatus);
+            return AfterExit::GiveUp(GiveUp::UnknownStatus);
         }
         RestartMode::OnFailure | RestartMode::Always => {}
     }
     let restarts = (history.len() - 1) as u32;
     if restarts >= policy.max_restarts {
-        return Decision::GiveUp(GiveUp::MaxRestarts(policy.max_restarts));
+        return AfterExit::GiveUp(GiveUp::MaxRestarts(policy.max_restarts));
     }
-    Decision::Restart {
+    AfterExit::Restart {
         after: backoff(policy, restarts),
     }
 }
@@ -115,8 +115,8 @@ mod tests {
         }
     }
 
-    fn secs(s: f64) -> Decision {
-        Decision::Restart {
+    fn secs(s: f64) -> AfterExit {
+        AfterExit::Restart {
             after: Duration::from_secs_f64(s),
         }
     }
@@ -130,7 +130,7 @@ mod tests {
         loop {
             let a = next_action(&p, &h);
             got.push(a.clone());
-            if matches!(a, Decision::GiveUp(_)) {
+            if matches!(a, AfterExit::GiveUp(_)) {
                 break;
             }
             h.push(fail);
@@ -142,7 +142,7 @@ mod tests {
                 secs(2.0),
                 secs(4.0),
                 secs(5.0),
-                Decision::GiveUp(GiveUp::MaxRestarts(4))
+                AfterExit::GiveUp(GiveUp::MaxRestarts(4))
             ]
         );
         assert_eq!(
@@ -163,18 +163,18 @@ mod tests {
         let ok = [ended(ExitInfo::code(0))];
         assert_eq!(
             next_action(&on_failure, &ok),
-            Decision::GiveUp(GiveUp::Succeeded)
+            AfterExit::GiveUp(GiveUp::Succeeded)
         );
         assert_eq!(next_action(&always, &ok), secs(1.0));
         assert_eq!(next_action(&on_failure, &[ended(sig)]), secs(1.0));
         assert_eq!(
             next_action(&never, &[ended(sig)]),
-            Decision::GiveUp(GiveUp::PolicyNever)
+            AfterExit::GiveUp(GiveUp::PolicyNever)
         );
         let unknown = [ended(ExitInfo::unknown())];
         assert_eq!(
             next_action(&on_failure, &unknown),
-            Decision::GiveUp(GiveUp::UnknownStatus)
+            AfterExit::GiveUp(GiveUp::UnknownStatus)
         );
         assert_eq!(next_action(&always, &unknown), secs(1.0));
         let stopped = [Attempt {
@@ -183,16 +183,16 @@ mod tests {
         }];
         assert_eq!(
             next_action(&always, &stopped),
-            Decision::GiveUp(GiveUp::StoppedByUser)
+            AfterExit::GiveUp(GiveUp::StoppedByUser)
         );
         assert_eq!(
             next_action(&always, &[]),
-            Decision::GiveUp(GiveUp::NothingEnded)
+            AfterExit::GiveUp(GiveUp::NothingEnded)
         );
         let zero = policy(RestartMode::Always, 0);
         assert_eq!(
             next_action(&zero, &ok),
-            Decision::GiveUp(GiveUp::MaxRestarts(0))
+            AfterExit::GiveUp(GiveUp::MaxRestarts(0))
         );
     }
 

@@ -11,7 +11,7 @@ use crate::supervisor::events::{Event, ExitInfo, RunStatus};
 use crate::supervisor::launch::{self, KnobValues, LaunchPlan};
 use crate::supervisor::monitor;
 use crate::supervisor::procfs;
-use crate::supervisor::restart::{self, Attempt, Decision, GiveUp};
+use crate::supervisor::restart::{self, AfterExit, Attempt, GiveUp};
 use crate::supervisor::rundir::PidRecord;
 use crate::supervisor::signal::{self, Sig};
 use crate::time::rfc3339;
@@ -355,7 +355,7 @@ impl Run {
             );
         }
         match restart::next_action(&self.policy, &self.history) {
-            Decision::Restart { after } => {
+            AfterExit::Restart { after } => {
                 self.phase = Phase::Backoff {
                     until: clock.now() + after,
                 };
@@ -368,7 +368,7 @@ impl Run {
                 )?;
                 self.set_status(RunStatus::Backoff)
             }
-            Decision::GiveUp(why) => {
+            AfterExit::GiveUp(why) => {
                 let status = if exit.is_success() {
                     RunStatus::Succeeded
                 } else if exit.is_unknown() {
