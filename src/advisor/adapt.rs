@@ -9,7 +9,7 @@ use crate::history::{Metric, Point};
 use crate::protocol::{KnobName, MetricsPoint as Report, TrainerInfo};
 use crate::telemetry::GpuSample;
 
-use super::{GpuPoint, GpuSeries, Knob, KnobChange, MetricsPoint, RankWindow, RunWindow};
+use super::{GpuPoint, GpuSeries, Knob, KnobChange, RankWindow, RunWindow, StepPoint};
 
 /// The history series the advisor reads.
 pub const METRICS: [Metric; 6] = [
@@ -85,9 +85,9 @@ pub fn cap_changes(gpu: u32, limits: &[Point]) -> Vec<KnobChange> {
         .collect()
 }
 
-fn point(p: &Report) -> MetricsPoint {
+fn point(p: &Report) -> StepPoint {
     let r = &p.report;
-    MetricsPoint {
+    StepPoint {
         t: p.t,
         step: r.step,
         samples_per_s: r.samples_per_s,
@@ -145,7 +145,7 @@ pub fn run_window(
     let ranks = rank_windows(trainer, reports);
     // A job's run-level rules read rank 0 (or, where it does not report, every report).
     let rank0 = reports.iter().any(|p| p.rank == Some(0)) && !ranks.is_empty();
-    let metrics: Vec<MetricsPoint> = reports
+    let metrics: Vec<StepPoint> = reports
         .iter()
         .filter(|p| !rank0 || p.rank.is_none_or(|r| r == 0))
         .map(point)

@@ -30,9 +30,9 @@
 pub mod adapt;
 mod rules;
 pub mod straggler;
-pub mod text;
 #[cfg(test)]
 mod tests;
+pub mod text;
 
 use serde::{Deserialize, Serialize};
 
@@ -94,7 +94,7 @@ pub struct GpuSeries {
 
 /// One trainer metrics report.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct MetricsPoint {
+pub struct StepPoint {
     pub t: f64,
     pub step: Option<u64>,
     pub samples_per_s: Option<f64>,
@@ -144,7 +144,7 @@ pub struct RankWindow {
     pub host: Option<String>,
     pub pid: Option<u32>,
     /// Its reports, oldest first.
-    pub metrics: Vec<MetricsPoint>,
+    pub metrics: Vec<StepPoint>,
 }
 
 /// A run: its GPUs, its metrics and changes, and the ranges its knobs may take.
@@ -154,7 +154,7 @@ pub struct RunWindow {
     /// GPU indices the run uses (empty: unknown, every GPU counts).
     pub gpus: Vec<u32>,
     /// Oldest first.
-    pub metrics: Vec<MetricsPoint>,
+    pub metrics: Vec<StepPoint>,
     pub changes: Vec<KnobChange>,
     /// Inclusive ranges from the profile or the trainer; `None`: unbounded above 1.
     pub batch_range: Option<(u32, u32)>,

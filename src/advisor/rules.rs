@@ -2,7 +2,7 @@
 //! unless its evidence is there.
 
 use super::{
-    AdvisorInput, Evidence, GpuPoint, GpuSeries, Hint, HintKind, Knob, MetricsPoint, RunWindow,
+    AdvisorInput, Evidence, GpuPoint, GpuSeries, Hint, HintKind, Knob, RunWindow, StepPoint,
     Suggestion, Thresholds,
 };
 use crate::telemetry::throttle;
@@ -32,7 +32,7 @@ impl<'a> Window<'a> {
             .collect()
     }
 
-    fn recent_metrics<'p>(&self, run: &'p RunWindow) -> Vec<&'p MetricsPoint> {
+    fn recent_metrics<'p>(&self, run: &'p RunWindow) -> Vec<&'p StepPoint> {
         run.metrics
             .iter()
             .filter(|p| p.t >= self.from && p.t <= self.input.now)
@@ -67,14 +67,14 @@ pub(super) fn ev(name: &str, value: f64, unit: &str) -> Evidence {
 }
 
 /// The newest value of a field among the reports.
-fn latest<T: Copy>(ms: &[&MetricsPoint], f: impl Fn(&MetricsPoint) -> Option<T>) -> Option<T> {
+fn latest<T: Copy>(ms: &[&StepPoint], f: impl Fn(&StepPoint) -> Option<T>) -> Option<T> {
     ms.iter().rev().find_map(|m| f(m))
 }
 
 pub(super) fn data_stall(w: &Window, run: &RunWindow) -> Option<Hint> {
     let th = w.th;
     let ms = w.recent_metrics(run);
-    let timed: Vec<&&MetricsPoint> = ms
+    let timed: Vec<&&StepPoint> = ms
         .iter()
         .filter(|m| m.step_time_s.is_some_and(|s| s > 0.0) && m.data_wait_s.is_some())
         .collect();
@@ -273,9 +273,9 @@ pub(super) fn throughput_drop(w: &Window, run: &RunWindow) -> Option<Hint> {
         .iter()
         .rev()
         .find(|c| c.t >= w.from && c.t <= w.input.now)?;
-    let rate = |m: &&&MetricsPoint| m.samples_per_s;
-    let before: Vec<&&MetricsPoint> = ms.iter().filter(|m| m.t < change.t).collect();
-    let after: Vec<&&MetricsPoint> = ms
+    let rate = |m: &&&StepPoint| m.samples_per_s;
+    let before: Vec<&&StepPoint> = ms.iter().filter(|m| m.t < change.t).collect();
+    let after: Vec<&&StepPoint> = ms
         .iter()
         .filter(|m| m.t >= change.t + th.drop_settle_s)
         .collect();

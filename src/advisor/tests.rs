@@ -38,8 +38,8 @@ fn series(index: u32, n: usize, dt: f64, f: impl Fn(usize, f64) -> GpuPoint) -> 
 }
 
 /// A report: 1000 samples/s, step 0.1 s, no data wait, batch 64, prefetch 2.
-fn report(t: f64) -> MetricsPoint {
-    MetricsPoint {
+fn report(t: f64) -> StepPoint {
+    StepPoint {
         t,
         step: Some(t as u64),
         samples_per_s: Some(1000.0),
@@ -50,13 +50,13 @@ fn report(t: f64) -> MetricsPoint {
     }
 }
 
-fn reports(n: usize, dt: f64, f: impl Fn(usize, f64) -> MetricsPoint) -> Vec<MetricsPoint> {
+fn reports(n: usize, dt: f64, f: impl Fn(usize, f64) -> StepPoint) -> Vec<StepPoint> {
     (0..n)
         .map(|k| f(k, NOW - dt * (n - 1 - k) as f64))
         .collect()
 }
 
-fn run(metrics: Vec<MetricsPoint>) -> RunWindow {
+fn run(metrics: Vec<StepPoint>) -> RunWindow {
     RunWindow {
         run: "r1".into(),
         gpus: vec![0],
@@ -110,7 +110,7 @@ fn stall(wait: f64, util: f64) -> AdvisorInput {
             util_pct: Some(if k % 2 == 0 { util + 7.5 } else { util - 7.5 }),
             ..busy(t)
         })],
-        vec![run(reports(30, 5.0, |_, t| MetricsPoint {
+        vec![run(reports(30, 5.0, |_, t| StepPoint {
             data_wait_s: Some(wait),
             ..report(t)
         }))],
@@ -178,7 +178,7 @@ fn headroom(used_gib: f64, batch: u32) -> AdvisorInput {
             memory_used_bytes: Some((used_gib * GIB as f64) as u64),
             ..busy(t)
         })],
-        vec![run(reports(30, 5.0, |_, t| MetricsPoint {
+        vec![run(reports(30, 5.0, |_, t| StepPoint {
             batch_size: Some(batch),
             ..report(t)
         }))],
@@ -407,7 +407,7 @@ fn idle_is_silent_without_its_evidence() {
 
 fn after_change(after_rate: f64, knob: Knob, change_age_s: f64) -> AdvisorInput {
     let t_change = NOW - change_age_s;
-    let mut r = run(reports(50, 5.0, |_, t| MetricsPoint {
+    let mut r = run(reports(50, 5.0, |_, t| StepPoint {
         samples_per_s: Some(if t < t_change { 1000.0 } else { after_rate }),
         ..report(t)
     }));

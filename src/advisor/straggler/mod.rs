@@ -36,7 +36,7 @@ mod cause;
 mod tests;
 
 use super::rules::{Window, ev};
-use super::{Hint, HintKind, MetricsPoint, RankWindow, RunWindow};
+use super::{Hint, HintKind, RankWindow, RunWindow, StepPoint};
 use cause::{Scene, Told};
 
 /// A rank is a straggler when its own step time is at least this many times the median of the
@@ -153,7 +153,7 @@ pub(super) fn median(mut v: Vec<f64>) -> Option<f64> {
 
 /// One rank's recent medians: (rank, step, data wait).
 fn rank_medians<'r>(w: &Window, r: &'r RankWindow) -> Option<(&'r RankWindow, f64, Option<f64>)> {
-    let mut recent: Vec<&MetricsPoint> = r
+    let mut recent: Vec<&StepPoint> = r
         .metrics
         .iter()
         .rev()

@@ -117,7 +117,7 @@ impl Worker {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::advisor::{GpuPoint, GpuSeries, MetricsPoint, RunWindow};
+    use crate::advisor::{GpuPoint, GpuSeries, RunWindow, StepPoint};
 
     /// A busy, cool GPU over the last minute: nothing to say about it.
     fn quiet_gpu(now: f64) -> GpuSeries {
@@ -156,9 +156,9 @@ mod tests {
         // A run whose only reports are older than the window.
         input.runs.push(RunWindow {
             run: "r".into(),
-            metrics: vec![MetricsPoint {
+            metrics: vec![StepPoint {
                 t: now - 900.0,
-                ..MetricsPoint::default()
+                ..StepPoint::default()
             }],
             ..RunWindow::default()
         });
@@ -168,9 +168,9 @@ mod tests {
             "{}",
             a.why_none
         );
-        input.runs[0].metrics.push(MetricsPoint {
+        input.runs[0].metrics.push(StepPoint {
             t: now - 5.0,
-            ..MetricsPoint::default()
+            ..StepPoint::default()
         });
         let a = Advice::compute(&input, &th);
         assert!(
