@@ -128,6 +128,60 @@ pub enum Action {
     Noop,
 }
 
+impl Action {
+    /// Whether the Run view's state carries it out (in the Run view, or whatever the view while
+    /// the footer asks something): its run list, its log (scrolling, following, the stream, the
+    /// search and its prompt), stopping and pausing the run, and the y/n question it asks. One
+    /// match without a wildcard, so a new action has to say; what it does not take, the other
+    /// views, the dialogs and the console do, or nothing.
+    pub fn for_run_view(self) -> bool {
+        match self {
+            Action::ScrollUp
+            | Action::ScrollDown
+            | Action::PageUp
+            | Action::PageDown
+            | Action::Top
+            | Action::Bottom
+            | Action::RunNext
+            | Action::RunPrev
+            | Action::RunOpen
+            | Action::Search
+            | Action::SearchNext
+            | Action::SearchPrev
+            | Action::SearchClear
+            | Action::Follow
+            | Action::LogStream
+            | Action::StopRun
+            | Action::PauseRun
+            | Action::PromptChar(_)
+            | Action::PromptBackspace
+            | Action::PromptSubmit
+            | Action::PromptCancel
+            | Action::Confirm(_) => true,
+            Action::Quit
+            | Action::Help
+            | Action::Close
+            | Action::Redraw
+            | Action::NextView
+            | Action::PrevView
+            | Action::ShowView(_)
+            | Action::NextGpu
+            | Action::PrevGpu
+            | Action::FirstGpu
+            | Action::LastGpu
+            | Action::SelectGpu(_)
+            | Action::ZoomIn
+            | Action::ZoomOut
+            | Action::SetKnob(_)
+            | Action::PowerCap
+            | Action::Advisor
+            | Action::HintAct(_)
+            | Action::TuneEnergy
+            | Action::Noop => false,
+        }
+    }
+}
+
 /// An action name in a keymap that means nothing.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(

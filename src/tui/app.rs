@@ -251,7 +251,7 @@ impl App {
                     self.outbox.push(r);
                 }
             }
-            a if RunState::handles(a) && (self.view == ViewId::Run || self.modal()) => {
+            a if a.for_run_view() && (self.view == ViewId::Run || self.modal()) => {
                 let body = self.areas(self.size).body;
                 let page = match self.run.current(&self.data) {
                     Some(r) => run::Layout::of(body, &self.data, r),
@@ -281,33 +281,9 @@ impl App {
             Action::ScrollDown => {
                 self.detail.process_scroll = self.detail.process_scroll.saturating_add(1)
             }
-            Action::NextGpu
-            | Action::SelectGpu(_)
-            | Action::PageUp
-            | Action::PageDown
-            | Action::Top
-            | Action::Bottom
-            | Action::RunNext
-            | Action::RunPrev
-            | Action::RunOpen
-            | Action::Search
-            | Action::SearchNext
-            | Action::SearchPrev
-            | Action::SearchClear
-            | Action::Follow
-            | Action::LogStream
-            | Action::StopRun
-            | Action::PauseRun
-            | Action::SetKnob(_)
-            | Action::PowerCap
-            | Action::HintAct(_)
-            | Action::TuneEnergy
-            | Action::PromptChar(_)
-            | Action::PromptBackspace
-            | Action::PromptSubmit
-            | Action::PromptCancel
-            | Action::Confirm(_)
-            | Action::Noop => {}
+            // Nothing here takes it: a guard above did not hold (no GPU to select, a key of
+            // another view, a dialog that is not open), or it does nothing (noop).
+            _ => {}
         }
     }
 

@@ -123,36 +123,8 @@ impl RunState {
         (data.log.run.as_deref() == Some(run.id.as_str())).then(|| data.log.stream(self.stream))
     }
 
-    /// Whether this view's state handles `a` (else the app does).
-    pub fn handles(a: Action) -> bool {
-        matches!(
-            a,
-            Action::ScrollUp
-                | Action::ScrollDown
-                | Action::PageUp
-                | Action::PageDown
-                | Action::Top
-                | Action::Bottom
-                | Action::RunNext
-                | Action::RunPrev
-                | Action::RunOpen
-                | Action::Search
-                | Action::SearchNext
-                | Action::SearchPrev
-                | Action::SearchClear
-                | Action::Follow
-                | Action::LogStream
-                | Action::StopRun
-                | Action::PauseRun
-                | Action::PromptChar(_)
-                | Action::PromptBackspace
-                | Action::PromptSubmit
-                | Action::PromptCancel
-                | Action::Confirm(_)
-        )
-    }
-
-    /// Carry out `a`; `page` is the number of log lines on screen. Returns what to ask the
+    /// Carry out `a` (one [`Action::for_run_view`] says this state takes); `page` is the
+    /// number of log lines on screen. Returns what to ask the
     /// daemon, if anything; messages for the footer go to `data`.
     pub fn apply(&mut self, a: Action, data: &mut Data, page: usize) -> Option<Request> {
         let page = page.max(1);
