@@ -177,7 +177,7 @@ pub struct Client {
     /// How to connect again.
     origin: Origin,
     /// The bridging program of a remote connection (killed when the client goes).
-    link: Option<remote::Link>,
+    link: Option<remote::BridgeProcess>,
     /// The daemon's log, where known (named when the connection is lost).
     log: Option<PathBuf>,
 }

@@ -70,11 +70,11 @@ impl Origin {
 }
 
 /// The bridging program; killed when the client that uses it is dropped.
-pub(super) struct Link {
+pub(super) struct BridgeProcess {
     child: Child,
 }
 
-impl Drop for Link {
+impl Drop for BridgeProcess {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
@@ -129,7 +129,7 @@ fn connect_command(
                 argv: argv.to_vec(),
                 label: label.into(),
             };
-            client.link = Some(Link { child });
+            client.link = Some(BridgeProcess { child });
             Ok(client)
         }
         Err(e) => {
