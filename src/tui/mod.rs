@@ -1,25 +1,29 @@
 //! The terminal console: live per-GPU gauges and charts, light enough for an SSH session.
 //!
-//! Layout:
-//! - [`action`]: the one `Action` enum; keys map to actions through the [`keymap`]
-//!   (defaults from `keymap-default.toml`, a user file merged over them).
-//! - [`theme`]: the colour themes (presets from `themes/`, user files merged over them).
-//! - [`app`]: the state (`App`, holding each view's own state) and `App::apply`, the only place
-//!   it changes.
+//! Layout, bottom to top: each module uses only those listed before it (parent ↔ child inside
+//! one is fine), as `layers_tests.rs` checks.
+//! - Leaves: [`action`], the one `Action` enum, and [`keymap`], keys to actions (defaults from
+//!   `keymap-default.toml`, a user file merged over them); [`theme`], the colour themes
+//!   (presets from `themes/`, user files merged over them); [`format`](mod@format), compact numbers (`N/A`
+//!   for absent); [`log`], a run's log as lines, cleaned for a terminal, with search;
+//!   [`metrics`], the shown run's training metrics, knobs, and the changes its charts mark;
+//!   [`control`], the control loops' status in words; [`tty`], the terminal's size and input.
+//! - [`feed`]: where data comes from, on threads of their own: an in-process sampler (the
+//!   demo) or a client of the daemon (everything else). Both send the same [`feed::Update`]s,
+//!   and the messages they carry live with the feed that produces them; the app asks for what
+//!   needs the daemon with [`feed::Request`]s.
 //! - [`data`]: what the views read: snapshot, history, runs, the shown run's log, events,
 //!   the link to the daemon, frame time and status.
-//! - [`feed`]: where data comes from, on threads of their own: an in-process sampler (the
-//!   demo) or a client of the daemon (everything else). Both send the same [`feed::Update`]s;
-//!   the app asks for what needs the daemon with [`feed::Request`]s.
-//! - [`log`]: a run's log as lines, cleaned for a terminal, with search.
-//! - [`metrics`]: the shown run's training metrics, knobs, and the changes its charts mark.
-//! - [`ui`] and [`views`]: render. The frame borrows the app, each view its own state and a
-//!   narrow context; they change nothing; no I/O, no locks. [`layout`]: where the frame's
-//!   parts go, for render and for clicks.
-//! - [`dialog`]: small modal dialogs (a number checked against a range).
-//! - [`widgets`], [`format`]: gauges, sparklines, badges, compact numbers (`N/A` for absent).
-//! - [`event_loop`]: input, updates and a tick on one tokio task; draws once per burst of
-//!   events, capped at 20 frames per second.
+//! - [`widgets`]: gauges, sparklines, badges, `centered`; [`layout`]: where the frame's parts
+//!   go, for render and for clicks; [`dialog`]: small modal dialogs and the number step the
+//!   power-cap and knob dialogs share.
+//! - [`views`]: each view's own state and its drawing, from that state and a narrow context
+//!   (the data, the theme, the keymap). They change nothing; no I/O, no locks.
+//! - [`app`]: the state (`App`, holding each view's own state) and `App::apply`, the only place
+//!   it changes (with `app/advisor.rs` and `app/tuner.rs` for the advisor pane and the tuner).
+//! - [`ui`]: the frame, drawn from the App; [`screen`]: the terminal's frames, redrawing only
+//!   what changed; [`event_loop`]: input, updates and a tick on one tokio task; draws once per
+//!   burst of events, capped at 20 frames per second.
 //!
 //! Data flows one way: daemon → subscription and polls (feed thread) → updates → app state →
 //! render. Nothing is printed to stdout while the console owns the terminal, and the terminal
@@ -191,6 +195,9 @@ pub fn run(opts: TuiOptions) -> anyhow::Result<()> {
     ratatui::restore();
     result
 }
+
+#[cfg(test)]
+mod layers_tests;
 
 #[cfg(test)]
 mod tests {
