@@ -4,8 +4,9 @@
 //! one is fine), as `layers_tests.rs` checks.
 //! - Leaves: [`action`], the one `Action` enum, and [`keymap`], keys to actions (defaults from
 //!   `keymap-default.toml`, a user file merged over them); [`theme`], the colour themes
-//!   (presets from `themes/`, user files merged over them); [`format`](mod@format), compact numbers (`N/A`
-//!   for absent); [`log`], a run's log as lines, cleaned for a terminal, with search;
+//!   (presets from `themes/`, user files merged over them); [`format`](mod@format), compact
+//!   numbers (`N/A` for absent); [`log`], a run's log as lines, cleaned for a terminal, with
+//!   search;
 //!   [`metrics`], the shown run's training metrics, knobs, and the changes its charts mark;
 //!   [`control`], the control loops' status in words; [`tty`], the terminal's size and input.
 //! - [`feed`]: where data comes from, on threads of their own: an in-process sampler (the

@@ -1,8 +1,9 @@
 //! The console's energy tuner, for the daemon feed:
-//! [`Request::TuneEnergy`](crate::tui::feed::Request::TuneEnergy) starts the search
-//! of `gpupilot tune energy` (the same [`drive`] over the same daemon calls, with the
-//! command's defaults) on a thread of its own with its own connection to the daemon, reporting
-//! to the console as [`Update::Tuner`] (a [`TunerEvent`], the message this feed produces); `Request::TuneStop` stops it, and the starting caps go
+//! [`Request::TuneEnergy`](crate::tui::feed::Request::TuneEnergy) starts the search of
+//! `gpupilot tune energy` (the session of `control::tuner::session`, the same [`drive`] over
+//! the same daemon calls, with the default settings) on a thread of its own with its own
+//! connection to the daemon, reporting to the console as [`Update::Tuner`] (a [`TunerEvent`],
+//! the message this feed produces); `Request::TuneStop` stops it, and the starting caps go
 //! back. The [`Feed`](crate::tui::feed::Feed) owns a [`TunerGuard`]: when the console quits and
 //! drops its feed, the guard stops a search still running and waits until its caps are back.
 
