@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use daemon_common::{Home, power_caps as caps, wait_for};
 use feed_reader::Reader;
-use gpupilot::tui::feed::{DataSource, Request, Update};
 use gpupilot::tui::feed::daemon::{TunerEnd, TunerEvent};
+use gpupilot::tui::feed::{DataSource, Request, Update};
 
 const WAIT: Duration = Duration::from_secs(30);
 

@@ -3,14 +3,14 @@
 
 #![allow(dead_code)]
 
-use gpupilot::tui::keymap::Keymap;
-use gpupilot::tui::theme::Theme;
 use gpupilot::protocol::{LogStream, NodeEvent, NodeEventRecord, RunInfo};
 use gpupilot::supervisor::RunStatus;
 use gpupilot::telemetry::{GpuProcess, GpuSample, HostSample, NodeInfo, Snapshot, throttle};
 use gpupilot::tui::App;
 use gpupilot::tui::feed::{Link, Update};
+use gpupilot::tui::keymap::Keymap;
 use gpupilot::tui::screen::Screen;
+use gpupilot::tui::theme::Theme;
 use ratatui::Terminal;
 use ratatui::backend::{Backend, ClearType, TestBackend, WindowSize};
 use ratatui::buffer::Cell;
