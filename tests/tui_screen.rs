@@ -6,10 +6,10 @@
 
 mod tui_common;
 
-use gpupilot::tui::theme;
 use gpupilot::telemetry::Snapshot;
 use gpupilot::tui::data::Level;
 use gpupilot::tui::screen::Screen;
+use gpupilot::tui::theme;
 use gpupilot::tui::{App, ViewId};
 use ratatui::backend::TestBackend;
 use ratatui::buffer::Buffer;

@@ -300,8 +300,8 @@ fn help_is_generated_from_the_keymap() {
     a.apply(Action::Help);
     shot("help", &mut a);
     let screen = text(&render(&mut a, 200, 50));
-    for b in gpupilot::tui::keymap::Keymap::defaults()
-        .bindings(gpupilot::tui::keymap::Context::Global)
+    for b in
+        gpupilot::tui::keymap::Keymap::defaults().bindings(gpupilot::tui::keymap::Context::Global)
     {
         assert!(screen.contains(&b.desc), "{} missing from help", b.desc);
     }
