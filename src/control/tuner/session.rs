@@ -57,17 +57,20 @@ pub struct RunSeen {
     pub running: bool,
 }
 
-/// A run's metrics reports from some point on, where the next ones start, and its trainer's
-/// side (its ranks, their GPUs).
+/// A run's metrics reports from some point on, and its trainer's side.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Reports {
+    /// The reports, oldest first.
     pub points: Vec<MetricsPoint>,
+    /// Where the next reports start (the `since` of the next call).
     pub next: u64,
+    /// Whether this is a job of several ranks, and their GPUs.
     pub trainer: TrainerInfo,
 }
 
 /// Run `spec` seen through `daemon`, and a search on it as `settings` ask, ready to
-/// [`drive`](super::live::drive) (the console's tuner starts the same way, with the default settings).
+/// [`drive`](super::live::drive) (the console's tuner starts the same way, with the default
+/// settings).
 pub fn prepare<D: TunerDaemon>(
     daemon: D,
     spec: &str,
