@@ -6,17 +6,19 @@
 use super::action::{Action, ViewId};
 use super::data::Data;
 use super::feed::{Request, Update};
+use super::keymap::{Key, Keymap};
 use super::layout::{self, Areas};
+use super::theme::Theme;
 use super::views::Ctx;
+use super::views::advisor::AdvisorState;
 use super::views::detail::DetailState;
 use super::views::events::{self, EventsState};
 use super::views::help::HelpState;
 use super::views::overview;
 use super::views::power_dialog::{self, PowerDialog};
+use super::views::run::tuner_panel::TunerUi;
 use super::views::run::{self, state::RunState};
 use crate::telemetry::Snapshot;
-use crate::tui::keymap::{Key, Keymap};
-use crate::tui::theme::Theme;
 use crossterm::event::{KeyEvent, KeyEventKind, MouseButton, MouseEvent, MouseEventKind};
 use ratatui::layout::{Position, Rect};
 use std::time::Duration;
@@ -37,9 +39,9 @@ pub struct App {
     /// The power-cap dialog (Overview and GPU detail), while open.
     pub power: Option<PowerDialog>,
     /// The advisor pane (see `views::advisor`, `app/advisor.rs`).
-    pub advisor: super::views::advisor::AdvisorState,
+    pub advisor: AdvisorState,
     /// The console's energy tuner (see `views::run::tuner_panel`, `app/tuner.rs`).
-    pub tuner: super::views::run::tuner_panel::TunerUi,
+    pub tuner: TunerUi,
     /// The size of the last frame: mouse positions are resolved against it.
     pub size: Rect,
     pub quit: bool,
@@ -228,10 +230,7 @@ impl App {
             }
             Action::Advisor => advisor::toggle(self),
             Action::Confirm(yes) if self.tuner.ask.is_some() => tuner::answer(self, yes),
-            a if self.advisor.open
-                && !self.modal_besides_advisor()
-                && super::views::advisor::AdvisorState::handles(a) =>
-            {
+            a if self.advisor.open && !self.modal_besides_advisor() && AdvisorState::handles(a) => {
                 advisor::apply(self, a)
             }
             Action::TuneEnergy if self.view == ViewId::Run => tuner::key(self),

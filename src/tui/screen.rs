@@ -11,9 +11,9 @@
 
 use super::app::App;
 use super::layout::Areas;
+use super::theme::Theme;
 use super::ui;
 use super::views::overview::{BlockModel, block_models};
-use crate::tui::theme::Theme;
 use ratatui::backend::Backend;
 use ratatui::buffer::{Buffer, Cell};
 use ratatui::layout::Rect;

@@ -5,9 +5,9 @@
 
 use super::data::Data;
 use super::format;
+use super::theme::Theme;
 use crate::history::{Metric, Point};
 use crate::telemetry::{GpuSample, throttle};
-use crate::tui::theme::Theme;
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use ratatui::style::Style;
