@@ -18,8 +18,8 @@ use serde::{Deserialize, Serialize};
 use crate::control::energy::RunEnergy;
 use crate::history::{Metric, Point};
 use crate::protocol::{MetricsPoint, NodeEvent, NodeEventRecord, RunInfo};
-use crate::time::{parse_rfc3339, rfc3339};
 use crate::supervisor::{Event, EventRecord, RunDir, Summary};
+use crate::time::{parse_rfc3339, rfc3339};
 
 /// Most points kept per chart series (metrics are thinned to this many, evenly).
 pub const MAX_POINTS: usize = 600;
