@@ -1,12 +1,11 @@
 //! Bad input on the command line, as a user types it: each is refused with a clear message, a
 //! non-zero exit, and nothing changed (the daemon's settings stay as they were).
 
-mod daemon_common;
-
 use std::process::Output;
 use std::time::Duration;
 
-use daemon_common::Home;
+use crate::support::home::Home;
+use crate::support::wait::wait_for;
 
 const T: Duration = Duration::from_secs(30);
 
@@ -282,7 +281,7 @@ fn a_knob_restart_that_loses_the_work_says_so_and_changes_nothing() {
         .trim()
         .to_string();
     let c = home.client();
-    daemon_common::wait_for("the step to be parsed", Duration::from_secs(20), || {
+    wait_for("the step to be parsed", Duration::from_secs(20), || {
         c.run_metrics(&run, 0)
             .is_ok_and(|m| m.points.iter().any(|p| p.report.step == Some(7)))
     });

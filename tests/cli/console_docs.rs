@@ -5,7 +5,7 @@ use gpupilot::tui::keymap::{self, Key};
 use gpupilot::tui::theme;
 use gpupilot::tui::{Action, ViewId};
 
-const DOC: &str = include_str!("../docs/console.md");
+const DOC: &str = include_str!("../../docs/console.md");
 
 /// The ```toml block whose first line is `# <first_line>…`.
 fn block(first_line: &str) -> &'static str {

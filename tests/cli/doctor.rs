@@ -1,16 +1,14 @@
 //! `gpupilot doctor` through the fake NVML library: a compatible and an incompatible driver,
 //! PyTorch answered by a fake interpreter (GPUPILOT_PYTHON), permission refused.
 
-mod common;
-
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-use common::FakeNode;
+use crate::support::nvml::FakeNode;
 
-const COMPATIBLE: &str = include_str!("../crates/fake-nvml/scenarios/doctor-compatible.toml");
-const OLD_DRIVER: &str = include_str!("../crates/fake-nvml/scenarios/doctor-old-driver.toml");
+const COMPATIBLE: &str = include_str!("../../crates/fake-nvml/scenarios/doctor-compatible.toml");
+const OLD_DRIVER: &str = include_str!("../../crates/fake-nvml/scenarios/doctor-old-driver.toml");
 
 /// A stand-in for python3 that prints what a PyTorch probe would (`line`, one JSON object).
 fn fake_python(dir: &Path, line: &str) -> PathBuf {

@@ -8,12 +8,10 @@
 //! CI runs proptest's default 256 cases per property; a longer campaign by hand:
 //! `PROPTEST_CASES=50000 cargo test --release --test fuzz` (see docs/operations.md).
 
-mod daemon_common;
-
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use daemon_common::{Home, Raw};
+use crate::support::home::{Home, Raw};
 use gpupilot::cluster::query::parse_vector;
 use gpupilot::daemon::parse_output_line;
 use gpupilot::profile::{self, SHIPPED};

@@ -3,9 +3,7 @@
 //! Each test runs the real `gpupilot status --json` in its own process with its own scenario and
 //! shared-state file, because a process loads one NVML library with one node.
 
-mod common;
-
-use common::FakeNode;
+use crate::support::nvml::FakeNode;
 use serde_json::Value;
 use std::time::{Duration, Instant};
 

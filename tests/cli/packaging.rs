@@ -4,15 +4,15 @@
 //! sourced; the man pages have a page per subcommand holding each of its options; the Python
 //! SDK is the binary's version and says clearly when its daemon speaks another protocol.
 
-mod daemon_common;
-
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use crate::support::home::Home;
+use crate::support::peers::missing;
+use crate::support::wait::finish;
 use clap::CommandFactory as _;
-use daemon_common::{Home, finish};
 use gpupilot::cli::Cli;
 
 const BIN: &str = env!("CARGO_BIN_EXE_gpupilot");
@@ -300,11 +300,7 @@ fn have_shell(shell: &str) -> bool {
         .status()
         .is_ok_and(|s| s.success());
     if !found {
-        assert!(
-            std::env::var("GPUPILOT_REQUIRE_PEERS").as_deref() != Ok("1"),
-            "{shell} is required here (GPUPILOT_REQUIRE_PEERS=1): .ci/run installs it"
-        );
-        eprintln!("SKIPPED: {shell} is not installed");
+        missing(&format!("{shell} is not installed"));
     }
     found
 }

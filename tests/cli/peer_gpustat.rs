@@ -1,9 +1,8 @@
 //! Cross-check with a peer nobody here wrote: gpustat reads the same fake NVML node as
 //! `gpupilot status --json`, and the two must agree.
 
-mod common;
-
-use common::{FakeNode, peer};
+use crate::support::nvml::FakeNode;
+use crate::support::peers::peer;
 use serde_json::Value;
 use std::process::Command;
 

@@ -4,13 +4,12 @@
 //! into the run directory, and the page, opened in headless Chromium where it is installed,
 //! renders its charts (SVG with data points) without a request leaving it.
 
-mod daemon_common;
-
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use daemon_common::{Home, wait_for};
+use crate::support::home::Home;
+use crate::support::wait::wait_for;
 
 const BIN: &str = env!("CARGO_BIN_EXE_gpupilot");
 

@@ -12,14 +12,15 @@
 //! Without `prometheus`/`promtool` installed the test passes with a printed reason, unless
 //! GPUPILOT_REQUIRE_PEERS=1 (CI), where it fails.
 
-mod daemon_common;
-
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use daemon_common::{DaemonProc, Home, free_port, http_get, wait_for};
+use crate::support::home::{DaemonProc, Home};
+use crate::support::net::{free_port, http_get};
+use crate::support::peers::peer;
+use crate::support::wait::{poll, wait_for};
 use gpupilot::client::Client;
 use gpupilot::cluster::model::{ClusterModel, NodeState};
 use gpupilot::cluster::query::Prometheus;
@@ -28,24 +29,6 @@ use gpupilot::cluster::{GridMetric, fetch};
 use gpupilot::telemetry::{GpuSample, now_s};
 use ratatui::Terminal;
 use ratatui::backend::TestBackend;
-
-fn tool(name: &str) -> Option<PathBuf> {
-    let found = std::env::var_os("PATH").and_then(|p| {
-        std::env::split_paths(&p)
-            .map(|d| d.join(name))
-            .find(|c| c.is_file())
-    });
-    if found.is_none() {
-        if std::env::var("GPUPILOT_REQUIRE_PEERS").as_deref() == Ok("1") {
-            panic!(
-                "`{name}` is required (GPUPILOT_REQUIRE_PEERS=1) but not installed; .ci/run \
-                 installs Debian's prometheus"
-            );
-        }
-        eprintln!("SKIPPED: `{name}` is not installed (apt-get install prometheus, or .ci/run)");
-    }
-    found
-}
 
 /// A child killed (SIGKILL through std, one positive pid) and reaped when dropped.
 struct Killed(Child);
@@ -80,11 +63,7 @@ fn daemon(home: &Home, gpus: u32, model: &str, seed: u64, port: u16) -> DaemonPr
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let d = DaemonProc { child: Some(child) };
-    wait_for("the daemon to answer", Duration::from_secs(20), || {
-        Client::connect(&home.paths).is_ok()
-    });
-    d
+    DaemonProc::answering(child, &home.paths, "the daemon")
 }
 
 /// `promtool check metrics` on `body`: clean, or (exit status 3, lint problems) nothing but the
@@ -191,7 +170,7 @@ fn within(what: &str, v: Option<f64>, (lo, hi): (f64, f64), slack: f64) {
 
 #[test]
 fn prometheus_scrapes_two_daemons_and_the_cluster_view_matches() {
-    let (Some(prometheus), Some(promtool)) = (tool("prometheus"), tool("promtool")) else {
+    let (Some(prometheus), Some(promtool)) = (peer("prometheus"), peer("promtool")) else {
         return;
     };
     let (home_a, home_b) = (Home::new(), Home::new());
@@ -270,23 +249,25 @@ fn prometheus_scrapes_two_daemons_and_the_cluster_view_matches() {
             .unwrap(),
     );
     let prom = Prometheus::new(&format!("http://127.0.0.1:{prom_port}")).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let up = prom.query("up").unwrap_or_default();
-        let model = fetch(&prom, None, now_s()).ok();
-        let gpus = model
-            .as_ref()
-            .map_or(0, |m| m.nodes.iter().map(|n| n.gpus.len()).sum::<usize>());
-        if up.iter().filter(|s| s.v == 1.0).count() == 2 && gpus == 5 {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "Prometheus did not scrape both daemons within 60 s (up: {up:?}); its log:\n{}",
-            std::fs::read_to_string(dir.path().join("prometheus.log")).unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(250));
-    }
+    poll(
+        "Prometheus to scrape both daemons",
+        Duration::from_secs(60),
+        Duration::from_millis(250),
+        || {
+            let up = prom.query("up").unwrap_or_default();
+            let model = fetch(&prom, None, now_s()).ok();
+            let gpus = model
+                .as_ref()
+                .map_or(0, |m| m.nodes.iter().map(|n| n.gpus.len()).sum::<usize>());
+            if up.iter().filter(|s| s.v == 1.0).count() == 2 && gpus == 5 {
+                return Ok(());
+            }
+            Err(format!(
+                " (up: {up:?}); its log:\n{}",
+                std::fs::read_to_string(dir.path().join("prometheus.log")).unwrap_or_default()
+            ))
+        },
+    );
 
     // The daemons' own view over the last seconds, then the model, then once more.
     let mut seen_a = Vec::new();

@@ -11,14 +11,17 @@
 //! Needs root and the packages (`.ci/run` installs them); without them the test passes with a
 //! printed reason, unless GPUPILOT_REQUIRE_PEERS=1 (CI), where it fails.
 
-mod daemon_common;
-
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use daemon_common::{Home, free_port, send, wait_for};
+use crate::support::home::Home;
+use crate::support::json;
+use crate::support::net::free_port;
+use crate::support::proc::send;
+use crate::support::wait::wait_for;
+use crate::support::write_exec;
 use rustix::process::Signal;
 
 const PROGRAMS: [&str; 8] = [
@@ -49,10 +52,7 @@ fn missing() -> Option<String> {
 
 fn required() -> bool {
     if let Some(why) = missing() {
-        if std::env::var("GPUPILOT_REQUIRE_PEERS").as_deref() == Ok("1") {
-            panic!("a local Slurm is required (GPUPILOT_REQUIRE_PEERS=1) but {why}");
-        }
-        eprintln!("SKIPPED: {why}");
+        crate::support::peers::missing(&format!("a local Slurm: {why}"));
         return false;
     }
     true
@@ -265,10 +265,6 @@ impl Drop for Slurm {
     }
 }
 
-fn json(text: &str) -> serde_json::Value {
-    serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"))
-}
-
 /// `gpupilot ARGS…` as a user of this cluster (SLURM_CONF set), which must succeed.
 fn gp(home: &Home, slurm: &Slurm, args: &[&str]) -> String {
     let out = home
@@ -321,11 +317,6 @@ fn profile(dir: &Path, name: &str, steps: u32, exit: i32) -> PathBuf {
     )
     .unwrap();
     path
-}
-
-fn write_exec(path: &Path, text: &str) {
-    std::fs::write(path, text).unwrap();
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
 }
 
 #[test]

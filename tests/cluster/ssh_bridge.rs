@@ -3,16 +3,15 @@
 //! its own GPUPILOT_HOME. Needs `sshd` (Debian's openssh-server, which .ci/run installs);
 //! without it the tests pass with a printed reason unless GPUPILOT_REQUIRE_PEERS=1.
 
-mod daemon_common;
-mod ssh_common;
-
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use daemon_common::{Home, wait_for};
+use crate::support::home::Home;
+use crate::support::net::free_port;
+use crate::support::ssh::{Sshd, remote_command, sshd, user};
+use crate::support::wait::wait_for;
 use gpupilot::client::Origin;
 use gpupilot::protocol::KnobName;
-use ssh_common::{Sshd, free_port, remote_command, sshd, user};
 
 const BIN: &str = env!("CARGO_BIN_EXE_gpupilot");
 
@@ -148,11 +147,11 @@ fn attach_host_prints_the_runs_log_and_a_missing_node_or_gpupilot_says_so() {
         }
         seen
     });
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !reader.is_finished() {
-        assert!(Instant::now() < deadline, "no log through the bridge");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for(
+        "the log through the bridge",
+        Duration::from_secs(20),
+        || reader.is_finished(),
+    );
     let _ = child.kill();
     let _ = child.wait();
     assert!(reader.join().unwrap().contains("from-the-remote-node"));

@@ -4,6 +4,7 @@
 //! a live Slurm job on the grid and in detail (with a node Prometheus lacks); `a` and the
 //! `attach --host` it runs, failing through SSH.
 
+use crate::support::tui::text;
 use gpupilot::cluster::GridMetric;
 use gpupilot::cluster::jobs;
 use gpupilot::cluster::model::{ClusterModel, GpuCell, Node, NodeState};
@@ -76,18 +77,6 @@ fn render_to(model: &ClusterModel, state: &ViewState, w: u16, h: u16) -> Termina
     let mut t = Terminal::new(TestBackend::new(w, h)).unwrap();
     t.draw(|f| render(f, model, state)).unwrap();
     t
-}
-
-fn text(t: &Terminal<TestBackend>) -> String {
-    let buf = t.backend().buffer();
-    let mut s = String::new();
-    for y in 0..buf.area.height {
-        for x in 0..buf.area.width {
-            s.push_str(buf[(x, y)].symbol());
-        }
-        s.push('\n');
-    }
-    s
 }
 
 fn shot(name: &str, model: &ClusterModel, state: &ViewState) {

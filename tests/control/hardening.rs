@@ -3,15 +3,14 @@
 //! reset`, a run's energy survives a kill -9 of the daemon, a CPU-only run is charged no GPU
 //! energy, and a lost GPU keeps its identity in the daemon's `status` and `/metrics`.
 
-mod common;
-mod daemon_common;
-mod nvml_daemon;
-
 use std::time::Duration;
 
-use daemon_common::{free_port, http_get, wait_for};
+use crate::support::home::Home;
+use crate::support::net::{free_port, http_get};
+use crate::support::nvml::FakeNode;
+use crate::support::nvml_daemon::NvmlDaemon;
+use crate::support::wait::wait_for;
 use gpupilot::protocol::{Request, Response};
-use nvml_daemon::NvmlDaemon;
 use serde_json::Value;
 
 /// Two H100 at rest (29 °C or so in a 25 °C room), GPU 0's limit reading 0 mW.
@@ -233,8 +232,8 @@ fn a_limit_changed_outside_gpupilot_is_an_event_once_and_reset_restores_it() {
     // Another program on the same node: here a second gpupilot daemon of another home, which
     // this daemon knows nothing of (as it knows nothing of pynvml or nvidia-smi).
     let mut other = NvmlDaemon {
-        home: daemon_common::Home::new(),
-        node: common::FakeNode::new(TWO_H100),
+        home: Home::new(),
+        node: FakeNode::new(TWO_H100),
         daemon: None,
     };
     other.node.scenario = s.node.scenario.clone();

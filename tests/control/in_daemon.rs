@@ -1,96 +1,19 @@
 //! The control loops inside a daemon (no socket): thermal and budget requests move the
 //! simulator's caps through the daemon's control handle and land in the node's event log;
 //! `status` shows them; a read-only daemon refuses them; a run's energy reaches `ps` and its
-//! `summary.json`; a job of several ranks has its GPUs held at one cap. Simulated time is driven by hand (the simulator runs at speed 0), so nothing
-//! here waits on physics.
+//! `summary.json`; a job of several ranks has its GPUs held at one cap. Simulated time is
+//! driven by hand (see `support::sim_daemon`), so nothing here waits on physics.
 
-use std::path::Path;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use gpupilot::config::Paths;
-use gpupilot::control::power::GpuControl;
-use gpupilot::daemon::{Attach, Daemon, Peer};
+use gpupilot::daemon::{Attach, Daemon};
 use gpupilot::profile::Profile;
 use gpupilot::protocol::{ErrorCode, NodeEvent, RankSpec, Request, Response, TargetGpus};
 use gpupilot::supervisor::Caller;
-use gpupilot::telemetry::sim::SimSource;
-use gpupilot::telemetry::{Snapshot, Source};
-use gpusim::{NodeConfig, TrainingConfig};
+use gpupilot::telemetry::Source;
 
-const T0: f64 = 1_800_000_000.0;
-
-fn sim() -> Arc<SimSource> {
-    let cfg = NodeConfig {
-        gpus: vec!["h100-sxm".into(); 2],
-        ambient_c: 35.0,
-        seed: 1,
-        step_s: 0.1,
-        training: Some(TrainingConfig {
-            model: "gpt-1.3b".into(),
-            batch_size: 8,
-            prefetch_depth: 4,
-            workers: 8,
-        }),
-    };
-    Arc::new(SimSource::new(&cfg, 300.0).unwrap().with_speed(0.0))
-}
-
-fn daemon(dir: &Path, readonly: bool, src: &Arc<SimSource>) -> Daemon {
-    let paths = Paths {
-        config: dir.join("config"),
-        state: dir.join("state"),
-        runtime: dir.join("run"),
-    };
-    std::fs::create_dir_all(&paths.state).unwrap();
-    let socket = paths.runtime.join("daemon.sock");
-    let d = Daemon::new(
-        paths,
-        socket,
-        readonly,
-        1.0,
-        Some(2),
-        Some("sim".into()),
-        None,
-    )
-    .unwrap();
-    let dev: Arc<dyn GpuControl> = src.clone();
-    d.attach_control(dev, false).unwrap();
-    d
-}
-
-fn me() -> Peer {
-    Peer {
-        uid: rustix::process::getuid().as_raw(),
-        gid: 0,
-        pid: Some(std::process::id()),
-    }
-}
-
-/// One simulated second on, and a snapshot stamped `T0 + simulated seconds`.
-fn tick(d: &Daemon, src: &SimSource) {
-    let t = src.with_node(|n| {
-        let t = n.time_s() + 1.0;
-        n.advance_to(t);
-        t
-    });
-    let gpus = (0..src.gpu_count())
-        .map(|i| {
-            let mut s = src.sample_gpu(i);
-            s.time_s = T0 + t;
-            s
-        })
-        .collect();
-    d.take_snapshot(Snapshot {
-        time_s: T0 + t,
-        gpus,
-        ..Snapshot::default()
-    });
-}
-
-fn caps(src: &SimSource) -> Vec<f64> {
-    src.with_node(|n| n.gpus().iter().map(|g| g.power_limit_w()).collect())
-}
+use crate::support::sim_daemon::{caps, daemon, me, sim, tick};
+use crate::support::wait::poll;
 
 fn node_events(d: &Daemon) -> Vec<NodeEvent> {
     let Response::Events { events, .. } = d.answer(
@@ -316,23 +239,27 @@ fn a_runs_energy_reaches_ps_and_its_summary() {
         tick(&d, &src);
     }
     let expected = counter() - before;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        d.poll_runs();
-        let Response::Runs { runs } = d.answer(
-            &me(),
-            Request::Runs {
-                run: Some(run.id.clone()),
-            },
-        ) else {
-            panic!()
-        };
-        if runs[0].is_final() {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the run did not end");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    poll(
+        "the run to end",
+        Duration::from_secs(10),
+        Duration::from_millis(20),
+        || {
+            d.poll_runs();
+            let Response::Runs { runs } = d.answer(
+                &me(),
+                Request::Runs {
+                    run: Some(run.id.clone()),
+                },
+            ) else {
+                panic!()
+            };
+            if runs[0].is_final() {
+                Ok(())
+            } else {
+                Err(String::new())
+            }
+        },
+    );
     tick(&d, &src);
     let Response::Runs { runs } = d.answer(
         &me(),

@@ -2,12 +2,11 @@
 //! speaks the trainer channel as the SDK does; an unmodified script; the stdlib SDK example),
 //! and `gpupilot set` as a user types it.
 
-mod daemon_common;
-
 use std::path::Path;
 use std::time::Duration;
 
-use daemon_common::{Home, wait_for};
+use crate::support::home::Home;
+use crate::support::wait::wait_for;
 use gpupilot::client::Client;
 
 const BIN: &str = env!("CARGO_BIN_EXE_gpupilot");
@@ -61,13 +60,6 @@ fn reported_batch(c: &Client, run: &str) -> Option<i64> {
     c.run_metrics(run, 0).ok()?.trainer.last?.report.batch_size
 }
 
-fn events_named(home: &Home, name: &str) -> Vec<serde_json::Value> {
-    home.node_events()
-        .into_iter()
-        .filter(|e| e["event"] == name)
-        .collect()
-}
-
 #[test]
 fn set_batch_size_reaches_the_trainer_and_bad_values_change_nothing() {
     let home = Home::new();
@@ -85,7 +77,7 @@ fn set_batch_size_reaches_the_trainer_and_bad_values_change_nothing() {
         Duration::from_secs(10),
         || reported_batch(&c, &run) == Some(512),
     );
-    let applied = events_named(&home, "knob_applied");
+    let applied = home.events_named("knob_applied");
     assert_eq!(applied.len(), 1, "{applied:?}");
     assert_eq!(applied[0]["value"], 512);
     let rtt = applied[0]["rtt_ms"].as_f64().unwrap();
@@ -112,7 +104,7 @@ fn set_batch_size_reaches_the_trainer_and_bad_values_change_nothing() {
     let out = home.run(&["set", &run, "prefetch", "17"], Duration::from_secs(20));
     assert!(!out.status.success());
     assert_eq!(
-        events_named(&home, "knob_changed").len(),
+        home.events_named("knob_changed").len(),
         1,
         "refusals change nothing"
     );
@@ -166,7 +158,7 @@ fn an_out_of_memory_batch_restarts_the_run_with_half() {
         events.contains(r#""new":"2048""#) && events.contains(r#""new":"1024""#),
         "{events}"
     );
-    assert_eq!(events_named(&home, "trainer_error").len(), 2);
+    assert_eq!(home.events_named("trainer_error").len(), 2);
     // The new process was started with the halved value in its environment.
     let pid = info.pid.unwrap();
     let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
@@ -300,7 +292,7 @@ fn the_stdlib_sdk_example_takes_a_batch_size_change() {
     wait_for("the SDK's next report", Duration::from_secs(10), || {
         reported_batch(&c, &run) == Some(48)
     });
-    let applied = events_named(&home, "knob_applied");
+    let applied = home.events_named("knob_applied");
     assert_eq!(applied.len(), 1);
     assert!(applied[0]["rtt_ms"].as_f64().unwrap() > 0.0);
     let out = home.run(&["set", &run, "batch-size", "0"], Duration::from_secs(20));
@@ -334,7 +326,7 @@ fn a_trainer_outlives_a_daemon_restart_and_takes_changes_from_the_new_one() {
         || reported_batch(&c, &run) == Some(40),
     );
     // Change numbers go on from where the first daemon left them.
-    let changed = events_named(&home, "knob_changed");
+    let changed = home.events_named("knob_changed");
     assert_eq!(changed.last().unwrap()["change"], 2);
     home.ok(&["stop", &run]);
 }
@@ -546,7 +538,7 @@ fn set_on_a_job_of_four_ranks_says_when_every_rank_applied_it_and_ps_shows_the_r
         format!("{run}: batch_size 32 → 64 applied on 4/4 ranks at step {step} (all agreed in ");
     assert!(stdout.starts_with(&applied), "{stdout}\n{stderr}");
     assert!(stdout.trim_end().ends_with(" ms)"), "{stdout}");
-    let staged = events_named(&home, "knob_staged");
+    let staged = home.events_named("knob_staged");
     assert_eq!(staged.len(), 1, "{staged:?}");
     assert_eq!(staged[0]["apply_step"], step);
 
@@ -561,7 +553,7 @@ fn set_on_a_job_of_four_ranks_says_when_every_rank_applied_it_and_ps_shows_the_r
     wait_for(
         "the second change on every rank",
         Duration::from_secs(10),
-        || events_named(&home, "knob_applied").len() == 2,
+        || home.events_named("knob_applied").len() == 2,
     );
 
     // `ps`: the job's ranks and figures, from one request per live run.
@@ -635,6 +627,6 @@ fn a_rank_that_refuses_calls_the_change_off_on_every_rank() {
         "{:?}",
         m.trainer.ranks
     );
-    assert!(events_named(&home, "knob_staged").is_empty());
+    assert!(home.events_named("knob_staged").is_empty());
     home.ok(&["stop", &run]);
 }

@@ -3,14 +3,10 @@
 //! NO_PERMISSION message, `reset` restoring the recorded limit, gpustat reading the new limit
 //! from the same fake node, and a read-only daemon refusing.
 
-mod common;
-mod daemon_common;
-mod nvml_daemon;
-
 use std::process::Command;
 
-use common::peer;
-use nvml_daemon::NvmlDaemon;
+use crate::support::nvml_daemon::NvmlDaemon;
+use crate::support::peers::peer;
 use serde_json::Value;
 
 const FOUR_H100: &str = r#"

@@ -4,16 +4,11 @@
 //! out-of-range cap refusing the run before anything starts. Then, in process on the
 //! simulator: the run's cap is the user's cap for the thermal governor.
 
-mod common;
-mod daemon_common;
-mod nvml_daemon;
-
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use daemon_common::wait_for;
-use nvml_daemon::NvmlDaemon;
+use crate::support::nvml_daemon::NvmlDaemon;
+use crate::support::wait::wait_for;
 use serde_json::Value;
 
 const FOUR_H100: &str = r#"
@@ -258,47 +253,11 @@ fn a_readonly_daemon_starts_no_run_so_caps_nothing() {
 
 mod in_process {
     use super::*;
-    use gpupilot::config::Paths;
-    use gpupilot::control::power::GpuControl;
-    use gpupilot::daemon::{Daemon, Peer};
+    use crate::support::sim_daemon::{caps, daemon, me, sim, tick};
+    use crate::support::wait::poll;
     use gpupilot::profile::Profile;
     use gpupilot::protocol::{Request, Response, TargetGpus};
     use gpupilot::supervisor::Caller;
-    use gpupilot::telemetry::sim::SimSource;
-    use gpupilot::telemetry::{Snapshot, Source};
-    use gpusim::{NodeConfig, TrainingConfig};
-
-    fn me() -> Peer {
-        Peer {
-            uid: rustix::process::getuid().as_raw(),
-            gid: 0,
-            pid: Some(std::process::id()),
-        }
-    }
-
-    fn tick(d: &Daemon, src: &SimSource) {
-        let t = src.with_node(|n| {
-            let t = n.time_s() + 1.0;
-            n.advance_to(t);
-            t
-        });
-        let gpus = (0..src.gpu_count())
-            .map(|i| {
-                let mut s = src.sample_gpu(i);
-                s.time_s = 1_800_000_000.0 + t;
-                s
-            })
-            .collect();
-        d.take_snapshot(Snapshot {
-            time_s: 1_800_000_000.0 + t,
-            gpus,
-            ..Snapshot::default()
-        });
-    }
-
-    fn caps(src: &SimSource) -> Vec<f64> {
-        src.with_node(|n| n.gpus().iter().map(|g| g.power_limit_w()).collect())
-    }
 
     /// A governor already holds GPU 0 when a run with `cap_w` starts: the run's cap becomes
     /// its ceiling at once, and the user's cap the governor reports; the run's end puts the
@@ -306,29 +265,8 @@ mod in_process {
     #[test]
     fn the_runs_cap_is_the_governors_user_cap() {
         let tmp = tempfile::tempdir().unwrap();
-        let cfg = NodeConfig {
-            gpus: vec!["h100-sxm".into(); 2],
-            ambient_c: 35.0,
-            seed: 1,
-            step_s: 0.1,
-            training: Some(TrainingConfig {
-                model: "gpt-1.3b".into(),
-                batch_size: 8,
-                prefetch_depth: 4,
-                workers: 8,
-            }),
-        };
-        let src = Arc::new(SimSource::new(&cfg, 300.0).unwrap().with_speed(0.0));
-        let paths = Paths {
-            config: tmp.path().join("config"),
-            state: tmp.path().join("state"),
-            runtime: tmp.path().join("run"),
-        };
-        std::fs::create_dir_all(&paths.state).unwrap();
-        let socket = paths.runtime.join("daemon.sock");
-        let d = Daemon::new(paths, socket, false, 1.0, Some(2), Some("sim".into()), None).unwrap();
-        let dev: Arc<dyn GpuControl> = src.clone();
-        d.attach_control(dev, false).unwrap();
+        let src = sim();
+        let d = daemon(tmp.path(), false, &src);
         tick(&d, &src);
         // A hot target the governor will not need: it holds the user's cap (700 W).
         let r = d.answer(
@@ -382,19 +320,23 @@ mod in_process {
                 why: None,
             },
         );
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            d.poll_runs();
-            tick(&d, &src);
-            let Response::Control(c) = d.answer(&me(), Request::Thermal {}) else {
-                panic!()
-            };
-            if c.governors[0].user_cap_w == Some(700.0) {
-                break;
-            }
-            assert!(Instant::now() < deadline, "the original did not come back");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        poll(
+            "the original to come back",
+            Duration::from_secs(10),
+            Duration::from_millis(20),
+            || {
+                d.poll_runs();
+                tick(&d, &src);
+                let Response::Control(c) = d.answer(&me(), Request::Thermal {}) else {
+                    panic!()
+                };
+                if c.governors[0].user_cap_w == Some(700.0) {
+                    Ok(())
+                } else {
+                    Err(String::new())
+                }
+            },
+        );
         // The governor, no longer held at 400 W, may raise the cap to the original again.
         for _ in 0..30 {
             tick(&d, &src);

@@ -2,12 +2,12 @@
 //! reporting over the trainer channel (its steps slow down as the cap lowers the clock), and the
 //! command as a user types it.
 
-mod daemon_common;
-
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use daemon_common::{Home, power_caps as caps, send, wait_for};
+use crate::support::home::{Home, power_caps as caps};
+use crate::support::proc::send;
+use crate::support::wait::wait_for;
 use rustix::process::Signal;
 
 /// 700, 450, 200 W, 1 s warm-up and 2 s measured each: about ten seconds.
@@ -83,11 +83,9 @@ fn an_interrupted_search_puts_the_starting_caps_back() {
         caps(&c) == [450.0, 450.0]
     });
     send(child.id(), Signal::INT);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while child.try_wait().unwrap().is_none() {
-        assert!(Instant::now() < deadline, "the tuner did not stop");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for("the tuner to stop", Duration::from_secs(20), || {
+        child.try_wait().unwrap().is_some()
+    });
     let out = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{stderr}");

@@ -4,9 +4,7 @@
 //! made reachable on purpose (0666 in a traversable directory) so that the peer check, not the
 //! file mode, is what refuses: both must hold on their own.
 
-mod daemon_common;
-
-use daemon_common::Home;
+use crate::support::home::Home;
 use std::os::unix::fs::PermissionsExt;
 use std::process::{Command, Stdio};
 

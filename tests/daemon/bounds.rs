@@ -10,8 +10,6 @@
 //! The flood of refused requests comes from uid 65534 (this test binary, run again as that
 //! user), to a system daemon; it needs root, as CI has. Everything is on Unix sockets.
 
-mod daemon_common;
-
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
@@ -20,27 +18,16 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use daemon_common::{DaemonProc, Home, Raw, wait_for};
+use crate::support::count_lines;
+use crate::support::home::{DaemonProc, Home, Raw};
+use crate::support::proc::this_test_binary;
+use crate::support::wait::{poll, wait_for};
 use gpupilot::client::Client;
 use gpupilot::config::Paths;
 use serde_json::Value;
 
 /// The daemon's limits for tests (see `daemon::server::limits`).
 const LIMITS_ENV: &str = "GPUPILOT_TEST_LIMITS";
-
-/// Wait until a daemon answers on `paths`, or panic with what it said on the way out.
-fn wait_ready(paths: &Paths, mut d: DaemonProc) -> DaemonProc {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while Client::connect(paths).is_err() {
-        if let Some(status) = d.child.as_mut().unwrap().try_wait().unwrap() {
-            d.child.take();
-            panic!("the daemon exited at once ({status})");
-        }
-        assert!(Instant::now() < deadline, "the daemon did not answer");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    d
-}
 
 /// A user's daemon in `home` on the simulator at 10 Hz, with `limits` (empty: the defaults).
 /// Its stderr goes nowhere (the log is in `$STATE/daemon.log`): a flood of warnings must not
@@ -53,7 +40,7 @@ fn daemon_with(home: &Home, limits: &str) -> DaemonProc {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    wait_ready(&home.paths, DaemonProc { child: Some(child) })
+    DaemonProc::answering(child, &home.paths, "the daemon")
 }
 
 /// A raw connection whose reads give up after `timeout` (a frame that never comes fails the
@@ -306,16 +293,15 @@ fn system_daemon(limits: &str) -> (tempfile::TempDir, Paths, DaemonProc) {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let d = wait_ready(&paths, DaemonProc { child: Some(child) });
+    let d = DaemonProc::answering(child, &paths, "the daemon");
     (dir, paths, d)
 }
 
-/// This test binary again, as uid 65534, running only `helper`, with `env` set to the
-/// daemon's socket.
+/// This test binary again, as uid 65534, running only `helper` (a test of this module), with
+/// `env` set to the daemon's socket.
 fn as_nobody(helper: &str, env: &str, paths: &Paths) -> Command {
-    let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args(["--exact", helper, "--nocapture", "--test-threads", "1"])
-        .env(env, gpupilot::daemon::socket_path(paths))
+    let mut cmd = this_test_binary(module_path!(), helper);
+    cmd.env(env, gpupilot::daemon::socket_path(paths))
         .uid(65534)
         .gid(65534)
         .current_dir("/")
@@ -380,11 +366,6 @@ fn flood_helper() {
     );
 }
 
-/// Lines in a file (0 when it does not exist).
-fn lines(path: &Path) -> usize {
-    std::fs::read_to_string(path).map_or(0, |t| t.lines().count())
-}
-
 #[test]
 fn refusals_are_coalesced_and_a_flood_is_rate_limited() {
     if gpupilot::config::paths::current_uid() != 0 {
@@ -394,21 +375,9 @@ fn refusals_are_coalesced_and_a_flood_is_rate_limited() {
     let (_dir, paths, _d) = system_daemon("window_ms=1000");
     let events = paths.state.join("events.jsonl");
     let log = paths.state.join("daemon.log");
-    let (events_before, log_before) = (lines(&events), lines(&log));
+    let (events_before, log_before) = (count_lines(&events), count_lines(&log));
 
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "flood_helper",
-            "--nocapture",
-            "--test-threads",
-            "1",
-        ])
-        .env(FLOOD_ENV, gpupilot::daemon::socket_path(&paths))
-        .uid(65534)
-        .gid(65534)
-        .current_dir("/")
-        .stdin(Stdio::null())
+    let out = as_nobody("flood_helper", FLOOD_ENV, &paths)
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -464,12 +433,12 @@ fn refusals_are_coalesced_and_a_flood_is_rate_limited() {
             counted == FLOOD as u64
         },
     );
-    let grew = lines(&events) - events_before;
+    let grew = count_lines(&events) - events_before;
     assert!(
         grew <= 16,
         "events.jsonl grew by {grew} lines for {FLOOD} refusals"
     );
-    let logged = lines(&log) - log_before;
+    let logged = count_lines(&log) - log_before;
     assert!(
         logged <= 24,
         "daemon.log grew by {logged} lines for {FLOOD} refusals"
@@ -564,15 +533,18 @@ fn memory_stays_bounded_and_is_freed_after_400_connections_with_unfinished_megab
         .spawn()
         .unwrap();
     let mut peak = baseline;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while hold.try_wait().unwrap().is_none() {
-        assert!(
-            Instant::now() < deadline,
-            "the hostile client did not finish"
-        );
-        peak = peak.max(rss_kb(pid));
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    poll(
+        "the hostile client to finish",
+        Duration::from_secs(60),
+        Duration::from_millis(20),
+        || {
+            if hold.try_wait().unwrap().is_some() {
+                return Ok(());
+            }
+            peak = peak.max(rss_kb(pid));
+            Err(String::new())
+        },
+    );
     let out = hold.wait_with_output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -616,7 +588,7 @@ fn forty_subscribers_that_never_read_cost_little_and_it_is_freed() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let d = wait_ready(&home.paths, DaemonProc { child: Some(child) });
+    let d = DaemonProc::answering(child, &home.paths, "the daemon");
     let pid = d.pid();
     let socket = gpupilot::daemon::socket_path(&home.paths);
     {

@@ -1,12 +1,11 @@
 //! The daemon over its socket: handshake, status, history, subscriptions, bad frames, one
 //! daemon per home, file modes, read-only mode, and a clean SIGTERM.
 
-mod daemon_common;
-
 use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
-use daemon_common::{Home, Raw, wait_for};
+use crate::support::home::{Home, Raw};
+use crate::support::wait::wait_for;
 use gpupilot::client::{Client, ClientError, Push};
 use gpupilot::history::Metric;
 use gpupilot::protocol::{ErrorCode, MAX_REQUEST_FRAME};

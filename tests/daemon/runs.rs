@@ -2,18 +2,15 @@
 //! client that loses its terminal (SIGHUP) or is interrupted (Ctrl-C), a daemon started on
 //! demand, and `profile check`.
 
-mod daemon_common;
-
 use std::io::Read;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use daemon_common::{Home, counted, counter_script, send, wait_for};
+use crate::support::home::{Home, counted, counter_script};
+use crate::support::json;
+use crate::support::proc::send;
+use crate::support::wait::wait_for;
 use rustix::process::Signal;
-
-fn json(text: &str) -> serde_json::Value {
-    serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"))
-}
 
 #[test]
 fn run_ps_logs_stop() {

@@ -3,13 +3,14 @@
 //! `stop`, followers that reconnect to a restarted daemon, numeric order of `-N` ids, `last`
 //! and names resolving to the newest run, and how a kill and a knob restart are described.
 
-mod daemon_common;
-
-use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::{Duration, UNIX_EPOCH};
 
-use daemon_common::{Home, send, wait_for};
+use crate::support::count_lines;
+use crate::support::home::Home;
+use crate::support::proc::send;
+use crate::support::wait::finish as support_finish;
+use crate::support::wait::wait_for;
 use gpupilot::profile::Profile;
 use gpupilot::supervisor::{Caller, LaunchOptions, ManualClock, Run, adopt};
 use rustix::process::Signal;
@@ -159,19 +160,12 @@ fn counted_once(what: &str, text: &str, n: usize) {
 }
 
 fn finish(child: Child, what: &str, timeout: Duration) -> (i32, String, String) {
-    let out = daemon_common::finish(child, what, timeout);
+    let out = support_finish(child, what, timeout);
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
-}
-
-fn lines_in(path: &Path) -> usize {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .count()
 }
 
 #[test]
@@ -206,16 +200,16 @@ fn followers_survive_a_daemon_kill_and_a_clean_restart() {
         .unwrap();
     let out = home.run_dir(&id).stdout_path();
     wait_for("some output", Duration::from_secs(10), || {
-        lines_in(&out) >= 5
+        count_lines(&out) >= 5
     });
 
     // kill -9, then a new daemon.
     d.signal_and_wait(Signal::KILL);
     std::thread::sleep(Duration::from_millis(500));
     let mut d = home.daemon(&[]);
-    let at = lines_in(&out);
+    let at = count_lines(&out);
     wait_for("more output", Duration::from_secs(10), || {
-        lines_in(&out) >= at + 5
+        count_lines(&out) >= at + 5
     });
     // A clean stop (the upgrade path), then a new daemon.
     d.signal_and_wait(Signal::TERM);
@@ -282,7 +276,7 @@ fn twelve_runs_of_one_name_order_numerically_and_resolve_to_the_newest() {
     assert_eq!(ids[11], format!("{}-12", ids[0]));
     for r in &live {
         wait_for("the output", Duration::from_secs(10), || {
-            lines_in(&r.dir().stdout_path()) == 1
+            count_lines(&r.dir().stdout_path()) == 1
         });
     }
 
@@ -362,7 +356,7 @@ fn a_knob_restart_is_shown_as_a_restart_for_the_change() {
         .to_string();
     let out = home.run_dir(&id).stdout_path();
     wait_for("the first attempt", Duration::from_secs(10), || {
-        lines_in(&out) == 1
+        count_lines(&out) == 1
     });
     home.ok(&["set", &id, "batch-size", "64", "--restart", "--no-wait"]);
     let c = home.client();

@@ -5,15 +5,13 @@
 //!
 //! The cases with another user's directory need root (chown); they are skipped otherwise.
 
-mod daemon_common;
-
 use std::fs;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt, symlink};
 use std::path::Path;
 use std::process::Output;
 use std::time::Duration;
 
-use daemon_common::Home;
+use crate::support::home::Home;
 
 fn mode(p: &Path) -> u32 {
     fs::symlink_metadata(p).unwrap().mode() & 0o7777

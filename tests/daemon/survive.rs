@@ -1,19 +1,12 @@
 //! Runs outlive the daemon: SIGKILL to the daemon loses no run and no output line, and the next
 //! daemon re-adopts live runs and finds finished ones finished.
 
-mod daemon_common;
-
 use std::time::Duration;
 
-use daemon_common::{Home, counted, counter_script, wait_for};
+use crate::support::count_lines;
+use crate::support::home::{Home, counted, counter_script};
+use crate::support::wait::wait_for;
 use rustix::process::Signal;
-
-fn lines(path: &std::path::Path) -> usize {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .count()
-}
 
 #[test]
 fn kill_9_of_the_daemon_loses_no_run_and_no_line() {
@@ -26,18 +19,18 @@ fn kill_9_of_the_daemon_loses_no_run_and_no_line() {
     let dir = home.run_dir(&id);
     let pid = home.client().run(&id).unwrap().pid.unwrap();
     wait_for("output", Duration::from_secs(10), || {
-        lines(&dir.stdout_path()) >= 3
+        count_lines(&dir.stdout_path()) >= 3
     });
 
     d.signal_and_wait(Signal::KILL);
     // The socket file is left behind; the lock is not.
     assert!(home.socket().exists());
     assert_eq!(gpupilot::daemon::lock_holder(&home.paths), None);
-    let at_kill = lines(&dir.stdout_path());
+    let at_kill = count_lines(&dir.stdout_path());
     wait_for(
         "the orphaned run to keep writing",
         Duration::from_secs(10),
-        || lines(&dir.stdout_path()) > at_kill + 10,
+        || count_lines(&dir.stdout_path()) > at_kill + 10,
     );
 
     let _d2 = home.daemon(&[]);

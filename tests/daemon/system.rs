@@ -6,19 +6,20 @@
 //! setpriv); CI runs as root. GPUPILOT_SYSTEM_DIR puts the daemon's files in a temporary
 //! directory instead of /run and /var/lib.
 
-mod common;
-mod daemon_common;
-mod e2e_common;
-
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::FakeNode;
-use daemon_common::{DaemonProc, Home};
+use crate::support::home::{DaemonProc, Home, node_events};
+use crate::support::nvml::FakeNode;
+use crate::support::peers::peer;
+use crate::support::proc::helper_args;
+use crate::support::proc::send;
+use crate::support::tmux::Tmux;
+use crate::support::wait::wait_for;
 use gpupilot::client::Client;
 use gpupilot::config::Paths;
 use serde_json::Value;
@@ -37,7 +38,7 @@ fn can_run() -> bool {
         eprintln!("SKIPPED: the system daemon and changing uid need root");
         return false;
     }
-    common::peer("setpriv").is_some()
+    peer("setpriv").is_some()
 }
 
 /// Who runs a client: root, or uid 65534 with a primary group and supplementary groups.
@@ -83,22 +84,7 @@ impl System {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let mut d = DaemonProc { child: Some(child) };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Client::connect(&s.paths).is_err() {
-            if let Some(status) = d.child.as_mut().unwrap().try_wait().unwrap() {
-                let out = d.child.take().unwrap().wait_with_output().unwrap();
-                panic!(
-                    "the system daemon exited at once ({status}): {}",
-                    String::from_utf8_lossy(&out.stderr)
-                );
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the system daemon did not answer"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let d = DaemonProc::answering(child, &s.paths, "the system daemon");
         s.daemon = Some(d);
         s
     }
@@ -180,11 +166,7 @@ impl System {
     }
 
     fn node_events(&self) -> Vec<Value> {
-        std::fs::read_to_string(self.paths.state.join("events.jsonl"))
-            .unwrap_or_default()
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect()
+        node_events(&self.paths)
     }
 }
 
@@ -192,7 +174,7 @@ impl Drop for System {
     fn drop(&mut self) {
         drop(self.daemon.take());
         if let Some(pid) = gpupilot::daemon::lock_holder(&self.paths) {
-            daemon_common::send(pid, rustix::process::Signal::KILL);
+            send(pid, rustix::process::Signal::KILL);
         }
     }
 }
@@ -245,13 +227,7 @@ fn raw_as(s: &System, who: As, frames: &[&str]) -> Vec<Value> {
         }
     };
     let out = cmd
-        .args([
-            "--exact",
-            "raw_client_child",
-            "--nocapture",
-            "--test-threads",
-            "1",
-        ])
+        .args(helper_args(module_path!(), "raw_client_child"))
         .current_dir("/")
         .env("GPUPILOT_TEST_SOCKET", s.socket())
         .env("GPUPILOT_TEST_FRAMES", frames.join("\n"))
@@ -565,7 +541,7 @@ kind = "no_permission"
     let _user_daemon = DaemonProc {
         child: Some(user_daemon),
     };
-    daemon_common::wait_for("the user's daemon", Duration::from_secs(20), || {
+    wait_for("the user's daemon", Duration::from_secs(20), || {
         Client::connect(&home.paths).is_ok()
     });
     let out = user_cmd(&["power", "cap", "250", "--gpu", "1"])
@@ -595,12 +571,12 @@ kind = "no_permission"
 
 #[test]
 fn the_console_shows_the_system_daemons_gpus_to_any_user() {
-    if !can_run() || common::peer("tmux").is_none() {
+    if !can_run() || peer("tmux").is_none() {
         return;
     }
     let s = System::start(&["--allow-group", ALLOWED]);
     let user_home = s.dir.path().join("user-home");
-    let tmux = e2e_common::Tmux::start(&user_home);
+    let tmux = Tmux::start(&user_home);
     tmux.wait_prompt();
     tmux.type_line(&format!(
         "GPUPILOT_SYSTEM_DIR={} setpriv --reuid {NOBODY} --regid {NO_GROUP} --clear-groups {} --system",
@@ -608,7 +584,7 @@ fn the_console_shows_the_system_daemons_gpus_to_any_user() {
         env!("CARGO_BIN_EXE_gpupilot")
     ));
     // The system daemon's two simulated GPUs, live, in a console run by uid 65534.
-    tmux.wait_for("two H100 blocks", |screen| {
+    tmux.wait_screen("two H100 blocks", |screen| {
         screen.matches("NVIDIA H100 80GB HBM3").count() == 2
     });
     tmux.keys(&["q"]);

@@ -3,14 +3,14 @@
 //! code; a SIGTERM to the ranks process reaches every rank. Then the same through a daemon
 //! (`gpupilot run PROFILE`) and `gpupilot profile check`.
 
-mod daemon_common;
-
 use std::os::unix::process::CommandExt as _;
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use daemon_common::{Home, send, wait_for};
+use crate::support::home::Home;
+use crate::support::proc::send;
+use crate::support::wait::wait_for;
 use gpupilot::supervisor::procfs;
 use rustix::process::Signal;
 

@@ -6,19 +6,17 @@
 //! (Debian's openssh-server, which .ci/run installs); without it the tests pass with a printed
 //! reason unless GPUPILOT_REQUIRE_PEERS=1.
 
-mod daemon_common;
-mod ranks_common;
-mod ssh_common;
-
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use daemon_common::{DaemonProc, Home, Raw, wait_for};
+use crate::support::home::{DaemonProc, Home, Raw};
+use crate::support::net::free_port;
+use crate::support::ranks::{RANK_SCRIPT, printed, sdk_dir};
+use crate::support::ssh::{Sshd, remote_command, sshd};
+use crate::support::wait::wait_for;
 use gpupilot::client::Client;
-use ranks_common::{RANK_SCRIPT, events_named, printed, sdk_dir};
 use serde_json::{Value, json};
-use ssh_common::{Sshd, free_port, remote_command, sshd};
 
 /// A daemon in `home` that calls itself `node` (and reaches other nodes as `env` says).
 fn node_daemon(home: &Home, node: &str, env: &[(&str, String)]) -> DaemonProc {
@@ -149,7 +147,7 @@ fn ranks_on_another_node_switch_at_the_same_step_through_its_daemon_and_ssh() {
         },
     );
     // node-b relays them and says so; node-a sees ordinary ranks (it knows no relay).
-    let opened = events_named(&b, "relay_opened");
+    let opened = b.events_named("relay_opened");
     let mut relayed: Vec<u64> = opened.iter().map(|e| e["rank"].as_u64().unwrap()).collect();
     relayed.sort();
     assert_eq!(relayed, [2, 3], "{opened:?}");
@@ -158,8 +156,8 @@ fn ranks_on_another_node_switch_at_the_same_step_through_its_daemon_and_ssh() {
             .iter()
             .all(|e| e["node"] == "node-a" && e["run"] == run)
     );
-    assert!(events_named(&b, "relay_failed").is_empty());
-    assert!(events_named(&a, "relay_opened").is_empty());
+    assert!(b.events_named("relay_failed").is_empty());
+    assert!(a.events_named("relay_opened").is_empty());
     assert!(
         b.client().runs().unwrap().is_empty(),
         "node-b has no run of its own"
@@ -186,7 +184,7 @@ fn ranks_on_another_node_switch_at_the_same_step_through_its_daemon_and_ssh() {
         "{text}{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let applied = events_named(&a, "knob_applied");
+    let applied = a.events_named("knob_applied");
     assert_eq!(applied.len(), 1, "{applied:?}");
     assert_eq!(applied[0]["ranks"], 4);
     let at = applied[0]["step"].as_u64().unwrap();
@@ -293,7 +291,7 @@ fn a_relay_that_cannot_open_says_why_and_the_connection_stays_usable() {
             "{message}"
         );
         assert!(started.elapsed() < Duration::from_secs(15));
-        let failed = events_named(home, "relay_failed");
+        let failed = home.events_named("relay_failed");
         assert_eq!(failed.len(), 1, "{failed:?}");
         assert_eq!(failed[0]["node"], "node-a");
         assert_eq!(failed[0]["rank"], 2);
@@ -305,7 +303,7 @@ fn a_relay_that_cannot_open_says_why_and_the_connection_stays_usable() {
         raw.send(format!("{attach}\n").as_bytes()).unwrap();
         let again = raw.recv().expect("an answer");
         assert_eq!(again["type"], "error", "{again}");
-        assert_eq!(events_named(home, "relay_failed").len(), 1);
+        assert_eq!(home.events_named("relay_failed").len(), 1);
         // The connection is still an ordinary one: an attach to this node's own runs is
         // answered by this daemon.
         raw.send(b"{\"id\":3,\"type\":\"trainer_attach\",\"run\":\"nope\"}\n")

@@ -3,15 +3,13 @@
 //! that the test decides when it votes, refuses, leaves or lies. Every knob change to the run
 //! must land on every rank at one step, or on none.
 
-mod daemon_common;
-mod ranks_common;
-
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use daemon_common::{Home, Raw, wait_for};
+use crate::support::home::{Home, Raw};
+use crate::support::ranks::{RANK_SCRIPT, printed, sdk_dir};
+use crate::support::wait::wait_for;
 use gpupilot::client::Client;
-use ranks_common::{RANK_SCRIPT, events_named, printed, sdk_dir};
 use rustix::process::Signal;
 use serde_json::{Value, json};
 
@@ -193,7 +191,7 @@ fn a_batch_size_change_lands_on_every_rank_at_one_step() {
         "{text}{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let applied = events_named(&home, "knob_applied");
+    let applied = home.events_named("knob_applied");
     assert_eq!(applied.len(), 1, "{applied:?}");
     assert_eq!(applied[0]["ranks"], 4);
     let at = applied[0]["step"].as_u64().unwrap();
@@ -201,7 +199,7 @@ fn a_batch_size_change_lands_on_every_rank_at_one_step() {
         text.contains("4/4 ranks") && text.contains(&format!("step {at}")),
         "{text}"
     );
-    let staged = events_named(&home, "knob_staged");
+    let staged = home.events_named("knob_staged");
     assert_eq!(staged[0]["apply_step"], at);
 
     // Every rank printed 32 up to the step before, and 64 from it on.
@@ -275,7 +273,7 @@ fn refusals_departures_and_lies_change_no_rank() {
         answer["message"].as_str().unwrap().contains("say 4"),
         "{answer}"
     );
-    assert_eq!(events_named(&home, "rank_refused").len(), 3);
+    assert_eq!(home.events_named("rank_refused").len(), 3);
 
     // Without rank 3 a change cannot reach the job.
     let out = home.run(&["set", &run, "batch-size", "64"], Duration::from_secs(30));
@@ -293,7 +291,7 @@ fn refusals_departures_and_lies_change_no_rank() {
     // An acknowledgement for a change never sent is recorded, and changes nothing.
     r3.ask(json!({"type": "knob_ack", "seq": 999, "applied": true, "step": 5}));
     wait_for("the stray ack's event", Duration::from_secs(5), || {
-        !events_named(&home, "knob_stray").is_empty()
+        !home.events_named("knob_stray").is_empty()
     });
 
     let set = set_in_background(&home, &run, "64");
@@ -313,7 +311,7 @@ fn refusals_departures_and_lies_change_no_rank() {
         err.contains("rank 3") && err.contains("batch 64 does not fit"),
         "{err}"
     );
-    let rejected = events_named(&home, "knob_rejected");
+    let rejected = home.events_named("knob_rejected");
     assert_eq!(rejected.last().unwrap()["rank"], 3);
 
     // Rank 3 goes away in the middle of the next one: called off as well.
@@ -338,7 +336,7 @@ fn refusals_departures_and_lies_change_no_rank() {
             "rank {rank} changed: {steps:?}"
         );
     }
-    assert_eq!(events_named(&home, "knob_applied").len(), 0);
+    assert_eq!(home.events_named("knob_applied").len(), 0);
 }
 
 #[test]
@@ -401,7 +399,7 @@ fn a_late_rank_takes_the_job_value_and_a_killed_daemon_changes_nothing() {
         "the ranks' word on the undecided change",
         Duration::from_secs(10),
         || {
-            events_named(&home, "knob_stray")
+            home.events_named("knob_stray")
                 .iter()
                 .any(|e| e["what"].as_str().unwrap_or("").contains("did not decide"))
         },
@@ -435,7 +433,7 @@ fn a_rank_that_missed_the_step_is_brought_to_the_job_value() {
         !out.status.success(),
         "a change not applied everywhere is not a success"
     );
-    let rejected = events_named(&home, "knob_rejected");
+    let rejected = home.events_named("knob_rejected");
     let reason = rejected.last().unwrap()["reason"]
         .as_str()
         .unwrap()
@@ -466,17 +464,17 @@ fn a_rank_that_missed_the_step_is_brought_to_the_job_value() {
         "the repair applied on every rank",
         Duration::from_secs(10),
         || {
-            events_named(&home, "knob_applied")
+            home.events_named("knob_applied")
                 .iter()
                 .any(|e| e["change"] == repair["seq"] && e["ranks"] == 4)
         },
     );
     assert!(
-        events_named(&home, "knob_stray")
+        home.events_named("knob_stray")
             .iter()
             .any(|e| e["rank"] == 3 && e["what"].as_str().unwrap().contains("rank 3 uses 32")),
         "{:?}",
-        events_named(&home, "knob_stray")
+        home.events_named("knob_stray")
     );
     // The SDK ranks kept 64 throughout: the repair changed nothing on them.
     for (rank, steps) in printed_by(&home, &run) {

@@ -10,22 +10,19 @@
 //! rank at the step it was agreed for, and a batch that would not fit is refused by the ranks
 //! and called off on all of them.
 
-mod common;
-mod daemon_common;
-mod nvml_daemon;
-
 use std::time::Duration;
 
-use daemon_common::{Home, wait_for};
+use crate::support::home::Home;
+use crate::support::nvml_daemon::NvmlDaemon;
+use crate::support::wait::wait_for;
 use gpupilot::client::Client;
 use gpupilot::telemetry::throttle;
-use nvml_daemon::NvmlDaemon;
 use serde_json::Value;
 
 /// Four H100 training ResNet-50; from the start GPU 2's heat leaves it three times harder, so
 /// it reaches its 89 °C slowdown about 30 s in and stays throttled (see
 /// crates/fake-nvml/scenarios/straggler-4xh100.toml).
-const HOT_GPU_2: &str = include_str!("../crates/fake-nvml/scenarios/straggler-4xh100.toml");
+const HOT_GPU_2: &str = include_str!("../../crates/fake-nvml/scenarios/straggler-4xh100.toml");
 
 /// A job of four ranks on GPUs 0–3 with torchrun's environment, as one supervised run.
 fn job_profile(dir: &std::path::Path) -> String {

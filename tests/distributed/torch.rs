@@ -7,14 +7,14 @@
 //! Needs a Python with torch (Debian's python3-torch, which `.ci/run` installs); without one the
 //! test says so and passes, unless `GPUPILOT_REQUIRE_PEERS=1` (CI) makes it fail.
 
-mod daemon_common;
-
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use daemon_common::{Home, wait_for};
+use crate::support::home::Home;
+use crate::support::peers::missing;
+use crate::support::wait::wait_for;
 use serde_json::Value;
 
 /// A Python that imports torch: `GPUPILOT_TORCH_PYTHON`, the `python3` on PATH, or Debian's.
@@ -38,11 +38,7 @@ fn torch_python() -> Option<String> {
 #[test]
 fn four_torch_ranks_change_batch_size_at_one_step_and_finish() {
     let Some(py) = torch_python() else {
-        assert!(
-            std::env::var("GPUPILOT_REQUIRE_PEERS").as_deref() != Ok("1"),
-            "no Python with torch (install Debian's python3-torch)"
-        );
-        eprintln!("skipped: no Python with torch here");
+        missing("no Python here imports torch (Debian's python3-torch)");
         return;
     };
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));

@@ -1,16 +1,15 @@
 //! Runs started and watched by one supervisor: environment, sessions, stop, pause, restarts,
 //! exit statuses. Real child processes (`sh`, `sleep`, python3); every wait is bounded.
 
-mod supervisor_common;
-
 use std::time::Duration;
 
+use crate::support::supervisor::{
+    KillGroupOnDrop, caller, event_names, lines, running_in_group, sh_profile,
+};
+use crate::support::wait::wait_for;
 use gpupilot::profile::Profile;
 use gpupilot::supervisor::{
     self, Clock, LaunchOptions, ManualClock, Run, RunStatus, SupervisorError, SystemClock, procfs,
-};
-use supervisor_common::{
-    KillGroupOnDrop, caller, event_names, lines, running_in_group, sh_profile, wait_for,
 };
 
 const LONG: Duration = Duration::from_secs(10);

@@ -4,17 +4,12 @@
 //! end and its exit code, stop through `scancel`, and adoption from `slurm.json`.
 //! `tests/slurm.rs` does the same against a real Slurm.
 
-use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
 use std::time::Duration;
 
+use crate::support::wait::poll;
+use crate::support::write_exec;
 use gpupilot::profile;
 use gpupilot::supervisor::{Caller, LaunchOptions, Run, RunStatus, SystemClock};
-
-fn write_exec(path: &Path, text: &str) {
-    std::fs::write(path, text).unwrap();
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
-}
 
 /// A temp dir with `bin/` (the stand-ins) and `fake/` (what they read and write).
 struct Fake {
@@ -101,17 +96,19 @@ impl Fake {
 
 /// Poll until `cond` holds (at most 10 s of real time).
 fn poll_until(run: &mut Run, what: &str, mut cond: impl FnMut(&Run) -> bool) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while !cond(run) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "timed out waiting for {what}: {:?} {:?}",
-            run.summary(),
-            run.slurm_job()
-        );
-        run.poll(&SystemClock).unwrap();
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    poll(
+        what,
+        Duration::from_secs(10),
+        Duration::from_millis(20),
+        || {
+            if cond(run) {
+                return Ok(());
+            }
+            let state = format!(": {:?} {:?}", run.summary(), run.slurm_job());
+            run.poll(&SystemClock).unwrap();
+            Err(state)
+        },
+    );
 }
 
 #[test]

@@ -2,18 +2,18 @@
 //! `helper_supervisor`) starts a run and is then killed; the run goes on, loses no output line,
 //! and a new supervisor adopts it. Pid files that name a recycled pid are not adopted.
 
-mod supervisor_common;
-
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::support::proc::test_name;
+use crate::support::supervisor::{KillGroupOnDrop, caller, event_names, lines, sh_profile};
+use crate::support::wait::wait_for;
 use gpupilot::profile;
 use gpupilot::supervisor::{
     self, Adopted, LaunchOptions, PidRecord, Run, RunDir, RunStatus, SystemClock, procfs,
 };
-use supervisor_common::{KillGroupOnDrop, caller, event_names, lines, sh_profile, wait_for};
 
 const LONG: Duration = Duration::from_secs(20);
 
@@ -53,7 +53,7 @@ fn helper_supervisor() {
 fn supervisor(state: &Path, profile: &profile::Profile, own_group: bool) -> (Child, RunDir) {
     let mut cmd = Command::new(std::env::current_exe().unwrap());
     cmd.args([
-        "helper_supervisor",
+        &test_name(module_path!(), "helper_supervisor"),
         "--exact",
         "--ignored",
         "--test-threads=1",

@@ -1,5 +1,4 @@
 //! Reading a console feed's updates in a test, with a bound on every wait.
-#![allow(dead_code)]
 
 use std::time::{Duration, Instant};
 

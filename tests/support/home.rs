@@ -1,11 +1,5 @@
-//! Helpers for the daemon tests: a temporary GPUPILOT_HOME, a real daemon on the simulator that
-//! is stopped (and killed if need be) when the test ends, the binary, bounded waits, raw
-//! sockets.
-//!
-//! Every signal goes through rustix to one positive pid, or through the supervisor's group
-//! helper (which refuses 0 and 1): never through `kill(1)` with a negative number, which procps
-//! reads as `-1`, "every process".
-#![allow(dead_code)]
+//! The daemon tests' home: a temporary GPUPILOT_HOME, a real daemon on the simulator that is
+//! stopped (and killed if need be) when the test ends, the binary, raw sockets.
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
@@ -17,26 +11,10 @@ use gpupilot::client::Client;
 use gpupilot::config::Paths;
 use gpupilot::daemon;
 use gpupilot::supervisor::{RunDir, adopt, signal};
-use rustix::process::{Pid, Signal};
+use rustix::process::Signal;
 
-/// Poll `cond` every 10 ms until it holds; panic after `timeout` naming `what`.
-pub fn wait_for(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !cond() {
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-/// Send `sig` to one process (a positive pid, checked).
-pub fn send(pid: u32, sig: Signal) {
-    let raw = i32::try_from(pid).expect("pid fits");
-    assert!(raw > 1, "refusing to signal pid {pid}");
-    let _ = rustix::process::kill_process(Pid::from_raw(raw).unwrap(), sig);
-}
+use super::proc::send;
+use super::wait::{finish, poll, wait_for};
 
 /// A temporary GPUPILOT_HOME. Dropping it kills the daemon holding its lock and every run it
 /// still has alive, so a failing test leaves nothing behind.
@@ -121,22 +99,7 @@ impl Home {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let mut d = DaemonProc { child: Some(child) };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if Client::connect(&self.paths).is_ok() {
-                return d;
-            }
-            if let Some(status) = d.child.as_mut().unwrap().try_wait().unwrap() {
-                let out = d.child.take().unwrap().wait_with_output().unwrap();
-                panic!(
-                    "the daemon exited at once ({status}): {}",
-                    String::from_utf8_lossy(&out.stderr)
-                );
-            }
-            assert!(Instant::now() < deadline, "the daemon did not answer");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        DaemonProc::answering(child, &self.paths, "the daemon")
     }
 
     pub fn client(&self) -> Client {
@@ -171,12 +134,25 @@ impl Home {
 
     /// The node's events.jsonl, parsed.
     pub fn node_events(&self) -> Vec<serde_json::Value> {
-        std::fs::read_to_string(self.paths.state.join("events.jsonl"))
-            .unwrap_or_default()
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
+        node_events(&self.paths)
+    }
+
+    /// The node events named `name`, oldest first.
+    pub fn events_named(&self, name: &str) -> Vec<serde_json::Value> {
+        self.node_events()
+            .into_iter()
+            .filter(|e| e["event"] == name)
             .collect()
     }
+}
+
+/// The events.jsonl of the daemon of `paths`, parsed (none when there is no file yet).
+pub fn node_events(paths: &Paths) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(paths.state.join("events.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
 }
 
 impl Drop for Home {
@@ -200,23 +176,44 @@ pub struct DaemonProc {
 }
 
 impl DaemonProc {
+    /// The daemon `child` just started, once it answers on `paths` (at most 20 s). If it exits
+    /// first the test fails naming `what`, with its stderr when that was piped.
+    pub fn answering(child: Child, paths: &Paths, what: &str) -> DaemonProc {
+        let mut d = DaemonProc { child: Some(child) };
+        poll(
+            &format!("{what} to answer"),
+            Duration::from_secs(20),
+            Duration::from_millis(20),
+            || {
+                if Client::connect(paths).is_ok() {
+                    return Ok(());
+                }
+                if let Some(status) = d.child.as_mut().unwrap().try_wait().unwrap() {
+                    let out = d.child.take().unwrap().wait_with_output().unwrap();
+                    panic!(
+                        "{what} exited at once ({status}): {}",
+                        String::from_utf8_lossy(&out.stderr)
+                    );
+                }
+                Err(String::new())
+            },
+        );
+        d
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.as_ref().unwrap().id()
     }
 
     /// Send `sig` and wait (at most 10 s) for the daemon to exit; its exit status and stderr.
     pub fn signal_and_wait(&mut self, sig: Signal) -> (std::process::ExitStatus, String) {
-        let mut child = self.child.take().expect("still running");
+        let child = self.child.take().expect("still running");
         send(child.id(), sig);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while child.try_wait().unwrap().is_none() {
-            if Instant::now() >= deadline {
-                let _ = child.kill();
-                panic!("the daemon did not exit within 10 s of {sig:?}");
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let out = child.wait_with_output().unwrap();
+        let out = finish(
+            child,
+            &format!("the daemon, sent {sig:?},"),
+            Duration::from_secs(10),
+        );
         (
             out.status,
             String::from_utf8_lossy(&out.stderr).into_owned(),
@@ -236,51 +233,6 @@ impl Drop for DaemonProc {
             let _ = child.wait();
         }
     }
-}
-
-/// Wait for `child` (its output piped) to end, at most `timeout`; its output. Past the
-/// timeout it is killed and the test fails with what it printed.
-pub fn finish(mut child: Child, what: &str, timeout: Duration) -> Output {
-    let deadline = Instant::now() + timeout;
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let out = child.wait_with_output().unwrap();
-            panic!(
-                "{what} did not finish within {timeout:?}\nstdout: {}\nstderr: {}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    child.wait_with_output().unwrap()
-}
-
-/// A TCP port free on loopback now.
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// `GET path` on loopback `port` (one request, the connection closed after it): the answer's
-/// head and body.
-pub fn http_get(port: u16, path: &str) -> (String, String) {
-    use std::io::Read as _;
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    let (head, body) = out.split_once("\r\n\r\n").unwrap();
-    (head.to_string(), body.to_string())
 }
 
 /// A raw connection: frames in and out by hand.

@@ -1,5 +1,5 @@
-//! Shared test helpers: the fake NVML library, isolated homes, the built binary.
-#![allow(dead_code)]
+//! The fake NVML library (crates/fake-nvml), built on first use, and a simulated node of it
+//! for one test: a scenario file and its own shared-state file and setter log.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -84,30 +84,4 @@ impl FakeNode {
             .env_remove("GPUPILOT_SYSTEM");
         cmd
     }
-}
-
-/// Find a peer program: the repository's `.venv/bin`, then PATH. When it is missing the test
-/// passes with a printed reason, unless GPUPILOT_REQUIRE_PEERS=1 (CI), where it fails.
-pub fn peer(name: &str) -> Option<PathBuf> {
-    let venv = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join(".venv/bin")
-        .join(name);
-    let found = if venv.exists() {
-        Some(venv)
-    } else {
-        std::env::var_os("PATH").and_then(|p| {
-            std::env::split_paths(&p)
-                .map(|d| d.join(name))
-                .find(|c| c.is_file())
-        })
-    };
-    if found.is_none() {
-        if std::env::var("GPUPILOT_REQUIRE_PEERS").as_deref() == Ok("1") {
-            panic!(
-                "peer `{name}` is required (GPUPILOT_REQUIRE_PEERS=1) but not installed; .ci/run installs it"
-            );
-        }
-        eprintln!("SKIPPED: peer `{name}` is not installed (run .ci/run to install it)");
-    }
-    found
 }

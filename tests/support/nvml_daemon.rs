@@ -1,13 +1,10 @@
 //! A daemon in a temporary GPUPILOT_HOME on a fake NVML node (the tests of power caps and of
 //! runs' caps): the node's setter log, the daemon's records, and `gpupilot` commands on both.
-#![allow(dead_code)]
 
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
 
-use super::common::FakeNode;
-use super::daemon_common::{DaemonProc, Home};
-use gpupilot::client::Client;
+use super::home::{DaemonProc, Home};
+use super::nvml::FakeNode;
 use serde_json::Value;
 
 pub struct NvmlDaemon {
@@ -40,12 +37,7 @@ impl NvmlDaemon {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        self.daemon = Some(DaemonProc { child: Some(child) });
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Client::connect(&self.home.paths).is_err() {
-            assert!(Instant::now() < deadline, "the daemon did not answer");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        self.daemon = Some(DaemonProc::answering(child, &self.home.paths, "the daemon"));
     }
 
     /// `gpupilot --source nvml --nvml-lib FAKE ARGS…` in this home, on this node.

@@ -1,14 +1,11 @@
-//! What the distributed-run tests share (tests/distributed.rs, tests/ranks_remote.rs): a rank
+//! What the distributed-run tests share (tests/distributed/sdk_ranks.rs and remote.rs): a rank
 //! of the Python SDK (standard library only) that trains by sleeping, and the reading of what
 //! the ranks printed.
-#![allow(dead_code)]
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
-
-use crate::daemon_common::Home;
 
 /// A rank that trains by sleeping: 20 ms steps (STEPS of them, default 100,000); prints the
 /// batch size it uses every step, one write per line (the ranks may share one log file).
@@ -48,12 +45,4 @@ pub fn printed<'a>(texts: impl IntoIterator<Item = &'a str>) -> BTreeMap<u64, BT
             .insert(v["step"].as_u64().unwrap(), v["bs"].as_i64().unwrap());
     }
     by_rank
-}
-
-/// The node events named `name`, oldest first.
-pub fn events_named(home: &Home, name: &str) -> Vec<Value> {
-    home.node_events()
-        .into_iter()
-        .filter(|e| e["event"] == name)
-        .collect()
 }

@@ -1,15 +1,16 @@
 //! A real `sshd` on a loopback port with throwaway keys, for the tests that reach another
-//! node's daemon over SSH (tests/ssh_bridge.rs, tests/ranks_remote.rs). Needs Debian's
-//! openssh-server (which .ci/run installs); without it `sshd()` says why and the test passes,
-//! unless GPUPILOT_REQUIRE_PEERS=1.
-#![allow(dead_code)]
+//! node's daemon over SSH (tests/cluster/ssh_bridge.rs, tests/distributed/remote.rs). Needs
+//! Debian's openssh-server (which .ci/run installs); without it `sshd()` says why and the test
+//! passes, unless GPUPILOT_REQUIRE_PEERS=1.
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::daemon_common::Home;
+use super::home::Home;
+use super::net::free_port;
+use super::peers::missing;
+use super::wait::poll;
 
 const BIN: &str = env!("CARGO_BIN_EXE_gpupilot");
 
@@ -18,12 +19,7 @@ pub fn sshd() -> Option<PathBuf> {
     if p.exists() {
         return Some(p);
     }
-    if std::env::var("GPUPILOT_REQUIRE_PEERS").as_deref() == Ok("1") {
-        panic!(
-            "sshd is required (GPUPILOT_REQUIRE_PEERS=1) but not installed; .ci/run installs openssh-server"
-        );
-    }
-    eprintln!("skipping: /usr/sbin/sshd is not installed (apt install openssh-server)");
+    missing("/usr/sbin/sshd is not installed (Debian's openssh-server)");
     None
 }
 
@@ -51,14 +47,6 @@ fn keygen(path: &Path) {
     assert!(st.success());
 }
 
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 impl Sshd {
     pub fn start(sshd: &Path) -> Sshd {
         let dir = tempfile::tempdir().unwrap();
@@ -83,11 +71,16 @@ impl Sshd {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "sshd did not listen on {port}");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        poll(
+            &format!("sshd to listen on {port}"),
+            Duration::from_secs(10),
+            Duration::from_millis(20),
+            || {
+                std::net::TcpStream::connect(("127.0.0.1", port))
+                    .map(drop)
+                    .map_err(|e| format!(": {e}"))
+            },
+        );
         Sshd {
             child,
             port,

@@ -1,24 +1,10 @@
-//! Helpers for the supervisor tests: bounded waits, profiles around `sh -c`, reading a run
-//! directory back.
-#![allow(dead_code)]
+//! Helpers for the supervisor tests: profiles around `sh -c`, reading a run directory back,
+//! process groups killed when a test fails.
 
 use std::path::Path;
-use std::time::{Duration, Instant};
 
 use gpupilot::profile::{self, Profile};
 use gpupilot::supervisor::{Caller, RunDir, procfs};
-
-/// Poll `cond` every 5 ms until it holds; panic after `timeout` naming `what`.
-pub fn wait_for(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !cond() {
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
 
 /// A profile running `script` with `sh -c` (argv, not `shell = true`), plus `extra` TOML.
 pub fn sh_profile(name: &str, script: &str, extra: &str) -> Profile {

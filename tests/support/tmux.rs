@@ -1,11 +1,12 @@
 //! A private tmux server for the end-to-end tests: a 200×50 pane running a shell with a known
 //! prompt, keys in with send-keys, the screen out with capture-pane. Every wait is bounded;
 //! the server is killed when the guard drops, whatever happens.
-#![allow(dead_code)]
 
 use std::path::Path;
 use std::process::{Command, Output};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use super::wait::poll;
 
 pub const PROMPT: &str = "E2E_PROMPT$";
 pub const WAIT: Duration = Duration::from_secs(15);
@@ -98,23 +99,21 @@ impl Tmux {
         String::from_utf8_lossy(&out.stdout).trim().to_string()
     }
 
-    /// Poll the screen until `ok` holds, at most [`WAIT`]; panic with the screen otherwise.
-    pub fn wait_for(&self, what: &str, ok: impl Fn(&str) -> bool) -> String {
-        let deadline = Instant::now() + WAIT;
-        loop {
+    /// Poll the screen every 100 ms until `ok` holds, at most [`WAIT`]; panic with the screen
+    /// otherwise.
+    pub fn wait_screen(&self, what: &str, ok: impl Fn(&str) -> bool) -> String {
+        poll(what, WAIT, Duration::from_millis(100), || {
             let s = self.screen();
             if ok(&s) {
-                return s;
+                Ok(s)
+            } else {
+                Err(format!("; the screen:\n{s}"))
             }
-            if Instant::now() > deadline {
-                panic!("timed out after {WAIT:?} waiting for {what}; the screen:\n{s}");
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        })
     }
 
     pub fn wait_text(&self, text: &str) -> String {
-        self.wait_for(&format!("{text:?}"), |s| s.contains(text))
+        self.wait_screen(&format!("{text:?}"), |s| s.contains(text))
     }
 }
 
@@ -136,7 +135,7 @@ impl Tmux {
 
     /// Wait until the shell's prompt is the last line on screen (a command has ended).
     pub fn wait_prompt(&self) -> String {
-        self.wait_for("the shell prompt", |s| {
+        self.wait_screen("the shell prompt", |s| {
             s.lines()
                 .rfind(|l| !l.trim().is_empty())
                 .is_some_and(|l| l.trim_end() == PROMPT)

@@ -1,8 +1,7 @@
 //! Hand-built console fixtures: a node's snapshots over two minutes, fed into an `App` with a
 //! fixed frame time. Nothing here reads the wall clock, so every frame is reproducible.
 
-#![allow(dead_code)]
-
+use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use gpupilot::protocol::{LogStream, NodeEvent, NodeEventRecord, RunInfo};
 use gpupilot::supervisor::RunStatus;
 use gpupilot::telemetry::{GpuProcess, GpuSample, HostSample, NodeInfo, Snapshot, throttle};
@@ -168,6 +167,14 @@ pub fn render(app: &mut App, w: u16, h: u16) -> Terminal<TestBackend> {
     app.size = ratatui::layout::Rect::new(0, 0, w, h);
     term.draw(|f| f.render_widget(&*app, f.area())).unwrap();
     term
+}
+
+/// A key without modifiers, as the console's keymap takes it.
+pub fn press(app: &mut App, code: KeyCode) {
+    let ev = KeyEvent::new(code, KeyModifiers::NONE);
+    if let Some(a) = app.action_for_key(&ev) {
+        app.apply(a);
+    }
 }
 
 /// The screen as text, one line per row.

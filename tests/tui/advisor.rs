@@ -1,10 +1,9 @@
 //! The console's advisor pane (hints with their evidence, the action one key away) and the
 //! energy tuner's progress in the Run view, on ratatui's TestBackend from hand-built fixtures
-//! (see `tui_common`).
+//! (see `support::tui`).
 
-mod tui_common;
-
-use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+use crate::support::tui::{T0, app_with_runs, press, render, text};
+use crossterm::event::KeyCode;
 use gpupilot::advisor::{Evidence, Hint, HintKind, Knob, Suggestion};
 use gpupilot::control::tuner::{CapPoint, Phase, Progress, TuneResult, Unit, Window};
 use gpupilot::protocol::{KnobName, KnobRange, KnobState, TrainerInfo};
@@ -15,7 +14,6 @@ use gpupilot::tui::views::power_dialog::PowerDialog;
 use gpupilot::tui::views::run::knob_dialog::KnobDialog;
 use gpupilot::tui::{Action, App, ViewId};
 use insta::assert_snapshot;
-use tui_common::{T0, app_with_runs, render, text};
 
 const RUN: &str = "20231114-220820-train";
 
@@ -136,13 +134,6 @@ fn trainer() -> TrainerInfo {
             knob(KnobName::Prefetch, 2, Some(8)),
         ],
         ..TrainerInfo::default()
-    }
-}
-
-fn press(app: &mut App, code: KeyCode) {
-    let ev = KeyEvent::new(code, KeyModifiers::NONE);
-    if let Some(a) = app.action_for_key(&ev) {
-        app.apply(a);
     }
 }
 

@@ -2,14 +2,12 @@
 //! tabs line, active alerts in the footer, a run's energy in the Run view; and nothing of the
 //! sort while nothing is on.
 
-mod tui_common;
-
+use crate::support::tui::{app, app_with_runs, render, text};
 use gpupilot::control::alerts::{Alert, AlertKind};
 use gpupilot::control::energy::{GpuEnergy, Price, RunEnergy};
 use gpupilot::control::governor::{CapMove as GovAction, Decision, Mode, Target};
 use gpupilot::control::status::{BudgetStatus, ControlStatus, GovernorStatus};
 use gpupilot::tui::{Action, ViewId};
-use tui_common::{app, app_with_runs, render, text};
 
 fn control() -> ControlStatus {
     ControlStatus {

@@ -5,9 +5,7 @@
 //! also sees that quitting hands the terminal back in a usable state. Every wait is bounded;
 //! the tmux server is killed at the end whatever happens (a guard's Drop).
 
-mod e2e_common;
-
-use e2e_common::{PROMPT, Tmux};
+use crate::support::tmux::{PROMPT, Tmux};
 
 /// The numbers before `unit` on lines that start (inside a border) with `label`.
 fn readings(screen: &str, label: &str, unit: &str) -> Vec<f64> {
@@ -42,7 +40,7 @@ fn demo_in_tmux() {
     tmux.keys(&["Enter"]);
 
     // The overview: four simulated H100s, with live numbers.
-    let first = tmux.wait_for("four H100 blocks", |s| {
+    let first = tmux.wait_screen("four H100 blocks", |s| {
         s.matches("NVIDIA H100 80GB HBM3").count() == 4
     });
     assert_eq!(
@@ -71,12 +69,12 @@ fn demo_in_tmux() {
     );
     // Live: the body of the screen changes as samples arrive (values, sparklines).
     let before = body(&first);
-    tmux.wait_for("the numbers to move", |s| body(s) != before);
+    tmux.wait_screen("the numbers to move", |s| body(s) != before);
 
     // Views by key.
     tmux.keys(&["Tab"]);
     // A capture can land in the middle of a frame: wait for the whole view.
-    tmux.wait_for("the whole detail view", |detail| {
+    tmux.wait_screen("the whole detail view", |detail| {
         [
             "Utilization",
             "Temperature",
@@ -94,7 +92,7 @@ fn demo_in_tmux() {
     // The demo supervises a synthetic training run: the Run view shows it training, with its
     // trainer's reports in the log; the Events view shows it starting.
     tmux.keys(&["3"]);
-    let run = tmux.wait_for("the demo's run", |s| {
+    let run = tmux.wait_screen("the demo's run", |s| {
         s.contains("demo-train") && s.contains("running") && s.contains("samples_per_s")
     });
     let demo_dir = run
@@ -104,7 +102,7 @@ fn demo_in_tmux() {
         .expect("the run's directory on screen");
     assert!(demo_dir.is_dir(), "{}", demo_dir.display());
     tmux.keys(&["4"]);
-    tmux.wait_for("the run's start in the events", |s| {
+    tmux.wait_screen("the run's start in the events", |s| {
         s.contains("demo-train") && s.contains("→ running")
     });
     tmux.keys(&["1"]);
@@ -120,17 +118,17 @@ fn demo_in_tmux() {
         "{help}"
     );
     tmux.keys(&["Escape"]);
-    tmux.wait_for("the help to close", |s| !s.contains("Show this help"));
+    tmux.wait_screen("the help to close", |s| !s.contains("Show this help"));
 
     // Resizes: smaller (compact blocks), too small (says so), and back.
     tmux.resize(80, 24);
-    tmux.wait_for("the 80×24 layout", |s| {
+    tmux.wait_screen("the 80×24 layout", |s| {
         s.lines().count() <= 24 && s.contains("selected: GPU 1") && s.contains("util")
     });
     tmux.resize(30, 10);
     tmux.wait_text("too small");
     tmux.resize(200, 50);
-    tmux.wait_for("the 200×50 layout again", |s| {
+    tmux.wait_screen("the 200×50 layout again", |s| {
         s.matches("NVIDIA H100 80GB HBM3").count() == 4
     });
 
@@ -140,7 +138,7 @@ fn demo_in_tmux() {
 
     // Quit: the shell is back, in a usable state, and the console exited cleanly.
     tmux.keys(&["q"]);
-    tmux.wait_for("the shell prompt", |s| {
+    tmux.wait_screen("the shell prompt", |s| {
         s.lines()
             .rfind(|l| !l.trim().is_empty())
             .is_some_and(|l| l.trim_end() == PROMPT)

@@ -6,11 +6,10 @@
 //! daemon; the home's guard kills the daemon and any run left when the test ends, the tmux
 //! guard the server. Every wait is bounded.
 
-mod daemon_common;
-mod e2e_common;
-
-use daemon_common::Home;
-use e2e_common::Tmux;
+use crate::support::home::Home;
+use crate::support::proc::send;
+use crate::support::tmux::{PROMPT, Tmux, WAIT};
+use crate::support::wait::wait_for;
 
 /// The runs `gpupilot ps --json` lists: (id, status).
 fn ps(home: &Home) -> Vec<(String, String)> {
@@ -31,7 +30,7 @@ fn ps(home: &Home) -> Vec<(String, String)> {
 fn run_attach_and_stop_from_the_console() {
     let home = Home::new();
     let tmux = Tmux::start(&home.root());
-    tmux.wait_text(e2e_common::PROMPT);
+    tmux.wait_text(PROMPT);
     let bin = env!("CARGO_BIN_EXE_gpupilot");
     let script = "for i in 1 2 3; do echo e2e-line-$i; done; exec sleep 600";
     tmux.type_line(&format!(
@@ -50,7 +49,7 @@ fn run_attach_and_stop_from_the_console() {
         "3 Run",
         "2 GPUs",
     ];
-    tmux.wait_for("the Run view with the log", |s| {
+    tmux.wait_screen("the Run view with the log", |s| {
         parts.iter().all(|p| s.contains(p))
     });
 
@@ -66,7 +65,7 @@ fn run_attach_and_stop_from_the_console() {
 
     // attach shows it again: same run, same output.
     tmux.type_line(&format!("clear; '{bin}' attach"));
-    tmux.wait_for("the Run view again", |s| {
+    tmux.wait_screen("the Run view again", |s| {
         s.contains("e2e-line-3") && s.contains(&format!("Run {id}")) && s.contains(" running ")
     });
 
@@ -75,7 +74,7 @@ fn run_attach_and_stop_from_the_console() {
     tmux.wait_text(&format!("Stop run {id}?"));
     tmux.keys(&["y"]);
     // Its status, and how it ended.
-    tmux.wait_for("the run stopped", |s| {
+    tmux.wait_screen("the run stopped", |s| {
         s.contains(" stopped ") && s.contains("exits: killed by SIGTERM")
     });
     tmux.keys(&["q"]);
@@ -104,14 +103,14 @@ fn console_pid(tmux: &Tmux) -> Option<u32> {
 fn a_run_survives_quit_and_hangup_of_the_console() {
     let home = Home::new();
     let tmux = Tmux::start(&home.root());
-    tmux.wait_text(e2e_common::PROMPT);
+    tmux.wait_text(PROMPT);
     let bin = env!("CARGO_BIN_EXE_gpupilot");
     let n = 120;
     let script = format!("for i in $(seq 1 {n}); do echo n-$i; sleep 0.05; done");
     tmux.type_line(&format!(
         "'{bin}' --source sim --gpus 2 run --name count -- bash -c '{script}'"
     ));
-    tmux.wait_for("the Run view", |s| {
+    tmux.wait_screen("the Run view", |s| {
         s.contains(" running ") && s.contains("3 Run")
     });
 
@@ -122,17 +121,17 @@ fn a_run_survives_quit_and_hangup_of_the_console() {
 
     // (b) hangup: attach again, then SIGHUP to the console process itself.
     tmux.type_line(&format!("clear; '{bin}' attach"));
-    let seen = tmux.wait_for("the Run view again", |s| {
+    let seen = tmux.wait_screen("the Run view again", |s| {
         s.contains(" running ") && s.contains("3 Run") && newest_line(s).is_some()
     });
     // The log continues on screen after attaching.
     let before = newest_line(&seen).unwrap();
-    tmux.wait_for("newer log lines", |s| {
+    tmux.wait_screen("newer log lines", |s| {
         newest_line(s).is_some_and(|n| n > before)
     });
     let pid = console_pid(&tmux).expect("the console's pid");
-    daemon_common::send(pid, rustix::process::Signal::HUP);
-    daemon_common::wait_for("the console to end on SIGHUP", e2e_common::WAIT, || {
+    send(pid, rustix::process::Signal::HUP);
+    wait_for("the console to end on SIGHUP", WAIT, || {
         !std::path::Path::new(&format!("/proc/{pid}")).exists()
             || std::fs::read_to_string(format!("/proc/{pid}/stat"))
                 .is_ok_and(|s| s[s.rfind(')').unwrap() + 2..].starts_with('Z'))
@@ -151,9 +150,7 @@ fn a_run_survives_quit_and_hangup_of_the_console() {
     );
 
     // The run finishes by itself; every line is there once, in order.
-    daemon_common::wait_for("the run to finish", e2e_common::WAIT, || {
-        ps(&home)[0].1 == "succeeded"
-    });
+    wait_for("the run to finish", WAIT, || ps(&home)[0].1 == "succeeded");
     let id = ps(&home)[0].0.clone();
     let log = std::fs::read_to_string(home.run_dir(&id).stdout_path()).unwrap();
     let want: Vec<String> = (1..=n).map(|i| format!("n-{i}")).collect();

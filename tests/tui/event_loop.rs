@@ -2,8 +2,7 @@
 //! frame, frames are capped, only changed cells are sent, Ctrl-L clears once, new data redraws,
 //! and quitting or losing the input ends the loop.
 
-mod tui_common;
-
+use crate::support::tui::{Counting, Counts, SECONDS, T0, app, run_info, snapshot_at, terminal};
 use crossterm::event::{
     Event, KeyCode, KeyEvent, KeyModifiers, MouseButton, MouseEvent, MouseEventKind,
 };
@@ -18,7 +17,6 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::Duration;
 use tokio::sync::mpsc;
-use tui_common::{Counting, Counts, SECONDS, T0, app, run_info, snapshot_at, terminal};
 
 fn key(c: char) -> std::io::Result<Event> {
     Ok(Event::Key(KeyEvent::new(

@@ -3,13 +3,10 @@
 //! views would draw. Snapshots, history, the run list, node events, the run's log lines and
 //! exits, a stop through the request channel, the daemon going away and coming back.
 
-mod daemon_common;
-mod feed_reader;
-
 use std::time::{Duration, Instant};
 
-use daemon_common::Home;
-use feed_reader::Reader;
+use crate::support::feed::Reader;
+use crate::support::home::Home;
 use gpupilot::protocol::{LogStream, NodeEvent};
 use gpupilot::supervisor::RunStatus;
 use gpupilot::tui::feed::{DataSource, Link, Request, Update};

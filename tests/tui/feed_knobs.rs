@@ -4,13 +4,10 @@
 //! applied with its round trip, an out-of-range value is refused, and a change that needs a
 //! restart comes back as a question, then restarts the run when allowed.
 
-mod daemon_common;
-mod feed_reader;
-
 use std::time::Duration;
 
-use daemon_common::Home;
-use feed_reader::Reader;
+use crate::support::feed::Reader;
+use crate::support::home::Home;
 use gpupilot::protocol::{KnobName, KnobState};
 use gpupilot::tui::feed::{DataSource, Request, Update};
 

@@ -4,13 +4,11 @@
 //! quitting the console (dropping the feed), puts the starting caps back. The advisor pane's
 //! request brings hints, or why there are none.
 
-mod daemon_common;
-mod feed_reader;
-
 use std::time::{Duration, Instant};
 
-use daemon_common::{Home, power_caps as caps, wait_for};
-use feed_reader::Reader;
+use crate::support::feed::Reader;
+use crate::support::home::{Home, power_caps as caps};
+use crate::support::wait::wait_for;
 use gpupilot::tui::feed::daemon::{TunerEnd, TunerEvent};
 use gpupilot::tui::feed::{DataSource, Request, Update};
 

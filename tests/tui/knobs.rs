@@ -1,11 +1,10 @@
 //! The Run view's training band (charts of loss, samples/s, step time and data wait, with marks
 //! where knobs and power caps changed, and the knob panel), the rank table of a run of several
 //! ranks, and the knob dialog, on ratatui's TestBackend from hand-built fixtures (see
-//! `tui_common`).
+//! `support::tui`).
 
-mod tui_common;
-
-use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+use crate::support::tui::{T0, app_with_runs, events, press, render, text};
+use crossterm::event::KeyCode;
 use gpupilot::protocol::{
     JobFigures, KnobName, KnobRange, KnobState, KnobVia, MetricsPoint, MetricsReport, NodeEvent,
     NodeEventRecord, RankInfo, RankSpec, StagedChange, TrainerInfo,
@@ -15,7 +14,6 @@ use gpupilot::tui::feed::{Request, Update};
 use gpupilot::tui::{App, ViewId};
 use insta::assert_snapshot;
 use std::time::{Duration, UNIX_EPOCH};
-use tui_common::{T0, app_with_runs, events, render, text};
 
 const RUN: &str = "20231114-220820-train";
 /// Reports: one every 0.4 s over the fixture's two minutes.
@@ -178,13 +176,6 @@ fn app() -> App {
     });
     a.take_requests();
     a
-}
-
-fn press(app: &mut App, code: KeyCode) {
-    let ev = KeyEvent::new(code, KeyModifiers::NONE);
-    if let Some(a) = app.action_for_key(&ev) {
-        app.apply(a);
-    }
 }
 
 #[test]

@@ -2,24 +2,15 @@
 //! (GPU 1 capped at 450 W, default 700 W, allowed 200–700 W), and the feed's request against a
 //! real daemon on the simulator, read back through `gpupilot power --json`.
 
-mod daemon_common;
-mod tui_common;
+use std::time::Duration;
 
-use std::time::{Duration, Instant};
-
-use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
-use daemon_common::Home;
+use crate::support::feed::Reader;
+use crate::support::home::Home;
+use crate::support::tui::{app_with_runs, press, render, text};
+use crossterm::event::KeyCode;
 use gpupilot::tui::feed::{DataSource, Request, Update};
 use gpupilot::tui::{App, ViewId};
 use insta::assert_snapshot;
-use tui_common::{app_with_runs, render, text};
-
-fn press(app: &mut App, code: KeyCode) {
-    let ev = KeyEvent::new(code, KeyModifiers::NONE);
-    if let Some(a) = app.action_for_key(&ev) {
-        app.apply(a);
-    }
-}
 
 fn typed(app: &mut App, s: &str) {
     for c in s.chars() {
@@ -96,19 +87,22 @@ fn the_dialog_never_panics_on_small_terminals() {
     }
 }
 
-/// Reads a feed's answers with a bound on every wait.
-fn answer(rt: &tokio::runtime::Runtime, feed: &mut gpupilot::tui::feed::Feed) -> (bool, String) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let got = rt.block_on(async { tokio::time::timeout(left, feed.updates.recv()).await });
-        match got {
-            Ok(Some(Update::Answer { ok, text })) => return (ok, text),
-            Ok(Some(_)) => {}
-            Ok(None) => panic!("the feed ended while waiting for an answer"),
-            Err(_) => panic!("no answer from the feed within 20 s"),
-        }
+/// The feed's next answer (at most 20 s away).
+fn answer(r: &mut Reader) -> (bool, String) {
+    match r.until("an answer from the feed", |u| {
+        matches!(u, Update::Answer { .. })
+    }) {
+        Update::Answer { ok, text } => (ok, text),
+        _ => unreachable!(),
     }
+}
+
+/// A console feed from `home`'s daemon, read with a bound of 20 s on every wait.
+fn daemon_feed(home: &Home) -> Reader {
+    Reader::new(
+        DataSource::Daemon(home.client()).start(Duration::from_millis(200)),
+        Duration::from_secs(20),
+    )
 }
 
 /// GPU `gpu`'s current power limit, as `gpupilot power --json` reads it.
@@ -121,18 +115,12 @@ fn cap_of(home: &Home, gpu: usize) -> f64 {
 fn the_feed_caps_one_gpu_on_a_real_daemon_and_resets_it() {
     let home = Home::new();
     let _daemon = home.daemon(&[]);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .unwrap();
-    let mut feed = DataSource::Daemon(home.client()).start(Duration::from_millis(200));
+    let mut feed = daemon_feed(&home);
     let (before0, before1) = (cap_of(&home, 0), cap_of(&home, 1));
     assert_ne!(before1, 250.0);
 
-    feed.requests
-        .send(Request::PowerCap { gpu: 1, watts: 250 })
-        .unwrap();
-    let (ok, text) = answer(&rt, &mut feed);
+    feed.send(Request::PowerCap { gpu: 1, watts: 250 });
+    let (ok, text) = answer(&mut feed);
     assert!(ok, "{text}");
     assert_eq!(
         text,
@@ -144,10 +132,8 @@ fn the_feed_caps_one_gpu_on_a_real_daemon_and_resets_it() {
 
     // The daemon refuses what is outside the range (the dialog checks first; a stale
     // snapshot could still let one through), naming the range.
-    feed.requests
-        .send(Request::PowerCap { gpu: 1, watts: 5 })
-        .unwrap();
-    let (ok, text) = answer(&rt, &mut feed);
+    feed.send(Request::PowerCap { gpu: 1, watts: 5 });
+    let (ok, text) = answer(&mut feed);
     assert!(!ok);
     assert!(
         text.contains("power cap is unchanged") && text.contains("outside GPU 1's range"),
@@ -155,8 +141,8 @@ fn the_feed_caps_one_gpu_on_a_real_daemon_and_resets_it() {
     );
     assert_eq!(cap_of(&home, 1), 250.0);
 
-    feed.requests.send(Request::PowerReset { gpu: 1 }).unwrap();
-    let (ok, text) = answer(&rt, &mut feed);
+    feed.send(Request::PowerReset { gpu: 1 });
+    let (ok, text) = answer(&mut feed);
     assert!(ok, "{text}");
     assert_eq!(text, format!("GPU 1: power limit 250 W → {before1:.0} W"));
     assert_eq!(cap_of(&home, 1), before1);
@@ -166,16 +152,10 @@ fn the_feed_caps_one_gpu_on_a_real_daemon_and_resets_it() {
 fn a_readonly_daemon_refuses_and_says_why() {
     let home = Home::new();
     let _daemon = home.daemon(&["--readonly"]);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .unwrap();
-    let mut feed = DataSource::Daemon(home.client()).start(Duration::from_millis(200));
+    let mut feed = daemon_feed(&home);
     let before = cap_of(&home, 0);
-    feed.requests
-        .send(Request::PowerCap { gpu: 0, watts: 300 })
-        .unwrap();
-    let (ok, text) = answer(&rt, &mut feed);
+    feed.send(Request::PowerCap { gpu: 0, watts: 300 });
+    let (ok, text) = answer(&mut feed);
     assert!(!ok);
     assert!(text.contains("read-only"), "{text}");
     assert_eq!(cap_of(&home, 0), before);

@@ -4,8 +4,7 @@
 //! selection, help and dialogs over the body, other views, a long footer error, resizes, a
 //! theme change, Ctrl-L.
 
-mod tui_common;
-
+use crate::support::tui::{SECONDS, T0, app, snapshot_at, terminal};
 use gpupilot::telemetry::Snapshot;
 use gpupilot::tui::data::Level;
 use gpupilot::tui::screen::Screen;
@@ -15,7 +14,6 @@ use ratatui::backend::TestBackend;
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use ratatui::widgets::Widget;
-use tui_common::{SECONDS, T0, app, snapshot_at, terminal};
 
 /// The frame `app` renders whole on `area`.
 fn whole(app: &App, area: Rect) -> Buffer {

@@ -1,14 +1,12 @@
 //! Every view at 80×24 and 200×50 on ratatui's TestBackend, from hand-built fixtures (see
-//! `tui_common`), plus the states that must read as what they are: a lost GPU, a stale GPU,
+//! `support::tui`), plus the states that must read as what they are: a lost GPU, a stale GPU,
 //! absent metrics, a stale source, a bad theme file, a terminal too small.
 
-mod tui_common;
-
+use crate::support::tui::{T0, app, app_with_runs, app_with_theme, render, text};
 use gpupilot::tui::theme::{self, Theme};
 use gpupilot::tui::{Action, App, ViewId};
 use insta::assert_snapshot;
 use ratatui::style::Color;
-use tui_common::{T0, app, app_with_runs, app_with_theme, render, text};
 
 const SIZES: [(u16, u16); 2] = [(80, 24), (200, 50)];
 

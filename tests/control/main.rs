@@ -1,0 +1,13 @@
+//! Control of GPUs and runs: the control loops inside a daemon, power caps and clocks on the
+//! fake NVML library, a run's `[power] cap_w`, `tune energy`, live knobs, and the daemon on bad
+//! readings. One test binary; its tests share one process and run in parallel.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod hardening;
+mod in_daemon;
+mod knobs;
+mod power_nvml;
+mod run_power_cap;
+mod tune_energy;

@@ -1,0 +1,20 @@
+//! The console: every view on ratatui's TestBackend from hand-built fixtures (insta snapshots
+//! in tui/snapshots/), the terminal and the event loop, the feed against a real daemon, and end
+//! to end in a private tmux server. One test binary; its tests share one process and run in
+//! parallel.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod advisor;
+mod control;
+mod e2e_demo;
+mod e2e_run;
+mod event_loop;
+mod feed;
+mod feed_knobs;
+mod feed_tuner;
+mod knobs;
+mod power;
+mod screen;
+mod snapshots;
