@@ -27,7 +27,7 @@ import threading
 from ._channel import Channel
 
 # The release of gpupilot this SDK comes with: the workspace version in Cargo.toml, the one
-# source of truth (tests/packaging.rs fails when they differ; the wheel takes it from here).
+# source of truth (tests/cli/packaging.rs fails when they differ; the wheel takes it from here).
 __version__ = "0.1.0"
 __all__ = ["connect", "Trainer", "Watch", "PROTOCOL_KNOBS", "__version__"]
 
