@@ -348,7 +348,7 @@ mod tests {
             assert!(runs.is_empty());
         }
         drop(rx);
-        assert!(!crate::daemon::socket_path(&paths).exists());
+        assert!(!crate::ipc::socket_path(&paths).exists());
         assert!(!paths.runtime.exists() && !paths.state.exists());
     }
 

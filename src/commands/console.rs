@@ -160,7 +160,7 @@ impl Drop for Demo {
         {
             let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
             // The daemon removes its socket last; wait for that so the directory goes cleanly.
-            let socket = crate::daemon::socket_path(&self.paths);
+            let socket = crate::ipc::socket_path(&self.paths);
             let deadline = std::time::Instant::now() + Duration::from_secs(3);
             while socket.exists() && std::time::Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(20));

@@ -42,8 +42,8 @@ pub fn daemon(g: &GlobalArgs, args: &DaemonArgs) -> anyhow::Result<ExitCode> {
         println!("{pid}");
         eprintln!(
             "gpupilot: daemon running in the background (pid {pid}); socket {}, log {}",
-            daemon::socket_path(&paths).display(),
-            daemon::log_path(&paths).display()
+            crate::ipc::socket_path(&paths).display(),
+            crate::ipc::log_path(&paths).display()
         );
         return Ok(ExitCode::SUCCESS);
     }
@@ -55,7 +55,7 @@ pub fn daemon(g: &GlobalArgs, args: &DaemonArgs) -> anyhow::Result<ExitCode> {
     daemon::prepare_private_dir(&paths.state)?;
     let (metrics_addr, metrics_hostname_label) =
         exporter_settings(args.metrics_addr.as_deref(), &paths)?;
-    logging::init(&daemon::log_path(&paths), !args.new_session);
+    logging::init(&crate::ipc::log_path(&paths), !args.new_session);
     let node = match open_node(g.source, g.nvml_lib.as_deref(), &g.sim.spec()) {
         Ok(n) => Ok(n),
         // `auto` on a machine without NVML: supervise runs all the same, without telemetry.

@@ -202,7 +202,7 @@ fn daemon_log() -> String {
     } else {
         crate::config::Paths::from_env()
     };
-    crate::daemon::log_path(&paths).display().to_string()
+    crate::ipc::log_path(&paths).display().to_string()
 }
 
 /// The last `bytes` of a log from its first whole line on, printed; returns where it ended.

@@ -72,7 +72,7 @@ pub fn connect_or_spawn(g: &GlobalArgs, paths: &Paths) -> anyhow::Result<Client>
     if let Some(pid) = spawned {
         eprintln!(
             "gpupilot: started a daemon in the background (pid {pid}); its log is {}",
-            crate::daemon::log_path(paths).display()
+            crate::ipc::log_path(paths).display()
         );
     }
     Ok(client)

@@ -11,10 +11,11 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::lock::fs_err;
-use super::{DaemonError, home_description, io_err, lock_holder, log_path, prepare_private_dir};
+use super::{DaemonError, home_description, io_err, lock_holder, prepare_private_dir};
 use crate::client::Client;
 use crate::config::Paths;
 use crate::config::safe_fs;
+use crate::ipc::{log_path, socket_path};
 
 /// How long `--detach` waits for the new daemon to answer.
 pub const ANSWER_WITHIN: Duration = Duration::from_secs(5);
@@ -35,7 +36,7 @@ pub fn spawn(
         return Err(DaemonError::AlreadyRunning {
             home: home_description(paths),
             pid: format!("pid {pid}"),
-            socket: super::socket_path(paths),
+            socket: socket_path(paths),
         });
     }
     prepare_private_dir(&paths.state)?;

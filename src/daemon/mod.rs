@@ -54,8 +54,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 
 pub use crate::config::prometheus::parse_metrics_addr;
-/// The socket, the log and the peer check are `ipc`'s (clients need them without the daemon).
-pub use crate::ipc::{LOG_NAME, Peer, SOCKET_NAME, log_path, peer_allowed, socket_path};
+use crate::ipc::socket_path;
 pub use auth::{
     Access, DEFAULT_GROUP, GroupEntry, Identity, Mode, Verdict, decide, group_entry,
     refusal_message,
@@ -333,6 +332,7 @@ async fn poll_runs(daemon: Arc<Daemon>, shutdown: CancellationToken) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ipc::{Peer, SOCKET_NAME};
     use crate::profile::Profile;
     use crate::protocol::{Request, Response};
     use crate::supervisor::Caller;

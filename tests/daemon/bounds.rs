@@ -301,7 +301,7 @@ fn system_daemon(limits: &str) -> (tempfile::TempDir, Paths, DaemonProc) {
 /// `env` set to the daemon's socket.
 fn as_nobody(helper: &str, env: &str, paths: &Paths) -> Command {
     let mut cmd = this_test_binary(module_path!(), helper);
-    cmd.env(env, gpupilot::daemon::socket_path(paths))
+    cmd.env(env, gpupilot::ipc::socket_path(paths))
         .uid(65534)
         .gid(65534)
         .current_dir("/")
@@ -516,10 +516,7 @@ fn memory_stays_bounded_and_is_freed_after_400_connections_with_unfinished_megab
     let pid = d.pid();
     // A console's worth of use first, so the baseline is a daemon at work.
     {
-        let mut r = raw(
-            &gpupilot::daemon::socket_path(&paths),
-            Duration::from_secs(5),
-        );
+        let mut r = raw(&gpupilot::ipc::socket_path(&paths), Duration::from_secs(5));
         r.hello();
         r.send(b"{\"id\":2,\"type\":\"status\"}\n").unwrap();
         recv(&mut r, "status");
@@ -590,7 +587,7 @@ fn forty_subscribers_that_never_read_cost_little_and_it_is_freed() {
         .unwrap();
     let d = DaemonProc::answering(child, &home.paths, "the daemon");
     let pid = d.pid();
-    let socket = gpupilot::daemon::socket_path(&home.paths);
+    let socket = gpupilot::ipc::socket_path(&home.paths);
     {
         let mut r = raw(&socket, Duration::from_secs(5));
         r.hello();

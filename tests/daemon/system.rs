@@ -94,7 +94,7 @@ impl System {
     }
 
     fn socket(&self) -> PathBuf {
-        gpupilot::daemon::socket_path(&self.paths)
+        gpupilot::ipc::socket_path(&self.paths)
     }
 
     /// `gpupilot --source sim --gpus 2 ARGS…` as `who`, with this system directory, from `/`.

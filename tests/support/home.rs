@@ -42,7 +42,7 @@ impl Home {
     }
 
     pub fn socket(&self) -> PathBuf {
-        daemon::socket_path(&self.paths)
+        gpupilot::ipc::socket_path(&self.paths)
     }
 
     /// `gpupilot --source sim --gpus 2 ARGS…` in this home (cwd: the temp dir).

@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use gpupilot::config::Paths;
 use gpupilot::control::power::GpuControl;
-use gpupilot::daemon::{Daemon, Peer};
+use gpupilot::daemon::Daemon;
+use gpupilot::ipc::Peer;
 use gpupilot::telemetry::sim::SimSource;
 use gpupilot::telemetry::{Snapshot, Source};
 use gpusim::{NodeConfig, TrainingConfig};
