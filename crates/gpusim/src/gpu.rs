@@ -6,6 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::activity::{Activity, ActivityState, Drive};
 use crate::catalog::GpuSpec;
 use crate::power::{board_power_w, cap_clock_mhz, duty_cycle, grid_floor};
 use crate::rng::SplitMix64;
@@ -106,6 +107,9 @@ pub struct Gpu {
     cooling_scale: f64,
     data_jitter_frac: f64,
     rng: SplitMix64,
+    /// What makes a busy GPU's figures move (`None`: the steady model).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    activity: Option<ActivityState>,
     out: Output,
 }
 
@@ -146,6 +150,7 @@ impl Gpu {
             cooling_scale: 1.0,
             data_jitter_frac: DEFAULT_DATA_JITTER_FRAC,
             rng: SplitMix64::new(seed),
+            activity: None,
             out: Output {
                 util: 0.0,
                 util_mem: 0.0,
@@ -197,6 +202,21 @@ impl Gpu {
         }
         self.cooling_scale = scale;
         Ok(())
+    }
+
+    /// Let this GPU's load move as a busy node's does (see [`Activity`]); `None` makes it
+    /// steady again. A pattern out of range is refused and changes nothing.
+    pub fn set_activity(&mut self, activity: Option<Activity>) -> Result<(), SimError> {
+        if let Some(a) = &activity {
+            a.validate()?;
+        }
+        self.activity = activity.map(ActivityState::new);
+        Ok(())
+    }
+
+    /// The activity in effect, if any.
+    pub fn activity(&self) -> Option<&Activity> {
+        self.activity.as_ref().map(ActivityState::pattern)
     }
 
     /// Mean loader jitter as a fraction of the batch's loading time.
@@ -311,7 +331,13 @@ impl Gpu {
         } else {
             (0.5, 0.0)
         };
-        let op = self.operating_point(jitter_u);
+        let drive = match self.activity.as_mut() {
+            Some(a) if self.training.as_ref().is_some_and(Training::is_running) => {
+                a.step(dt_s, &mut self.rng)
+            }
+            _ => Drive::STEADY,
+        };
+        let op = self.operating_point(jitter_u, drive);
         let mut out = Output {
             util: 0.0,
             util_mem: 0.0,
@@ -354,12 +380,12 @@ impl Gpu {
     /// The SM clock the cap, locks and thermal state allow at the current load (mean loader
     /// jitter); the idle clock when nothing runs.
     pub fn steady_clock_mhz(&self) -> u32 {
-        self.operating_point(0.5).clock_mhz
+        self.operating_point(0.5, Drive::STEADY).clock_mhz
     }
 
     /// Board power at [`Gpu::steady_clock_mhz`], watts.
     pub fn steady_power_w(&self) -> f64 {
-        self.operating_point(0.5).power_w
+        self.operating_point(0.5, Drive::STEADY).power_w
     }
 
     /// Temperature the GPU settles at under the current load: `ambient + R·P`, Celsius.
@@ -379,8 +405,8 @@ impl Gpu {
     }
 
     /// Clock, power and throttle reasons for the current load with loader jitter `jitter_u`
-    /// (0..1, 0.5 = mean) and the current thermal latch.
-    fn operating_point(&self, jitter_u: f64) -> OperatingPoint {
+    /// (0..1, 0.5 = mean), the activity's `drive` and the current thermal latch.
+    fn operating_point(&self, jitter_u: f64, drive: Drive) -> OperatingPoint {
         let spec = self.spec;
         let (lo, hi) = self.clock_bounds();
         let thermal = if self.thermal_slowdown {
@@ -398,11 +424,25 @@ impl Gpu {
         };
         let cfg = &t.config;
         let jitter_s = data_time_s(model, cfg) * self.data_jitter_frac * 2.0 * jitter_u;
-        let timing_at = |f: u32| step_timing(model, spec, cfg, f64::from(f), jitter_s);
+        let timing_at = |f: u32| {
+            let t = step_timing(model, spec, cfg, f64::from(f), jitter_s);
+            if drive.idle <= 0.0 {
+                return t;
+            }
+            // The GPU waits `idle` of the step: the wait grows, the compute does not.
+            let step_s = t.step_s / (1.0 - drive.idle);
+            StepTiming {
+                data_wait_s: step_s - t.compute_s,
+                step_s,
+                util: t.compute_s / step_s,
+                ..t
+            }
+        };
+        let intensity = model.power_intensity * drive.intensity;
         let power_at = |f: u32| {
             let f_mhz = f64::from(f);
             let rate = model.relative_rate(spec, f_mhz);
-            board_power_w(spec, f_mhz, timing_at(f).util, model.power_intensity, rate)
+            board_power_w(spec, f_mhz, timing_at(f).util, intensity, rate)
         };
         // Power and thermal limits protect the board, so they may pull the clock below a
         // locked minimum (as on real parts); only the locked maximum is a hard ceiling.

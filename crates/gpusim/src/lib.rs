@@ -85,6 +85,7 @@
 // allows both in unit tests; integration tests are crates of their own).
 #![deny(clippy::unwrap_used, clippy::panic)]
 
+pub mod activity;
 pub mod catalog;
 pub mod error;
 pub mod gpu;
@@ -93,6 +94,7 @@ pub mod power;
 pub mod rng;
 pub mod workload;
 
+pub use activity::Activity;
 pub use catalog::{CATALOG, GpuSpec, find};
 pub use error::SimError;
 pub use gpu::{Gpu, GpuReading, throttle};

@@ -136,6 +136,18 @@ impl Node {
         Ok(())
     }
 
+    /// Let every GPU's load move as a busy node's does (see [`crate::Activity`]); `None`
+    /// makes them steady. A pattern out of range is refused and changes nothing.
+    pub fn set_activity(&mut self, activity: Option<crate::Activity>) -> Result<(), SimError> {
+        if let Some(a) = &activity {
+            a.validate()?;
+        }
+        for gpu in &mut self.gpus {
+            gpu.set_activity(activity.clone())?;
+        }
+        Ok(())
+    }
+
     /// The cooling faults scheduled, in effect or not.
     pub fn cooling_faults(&self) -> &[CoolingFault] {
         &self.cooling_faults

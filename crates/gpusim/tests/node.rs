@@ -259,3 +259,96 @@ fn a_cooling_fault_makes_one_gpu_hot_and_throttled_while_its_siblings_run_on() {
     assert_eq!(back.cooling_faults(), node.cooling_faults());
     assert_eq!(back.gpu(2).unwrap().cooling_scale(), 3.0);
 }
+
+/// A node training BERT-large on eight H100s, sampled once a second for `secs` seconds.
+fn per_second(activity: Option<gpusim::Activity>, secs: usize) -> Vec<Vec<gpusim::GpuReading>> {
+    let cfg = NodeConfig {
+        gpus: vec!["h100-sxm".into(); 8],
+        seed: 8,
+        training: Some(TrainingConfig {
+            model: "bert-large".into(),
+            batch_size: 32,
+            prefetch_depth: 4,
+            workers: 8,
+        }),
+        ..NodeConfig::default()
+    };
+    let mut node = Node::new(&cfg).unwrap();
+    node.set_activity(activity).unwrap();
+    node.advance_to(600.0); // a warm node
+    (1..=secs)
+        .map(|s| {
+            node.advance_to(600.0 + s as f64);
+            readings(&node)
+        })
+        .collect()
+}
+
+/// Seconds (of consecutive pairs) in which GPU 0's figure changed by at least `min`.
+fn moves(
+    samples: &[Vec<gpusim::GpuReading>],
+    min: f64,
+    f: fn(&gpusim::GpuReading) -> f64,
+) -> usize {
+    samples
+        .windows(2)
+        .filter(|w| (f(&w[1][0]) - f(&w[0][0])).abs() >= min)
+        .count()
+}
+
+#[test]
+fn a_busy_node_moves_every_second_and_a_steady_one_does_not() {
+    let busy = per_second(Some(gpusim::Activity::default()), 120);
+    let steady = per_second(None, 120);
+    // Power by at least 5 W in most seconds; the SM clock steps under the cap; utilization
+    // dips in stalls; temperature follows power.
+    let counts = [
+        moves(&busy, 3.0, |r| r.power_w),
+        moves(&busy, 15.0, |r| f64::from(r.sm_clock_mhz)),
+        moves(&busy, 1.0, |r| r.util_gpu_pct),
+        moves(&busy, 0.1, |r| r.temperature_c),
+    ];
+    eprintln!("seconds of 119 with a move (power, clock, util, temperature): {counts:?}");
+    assert!(counts[0] > 80, "busy power");
+    assert!(counts[1] > 12, "busy clock");
+    assert!(counts[2] > 40, "busy util");
+    assert!(counts[3] > 25, "busy temperature");
+    assert!(moves(&steady, 5.0, |r| r.power_w) == 0, "steady power");
+    assert!(
+        moves(&steady, 15.0, |r| f64::from(r.sm_clock_mhz)) == 0,
+        "steady clock"
+    );
+    // The mean load stays near the model's: gaps, stalls and evaluations take a few percent
+    // off, the capped peaks cannot add it back.
+    let mean = |s: &[Vec<gpusim::GpuReading>]| {
+        s.iter().map(|r| r[0].power_w).sum::<f64>() / s.len() as f64
+    };
+    assert!(
+        (0.88..0.99).contains(&(mean(&busy) / mean(&steady))),
+        "{} vs {}",
+        mean(&busy),
+        mean(&steady)
+    );
+    // And a node built the same way moves the same way (deterministic under its seed).
+    assert_eq!(busy, per_second(Some(gpusim::Activity::default()), 120));
+}
+
+#[test]
+fn a_busy_node_survives_serialization_and_old_state_reads_as_steady() {
+    let mut node = Node::new(&NodeConfig::default()).unwrap();
+    node.set_activity(Some(gpusim::Activity::default()))
+        .unwrap();
+    node.advance_to(10.0);
+    let json = serde_json::to_string(&node).unwrap();
+    let mut back: Node = serde_json::from_str(&json).unwrap();
+    node.advance_to(20.0);
+    back.advance_to(20.0);
+    assert_eq!(readings(&node), readings(&back));
+    assert!(back.gpu(0).unwrap().activity().is_some());
+
+    let steady = serde_json::to_string(&Node::new(&NodeConfig::default()).unwrap()).unwrap();
+    assert!(
+        !steady.contains("activity"),
+        "steady state is written as before"
+    );
+}
