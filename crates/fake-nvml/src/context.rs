@@ -121,6 +121,7 @@ fn fresh_node(s: &Scenario) -> Result<(Node, Vec<GpuExtra>), gpusim::SimError> {
     for f in &s.cooling {
         node.add_cooling_fault(f.clone())?;
     }
+    node.set_activity(s.activity.clone())?;
     let extras = vec![GpuExtra::default(); node.gpus().len()];
     Ok((node, extras))
 }

@@ -57,6 +57,9 @@ pub struct Scenario {
     /// Cooling faults (`[[faults]] kind = "cooling"`): physics the node simulates, not NVML
     /// errors.
     pub cooling: Vec<gpusim::CoolingFault>,
+    /// `[activity]`: how a busy node's figures move every second (`None`: gpusim's steady
+    /// model).
+    pub activity: Option<gpusim::Activity>,
     /// Hash of the scenario text (or of "builtin"): a changed scenario starts a new shared node.
     pub hash: u64,
 }
@@ -151,6 +154,7 @@ impl Scenario {
             processes: None,
             faults: Faults::default(),
             cooling: Vec::new(),
+            activity: None,
             hash: fnv1a(b"builtin"),
         }
     }

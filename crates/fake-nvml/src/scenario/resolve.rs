@@ -31,6 +31,38 @@ pub(super) struct RawScenario {
     processes: Option<Vec<RawProcess>>,
     #[serde(default)]
     faults: Vec<RawFault>,
+    /// `[activity]`: a busy node's per-second movement (gpusim's `Activity`; every key
+    /// optional, defaulting to its busy node).
+    activity: Option<Spanned<RawActivity>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawActivity {
+    intensity_sigma: Option<f64>,
+    intensity_tau_s: Option<f64>,
+    stalls_per_min: Option<f64>,
+    eval_every_s: Option<f64>,
+    eval_s: Option<f64>,
+    eval_busy: Option<f64>,
+}
+
+/// The `[activity]` table over gpusim's busy-node defaults, checked by gpusim.
+fn resolve_activity(raw: Spanned<RawActivity>) -> Result<gpusim::Activity, Located> {
+    let span = raw.span();
+    let r = raw.into_inner();
+    let d = gpusim::Activity::default();
+    let a = gpusim::Activity {
+        intensity_sigma: r.intensity_sigma.unwrap_or(d.intensity_sigma),
+        intensity_tau_s: r.intensity_tau_s.unwrap_or(d.intensity_tau_s),
+        stalls_per_min: r.stalls_per_min.unwrap_or(d.stalls_per_min),
+        eval_every_s: r.eval_every_s.unwrap_or(d.eval_every_s),
+        eval_s: r.eval_s.unwrap_or(d.eval_s),
+        eval_busy: r.eval_busy.unwrap_or(d.eval_busy),
+    };
+    a.validate()
+        .map_err(|e| (span, format!("[activity]: {e}")))?;
+    Ok(a)
 }
 
 #[derive(Deserialize)]
@@ -296,6 +328,7 @@ pub(super) fn resolve(raw: RawScenario, text: &str) -> Result<Scenario, Located>
         }
     };
 
+    let activity = raw.activity.map(resolve_activity).transpose()?;
     let mut faults = Vec::new();
     let mut cooling = Vec::new();
     for f in raw.faults {
@@ -329,6 +362,7 @@ pub(super) fn resolve(raw: RawScenario, text: &str) -> Result<Scenario, Located>
         processes,
         faults: Faults::new(faults),
         cooling,
+        activity,
         hash: fnv1a(text.as_bytes()),
     })
 }

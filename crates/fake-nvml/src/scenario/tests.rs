@@ -175,6 +175,8 @@ fn shipped_scenarios_parse() {
         Scenario::parse(include_str!("../../scenarios/8xh100.toml"), "8xh100.toml").unwrap();
     assert_eq!(eight.node.gpus.len(), 8);
     assert!(eight.training[7].is_none() && eight.training[6].is_some());
+    assert_eq!(eight.activity, Some(gpusim::Activity::default()));
+    assert_eq!(default.activity, None, "the built-in node is steady");
     let faults =
         Scenario::parse(include_str!("../../scenarios/faults.toml"), "faults.toml").unwrap();
     assert_eq!(faults.faults.len(), 6);
@@ -274,4 +276,21 @@ fn health_per_gpu() {
         let e = err(&format!("count = 1\n[[per_gpu]]\ngpu = 0\n{bad}\n"));
         assert!(e.message.contains(says), "{bad}: {}", e.message);
     }
+}
+
+#[test]
+fn activity_keys_default_to_the_busy_node_and_bad_ones_are_located() {
+    let s = Scenario::parse("count = 1\n[activity]\nstalls_per_min = 6\n", "t.toml").unwrap();
+    let a = s.activity.unwrap();
+    assert_eq!(a.stalls_per_min, 6.0);
+    assert_eq!(
+        a.intensity_sigma,
+        gpusim::Activity::default().intensity_sigma
+    );
+
+    let e = Scenario::parse("count = 1\n[activity]\neval_busy = 2.0\n", "t.toml").unwrap_err();
+    assert_eq!((e.line, e.file.as_str()), (2, "t.toml"));
+    assert!(e.message.contains("eval_busy"), "{}", e.message);
+    let e = Scenario::parse("count = 1\n[activity]\nsigma = 0.1\n", "t.toml").unwrap_err();
+    assert!(e.message.contains("unknown field"), "{}", e.message);
 }
