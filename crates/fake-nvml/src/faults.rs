@@ -29,7 +29,19 @@ pub enum Fault {
     },
     /// The power limit reads as 0 mW (current and enforced), an odd value consumers must survive.
     PowerLimitZero { gpu: Option<usize> },
+    /// A critical XID event on `gpu` (or every GPU) at `at_s` simulated seconds, and again every
+    /// `every_s` after that when set: what an event set registered for XIDs delivers.
+    Xid {
+        gpu: Option<usize>,
+        xid: u64,
+        at_s: f64,
+        every_s: Option<f64>,
+    },
 }
+
+/// Repeats of one XID fault delivered at most per look: a waiter that comes back after a long
+/// pause gets the newest ones, not an unbounded backlog.
+const MAX_REPEATS: u64 = 64;
 
 /// All faults of a scenario.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -117,6 +129,68 @@ impl Faults {
         })
     }
 
+    /// The XIDs `gpu` raises in `(after_s, upto_s]` simulated seconds, as (time, xid), oldest
+    /// first.
+    pub fn xids_between(&self, gpu: usize, after_s: f64, upto_s: f64) -> Vec<(f64, u64)> {
+        let mut out = Vec::new();
+        for f in &self.entries {
+            let Fault::Xid {
+                gpu: scope,
+                xid,
+                at_s,
+                every_s,
+            } = f
+            else {
+                continue;
+            };
+            if !on(*scope, Some(gpu)) || upto_s < *at_s {
+                continue;
+            }
+            match every_s {
+                None => {
+                    if after_s < *at_s {
+                        out.push((*at_s, *xid));
+                    }
+                }
+                Some(every) => {
+                    // Occurrences at at_s + k·every, k ≥ 0.
+                    let last = ((upto_s - at_s) / every).floor() as u64;
+                    let first = if after_s < *at_s {
+                        0
+                    } else {
+                        ((after_s - at_s) / every).floor() as u64 + 1
+                    };
+                    let first = first.max(last.saturating_sub(MAX_REPEATS - 1));
+                    for k in first..=last {
+                        out.push((at_s + k as f64 * every, *xid));
+                    }
+                }
+            }
+        }
+        out.sort_by(|a, b| a.0.total_cmp(&b.0));
+        out
+    }
+
+    /// The first XID `gpu` raises after `t_s`, in simulated seconds.
+    pub fn next_xid_after(&self, gpu: usize, t_s: f64) -> Option<f64> {
+        self.entries
+            .iter()
+            .filter_map(|f| match f {
+                Fault::Xid {
+                    gpu: scope,
+                    at_s,
+                    every_s,
+                    ..
+                } if on(*scope, Some(gpu)) => match every_s {
+                    _ if t_s < *at_s => Some(*at_s),
+                    None => None,
+                    Some(every) => Some(at_s + (((t_s - at_s) / every).floor() + 1.0) * every),
+                },
+                _ => None,
+            })
+            .reduce(f64::min)
+    }
+
     pub fn power_limit_zero(&self, gpu: usize) -> bool {
         self.entries
             .iter()
@@ -141,6 +215,38 @@ mod tests {
         );
         assert_eq!(strip_version("nvmlInit"), "nvmlInit");
         assert_eq!(strip_version("x_v"), "x_v");
+    }
+
+    #[test]
+    fn xids_once_and_repeating() {
+        let f = Faults::new(vec![
+            Fault::Xid {
+                gpu: Some(1),
+                xid: 79,
+                at_s: 10.0,
+                every_s: None,
+            },
+            Fault::Xid {
+                gpu: None,
+                xid: 13,
+                at_s: 2.0,
+                every_s: Some(5.0),
+            },
+        ]);
+        assert_eq!(f.xids_between(1, 0.0, 9.9), vec![(2.0, 13), (7.0, 13)]);
+        assert_eq!(f.xids_between(1, 7.0, 12.0), vec![(10.0, 79), (12.0, 13)]);
+        assert_eq!(f.xids_between(1, 10.0, 11.0), vec![], "delivered once");
+        assert_eq!(f.xids_between(0, 7.0, 12.0), vec![(12.0, 13)]);
+        assert_eq!(f.xids_between(0, 0.0, 1.9), vec![]);
+        assert_eq!(f.next_xid_after(1, 0.0), Some(2.0));
+        assert_eq!(f.next_xid_after(1, 7.5), Some(10.0));
+        assert_eq!(f.next_xid_after(0, 7.0), Some(12.0));
+        assert_eq!(f.next_xid_after(0, 7.5), Some(12.0));
+        // A long pause gets the newest repeats, bounded.
+        let many = f.xids_between(0, 0.0, 1e6);
+        assert_eq!(many.len() as u64, MAX_REPEATS);
+        assert_eq!(many.last(), Some(&(999_997.0, 13)));
+        assert!(Faults::default().next_xid_after(0, 0.0).is_none());
     }
 
     #[test]

@@ -18,6 +18,7 @@ pub const NVML_ERROR_NOT_SUPPORTED: nvmlReturn_t = 3;
 pub const NVML_ERROR_NO_PERMISSION: nvmlReturn_t = 4;
 pub const NVML_ERROR_NOT_FOUND: nvmlReturn_t = 6;
 pub const NVML_ERROR_INSUFFICIENT_SIZE: nvmlReturn_t = 7;
+pub const NVML_ERROR_TIMEOUT: nvmlReturn_t = 10;
 pub const NVML_ERROR_GPU_IS_LOST: nvmlReturn_t = 15;
 pub const NVML_ERROR_ARGUMENT_VERSION_MISMATCH: nvmlReturn_t = 25;
 pub const NVML_ERROR_UNKNOWN: nvmlReturn_t = 999;
@@ -225,6 +226,29 @@ pub struct nvmlFieldValue_t {
     pub value: nvmlValue_t,
 }
 
+/// An event set: opaque to callers; ours point at a heap cell named in `exports::events`.
+pub type nvmlEventSet_t = *mut nvmlEventSet_st;
+
+#[repr(C)]
+pub struct nvmlEventSet_st {
+    _private: [u8; 0],
+}
+
+/// What `nvmlEventSetWait` fills in.
+#[repr(C)]
+pub struct nvmlEventData_t {
+    pub device: nvmlDevice_t,
+    pub eventType: c_ulonglong,
+    pub eventData: c_ulonglong,
+    pub gpuInstanceId: c_uint,
+    pub computeInstanceId: c_uint,
+}
+
+/// `nvmlEventType*` bits.
+pub const NVML_EVENT_SINGLE_BIT_ECC: c_ulonglong = 0x1;
+pub const NVML_EVENT_DOUBLE_BIT_ECC: c_ulonglong = 0x2;
+pub const NVML_EVENT_XID_CRITICAL: c_ulonglong = 0x8;
+
 /// Versions the versioned structs must carry.
 pub const NVML_MEMORY_V2: c_uint = struct_version::<nvmlMemory_v2_t>(2);
 pub const NVML_TEMPERATURE_V1: c_uint = struct_version::<nvmlTemperature_v1_t>(1);
@@ -252,5 +276,6 @@ mod tests {
         assert_eq!(size_of::<nvmlFieldValue_t>(), 40);
         assert_eq!(size_of::<nvmlUtilization_t>(), 8);
         assert_eq!(size_of::<nvmlBAR1Memory_t>(), 24);
+        assert_eq!(size_of::<nvmlEventData_t>(), 32);
     }
 }

@@ -86,6 +86,7 @@ pub const EXPORTED: &[&str] = &[
     "nvmlDeviceGetSerial",
     "nvmlDeviceGetSupportedClocksEventReasons",
     "nvmlDeviceGetSupportedClocksThrottleReasons",
+    "nvmlDeviceGetSupportedEventTypes",
     "nvmlDeviceGetSupportedGraphicsClocks",
     "nvmlDeviceGetSupportedMemoryClocks",
     "nvmlDeviceGetTemperature",
@@ -97,6 +98,7 @@ pub const EXPORTED: &[&str] = &[
     "nvmlDeviceGetUtilizationRates",
     "nvmlDeviceGetVbiosVersion",
     "nvmlDeviceIsMigDeviceHandle",
+    "nvmlDeviceRegisterEvents",
     "nvmlDeviceResetApplicationsClocks",
     "nvmlDeviceResetGpuLockedClocks",
     "nvmlDeviceSetApplicationsClocks",
@@ -105,6 +107,10 @@ pub const EXPORTED: &[&str] = &[
     "nvmlDeviceSetPowerManagementLimit",
     "nvmlDeviceSetTemperatureThreshold",
     "nvmlErrorString",
+    "nvmlEventSetCreate",
+    "nvmlEventSetFree",
+    "nvmlEventSetWait",
+    "nvmlEventSetWait_v2",
     "nvmlInit",
     "nvmlInitWithFlags",
     "nvmlInit_v2",
@@ -158,6 +164,7 @@ mod tests {
             include_str!("exports/power.rs"),
             include_str!("exports/processes.rs"),
             include_str!("exports/control.rs"),
+            include_str!("exports/events.rs"),
         ];
         let mut seen = Vec::new();
         for src in sources {

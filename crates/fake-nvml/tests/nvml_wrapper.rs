@@ -593,3 +593,94 @@ pcie_replays_per_min = 600.0
     assert_eq!(consumer[0], None);
     assert_eq!(consumer[2..], [None, None, None, None]);
 }
+
+#[test]
+fn xid_events_arrive_on_an_event_set_and_a_gpu_without_events_says_so() {
+    // GPU 0: XID 31 every 0.3 s from the start; GPU 1: one XID 79 at 0.5 s; GPU 2: no events.
+    let Some(_) = isolate(
+        "xid_events_arrive_on_an_event_set_and_a_gpu_without_events_says_so",
+        r#"
+count = 3
+model = "h100-sxm"
+[[faults]]
+kind = "xid"
+gpu = 0
+xid = 31
+every_s = 0.3
+[[faults]]
+kind = "xid"
+gpu = 1
+xid = 79
+at_s = 0.5
+[[faults]]
+kind = "not_supported"
+gpu = 2
+functions = ["nvmlDeviceRegisterEvents"]
+"#,
+    ) else {
+        return;
+    };
+    use nvml_wrapper::bitmasks::event::EventTypes;
+    use nvml_wrapper::enums::event::XidError;
+    let nvml = nvml();
+    let d0 = nvml.device_by_index(0).unwrap();
+    let d1 = nvml.device_by_index(1).unwrap();
+    let d2 = nvml.device_by_index(2).unwrap();
+    let types = d0.supported_event_types().unwrap();
+    assert!(types.contains(EventTypes::CRITICAL_XID_ERROR | EventTypes::DOUBLE_BIT_ECC_ERROR));
+    assert!(matches!(
+        d2.supported_event_types(),
+        Err(NvmlError::NotSupported)
+    ));
+    let set = nvml.create_event_set().unwrap();
+    let set = d0
+        .register_events(EventTypes::CRITICAL_XID_ERROR, set)
+        .unwrap();
+    let set = d1
+        .register_events(
+            EventTypes::CRITICAL_XID_ERROR | EventTypes::SINGLE_BIT_ECC_ERROR,
+            set,
+        )
+        .unwrap();
+    let mut seen = Vec::new();
+    let start = std::time::Instant::now();
+    while start.elapsed().as_secs_f64() < 5.0 && !seen.contains(&(1, 79)) {
+        match set.wait(200) {
+            Ok(e) => {
+                assert!(e.event_type.contains(EventTypes::CRITICAL_XID_ERROR));
+                let Some(XidError::Value(x)) = e.event_data else {
+                    panic!("{e:?}")
+                };
+                seen.push((e.device.index().unwrap(), x));
+            }
+            Err(NvmlError::Timeout) => {}
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(seen.contains(&(1, 79)), "{seen:?}");
+    assert!(
+        seen.iter().filter(|s| **s == (0, 31)).count() >= 1,
+        "{seen:?}"
+    );
+    // One-off: 79 comes once; a wait with nothing due times out.
+    let quiet = std::time::Instant::now();
+    loop {
+        match set.wait(100) {
+            Ok(e) => assert_ne!(e.device.index().unwrap(), 1, "79 came twice"),
+            Err(NvmlError::Timeout) => break,
+            Err(e) => panic!("{e}"),
+        }
+        assert!(quiet.elapsed().as_secs() < 5);
+        // GPU 0 repeats every 0.3 s; drop it to see the timeout.
+        if quiet.elapsed().as_millis() > 1000 {
+            break;
+        }
+    }
+    set.release_events().unwrap();
+    // A GPU whose events are off refuses registration.
+    let set = nvml.create_event_set().unwrap();
+    assert!(
+        d2.register_events(EventTypes::CRITICAL_XID_ERROR, set)
+            .is_err()
+    );
+}

@@ -17,6 +17,7 @@
 mod clocks;
 mod control;
 mod device_info;
+mod events;
 mod handles;
 mod power;
 mod processes;

@@ -145,6 +145,9 @@ struct RawFault {
     delay_ms: Option<Spanned<u64>>,
     /// `cooling` only: what the GPU's thermal resistance is multiplied by.
     thermal_resistance_scale: Option<Spanned<f64>>,
+    /// `xid` only: the XID number, and the period it repeats with.
+    xid: Option<Spanned<u64>>,
+    every_s: Option<Spanned<f64>>,
 }
 
 /// An error message and the byte range it is about.
@@ -504,6 +507,13 @@ fn resolve_fault(f: RawFault, n: usize) -> Result<Fault, Located> {
         "thermal_resistance_scale",
         f.thermal_resistance_scale.is_some(),
     )?;
+    if f.kind.get_ref() == "xid" {
+        return resolve_xid(
+            f.xid, f.at_s, f.every_s, functions, f.delay_ms, gpu, need, reject,
+        );
+    }
+    reject("xid", f.xid.is_some())?;
+    reject("every_s", f.every_s.is_some())?;
     match f.kind.get_ref().as_str() {
         "gpu_lost" => {
             reject("functions", functions.is_some())?;
@@ -544,8 +554,51 @@ fn resolve_fault(f: RawFault, n: usize) -> Result<Fault, Located> {
         other => Err((
             kind_span,
             format!(
-                "unknown fault kind `{other}`; known: gpu_lost, not_supported, slow, no_permission, power_limit_zero, cooling"
+                "unknown fault kind `{other}`; known: gpu_lost, not_supported, slow, no_permission, power_limit_zero, xid, cooling"
             ),
         )),
     }
+}
+
+/// An `xid` fault: `xid` at `at_s` (default 0), repeating every `every_s` when set.
+#[allow(clippy::too_many_arguments)]
+fn resolve_xid(
+    xid: Option<Spanned<u64>>,
+    at_s: Option<Spanned<f64>>,
+    every_s: Option<Spanned<f64>>,
+    functions: Option<Vec<String>>,
+    delay_ms: Option<Spanned<u64>>,
+    gpu: Option<usize>,
+    need: impl Fn(&str) -> Located,
+    reject: impl Fn(&str, bool) -> Result<(), Located>,
+) -> Result<Fault, Located> {
+    reject("functions", functions.is_some())?;
+    reject("delay_ms", delay_ms.is_some())?;
+    let xid = xid.ok_or_else(|| need("xid"))?;
+    if *xid.get_ref() == 0 {
+        return Err((xid.span(), "`xid` 0 is no XID".into()));
+    }
+    let at = match at_s {
+        Some(a) if !(a.get_ref().is_finite() && *a.get_ref() >= 0.0) => {
+            return Err((
+                a.span(),
+                "`at_s` is seconds from the node's start, 0 or more".into(),
+            ));
+        }
+        Some(a) => *a.get_ref(),
+        None => 0.0,
+    };
+    let every = match every_s {
+        Some(e) if !(e.get_ref().is_finite() && *e.get_ref() >= 0.1) => {
+            return Err((e.span(), "`every_s` must be at least 0.1 seconds".into()));
+        }
+        Some(e) => Some(*e.get_ref()),
+        None => None,
+    };
+    Ok(Fault::Xid {
+        gpu,
+        xid: *xid.get_ref(),
+        at_s: at,
+        every_s: every,
+    })
 }

@@ -294,3 +294,47 @@ fn activity_keys_default_to_the_busy_node_and_bad_ones_are_located() {
     let e = Scenario::parse("count = 1\n[activity]\nsigma = 0.1\n", "t.toml").unwrap_err();
     assert!(e.message.contains("unknown field"), "{}", e.message);
 }
+
+#[test]
+fn xid_faults_once_and_repeating_and_their_mistakes_located() {
+    let s = Scenario::parse(
+        r#"
+count = 2
+[[faults]]
+kind = "xid"
+gpu = 1
+xid = 79
+at_s = 30
+[[faults]]
+kind = "xid"
+xid = 13
+every_s = 5
+"#,
+        "s.toml",
+    )
+    .unwrap();
+    // Strictly after the start: (0, 30].
+    assert_eq!(
+        s.faults.xids_between(1, 0.0, 30.0),
+        vec![
+            (5.0, 13),
+            (10.0, 13),
+            (15.0, 13),
+            (20.0, 13),
+            (25.0, 13),
+            (30.0, 79),
+            (30.0, 13)
+        ]
+    );
+    assert_eq!(s.faults.xids_between(0, 29.0, 31.0), vec![(30.0, 13)]);
+
+    let e = err("count = 2\n[[faults]]\nkind = \"xid\"\ngpu = 0\n");
+    assert!(e.message.contains("needs `xid`"), "{e}");
+    let e = err("count = 2\n[[faults]]\nkind = \"xid\"\nxid = 79\nevery_s = 0\n");
+    assert!(e.message.contains("every_s"), "{e}");
+    assert_eq!(e.line, 5, "{e}");
+    let e = err("count = 2\n[[faults]]\nkind = \"gpu_lost\"\ngpu = 0\nxid = 79\n");
+    assert!(e.message.contains("takes no `xid`"), "{e}");
+    let e = err("count = 2\n[[faults]]\nkind = \"xid\"\nxid = 79\ndelay_ms = 3\n");
+    assert!(e.message.contains("takes no `delay_ms`"), "{e}");
+}
