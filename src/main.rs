@@ -78,7 +78,12 @@ fn status(g: &GlobalArgs, args: &StatusArgs) -> anyhow::Result<ExitCode> {
         .context("no GPU telemetry source works")?;
     let mut config = SamplerConfig::every(Duration::from_secs_f64(args.timeout.clamp(0.1, 60.0)));
     config.host = false;
-    let snap = Sampler::start(source, config).latest();
+    let mut snap = Sampler::start(source, config).latest();
+    // A one-shot read hears only the XIDs of its own moment; a running daemon has listened
+    // since it started.
+    if let Some(daemon) = commands::daemon_snapshot() {
+        status::merge_xids(&mut snap, &daemon);
+    }
     if args.json {
         println!("{}", status::render_json(&snap));
     } else {

@@ -1,6 +1,8 @@
 //! `gpupilot status`: a one-shot snapshot of every GPU, as a table or as JSON.
 
+use crate::telemetry::xid::explain;
 use crate::telemetry::{GpuSample, Snapshot, throttle_reason_badges};
+use crate::units::format_duration;
 use std::fmt::Write;
 
 const GIB: f64 = (1u64 << 30) as f64;
@@ -45,21 +47,47 @@ pub fn render_table(snap: &Snapshot) -> String {
     if !procs.is_empty() {
         let _ = writeln!(
             out,
-            "\n{:>3}  {:>8}  {:>10}  PROCESS",
-            "GPU", "PID", "GPU MEM"
+            "\n{:>3}  {:>8}  {:>10}  {:<12}  {:<18}  PROCESS",
+            "GPU", "PID", "GPU MEM", "USER", "JOB / CONTAINER"
         );
         for (i, p) in procs {
+            let owner = p.owner.as_ref();
             let _ = writeln!(
                 out,
-                "{:>3}  {:>8}  {:>10}  {}",
+                "{:>3}  {:>8}  {:>10}  {:<12}  {:<18}  {}",
                 i,
                 p.pid,
                 or_na(p.used_memory_bytes, |b| format!(
                     "{:.1} GiB",
                     b as f64 / GIB
                 )),
+                owner
+                    .and_then(|o| o.user_label())
+                    .unwrap_or_else(|| "N/A".into()),
+                owner.and_then(|o| o.place()).unwrap_or_else(|| "-".into()),
                 p.name.as_deref().unwrap_or("N/A")
             );
+        }
+    }
+    let xids: Vec<&GpuSample> = snap
+        .gpus
+        .iter()
+        .filter(|g| g.xids.as_ref().is_some_and(|x| !x.is_empty()))
+        .collect();
+    if !xids.is_empty() {
+        let _ = writeln!(out, "\nXID errors (most recent last)");
+        for g in xids {
+            for x in g.xids.iter().flatten() {
+                let info = explain(x.xid);
+                let _ = writeln!(
+                    out,
+                    "{:>3}  {} ago  {}: {}",
+                    g.index,
+                    format_duration((snap.time_s - x.time_s).max(0.0)),
+                    info.title(),
+                    info.action
+                );
+            }
         }
     }
     out
@@ -112,6 +140,28 @@ fn gpu_row(g: &GpuSample, name_w: usize) -> String {
     row
 }
 
+/// Take each GPU's XIDs from `daemon`'s snapshot where the daemon has listened longer (it
+/// has, unless it started after this one-shot read): a GPU is matched by UUID, else by index.
+pub fn merge_xids(local: &mut Snapshot, daemon: &Snapshot) {
+    for g in &mut local.gpus {
+        let theirs = daemon.gpus.iter().find(|d| match (&d.uuid, &g.uuid) {
+            (Some(a), Some(b)) => a == b,
+            _ => d.index == g.index,
+        });
+        let Some(d) = theirs else { continue };
+        let longer = match (d.xid_since_s, g.xid_since_s) {
+            (Some(a), Some(b)) => a < b,
+            (Some(_), None) => true,
+            _ => false,
+        };
+        if longer {
+            g.xids = d.xids.clone();
+            g.xid_since_s = d.xid_since_s;
+            g.xid_count = d.xid_count;
+        }
+    }
+}
+
 /// The JSON document `status --json` prints: the snapshot as is (absent fields are `null`).
 pub fn render_json(snap: &Snapshot) -> String {
     serde_json::to_string_pretty(snap).expect("a snapshot always serialises")
@@ -149,6 +199,7 @@ mod tests {
                         pid: 4242,
                         name: Some("python train.py".into()),
                         used_memory_bytes: Some(54 << 30),
+                        owner: None,
                     }]),
                     ..Default::default()
                 },
@@ -191,6 +242,45 @@ mod tests {
         );
         assert!(lines[4].contains("LOST"));
         assert!(t.contains("4242") && t.contains("python train.py"));
+    }
+
+    #[test]
+    fn xids_and_owners_in_the_table_and_the_daemons_xids_merged() {
+        use crate::telemetry::owner::ProcessOwner;
+        use crate::telemetry::xid::XidEvent;
+        let mut s = snap();
+        s.time_s = 1000.0;
+        s.gpus[0].processes.as_mut().unwrap()[0].owner = Some(ProcessOwner {
+            uid: Some(1000),
+            user: Some("alice".into()),
+            slurm_job: Some("4242".into()),
+            ..ProcessOwner::default()
+        });
+        s.gpus[0].xid_since_s = Some(990.0);
+        s.gpus[0].xids = Some(vec![]);
+        let mut daemon = snap();
+        daemon.gpus[0].xid_since_s = Some(10.0);
+        daemon.gpus[0].xids = Some(vec![XidEvent::new(79, 880.0)]);
+        daemon.gpus[0].xid_count = Some(1);
+        merge_xids(&mut s, &daemon);
+        assert_eq!(s.gpus[0].xid_count, Some(1), "the daemon listened longer");
+        assert_eq!(s.gpus[1].xids, None, "nobody listened on GPU 1");
+        let t = render_table(&s);
+        assert!(
+            t.contains("USER") && t.contains("alice") && t.contains("slurm 4242"),
+            "{t}"
+        );
+        let line = t
+            .lines()
+            .find(|l| l.contains("XID 79"))
+            .expect("an XID line");
+        assert_eq!(
+            line,
+            format!(
+                "  0  2m00s ago  XID 79 (GPU has fallen off the bus): {}",
+                explain(79).action
+            )
+        );
     }
 
     #[test]

@@ -1,14 +1,16 @@
 //! `gpupilot doctor [--json]`: is this node fit to train? Driver and CUDA versions, the
 //! installed PyTorch's CUDA build against them, persistence mode, power limits below default,
-//! thermal slowdown, ECC errors, row remapping, degraded PCIe links, and whether this user may
-//! set power caps.
+//! thermal slowdown, ECC errors, row remapping, degraded PCIe links, recent XID errors, and
+//! whether this user may set power caps.
 //!
-//! It reads NVML directly (no daemon; the GPUs through the sampler's own `NvmlSource`), asks the Python that runs training about PyTorch
+//! It reads NVML directly (the GPUs through the sampler's own `NvmlSource`; a running daemon
+//! is asked only for the XIDs it heard, which no one-shot read can), asks the Python that runs training about PyTorch
 //! (`GPUPILOT_PYTHON`, default `python3`, with a time limit), and changes nothing: the
 //! permission probe sets a GPU's power limit to the value it already has. The verdicts live in
 //! [`checks`]; the exit status is 0 (nothing to fix), 1 (warnings) or 2 (a failure).
 
 pub mod checks;
+pub mod xids;
 
 use std::io::Read;
 use std::path::Path;
@@ -23,6 +25,7 @@ use crate::cli::{DoctorArgs, GlobalArgs, SourceKind};
 use crate::telemetry::Source as _;
 use crate::telemetry::nvml::NvmlSource;
 use checks::{Check, Facts, GpuFacts, Permission, Status, Torch};
+use xids::XidsHeard;
 
 /// The interpreter asked about PyTorch unless `GPUPILOT_PYTHON` names another.
 pub const DEFAULT_PYTHON: &str = "python3";
@@ -105,6 +108,7 @@ fn title(name: &str) -> &str {
         "ecc" => "ECC",
         "memory" => "memory rows",
         "pcie" => "PCIe link",
+        "xid" => "XID errors",
         "power_cap_permission" => "power-cap permission",
         other => other,
     }
@@ -133,20 +137,53 @@ pub fn doctor(g: &GlobalArgs, args: &DoctorArgs) -> anyhow::Result<ExitCode> {
 /// PyTorch.
 pub fn gather(lib: Option<&Path>, python: &str, timeout: Duration) -> anyhow::Result<Facts> {
     let source = NvmlSource::open(lib)?;
-    let gpus: Vec<GpuFacts> = (0..source.gpu_count())
-        .map(|i| GpuFacts::from(&source.sample_gpu(i)))
-        .collect();
+    let opened = Instant::now();
+    // PyTorch first: the source's XID listener hears whatever comes meanwhile.
+    let torch = probe_torch(python, timeout);
+    let daemon = daemon_snapshot();
+    if daemon.is_none() {
+        // Without a daemon only doctor's own listener hears XIDs: give it a moment at least.
+        std::thread::sleep(MIN_LISTEN.saturating_sub(opened.elapsed()));
+    }
+    let mut snap = crate::telemetry::Snapshot {
+        gpus: (0..source.gpu_count())
+            .map(|i| source.sample_gpu(i))
+            .collect(),
+        ..Default::default()
+    };
+    let now_s = crate::telemetry::now_s();
+    let xids_heard = match &daemon {
+        Some(d) => {
+            crate::status::merge_xids(&mut snap, d);
+            XidsHeard::Daemon { now_s }
+        }
+        None => XidsHeard::Doctor {
+            now_s,
+            listened_s: opened.elapsed().as_secs_f64(),
+        },
+    };
+    let gpus: Vec<GpuFacts> = snap.gpus.iter().map(GpuFacts::from).collect();
     let nvml = source.nvml();
     let power_permission = probe_power_permission(nvml, &gpus);
     Ok(Facts {
         driver_version: nvml.sys_driver_version().ok(),
         cuda_driver_version: nvml.sys_cuda_driver_version().ok(),
         nvml_version: nvml.sys_nvml_version().ok(),
-        torch: probe_torch(python, timeout),
+        torch,
         gpus,
         is_root: rustix::process::geteuid().is_root(),
         power_permission,
+        xids_heard,
     })
+}
+
+/// How long doctor listens for XIDs itself when no daemon has listened for it.
+const MIN_LISTEN: Duration = Duration::from_secs(1);
+
+/// The running daemon's newest snapshot (its XIDs, heard since it started), if one answers
+/// and reads NVML (a daemon on the simulator has no XIDs of these GPUs).
+fn daemon_snapshot() -> Option<crate::telemetry::Snapshot> {
+    super::daemon_snapshot().filter(|s| s.node.source == "nvml")
 }
 
 /// Set the first readable GPU's power limit to what it already is: NVML answers as it would

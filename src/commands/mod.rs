@@ -88,6 +88,18 @@ pub fn connect(paths: &Paths) -> anyhow::Result<Client> {
 
 /// Write to stdout; a closed pipe (`gpupilot logs RUN | head`) is an [`OutputClosed`] error
 /// (of kind `BrokenPipe`), which `main` ends on quietly.
+/// The running daemon's newest snapshot, if a daemon answers within 2 s (none is started):
+/// what `status` and `doctor` take its XIDs from, heard since it started, which no one-shot
+/// read of NVML can hear.
+pub fn daemon_snapshot() -> Option<crate::telemetry::Snapshot> {
+    let client = connect(&Paths::from_env()).ok()?;
+    client
+        .with_timeout(std::time::Duration::from_secs(2))
+        .status()
+        .ok()?
+        .snapshot
+}
+
 pub(crate) fn out(text: &str) -> std::io::Result<()> {
     let mut o = std::io::stdout().lock();
     o.write_all(text.as_bytes())

@@ -202,7 +202,8 @@ impl Daemon {
         }
     }
 
-    /// A new snapshot from the sampler: into history, out to subscribers.
+    /// A new snapshot from the sampler: into history, its new XIDs into the node's log, out to
+    /// subscribers.
     pub fn take_snapshot(&self, snap: Snapshot) {
         self.telemetry.record(&snap);
         self.control.step(&snap, &self.runs);
@@ -210,6 +211,9 @@ impl Daemon {
     }
 
     /// The runs part, for tests that look at the table.
+        for xid in self.telemetry.new_xids(&snap) {
+            self.events.record(xid);
+        }
     #[cfg(test)]
     pub(super) fn runs(&self) -> &Runs {
         &self.runs

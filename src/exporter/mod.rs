@@ -30,9 +30,13 @@
 //!   `DCGM_FI_DEV_ROW_REMAP_PENDING`, which DCGM has and its default file leaves out),
 //!   memory temperature, reserved framebuffer, encoder/decoder utilization, the PCIe replay
 //!   counter, and the PCIe link's generation and width now and at best.
+//! - XID errors (`DCGM_FI_DEV_XID_ERRORS` with `err_code`/`err_msg`) and per-process GPU
+//!   memory with the process's user, Slurm job, container or pod: see [`health`].
 //! - `promtool check metrics` lints two things here that dcgm-exporter's own page draws too:
 //!   the camelCase label `modelName` and counters without `_total`. Compatibility with
 //!   dcgm-exporter's names wins over that lint; nothing else on the page draws a warning.
+
+mod health;
 
 use std::fmt::Write as _;
 
@@ -443,6 +447,8 @@ pub fn render(input: &Input<'_>) -> String {
             .unwrap_or_default(),
     );
 
+    health::xid_families(&mut out, gpus, host);
+    health::process_families(&mut out, &current, host);
     control_families(&mut out, input, gpus);
     run_families(&mut out, input);
     out

@@ -553,6 +553,7 @@ fn a_snapshot_push() -> ServerFrame {
             pid: 4200 + i,
             name: Some("python3 \"train.py\" é".into()),
             used_memory_bytes: Some(30 << 30),
+            owner: None,
         }]),
         ..GpuSample::default()
     };

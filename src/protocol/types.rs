@@ -302,6 +302,15 @@ pub enum NodeEvent {
         by: String,
         why: Option<String>,
     },
+    /// A GPU reported an XID error: its number, the catalog's name, and what to do.
+    Xid {
+        gpu: u32,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        uuid: Option<String>,
+        xid: u64,
+        name: String,
+        action: String,
+    },
     /// A GPU's power limit changed and gpupilot did not change it (pynvml, `nvidia-smi -pl`,
     /// another tool): `old_w` → `new_w`, as read at two snapshots. Recorded once per change;
     /// `old_w` becomes the GPU's recorded original unless one was recorded already, so

@@ -11,9 +11,12 @@
 
 pub mod host;
 pub mod nvml;
+pub mod nvml_events;
 pub mod open;
+pub mod owner;
 pub mod sampler;
 pub mod sim;
+pub mod xid;
 
 use serde::{Deserialize, Serialize};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -110,6 +113,29 @@ pub struct GpuSample {
     pub persistence: Option<bool>,
     /// Compute and graphics processes on this GPU.
     pub processes: Option<Vec<GpuProcess>>,
+    /// The XIDs this GPU reported most recently (oldest first, at most [`xid::XID_RING`]),
+    /// heard since `xid_since_s`. Absent when nobody listens: the source has no XID events,
+    /// or the GPU does not support them.
+    #[serde(default)]
+    pub xids: Option<Vec<xid::XidEvent>>,
+    /// When listening for this GPU's XIDs began (epoch seconds).
+    #[serde(default)]
+    pub xid_since_s: Option<f64>,
+    /// XIDs heard since `xid_since_s` (the list keeps only the most recent).
+    #[serde(default)]
+    pub xid_count: Option<u64>,
+}
+
+impl GpuSample {
+    /// The newest XID this GPU reported, if any was heard.
+    pub fn last_xid(&self) -> Option<&xid::XidEvent> {
+        self.xids.as_ref().and_then(|x| x.last())
+    }
+
+    /// The newest XID heard within `window_s` of `now_s`.
+    pub fn recent_xid(&self, now_s: f64, window_s: f64) -> Option<&xid::XidEvent> {
+        self.last_xid().filter(|x| now_s - x.time_s <= window_s)
+    }
 }
 
 /// Rows of GPU memory remapped to spares after errors, and the state of remapping.
@@ -131,6 +157,10 @@ pub struct GpuProcess {
     pub pid: u32,
     pub name: Option<String>,
     pub used_memory_bytes: Option<u64>,
+    /// Its user and, from its cgroup, its Slurm job, container or pod; absent where the
+    /// process cannot be seen (another PID namespace, a simulated process).
+    #[serde(default)]
+    pub owner: Option<owner::ProcessOwner>,
 }
 
 /// The host the GPUs sit in.

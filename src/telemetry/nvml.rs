@@ -5,6 +5,8 @@
 //! here panics on a driver answer. Handles are looked up per sample (cheap in NVML) so one
 //! GPU's worker thread never shares a handle with another's.
 
+use super::nvml_events::XidWatch;
+use super::owner::OwnerCache;
 use super::{GpuProcess, GpuSample, NodeInfo, RemappedRows, Source, now_s};
 use nvml_wrapper::Nvml;
 use nvml_wrapper::enum_wrappers::device::{
@@ -15,7 +17,7 @@ use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::structs::device::FieldId;
 use std::ffi::OsStr;
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Why NVML could not be used, in words a user can act on.
@@ -35,10 +37,15 @@ pub enum NvmlOpenError {
 
 /// Real GPUs through NVML.
 pub struct NvmlSource {
-    nvml: Nvml,
+    /// Shared with the XID event thread, which outlives no source (it stops on drop).
+    nvml: Arc<Nvml>,
     count: usize,
     /// Per GPU, the fields read every [`SELDOM`] rather than every sample, and when.
     seldom: Vec<Mutex<Option<(Instant, Seldom)>>>,
+    /// XID events, heard on a thread of their own.
+    xids: XidWatch,
+    /// Who each GPU process belongs to.
+    owners: OwnerCache,
 }
 
 /// How often fields that change seldom or never are read again: the link's best generation
@@ -106,10 +113,14 @@ impl NvmlSource {
         })?;
         let count = nvml.device_count().unwrap_or(0) as usize;
         let seldom = (0..count).map(|_| Mutex::new(None)).collect();
+        let nvml = Arc::new(nvml);
+        let xids = XidWatch::start(Arc::clone(&nvml), count);
         Ok(NvmlSource {
             nvml,
             count,
             seldom,
+            xids,
+            owners: OwnerCache::default(),
         })
     }
 
@@ -145,8 +156,10 @@ impl NvmlSource {
             return Seldom::default();
         };
         let mut slot = slot.lock().unwrap_or_else(|p| p.into_inner());
+        // An ECC event makes the lifetime counts worth reading now.
+        let ecc_event = self.xids.take_ecc_event(index);
         if let Some((at, cached)) = *slot {
-            if at.elapsed() < SELDOM {
+            if at.elapsed() < SELDOM && !ecc_event {
                 return cached;
             }
         }
@@ -197,6 +210,10 @@ impl Source for NvmlSource {
                 // GPU_IS_LOST, or the handle cannot be had at all: either way nothing can be
                 // read from it, which is what "lost" tells the user.
                 s.lost = true;
+                let xids = self.xids.view(index);
+                s.xids = xids.recent;
+                s.xid_since_s = xids.since_s;
+                s.xid_count = xids.total;
                 return s;
             }
         };
@@ -320,6 +337,7 @@ impl Source for NvmlSource {
                         UsedGpuMemory::Used(b) => Some(b),
                         UsedGpuMemory::Unavailable => None,
                     },
+                    owner: self.owners.owner(p.pid),
                 });
             }
             s.processes = Some(procs);
@@ -336,6 +354,11 @@ impl Source for NvmlSource {
                 ..GpuSample::default()
             };
         }
+        // Kept on a lost GPU too: its last XID (79, often) says why it went.
+        let xids = self.xids.view(index);
+        s.xids = xids.recent;
+        s.xid_since_s = xids.since_s;
+        s.xid_count = xids.total;
         s
     }
 }

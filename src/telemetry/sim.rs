@@ -109,6 +109,7 @@ impl Source for SimSource {
                     pid: 40_000 + index as u32,
                     name: Some(format!("python train.py --model {}", t.config.model)),
                     used_memory_bytes: Some(r.memory_used_bytes),
+                    owner: None,
                 })
                 .into_iter()
                 .collect();
@@ -164,6 +165,10 @@ impl Source for SimSource {
                 dec_util_pct: Some(0.0),
                 persistence: Some(r.persistence),
                 processes: Some(processes),
+                // gpusim has no XID model: nobody listens, so none are claimed either way.
+                xids: None,
+                xid_since_s: None,
+                xid_count: None,
             }
         })
     }

@@ -390,6 +390,14 @@ impl Widget for Meter<'_> {
 /// `thermal`, …). Reasons that cost throughput (power, thermal) stand out.
 pub fn badges(g: &GpuSample, theme: &Theme) -> Vec<Span<'static>> {
     let mut out = Vec::new();
+    // An XID within the last hour of this reading: the newest one's number.
+    if let Some(x) = g.recent_xid(g.time_s, crate::telemetry::xid::XID_RECENT_S) {
+        let app = crate::telemetry::xid::explain(x.xid).blame
+            == crate::telemetry::xid::Blame::Application;
+        let style = if app { theme.badge_warn } else { theme.lost };
+        out.push(Span::styled(format!(" XID {} ", x.xid), style));
+        out.push(Span::raw(" "));
+    }
     if g.lost {
         out.push(Span::styled(" LOST ", theme.lost));
         return out;

@@ -6,6 +6,7 @@
 mod support;
 
 mod hardening;
+mod health;
 mod in_daemon;
 mod knobs;
 mod power_nvml;

@@ -71,6 +71,7 @@ pub fn gpu_at(i: usize, s: usize) -> GpuSample {
             pid: 40_000 + i as u32,
             name: Some("python train.py --model resnet50".into()),
             used_memory_bytes: Some(53 * GIB),
+            owner: None,
         }]),
         ..GpuSample::default()
     };

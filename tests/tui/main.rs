@@ -14,6 +14,7 @@ mod event_loop;
 mod feed;
 mod feed_knobs;
 mod feed_tuner;
+mod health;
 mod knobs;
 mod power;
 mod screen;

@@ -30,6 +30,7 @@ fn gpu(index: u32) -> GpuSample {
             pid: 1000 + index,
             name: Some("python train.py".into()),
             used_memory_bytes: Some(60 << 30),
+            owner: None,
         }]),
         ..GpuSample::default()
     }
@@ -294,6 +295,7 @@ fn a_degraded_link_another_process_and_a_slow_input_pipeline_are_told_apart() {
                 pid: 4242,
                 name: Some("python eval.py".into()),
                 used_memory_bytes: Some(3 << 30),
+                owner: None,
             });
         }
     });
@@ -316,6 +318,7 @@ fn a_degraded_link_another_process_and_a_slow_input_pipeline_are_told_apart() {
             pid: 40_000 + g.index,
             name: None,
             used_memory_bytes: None,
+            owner: None,
         }])
     });
     let input = Job::new(|r| if r == 3 { (0.26, 0.05) } else { (0.2, 0.004) }).input(&snap);

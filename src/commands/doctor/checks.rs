@@ -11,6 +11,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::xids::{XidsHeard, xid_check};
+use crate::telemetry::xid::XidEvent;
 use crate::telemetry::{GpuSample, RemappedRows};
 
 /// Minimum Linux driver for CUDA minor-version compatibility, per CUDA major release
@@ -44,7 +46,7 @@ impl Status {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Check {
     /// Stable id for scripts: `driver`, `cuda_driver`, `pytorch`, `gpus`, `persistence`,
-    /// `power_limits`, `thermal`, `ecc`, `memory`, `pcie`, `power_cap_permission`.
+    /// `power_limits`, `thermal`, `ecc`, `memory`, `pcie`, `xid`, `power_cap_permission`.
     pub name: String,
     pub status: Status,
     pub detail: String,
@@ -104,6 +106,11 @@ pub struct GpuFacts {
     pub pcie_replays: Option<u64>,
     #[serde(default)]
     pub busy: bool,
+    /// The XIDs heard (most recent last) and since when; absent where nobody listens.
+    #[serde(default)]
+    pub xids: Option<Vec<XidEvent>>,
+    #[serde(default)]
+    pub xid_since_s: Option<f64>,
 }
 
 impl From<&GpuSample> for GpuFacts {
@@ -113,6 +120,9 @@ impl From<&GpuSample> for GpuFacts {
                 index: s.index,
                 name: s.name.clone(),
                 lost: true,
+                // A lost GPU's XIDs say why it went.
+                xids: s.xids.clone(),
+                xid_since_s: s.xid_since_s,
                 ..GpuFacts::default()
             };
         }
@@ -136,6 +146,8 @@ impl From<&GpuSample> for GpuFacts {
             pcie_replays: s.pcie_replays,
             // P-states 0–2 are a GPU at work; an idle one sits at P8 with its link at Gen1.
             busy: s.pstate.is_some_and(|p| p <= 2) || s.util_gpu_pct.is_some_and(|u| u > 0.0),
+            xids: s.xids.clone(),
+            xid_since_s: s.xid_since_s,
         }
     }
 }
@@ -165,6 +177,9 @@ pub struct Facts {
     pub gpus: Vec<GpuFacts>,
     pub is_root: bool,
     pub power_permission: Permission,
+    /// Who listened for the XIDs in `gpus`, and when the report was made.
+    #[serde(default)]
+    pub xids_heard: XidsHeard,
 }
 
 /// `"550.54.15"` → `[550, 54, 15]`; `None` if any part is not a number.
@@ -405,6 +420,7 @@ pub fn evaluate(f: &Facts) -> Vec<Check> {
 
     out.push(memory_check(&live));
     out.push(pcie_check(&live));
+    out.push(xid_check(&f.gpus, &f.xids_heard));
     out.push(permission_check(&f.power_permission, f.is_root));
     out
 }
@@ -648,11 +664,14 @@ mod tests {
                     pcie_width_max: Some(16),
                     pcie_replays: Some(0),
                     busy: true,
+                    xids: Some(vec![]),
+                    xid_since_s: Some(10.0),
                     ..GpuFacts::default()
                 })
                 .collect(),
             is_root: false,
             power_permission: Permission::Allowed,
+            xids_heard: XidsHeard::Daemon { now_s: 1000.0 },
         }
     }
 
@@ -713,6 +732,7 @@ mod tests {
                 "ecc",
                 "memory",
                 "pcie",
+                "xid",
                 "power_cap_permission"
             ]
         );

@@ -12,6 +12,7 @@
 //! | power | draw ≥ limit | draw < 95% of limit |
 //! | ecc | uncorrected count above the first one seen | never (a GPU with uncorrected errors needs a reset) |
 //! | lost | the GPU fell off the bus | it answers again |
+//! | xid | the GPU reported an XID (one alert per GPU and XID number, `xid:gpu0:79`) | an hour ([`XID_RECENT_S`]) after the GPU last reported it |
 //! | stalled | no log output or metrics for `stalled_after_s` | output again |
 //! | straggler | a rank of a job of several is the advisor's straggler (its step at least `raise_ratio` × the others' median) | below half that margin ([`STRAGGLER_CLEAR_FRAC`]) |
 //!
@@ -33,6 +34,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::telemetry::RemappedRows;
+use crate::telemetry::xid::{XID_RECENT_S, explain};
 
 /// Temperature alerts clear this far below their limit, °C.
 pub const TEMP_HYSTERESIS_C: f64 = 3.0;
@@ -60,6 +62,8 @@ pub enum AlertKind {
     Stalled,
     /// One rank of a job of several holds the others back.
     Straggler,
+    /// The GPU reported an XID error.
+    Xid,
 }
 
 impl AlertKind {
@@ -72,6 +76,7 @@ impl AlertKind {
             AlertKind::Lost => "lost",
             AlertKind::Stalled => "stalled",
             AlertKind::Straggler => "straggler",
+            AlertKind::Xid => "xid",
         }
     }
 }
@@ -123,6 +128,12 @@ pub enum Observation {
         gpu: u32,
         lost: bool,
     },
+    /// An XID the GPU reported: the newest time it did (one observation per GPU and number).
+    Xid {
+        gpu: u32,
+        xid: u64,
+        last_s: f64,
+    },
     Stalled {
         run: String,
         /// Seconds since its last output or metrics report.
@@ -152,6 +163,7 @@ impl Observation {
             Observation::Ecc { gpu, .. } => format!("ecc:gpu{gpu}"),
             Observation::Memory { gpu, .. } => format!("memory:gpu{gpu}"),
             Observation::Lost { gpu, .. } => format!("lost:gpu{gpu}"),
+            Observation::Xid { gpu, xid, .. } => format!("xid:gpu{gpu}:{xid}"),
             Observation::Stalled { run, .. } => format!("stalled:{run}"),
             Observation::Straggler { run, .. } => format!("straggler:{run}"),
         }
@@ -329,6 +341,26 @@ impl Alerts {
                         1.0,
                         None,
                         format!("GPU {gpu} fell off the bus (lost); its runs may have failed"),
+                    ))
+                } else {
+                    Verdict::Clear
+                }
+            }
+            Observation::Xid { gpu, xid, last_s } => {
+                if now_s - last_s <= XID_RECENT_S {
+                    let info = explain(*xid);
+                    Verdict::Raise(alert(
+                        AlertKind::Xid,
+                        Some(*gpu),
+                        None,
+                        *xid as f64,
+                        None,
+                        format!(
+                            "GPU {gpu}: {}: {}; {}",
+                            info.title(),
+                            info.meaning,
+                            info.action
+                        ),
                     ))
                 } else {
                     Verdict::Clear

@@ -251,3 +251,38 @@ fn a_pending_or_failed_row_remap_is_one_alert_until_it_is_gone() {
     };
     assert!(al.message.contains("replaced"), "{}", al.message);
 }
+
+#[test]
+fn an_xid_is_one_alert_per_gpu_and_number_cleared_an_hour_after_the_last() {
+    let mut a = Alerts::new();
+    let xid = |xid, last_s| Observation::Xid {
+        gpu: 3,
+        xid,
+        last_s,
+    };
+    let c = a.observe(&[xid(79, 100.0)], 101.0);
+    let [AlertChange::Raised(al)] = c.as_slice() else {
+        panic!("{c:?}")
+    };
+    assert_eq!(al.key, "xid:gpu3:79");
+    assert_eq!(al.kind, AlertKind::Xid);
+    assert_eq!(al.value, Some(79.0));
+    assert!(
+        al.message
+            .starts_with("GPU 3: XID 79 (GPU has fallen off the bus): "),
+        "{}",
+        al.message
+    );
+    assert!(al.message.contains("reset the GPU or reboot"));
+    // The same XID again: still one alert. Another number: a second one.
+    assert!(a.observe(&[xid(79, 200.0)], 201.0).is_empty());
+    let c = a.observe(&[xid(79, 200.0), xid(48, 250.0)], 251.0);
+    assert!(matches!(c.as_slice(), [AlertChange::Raised(al)] if al.key == "xid:gpu3:48"));
+    // An hour after its last report, 79 clears; 48 still holds.
+    let c = a.observe(
+        &[xid(79, 200.0), xid(48, 250.0)],
+        200.0 + XID_RECENT_S + 1.0,
+    );
+    assert!(matches!(c.as_slice(), [AlertChange::Cleared(al)] if al.key == "xid:gpu3:79"));
+    assert_eq!(a.active().count(), 1);
+}

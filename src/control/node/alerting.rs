@@ -1,5 +1,5 @@
 //! Alerts: at each step, the observations of the snapshot (temperature, power, ECC, row
-//! remapping, a lost GPU) against the alert rules that cover each GPU (`control.toml`'s and each live run's), the
+//! remapping, a lost GPU, XIDs) against the alert rules that cover each GPU (`control.toml`'s and each live run's), the
 //! live runs' progress against their stall limit, and the findings about jobs made outside the
 //! loops (the advisor's straggler verdicts); each alert raised or cleared is an event and runs
 //! the hooks of the rules that cover it.
@@ -34,6 +34,19 @@ impl NodeControl {
                 gpu: s.index,
                 lost: s.lost,
             });
+            // Before the lost check: a lost GPU's last XID (79, often) says why.
+            let mut newest: Vec<(u64, f64)> = Vec::new();
+            for x in s.xids.iter().flatten() {
+                match newest.iter_mut().find(|(n, _)| *n == x.xid) {
+                    Some((_, t)) => *t = t.max(x.time_s),
+                    None => newest.push((x.xid, x.time_s)),
+                }
+            }
+            obs.extend(newest.into_iter().map(|(xid, last_s)| Observation::Xid {
+                gpu: s.index,
+                xid,
+                last_s,
+            }));
             if s.lost || s.stale {
                 continue;
             }

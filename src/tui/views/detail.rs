@@ -435,28 +435,52 @@ fn render_processes(v: &DetailView, g: &GpuSample, area: Rect, buf: &mut Buffer)
         Some(p) => p,
     };
     let scroll = v.state.process_scroll.min(procs.len().saturating_sub(1));
+    // The user and the job, container or pod only where some process has them: a narrow
+    // panel keeps its room for the command otherwise.
+    let owned = procs.iter().any(|p| p.owner.is_some());
     let rows = procs.iter().skip(scroll).map(|p| {
         let mem = p.used_memory_bytes.map_or_else(
             || format::NA.to_string(),
             |b| format!("{} GiB", format::gib(b)),
         );
-        Row::new([
-            p.pid.to_string(),
-            mem,
-            p.name.clone().unwrap_or_else(|| format::NA.to_string()),
-        ])
+        let mut cells = vec![p.pid.to_string(), mem];
+        if owned {
+            let owner = p.owner.as_ref();
+            cells.push(
+                owner
+                    .and_then(|o| o.user_label())
+                    .unwrap_or_else(|| format::NA.to_string()),
+            );
+            cells.push(owner.and_then(|o| o.place()).unwrap_or_default());
+        }
+        cells.push(p.name.clone().unwrap_or_else(|| format::NA.to_string()));
+        Row::new(cells)
     });
-    Table::new(
-        rows,
-        [
-            Constraint::Length(8),
-            Constraint::Length(10),
-            Constraint::Fill(1),
-        ],
-    )
-    .header(Row::new(["PID", "GPU mem", "command"]).style(t.dim))
-    .style(t.text)
-    .render(inner, buf);
+    let (widths, header) = if owned {
+        (
+            vec![
+                Constraint::Length(8),
+                Constraint::Length(10),
+                Constraint::Length(9),
+                Constraint::Length(13),
+                Constraint::Fill(1),
+            ],
+            vec!["PID", "GPU mem", "user", "job/ctr/pod", "command"],
+        )
+    } else {
+        (
+            vec![
+                Constraint::Length(8),
+                Constraint::Length(10),
+                Constraint::Fill(1),
+            ],
+            vec!["PID", "GPU mem", "command"],
+        )
+    };
+    Table::new(rows, widths)
+        .header(Row::new(header).style(t.dim))
+        .style(t.text)
+        .render(inner, buf);
 }
 
 #[cfg(test)]

@@ -278,6 +278,15 @@ pub fn columns(e: &NodeEvent) -> [String; 4] {
             ),
             "changed outside gpupilot (power reset restores the limit before)".into(),
         ],
+        NodeEvent::Xid { gpu, xid, name, .. } => {
+            let info = crate::telemetry::xid::explain(*xid);
+            [
+                "driver".into(),
+                format!("GPU {gpu}: XID {xid}"),
+                String::new(),
+                format!("{name}: {}; {}", info.meaning, info.action),
+            ]
+        }
         // Events of the control loops and anything newer: their name and fields as they are
         // in events.jsonl, so no event is ever hidden from the view.
         #[allow(unreachable_patterns)]
@@ -499,6 +508,25 @@ mod tests {
             columns(&rejected("out of memory", None))[2],
             "batch_size = 64 rejected"
         );
+    }
+
+    #[test]
+    fn an_xid_reads_with_its_meaning_and_what_to_do() {
+        let e = NodeEvent::Xid {
+            gpu: 2,
+            uuid: None,
+            xid: 48,
+            name: "Double Bit ECC Error".into(),
+            action: String::new(),
+        };
+        let [who, what, change, why] = columns(&e);
+        assert_eq!((who.as_str(), what.as_str()), ("driver", "GPU 2: XID 48"));
+        assert_eq!(change, "");
+        assert!(
+            why.starts_with("Double Bit ECC Error: GPU memory returned"),
+            "{why}"
+        );
+        assert!(why.ends_with("drain the GPU and reset it; replace it if it happens again"));
     }
 
     #[test]

@@ -229,7 +229,8 @@ pub struct BlockModel {
 
 #[derive(Debug, Clone, PartialEq)]
 enum BlockBody {
-    Lost,
+    /// The GPU's last XID and what to do, when one was heard.
+    Lost(Option<String>),
     Meters {
         density: Density,
         meter_rows: u16,
@@ -311,7 +312,10 @@ impl BlockModel {
         ]);
         let badges = Line::from(badges(g, t)).right_aligned();
         let body = if g.lost {
-            BlockBody::Lost
+            BlockBody::Lost(g.last_xid().map(|x| {
+                let info = crate::telemetry::xid::explain(x.xid);
+                format!("{}: {}", info.title(), info.action)
+            }))
         } else {
             let a = BlockAreas::of(area, b.density, b.meter_rows);
             let meters = meters(b.ctx, g, b.pos, &a);
@@ -340,8 +344,12 @@ impl BlockModel {
             self.badges.clone(),
         );
         match &self.body {
-            BlockBody::Lost => {
-                Paragraph::new("LOST: the GPU fell off the bus. Nothing it reported before is current; check `dmesg` for Xid errors.")
+            BlockBody::Lost(xid) => {
+                let text = match xid {
+                    Some(x) => format!("LOST after {x}."),
+                    None => "LOST: the GPU fell off the bus. Nothing it reported before is current; check `dmesg` for Xid errors.".to_string(),
+                };
+                Paragraph::new(text)
                     .style(t.lost)
                     .wrap(Wrap { trim: true })
                     .render(area.inner(Margin::new(2, 1)), buf);

@@ -1,0 +1,92 @@
+//! XIDs and the owners of GPU processes in the console: the XID badge on a GPU's block, the
+//! last XID of a lost GPU in words, the user and Slurm job beside a process, and an XID in the
+//! Events view with what it means and what to do (insta snapshots in tui/snapshots/).
+
+use crate::support::tui::{SECONDS, T0, app_with_runs, render, snapshot_at, text};
+use gpupilot::protocol::{NodeEvent, NodeEventRecord};
+use gpupilot::telemetry::owner::ProcessOwner;
+use gpupilot::telemetry::xid::XidEvent;
+use gpupilot::tui::feed::Update;
+use gpupilot::tui::{Action, App, ViewId};
+use insta::assert_snapshot;
+
+/// The 4-GPU fixture whose last snapshot has GPU 0 reporting XID 13 (the application's),
+/// GPU 3 lost after XID 79, and GPU 1's process owned by alice in Slurm job 4242.
+fn app() -> App {
+    let mut a = app_with_runs();
+    let mut snap = snapshot_at(4, SECONDS);
+    let now = T0 + SECONDS as f64;
+    snap.gpus[0].xids = Some(vec![XidEvent::new(13, now - 40.0)]);
+    snap.gpus[0].xid_count = Some(1);
+    snap.gpus[3].xids = Some(vec![XidEvent::new(79, now - 21.0)]);
+    snap.gpus[3].xid_count = Some(1);
+    for p in snap.gpus[1].processes.iter_mut().flatten() {
+        p.owner = Some(ProcessOwner {
+            uid: Some(1000),
+            user: Some("alice".into()),
+            slurm_job: Some("4242".into()),
+            ..ProcessOwner::default()
+        });
+    }
+    a.on_snapshot(snap);
+    a.data.now = now + 0.5;
+    a.on_update(Update::Events {
+        events: vec![NodeEventRecord {
+            seq: 7,
+            time: "2023-11-14T22:21:00.000Z".into(),
+            event: NodeEvent::Xid {
+                gpu: 3,
+                uuid: None,
+                xid: 79,
+                name: "GPU has fallen off the bus".into(),
+                action: String::new(),
+            },
+        }],
+        reset: false,
+    });
+    a.take_requests();
+    a
+}
+
+#[test]
+fn an_xid_badge_and_a_lost_gpu_that_says_which_xid() {
+    let mut a = app();
+    a.apply(Action::SelectGpu(0));
+    let screen = text(&render(&mut a, 80, 24));
+    assert!(screen.contains(" XID 13 "), "{screen}");
+    assert!(
+        screen.contains(" XID 79 ") && screen.contains(" LOST "),
+        "{screen}"
+    );
+    assert!(
+        screen.contains("LOST after XID 79 (GPU has fallen off the bus)"),
+        "{screen}"
+    );
+    assert_snapshot!("overview_xid_80x24", render(&mut a, 80, 24).backend());
+}
+
+#[test]
+fn a_process_shows_its_user_and_slurm_job() {
+    let mut a = app();
+    a.apply(Action::SelectGpu(1));
+    a.apply(Action::ShowView(ViewId::Detail));
+    let screen = text(&render(&mut a, 200, 50));
+    assert!(
+        screen.contains("alice") && screen.contains("slurm 4242") && screen.contains("40001"),
+        "{screen}"
+    );
+    assert_snapshot!("detail_owner_200x50", render(&mut a, 200, 50).backend());
+}
+
+#[test]
+fn the_events_view_explains_an_xid() {
+    let mut a = app();
+    a.apply(Action::ShowView(ViewId::Events));
+    let screen = text(&render(&mut a, 200, 50));
+    assert!(screen.contains("GPU 3: XID 79"), "{screen}");
+    assert!(
+        screen.contains("GPU has fallen off the bus: the GPU no longer answers on PCIe; reset"),
+        "{screen}"
+    );
+    assert_snapshot!("events_xid_200x50", render(&mut a, 200, 50).backend());
+}
