@@ -179,6 +179,10 @@ each user's own daemon. See docs/operations.md, \"A root daemon for power contro
     /// events. Writes report.html into the run directory (or --html FILE) and prints its path;
     /// --md or --json print to stdout.
     Report(ReportArgs),
+    /// The GPU history, or a run's trainer metrics, as CSV, JSON lines or Parquet for pandas
+    /// (units in the column names; an absent value is empty, never 0).
+    #[command(long_about = EXPORT_ABOUT)]
+    Export(ExportArgs),
     /// Shell completions for bash, zsh or fish, printed to stdout; they also complete run ids,
     /// profiles and themes.
     #[command(long_about = COMPLETIONS_ABOUT)]
@@ -634,6 +638,110 @@ pub struct ReportArgs {
     /// Print the report's figures as JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+const EXPORT_ABOUT: &str = "Write the node's GPU history (from the daemon, which must be running) \
+or a run's trainer metrics (from its metrics.jsonl, with the rank) as a table: CSV or JSON lines \
+to stdout or --out FILE, Parquet to --out FILE. Columns carry their units (power_w, \
+temperature_c, memory_used_bytes, …); `time` is RFC 3339 UTC (a timestamp in Parquet); a value \
+the GPU or the trainer did not report is an empty cell or null, never 0. GPU rows are the mean \
+of each --step (default: the history's own resolution for the window's age). Times are RFC \
+3339 (`2026-11-30T03:15:00Z`), `now`, or a length back from now (`90s`, `15m`, `2h`, `1d`). \
+See docs/operations.md, \"Exporting history and metrics\".";
+
+/// Options of `gpupilot export`.
+#[derive(Debug, Args, Clone)]
+pub struct ExportArgs {
+    /// From this time: RFC 3339, `now`, or a length back from now (`2h`). Default: an hour
+    /// ago for the GPU history, the run's start for its metrics.
+    #[arg(long, value_name = "T", value_parser = parse_when)]
+    pub since: Option<When>,
+    /// Up to this time (same forms). Default: now, or the run's end.
+    #[arg(long, value_name = "T", value_parser = parse_when)]
+    pub until: Option<When>,
+    /// Only these GPUs (`--gpu 0,2`) of the GPU history.
+    #[arg(long = "gpu", value_name = "I,J", value_delimiter = ',')]
+    pub gpu: Vec<u32>,
+    /// A run (id, unique id prefix, name or `last`): its trainer metrics, or with
+    /// `--table gpus` the history of its GPUs over its span.
+    #[arg(long, value_name = "ID")]
+    pub run: Option<String>,
+    /// What to export: `gpus` (the GPU history) or `metrics` (a run's trainer reports).
+    /// Default: `metrics` with --run, else `gpus`.
+    #[arg(long, value_enum, value_name = "TABLE")]
+    pub table: Option<ExportTable>,
+    /// The file format.
+    #[arg(long, value_enum, default_value_t = ExportFormat::Csv)]
+    pub format: ExportFormat,
+    /// Seconds per GPU row (each row the mean over its step); default 1 s back to an hour
+    /// ago, 15 s to a day, 120 s beyond (the history's own resolutions).
+    #[arg(long, value_name = "SECONDS", value_parser = parse_step)]
+    pub step: Option<f64>,
+    /// Write to FILE (replaced whole) instead of stdout; Parquet needs it unless stdout is a
+    /// pipe or a file.
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub out: Option<PathBuf>,
+}
+
+/// `gpupilot export --format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ExportFormat {
+    Csv,
+    Jsonl,
+    Parquet,
+}
+
+/// `gpupilot export --table`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ExportTable {
+    Gpus,
+    Metrics,
+}
+
+/// A time on the command line: absolute, or a length back from when the command runs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum When {
+    /// Unix seconds.
+    At(f64),
+    /// Seconds before now (`now` is 0).
+    Ago(f64),
+}
+
+impl When {
+    /// Unix seconds, with `now` for the relative forms.
+    pub fn resolve(self, now: f64) -> f64 {
+        match self {
+            When::At(t) => t,
+            When::Ago(s) => now - s,
+        }
+    }
+}
+
+fn parse_when(s: &str) -> Result<When, String> {
+    if s.trim() == "now" {
+        return Ok(When::Ago(0.0));
+    }
+    if let Some(t) = crate::time::parse_rfc3339(s.trim()) {
+        let secs = t
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_err(|_| format!("`{s}` is before 1970"))?;
+        return Ok(When::At(secs.as_secs_f64()));
+    }
+    crate::time::parse_span(s)
+        .map(|d| When::Ago(d.as_secs_f64()))
+        .ok_or_else(|| {
+            format!(
+                "`{s}` is not a time: give RFC 3339 with an offset (2026-11-30T03:15:00Z), `now`, \
+                 or a length back from now (90s, 15m, 2h, 1d)"
+            )
+        })
+}
+
+fn parse_step(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && (0.01..=86400.0).contains(&v) => Ok(v),
+        _ => Err(format!("`{s}`: expected seconds from 0.01 to 86400")),
+    }
 }
 
 #[derive(Debug, Args, Clone)]

@@ -26,9 +26,9 @@ pub const LAYERS: &[&[&str]] = &[
     &["supervisor"],
     // The wire: it names the domain types above and is never named by them.
     &["protocol"],
-    // Readers of all that: the advisor's rules, the Prometheus exposition, run reports, the
-    // one-shot status table.
-    &["advisor", "exporter", "report", "status"],
+    // Readers of all that: the advisor's rules, the Prometheus exposition, run reports, tables
+    // for pandas, the one-shot status table.
+    &["advisor", "exporter", "report", "export", "status"],
     // Talking to a daemon; then the daemon itself, and the synthetic trainer (a client).
     &["client"],
     &["daemon", "trainer"],

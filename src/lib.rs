@@ -26,7 +26,8 @@
 //!   it names the domain types above and is never named by them.
 //! - Readers: [`advisor`] (findings with evidence and the command that acts), [`exporter`]
 //!   (Prometheus exposition, dcgm-exporter's names), [`report`] (a run's report as HTML,
-//!   Markdown or JSON), [`status`] (`gpupilot status`, the one-shot table and JSON).
+//!   Markdown or JSON), [`export`] (`gpupilot export`: GPU history and run metrics as CSV,
+//!   JSON lines or Parquet), [`status`] (`gpupilot status`, the one-shot table and JSON).
 //! - [`client`]: a blocking, thread-safe client of the daemon (answers by id, pushes on a
 //!   channel); then [`daemon`] (the one process per `GPUPILOT_HOME` that owns sampling,
 //!   history, runs and the node's event log, serving its clients on a Unix socket) and
@@ -51,6 +52,7 @@ pub mod commands;
 pub mod config;
 pub mod control;
 pub mod daemon;
+pub mod export;
 pub mod exporter;
 pub mod history;
 pub mod ipc;

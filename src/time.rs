@@ -4,7 +4,7 @@
 //! A leaf: it imports nothing from the crate. Monotonic clocks for supervision (and the manual
 //! clock tests drive) stay in `supervisor::clock`.
 
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use jiff::Timestamp;
 
@@ -27,6 +27,24 @@ pub fn rfc3339(t: SystemTime) -> String {
 /// without an offset is refused: it names no instant.
 pub fn parse_rfc3339(s: &str) -> Option<SystemTime> {
     SystemTime::try_from(s.parse::<Timestamp>().ok()?).ok()
+}
+
+/// A length of time as people write it: `90s`, `15m`, `2h`, `1d 6h`, `1h30m` (jiff's friendly
+/// form; a day is 24 hours). Weeks and longer units, a negative or a non-finite length are
+/// refused: `None`.
+pub fn parse_span(s: &str) -> Option<Duration> {
+    let span: jiff::Span = s.trim().parse().ok()?;
+    if span.is_negative()
+        || span.get_weeks() != 0
+        || span.get_months() != 0
+        || span.get_years() != 0
+    {
+        return None;
+    }
+    let secs = span
+        .total(jiff::SpanTotal::from(jiff::Unit::Second).days_are_24_hours())
+        .ok()?;
+    Duration::try_from_secs_f64(secs).ok()
 }
 
 /// `20261130-031500`: UTC to the second, the time part of a run id.
@@ -72,6 +90,18 @@ mod tests {
         assert_eq!(parse_rfc3339("2026-11-30 03:15:00"), None);
         assert_eq!(parse_rfc3339("2026-11-30T03:15:00"), None);
         assert_eq!(parse_rfc3339(""), None);
+    }
+
+    #[test]
+    fn spans_read_as_people_write_them() {
+        assert_eq!(parse_span("2h"), Some(Duration::from_secs(7200)));
+        assert_eq!(parse_span("90s"), Some(Duration::from_secs(90)));
+        assert_eq!(parse_span("1d 6h"), Some(Duration::from_secs(30 * 3600)));
+        assert_eq!(parse_span("1h30m"), Some(Duration::from_secs(5400)));
+        assert_eq!(parse_span("0s"), Some(Duration::ZERO));
+        for bad in ["", "2", "h", "-2h", "2 weeks", "3mo", "yesterday"] {
+            assert_eq!(parse_span(bad), None, "{bad}");
+        }
     }
 
     #[test]

@@ -13,6 +13,7 @@ pub mod completions;
 pub mod console;
 pub mod daemon;
 pub mod doctor;
+pub mod export;
 mod follow;
 pub mod knobs;
 pub mod man;

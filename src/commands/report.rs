@@ -54,7 +54,7 @@ fn write_html(path: &std::path::Path, html: &str) -> anyhow::Result<()> {
 
 /// The run `spec` names: through the daemon, else by id, unique id prefix, name (the newest
 /// of that name) or `last` under `$STATE/runs/`.
-fn find_run(
+pub(crate) fn find_run(
     paths: &Paths,
     client: Option<&Client>,
     spec: &str,
