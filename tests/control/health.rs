@@ -1,5 +1,6 @@
 //! GPU health through a real daemon on the fake NVML library: an XID from a scenario fault,
-//! and who holds each GPU, in `status --json` and its table, `/metrics`, the node's event log,
+//! and who holds each GPU, in `status --json` and its table, `/metrics` (checked by promtool
+//! where it is installed), the node's event log,
 //! an alert through the hook, and `doctor`'s verdict and exit code.
 
 use std::process::{Command, Stdio};
@@ -9,6 +10,8 @@ use crate::support::home::Home;
 use crate::support::net::{free_port, http_get};
 use crate::support::nvml::FakeNode;
 use crate::support::nvml_daemon::NvmlDaemon;
+use crate::support::peers::peer;
+use crate::support::promtool::promtool_accepts;
 use crate::support::wait::wait_for;
 use serde_json::Value;
 
@@ -124,6 +127,10 @@ fn an_xid_and_the_owner_of_a_process_reach_status_metrics_events_alerts_and_doct
         "{}",
         xid[0]
     );
+    // promtool: nothing but the lints dcgm-exporter's own page draws (none of them new here).
+    if let Some(promtool) = peer("promtool") {
+        promtool_accepts(&promtool, &body);
+    }
     let proc_line = body
         .lines()
         .find(|l| l.starts_with("gpupilot_gpu_process_memory_bytes{"))
