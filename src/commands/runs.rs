@@ -381,17 +381,22 @@ pub fn ps_table(runs: &[RunInfo], trainers: &BTreeMap<String, TrainerInfo>) -> S
     text
 }
 
-/// A run's energy for the `ps` table: kWh, and J/sample when the run reports samples.
+/// A run's energy for the `ps` table: kWh, J/sample when the run reports samples, then what
+/// is configured of cost, CO2 and the facility's energy (× PUE).
 fn energy_cell(e: &crate::control::energy::RunEnergy) -> String {
-    let kwh = if e.kwh >= 1.0 {
+    let mut s = if e.kwh >= 1.0 {
         format!("{:.2} kWh", e.kwh)
     } else {
         format!("{:.0} Wh", e.kwh * 1000.0)
     };
-    match e.j_per_sample {
-        Some(j) => format!("{kwh} ({j:.2} J/sample)"),
-        None => kwh,
+    if let Some(j) = e.j_per_sample {
+        s.push_str(&format!(" ({j:.2} J/sample)"));
     }
+    for part in e.rated() {
+        s.push_str(" · ");
+        s.push_str(&part);
+    }
+    s
 }
 
 /// `gpupilot logs RUN [-f] [--stderr]`.
@@ -596,9 +601,23 @@ mod tests {
         assert_eq!(energy_cell(&e), "500 Wh (1.80 J/sample)");
         let e = RunEnergy::new(vec![gpu(9.0e6)], None, None, None);
         assert_eq!(energy_cell(&e), "2.50 kWh");
+        let rates = crate::control::energy::EnergyRates {
+            price: Some(crate::control::energy::Price {
+                per_kwh: 0.2,
+                currency: "EUR".into(),
+            }),
+            grid_co2_g_per_kwh: Some(300.0),
+            pue: Some(1.4),
+        };
+        let e = e.with_rates(&rates);
+        assert_eq!(
+            energy_cell(&e),
+            "2.50 kWh · 0.50 EUR · 750 g CO2 · facility 3.500 kWh (PUE 1.40)"
+        );
         assert!(
-            ps_table(&[], &BTreeMap::new())
-                .starts_with("ID  STATUS  PID  UPTIME  RESTARTS  EXIT  GPUS  ENERGY  COMMAND")
+            ps_table(&[], &BTreeMap::new()).starts_with(
+                "ID  STATUS  PID  UPTIME  RESTARTS  EXIT  GPUS  ENERGY  COMMAND"
+            )
         );
     }
 }

@@ -16,6 +16,8 @@
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::profile::{MAX_GRID_CO2_G_PER_KWH, MAX_PUE, check_grid_co2, check_pue};
+
 /// Joules in a kilowatt-hour.
 pub const J_PER_KWH: f64 = 3.6e6;
 
@@ -134,6 +136,56 @@ pub struct RunEnergy {
     pub currency: Option<String>,
     /// What measured it (counter, or power integrated where the counter is absent).
     pub source: Option<EnergySource>,
+    /// `kwh × grid intensity`, grams of CO2, when an intensity is configured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub co2_g: Option<f64>,
+    /// The facility's power usage effectiveness the figures below use, when configured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pue: Option<f64>,
+    /// `kwh × PUE`: the GPUs' energy with the facility's share (cooling, power delivery).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub facility_kwh: Option<f64>,
+    /// `facility_kwh × price`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub facility_cost: Option<f64>,
+    /// `facility_kwh × grid intensity`, grams of CO2.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub facility_co2_g: Option<f64>,
+}
+
+/// What a kWh costs and emits, and what the facility adds to it: `[energy]` in control.toml
+/// (the node) and in a run's profile (the run; its fields win one by one).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct EnergyRates {
+    pub price: Option<Price>,
+    /// Grid carbon intensity, grams of CO2 per kWh.
+    pub grid_co2_g_per_kwh: Option<f64>,
+    /// Power usage effectiveness: the facility's energy over its IT equipment's (≥ 1).
+    pub pue: Option<f64>,
+}
+
+impl From<&crate::profile::EnergySettings> for EnergyRates {
+    fn from(e: &crate::profile::EnergySettings) -> EnergyRates {
+        EnergyRates {
+            price: e.price_per_kwh.map(|per_kwh| Price {
+                per_kwh,
+                currency: e.currency.clone().unwrap_or_default(),
+            }),
+            grid_co2_g_per_kwh: e.grid_co2_g_per_kwh,
+            pue: e.pue,
+        }
+    }
+}
+
+impl EnergyRates {
+    /// These rates with `node`'s where these have none.
+    pub fn over(&self, node: &EnergyRates) -> EnergyRates {
+        EnergyRates {
+            price: self.price.clone().or_else(|| node.price.clone()),
+            grid_co2_g_per_kwh: self.grid_co2_g_per_kwh.or(node.grid_co2_g_per_kwh),
+            pue: self.pue.or(node.pue),
+        }
+    }
 }
 
 /// One GPU's share of a run's energy.
@@ -162,22 +214,69 @@ impl RunEnergy {
             cost: price.map(|p| kwh * p.per_kwh),
             currency: price.map(|p| p.currency.clone()).filter(|c| !c.is_empty()),
             source,
+            co2_g: None,
+            pue: None,
+            facility_kwh: None,
+            facility_cost: None,
+            facility_co2_g: None,
         }
     }
 
-    /// One line for people: `1.23 kWh (4.43 MJ) · 2.1 J/sample · 0.18 EUR`.
+    /// The figures at `rates`: cost (replacing the one [`RunEnergy::new`] priced, where a
+    /// price is given), CO2, and the facility's share through its PUE.
+    pub fn with_rates(mut self, rates: &EnergyRates) -> RunEnergy {
+        if let Some(p) = &rates.price {
+            self.cost = Some(self.kwh * p.per_kwh);
+            self.currency = Some(p.currency.clone()).filter(|c| !c.is_empty());
+        }
+        let grid = rates.grid_co2_g_per_kwh;
+        self.co2_g = grid.map(|g| self.kwh * g);
+        self.pue = rates.pue;
+        self.facility_kwh = rates.pue.map(|p| self.kwh * p);
+        // kWh × PUE × price is the cost × PUE; likewise the CO2.
+        self.facility_cost = self.cost.zip(rates.pue).map(|(c, p)| c * p);
+        self.facility_co2_g = self.co2_g.zip(rates.pue).map(|(g, p)| g * p);
+        self
+    }
+
+    /// What the configured rates make of it, each part only where its rate is set: `0.09
+    /// EUR`, `147 g CO2`, `facility 0.588 kWh (PUE 1.40)`. What a cost line adds after the energy
+    /// (`ps`, the Run view, `describe`).
+    pub fn rated(&self) -> Vec<String> {
+        let mut parts = Vec::new();
+        if let Some(c) = self.cost {
+            parts.push(match &self.currency {
+                Some(cur) => format!("{c:.2} {cur}"),
+                None => format!("{c:.2}"),
+            });
+        }
+        parts.extend(self.co2_g.map(co2_text));
+        if let (Some(f), Some(p)) = (self.facility_kwh, self.pue) {
+            parts.push(format!("facility {} (PUE {p:.2})", kwh_text(f)));
+        }
+        parts
+    }
+
+    /// One line for people: `1.23 kWh (4.43 MJ) · 2.1 J/sample · 0.18 EUR · 430 g CO2`.
     pub fn describe(&self) -> String {
         let mut s = format!("{} ({})", kwh_text(self.kwh), joules_text(self.energy_j));
         if let Some(j) = self.j_per_sample {
             s.push_str(&format!(" · {j:.3} J/sample"));
         }
-        if let Some(c) = self.cost {
-            match &self.currency {
-                Some(cur) => s.push_str(&format!(" · {c:.2} {cur}")),
-                None => s.push_str(&format!(" · {c:.2}")),
-            }
+        for part in self.rated() {
+            s.push_str(" · ");
+            s.push_str(&part);
         }
         s
+    }
+}
+
+/// `147 g CO2`, `12.3 kg CO2`, `4.1 t CO2`.
+pub fn co2_text(g: f64) -> String {
+    match g {
+        g if g >= 1e6 => format!("{:.1} t CO2", g / 1e6),
+        g if g >= 1e3 => format!("{:.1} kg CO2", g / 1e3),
+        g => format!("{g:.0} g CO2"),
     }
 }
 
@@ -358,6 +457,56 @@ mod tests {
         );
         let e = RunEnergy::new(vec![], Some(0), None, None);
         assert_eq!((e.j_per_sample, e.cost), (None, None));
+    }
+
+    #[test]
+    fn co2_and_the_facilitys_share_through_its_pue() {
+        let one_kwh = vec![GpuEnergy {
+            gpu: 0,
+            energy_j: J_PER_KWH,
+        }];
+        let node = EnergyRates {
+            price: Some(Price {
+                per_kwh: 0.20,
+                currency: "EUR".into(),
+            }),
+            grid_co2_g_per_kwh: Some(400.0),
+            pue: Some(1.5),
+        };
+        let run = EnergyRates {
+            grid_co2_g_per_kwh: Some(50.0),
+            ..EnergyRates::default()
+        };
+        let rates = run.over(&node);
+        assert_eq!(rates.grid_co2_g_per_kwh, Some(50.0), "the run's wins");
+        assert_eq!(rates.pue, Some(1.5), "the node's where the run has none");
+        let e = RunEnergy::new(one_kwh.clone(), None, None, None).with_rates(&rates);
+        assert!((e.cost.unwrap() - 0.20).abs() < 1e-12);
+        assert!((e.co2_g.unwrap() - 50.0).abs() < 1e-9);
+        assert!((e.facility_kwh.unwrap() - 1.5).abs() < 1e-12);
+        assert!((e.facility_cost.unwrap() - 0.30).abs() < 1e-12);
+        assert!((e.facility_co2_g.unwrap() - 75.0).abs() < 1e-9);
+        assert_eq!(
+            e.rated(),
+            ["0.20 EUR", "50 g CO2", "facility 1.500 kWh (PUE 1.50)"]
+        );
+        assert!(
+            e.describe()
+                .ends_with("· 0.20 EUR · 50 g CO2 · facility 1.500 kWh (PUE 1.50)"),
+            "{}",
+            e.describe()
+        );
+        // Nothing configured: nothing invented, and no key in the JSON.
+        let e = RunEnergy::new(one_kwh, None, None, None).with_rates(&EnergyRates::default());
+        assert_eq!((e.cost, e.co2_g, e.facility_kwh), (None, None, None));
+        assert!(e.rated().is_empty());
+        let json = serde_json::to_string(&e).unwrap();
+        assert!(!json.contains("co2") && !json.contains("pue"), "{json}");
+        assert_eq!(co2_text(12_300.0), "12.3 kg CO2");
+        assert!(check_pue(0.9).is_err() && check_pue(f64::NAN).is_err() && check_pue(6.0).is_err());
+        assert_eq!(check_pue(1.0), Ok(1.0));
+        assert!(check_grid_co2(-1.0).is_err() && check_grid_co2(f64::INFINITY).is_err());
+        assert_eq!(check_grid_co2(0.0), Ok(0.0));
     }
 
     #[test]

@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 use super::PowerControl;
 use super::alerts::{Alert, Alerts, HookPayload, Observation};
 use super::budget::BudgetConfig;
-use super::energy::{GpuEnergy, GpuMeter, RunEnergy, SampleCounter};
+use super::energy::{EnergyRates, GpuEnergy, GpuMeter, RunEnergy, SampleCounter};
 use super::energy_ledger::{self, Ledger};
 use super::governor::stale::StaleReport;
 use super::governor::{Governor, GovernorConfig, Target};
@@ -80,6 +80,8 @@ pub struct RunRules {
     pub thermal: Option<Target>,
     pub node_budget_w: Option<f64>,
     pub alerts: AlertRules,
+    /// The run's `[energy]`, over the node's for its figures.
+    pub energy: EnergyRates,
 }
 
 impl From<&crate::profile::Profile> for RunRules {
@@ -88,6 +90,7 @@ impl From<&crate::profile::Profile> for RunRules {
             thermal: p.thermal.target.map(Target::from),
             node_budget_w: p.power.node_budget_w,
             alerts: AlertRules::from(&p.alerts),
+            energy: EnergyRates::from(&p.energy),
         }
     }
 }

@@ -5,6 +5,8 @@
 //! [energy]
 //! price_per_kwh = 0.21       # money per kWh, for the cost of runs
 //! currency = "EUR"           # shown after the figure
+//! grid_co2_g_per_kwh = 350   # the grid's carbon intensity, g CO2 per kWh
+//! pue = 1.4                  # the facility's energy over its IT energy (cooling, delivery)
 //!
 //! [power]
 //! node_budget_w = 2800       # the node's budget: the sum of all caps stays within it
@@ -21,13 +23,14 @@
 //!
 //! Every section is optional; a missing file is no settings. Unknown keys are errors, as in
 //! profiles. A run's profile adds its own `[thermal]`, `[power] node_budget_w` and `[alerts]`
-//! while the run lives (see `docs/profiles.md`).
+//! while the run lives, and its `[energy]` rates replace these for its figures (see
+//! `docs/profiles.md`).
 
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use super::energy::Price;
+use super::energy::{EnergyRates, Price, check_grid_co2, check_pue};
 use super::governor::Target;
 use super::jobs::JobCaps;
 
@@ -65,6 +68,10 @@ impl AlertRules {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ControlSettings {
     pub price: Option<Price>,
+    /// Grid carbon intensity, g CO2 per kWh.
+    pub grid_co2_g_per_kwh: Option<f64>,
+    /// The facility's power usage effectiveness (≥ 1).
+    pub pue: Option<f64>,
     pub node_budget_w: Option<f64>,
     /// How the governor and the budget cap the GPUs of a job of several ranks.
     pub job_caps: JobCaps,
@@ -90,6 +97,8 @@ struct Raw {
 struct RawEnergy {
     price_per_kwh: Option<f64>,
     currency: Option<String>,
+    grid_co2_g_per_kwh: Option<f64>,
+    pue: Option<f64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -113,6 +122,17 @@ struct RawAlerts {
     power_w: Option<f64>,
     stalled_after_s: Option<f64>,
     hook: Option<Vec<String>>,
+}
+
+impl ControlSettings {
+    /// The node's `[energy]` rates.
+    pub fn rates(&self) -> EnergyRates {
+        EnergyRates {
+            price: self.price.clone(),
+            grid_co2_g_per_kwh: self.grid_co2_g_per_kwh,
+            pue: self.pue,
+        }
+    }
 }
 
 /// Where the file is for a config directory.
@@ -182,8 +202,20 @@ pub fn parse(text: &str) -> Result<ControlSettings, String> {
     if raw.alerts.hook.as_ref().is_some_and(Vec::is_empty) {
         return Err("alerts.hook = []: give the program to run, e.g. [\"notify-send\"]".into());
     }
+    let grid_co2_g_per_kwh = raw
+        .energy
+        .grid_co2_g_per_kwh
+        .map(|v| check_grid_co2(v).map_err(|e| format!("energy.{e}")))
+        .transpose()?;
+    let pue = raw
+        .energy
+        .pue
+        .map(|v| check_pue(v).map_err(|e| format!("energy.{e}")))
+        .transpose()?;
     Ok(ControlSettings {
         price,
+        grid_co2_g_per_kwh,
+        pue,
         node_budget_w: positive(raw.power.node_budget_w, "power.node_budget_w")?,
         job_caps,
         thermal,
@@ -219,6 +251,8 @@ mod tests {
             })
         );
         assert_eq!(s.node_budget_w, Some(2800.0));
+        assert_eq!((s.grid_co2_g_per_kwh, s.pue), (Some(350.0), Some(1.4)));
+        assert_eq!(s.rates().pue, Some(1.4));
         assert_eq!(s.job_caps, JobCaps::Together);
         assert_eq!(s.thermal, Some(Target::BelowSlowdown(8.0)));
         assert_eq!(s.alerts.temp_c, Some(85.0));
@@ -249,6 +283,21 @@ mod tests {
         let e = parse("[power]\njob_caps = \"each\"").unwrap_err();
         assert!(e.contains("\"together\" or \"per-gpu\""), "{e}");
         assert_eq!(parse("").unwrap(), ControlSettings::default());
+        let e = parse("[energy]\npue = 0.8").unwrap_err();
+        assert!(
+            e.contains("energy.pue = 0.8") && e.contains("from 1 to 5"),
+            "{e}"
+        );
+        assert!(parse("[energy]\npue = nan").is_err());
+        let e = parse("[energy]\ngrid_co2_g_per_kwh = -3").unwrap_err();
+        assert!(e.contains("energy.grid_co2_g_per_kwh = -3"), "{e}");
+        assert_eq!(
+            parse("[energy]\ngrid_co2_g_per_kwh = 0")
+                .unwrap()
+                .grid_co2_g_per_kwh,
+            Some(0.0),
+            "a carbon-free supply is 0"
+        );
         let tmp = tempfile::tempdir().unwrap();
         assert_eq!(load(tmp.path()).unwrap(), ControlSettings::default());
         std::fs::write(path_in(tmp.path()), "[energy]\ncurrency = \"EUR\"").unwrap();

@@ -37,6 +37,7 @@
 //!   dcgm-exporter's names wins over that lint; nothing else on the page draws a warning.
 
 mod health;
+mod run_energy;
 
 use std::fmt::Write as _;
 
@@ -451,6 +452,7 @@ pub fn render(input: &Input<'_>) -> String {
     health::process_families(&mut out, &current, host);
     control_families(&mut out, input, gpus);
     run_families(&mut out, input);
+    run_energy::families(&mut out, input);
     out
 }
 

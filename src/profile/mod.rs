@@ -2,8 +2,8 @@
 //!
 //! A profile file says the command, its working directory and environment, the GPUs it sees, the
 //! launcher (local, N local ranks, torchrun or Slurm), the restart policy, the knobs a trainer may have changed live
-//! (batch size, prefetch depth) with their ranges, and placeholder `[power]`, `[thermal]` and
-//! `[alerts]` sections for the control work. `extends = "other"` layers one profile over another.
+//! (batch size, prefetch depth) with their ranges, `[power]`, `[thermal]` and `[alerts]` for the
+//! control loops, and `[energy]` (price, grid intensity, PUE) for the run's cost and CO2. `extends = "other"` layers one profile over another.
 //!
 //! Loading is strict: an unknown key, a value of the wrong type or a value that makes no sense is
 //! an error naming `FILE:LINE:COL`. This module only reads and checks files; it starts nothing
@@ -14,11 +14,14 @@
 //! - `validate`: raw → [`Profile`], with every problem reported at once.
 //! - `write`: [`Profile`] → TOML (a run's `run.toml`, itself a valid profile).
 //! - `error`: [`ProfileError`] and [`Diagnostic`].
+//! - `energy`: [`EnergySettings`] (`[energy]`) and the bounds of a PUE and a grid intensity,
+//!   which control.toml's `[energy]` shares.
 //! - `command_line`: the profile of `run -- CMD…`, its knobs declared with `--knob`.
 //! - `visible`: [`VisibleGpus`], the one parser of `CUDA_VISIBLE_DEVICES` (an empty list is no
 //!   GPU, never every GPU).
 
 mod command_line;
+mod energy;
 mod error;
 mod load;
 mod raw;
@@ -32,6 +35,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 pub use command_line::KnobDecl;
+pub use energy::{EnergySettings, MAX_GRID_CO2_G_PER_KWH, MAX_PUE, check_grid_co2, check_pue};
 pub use error::{Diagnostic, ProfileError};
 pub use load::{Loader, SHIPPED};
 pub use visible::{GpuName, UnknownGpu, VisibleGpus};
@@ -63,6 +67,8 @@ pub struct Profile {
     pub alerts: AlertSettings,
     #[serde(default)]
     pub metrics: MetricsSettings,
+    #[serde(default)]
+    pub energy: EnergySettings,
 }
 
 /// `[metrics]`: how training metrics are read from a run's output (for scripts that do not
@@ -364,6 +370,7 @@ impl Profile {
             thermal: ThermalSettings::default(),
             alerts: AlertSettings::default(),
             metrics: MetricsSettings::default(),
+            energy: EnergySettings::default(),
         }
     }
 

@@ -166,6 +166,21 @@ pub(crate) struct RawProfile {
     pub alerts: Option<RawAlerts>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub metrics: Option<RawMetrics>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub energy: Option<RawEnergy>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawEnergy {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub price_per_kwh: Option<At<f64>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub currency: Option<At<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub grid_co2_g_per_kwh: Option<At<f64>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pue: Option<At<f64>>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
@@ -423,6 +438,12 @@ impl RawProfile {
             metrics: nested(self.metrics, parent.metrics, |c, p| RawMetrics {
                 json: pick(c.json, p.json),
                 patterns: pick(c.patterns, p.patterns),
+            }),
+            energy: nested(self.energy, parent.energy, |c, p| RawEnergy {
+                price_per_kwh: pick(c.price_per_kwh, p.price_per_kwh),
+                currency: pick(c.currency, p.currency),
+                grid_co2_g_per_kwh: pick(c.grid_co2_g_per_kwh, p.grid_co2_g_per_kwh),
+                pue: pick(c.pue, p.pue),
             }),
         }
     }

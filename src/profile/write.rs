@@ -2,9 +2,9 @@
 //! so a run's `run.toml` says exactly what ran and `gpupilot profile check` accepts it.
 
 use super::raw::{
-    At, CommandValue, GpusValue, LauncherKind, RawAlerts, RawKnob, RawKnobs, RawMetrics, RawOnOom,
-    RawPower, RawProfile, RawRanks, RawRestart, RawRestartMode, RawRun, RawSlurm, RawThermal,
-    RawTorchrun,
+    At, CommandValue, GpusValue, LauncherKind, RawAlerts, RawEnergy, RawKnob, RawKnobs, RawMetrics,
+    RawOnOom, RawPower, RawProfile, RawRanks, RawRestart, RawRestartMode, RawRun, RawSlurm,
+    RawThermal, RawTorchrun,
 };
 use super::{
     CommandSpec, GpuSelection, Knob, Launcher, OnOom, Profile, RestartMode, ThermalTarget,
@@ -142,6 +142,12 @@ pub(crate) fn to_toml(p: &Profile) -> String {
         metrics: Some(RawMetrics {
             json: Some(p.metrics.json),
             patterns: Some(p.metrics.patterns.iter().cloned().map(At::bare).collect()),
+        }),
+        energy: Some(RawEnergy {
+            price_per_kwh: p.energy.price_per_kwh.map(At::bare),
+            currency: p.energy.currency.clone().map(At::bare),
+            grid_co2_g_per_kwh: p.energy.grid_co2_g_per_kwh.map(At::bare),
+            pue: p.energy.pue.map(At::bare),
         }),
     };
     let body = toml::to_string(&raw).expect("a profile always serializes to TOML");

@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 use super::charts::{Line, chart, marker_colour};
 use super::model::{GpuSeries, MarkerKind, Report};
 use super::{gpus_text, num, verdict};
-use crate::control::energy::{J_PER_KWH, joules_text, kwh_text};
+use crate::control::energy::{J_PER_KWH, co2_text, joules_text, kwh_text};
 use crate::history::Metric;
 use crate::protocol::MetricsReport;
 use crate::units::format_duration;
@@ -192,7 +192,18 @@ fn energy_section(h: &mut String, r: &Report) {
         _ => "no price set".into(),
     };
     tile(h, "cost", &cost, "");
-    h.push_str("</div>\n<div class=\"scroll\"><table><tr><th>GPU</th><th class=\"n\">kWh</th><th class=\"n\">J</th><th class=\"n\">share</th></tr>");
+    let co2 = e.co2_g.map_or("no grid intensity set".into(), co2_text);
+    tile(h, "CO2", &co2, "");
+    let facility = match (e.facility_kwh, e.pue) {
+        (Some(f), Some(p)) => format!("{} (PUE {p:.2})", kwh_text(f)),
+        _ => "no PUE set".into(),
+    };
+    tile(h, "at the facility", &facility, "");
+    h.push_str("</div>\n");
+    if let Some(line) = super::facility_line(e) {
+        let _ = writeln!(h, "<p>{}</p>", esc(&line));
+    }
+    h.push_str("<div class=\"scroll\"><table><tr><th>GPU</th><th class=\"n\">kWh</th><th class=\"n\">J</th><th class=\"n\">share</th></tr>");
     for g in &e.per_gpu {
         let share = if e.energy_j > 0.0 {
             g.energy_j / e.energy_j * 100.0

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use super::html::event_cells;
 use super::model::Report;
 use super::{gpus_text, num, verdict};
-use crate::control::energy::{J_PER_KWH, joules_text, kwh_text};
+use crate::control::energy::{J_PER_KWH, co2_text, joules_text, kwh_text};
 use crate::units::format_duration;
 
 /// A table cell: no `|` or newline breaks the row.
@@ -66,7 +66,7 @@ pub fn render(r: &Report) -> String {
         Some(e) => {
             let _ = writeln!(
                 m,
-                "{} in all ({}){}{}\n",
+                "{} in all ({}){}{}{}\n",
                 kwh_text(e.kwh),
                 joules_text(e.energy_j),
                 e.j_per_sample
@@ -75,8 +75,16 @@ pub fn render(r: &Report) -> String {
                     (Some(c), Some(cur)) => format!(", {c:.2} {cur}"),
                     (Some(c), None) => format!(", cost {c:.2}"),
                     _ => ", no price set".into(),
-                }
+                },
+                e.co2_g
+                    .map_or(", no grid intensity set".into(), |g| format!(
+                        ", {}",
+                        co2_text(g)
+                    )),
             );
+            if let Some(line) = super::facility_line(e) {
+                let _ = writeln!(m, "{line}\n");
+            }
             m.push_str("| GPU | kWh | J |\n|---:|---:|---:|\n");
             for g in &e.per_gpu {
                 let _ = writeln!(

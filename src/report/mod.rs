@@ -66,6 +66,30 @@ pub fn verdict(r: &Report) -> String {
     }
 }
 
+/// The facility's share through the configured PUE, in words; None without a PUE.
+pub fn facility_line(e: &crate::control::energy::RunEnergy) -> Option<String> {
+    use crate::control::energy::{co2_text, kwh_text};
+    let (f, p) = (e.facility_kwh?, e.pue?);
+    let mut s = format!(
+        "At the facility (PUE {p:.2}): {} in all, of which {} is the facility's share (cooling, \
+         power delivery) on top of the GPUs' {}",
+        kwh_text(f),
+        kwh_text(f - e.kwh),
+        kwh_text(e.kwh)
+    );
+    if let Some(c) = e.facility_cost {
+        s.push_str(&format!("; {c:.2}"));
+        if let Some(cur) = &e.currency {
+            s.push_str(&format!(" {cur}"));
+        }
+    }
+    if let Some(g) = e.facility_co2_g {
+        s.push_str(&format!("; {}", co2_text(g)));
+    }
+    s.push('.');
+    Some(s)
+}
+
 /// `0,1` or `unknown`.
 pub fn gpus_text(r: &Report) -> String {
     match &r.gpus {

@@ -30,17 +30,16 @@ pub fn alert_line(c: &ControlStatus) -> Option<String> {
     })
 }
 
-/// `0.042 kWh · 1.23 J/sample · 0.01 EUR` for the Run view.
+/// `0.042 kWh · 1.23 J/sample · 0.01 EUR · 15 g CO2 · facility 0.059 kWh (PUE 1.40)` for the
+/// Run view: what of cost, CO2 and PUE is configured.
 pub fn energy_line(e: &RunEnergy) -> String {
     let mut s = crate::control::energy::kwh_text(e.kwh);
     if let Some(j) = e.j_per_sample {
         s.push_str(&format!(" · {j:.2} J/sample"));
     }
-    if let Some(c) = e.cost {
-        s.push_str(&format!(" · {c:.2}"));
-        if let Some(cur) = &e.currency {
-            s.push_str(&format!(" {cur}"));
-        }
+    for part in e.rated() {
+        s.push_str(" · ");
+        s.push_str(&part);
     }
     s
 }
@@ -98,5 +97,14 @@ mod tests {
             None,
         );
         assert_eq!(energy_line(&e), "1.000 kWh · 3.60 J/sample · 0.20 EUR");
+        let e = e.with_rates(&crate::control::energy::EnergyRates {
+            grid_co2_g_per_kwh: Some(250.0),
+            pue: Some(1.5),
+            ..Default::default()
+        });
+        assert_eq!(
+            energy_line(&e),
+            "1.000 kWh · 3.60 J/sample · 0.20 EUR · 250 g CO2 · facility 1.500 kWh (PUE 1.50)"
+        );
     }
 }

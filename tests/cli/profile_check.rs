@@ -401,6 +401,26 @@ fn validation_messages_are_precise() {
             "p.toml:6:7: knobs.prefetch: max = 1 is below min = 2",
         ]
     );
+    assert_eq!(
+        problems(
+            "[run]\ncommand = [\"t\"]\n[energy]\ncurrency = \"EUR\"\npue = 0.9\ngrid_co2_g_per_kwh = 1e9\n"
+        ),
+        [
+            "p.toml:4:12: energy.currency is set but energy.price_per_kwh is not",
+            "p.toml:5:7: energy.pue = 0.9: expected the facility's energy over its IT energy, from 1 to 5 (1.1–1.6 is typical)",
+            "p.toml:6:22: energy.grid_co2_g_per_kwh = 1000000000: expected grams of CO2 per kWh, from 0 to 2000 (a grid mix is typically 20–900)",
+        ]
+    );
+    let p = profile::parse_str(
+        "p.toml",
+        "[run]\ncommand = [\"t\"]\n[energy]\nprice_per_kwh = 0.3\npue = 1.2\n",
+    )
+    .unwrap();
+    assert_eq!(p.energy.price_per_kwh, Some(0.3));
+    assert_eq!(
+        (p.energy.pue, p.energy.grid_co2_g_per_kwh),
+        (Some(1.2), None)
+    );
 }
 
 #[test]

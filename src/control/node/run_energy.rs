@@ -87,12 +87,8 @@ impl NodeControl {
         } else {
             Some(EnergySource::Power)
         };
-        RunEnergy::new(
-            per_gpu,
-            track.samples.samples(),
-            self.settings.price.as_ref(),
-            source,
-        )
+        let rates = track.rules.energy.over(&self.settings.rates());
+        RunEnergy::new(per_gpu, track.samples.samples(), None, source).with_rates(&rates)
     }
 }
 

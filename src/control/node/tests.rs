@@ -258,8 +258,9 @@ fn run_view(dir: &Path, live: bool) -> ControlledRun {
     }
 }
 
-/// Meter a run on GPUs 0 and 1 of a 4-GPU node for `secs`; returns (run J, gpusim's J).
-fn run_energy(counter: bool, secs: usize) -> (RunEnergy, f64) {
+/// Meter a run on GPUs 0 and 1 of a 4-GPU node for `secs`, the run's profile giving `rates`
+/// over the node's (0.30 EUR, 400 g/kWh, PUE 1.25); returns (run J, gpusim's J).
+fn run_energy(counter: bool, secs: usize, rates: Option<EnergyRates>) -> (RunEnergy, f64) {
     let dev = hot(4);
     advance(&dev, 20.0);
     let tmp = tempfile::tempdir().unwrap();
@@ -276,8 +277,16 @@ fn run_energy(counter: bool, secs: usize) -> (RunEnergy, f64) {
             per_kwh: 0.30,
             currency: "EUR".into(),
         }),
+        grid_co2_g_per_kwh: Some(400.0),
+        pue: Some(1.25),
         ..ControlSettings::default()
     });
+    let profile = |_: &Path| {
+        rates.clone().map(|energy| RunRules {
+            energy,
+            ..RunRules::default()
+        })
+    };
     let counter_j = |d: &SimDev| -> f64 {
         d.node().gpus()[..2]
             .iter()
@@ -288,7 +297,7 @@ fn run_energy(counter: bool, secs: usize) -> (RunEnergy, f64) {
     nc.step(
         &snapshot(&dev, T0, counter, false),
         std::slice::from_ref(&view),
-        &no_profile,
+        &profile,
         None::<&SimDev>,
         "n",
     );
@@ -303,7 +312,7 @@ fn run_energy(counter: bool, secs: usize) -> (RunEnergy, f64) {
         nc.step(
             &snapshot(&dev, T0, counter, false),
             std::slice::from_ref(&view),
-            &no_profile,
+            &profile,
             None::<&SimDev>,
             "n",
         );
@@ -312,7 +321,7 @@ fn run_energy(counter: bool, secs: usize) -> (RunEnergy, f64) {
     let out = nc.step(
         &snapshot(&dev, T0, counter, false),
         &[run_view(tmp.path(), false)],
-        &no_profile,
+        &profile,
         None::<&SimDev>,
         "n",
     );
@@ -323,7 +332,7 @@ fn run_energy(counter: bool, secs: usize) -> (RunEnergy, f64) {
 
 #[test]
 fn run_energy_matches_gpusims_counter_within_1_percent() {
-    let (e, truth) = run_energy(true, 300);
+    let (e, truth) = run_energy(true, 300, None);
     assert!(
         (e.energy_j - truth).abs() / truth < 1e-6,
         "{} vs {truth}",
@@ -332,7 +341,7 @@ fn run_energy_matches_gpusims_counter_within_1_percent() {
     assert_eq!(e.source, Some(EnergySource::Counter));
     assert_eq!(e.per_gpu.len(), 2, "GPUs 0 and 1 only: {:?}", e.per_gpu);
     // Without the counter: power integrated at 1 Hz.
-    let (e, truth) = run_energy(false, 300);
+    let (e, truth) = run_energy(false, 300, None);
     let err = (e.energy_j - truth).abs() / truth;
     assert!(err < 0.01, "{} vs {truth}: {:.3}%", e.energy_j, 100.0 * err);
     assert_eq!(e.source, Some(EnergySource::Power));
@@ -341,6 +350,29 @@ fn run_energy_matches_gpusims_counter_within_1_percent() {
     assert!((e.j_per_sample.unwrap() - e.energy_j / 10_000.0).abs() < 1e-9);
     assert!((e.cost.unwrap() - e.kwh * 0.30).abs() < 1e-12);
     assert_eq!(e.currency.as_deref(), Some("EUR"));
+    assert!((e.co2_g.unwrap() - e.kwh * 400.0).abs() < 1e-9);
+    assert!((e.facility_kwh.unwrap() - e.kwh * 1.25).abs() < 1e-12);
+}
+
+#[test]
+fn a_runs_energy_rates_win_over_the_nodes_field_by_field() {
+    let run = EnergyRates {
+        price: Some(Price {
+            per_kwh: 0.5,
+            currency: "USD".into(),
+        }),
+        grid_co2_g_per_kwh: Some(20.0),
+        pue: None,
+    };
+    let (e, _) = run_energy(true, 30, Some(run));
+    assert!(e.kwh > 0.0);
+    assert!((e.cost.unwrap() - e.kwh * 0.5).abs() < 1e-12);
+    assert_eq!(e.currency.as_deref(), Some("USD"));
+    assert!((e.co2_g.unwrap() - e.kwh * 20.0).abs() < 1e-9);
+    // No PUE in the profile: the node's.
+    assert_eq!(e.pue, Some(1.25));
+    assert!((e.facility_cost.unwrap() - e.kwh * 0.5 * 1.25).abs() < 1e-12);
+    assert!((e.facility_co2_g.unwrap() - e.kwh * 20.0 * 1.25).abs() < 1e-9);
 }
 
 #[test]
@@ -357,6 +389,7 @@ fn a_runs_profile_governs_its_gpus_while_it_lives() {
                 hook: Some(vec!["true".into()]),
                 ..AlertRules::default()
             },
+            ..RunRules::default()
         })
     };
     let mut view = run_view(tmp.path(), true);

@@ -13,7 +13,7 @@ use super::error::{Diagnostic, ProfileError};
 use super::load::SourceFile;
 use super::raw::{At, CommandValue, GpusValue, LauncherKind, RawProfile};
 use super::{CommandSpec, GpuSelection, Launcher, Profile, RunSpec, TorchrunSpec, is_name_char};
-use sections::{alerts, knobs, metrics, placeholders, power, restart, thermal};
+use sections::{alerts, energy, knobs, metrics, placeholders, power, restart, thermal};
 
 /// Environment variables gpupilot sets for every run; a profile may not set them.
 const RESERVED_ENV: [&str; 3] = ["GPUPILOT_RUN_ID", "GPUPILOT_SOCKET", "GPUPILOT_RUN_DIR"];
@@ -78,6 +78,7 @@ pub(crate) fn resolve(
     let thermal = thermal(&mut cx, raw.thermal.unwrap_or_default());
     let alerts = alerts(&mut cx, raw.alerts.unwrap_or_default());
     let metrics = metrics(&mut cx, raw.metrics.unwrap_or_default());
+    let energy = energy(&mut cx, raw.energy.unwrap_or_default());
 
     if !cx.problems.is_empty() || run.is_none() {
         let mut problems = cx.problems;
@@ -97,6 +98,7 @@ pub(crate) fn resolve(
         thermal,
         alerts,
         metrics,
+        energy,
     })
 }
 

@@ -1,13 +1,13 @@
-//! Checks of `[run.restart]`, `[knobs]`, `[power]`, `[thermal]` and `[alerts]`.
+//! Checks of `[run.restart]`, `[knobs]`, `[power]`, `[thermal]`, `[alerts]` and `[energy]`.
 
 use super::{Ctx, argv_value};
 use crate::profile::raw::{
-    At, RawAlerts, RawKnob, RawKnobs, RawMetrics, RawOnOom, RawPower, RawRestart, RawRestartMode,
-    RawThermal,
+    At, RawAlerts, RawEnergy, RawKnob, RawKnobs, RawMetrics, RawOnOom, RawPower, RawRestart,
+    RawRestartMode, RawThermal,
 };
 use crate::profile::{
-    AlertSettings, CommandSpec, Knob, Knobs, MetricsSettings, OnOom, PowerSettings, RestartMode,
-    RestartPolicy, ThermalSettings, ThermalTarget,
+    AlertSettings, CommandSpec, EnergySettings, Knob, Knobs, MetricsSettings, OnOom, PowerSettings,
+    RestartMode, RestartPolicy, ThermalSettings, ThermalTarget,
 };
 
 /// Knobs a command may mention as `{batch_size}` / `{prefetch}`, and the other placeholders.
@@ -235,6 +235,27 @@ pub(super) fn alerts(cx: &mut Ctx, a: RawAlerts) -> AlertSettings {
             .hook
             .as_ref()
             .and_then(|h| argv_value(cx, h, "alerts.hook")),
+    }
+}
+
+/// `[energy]`: a price above 0 (a currency only with a price), a grid intensity and a PUE
+/// within the bounds control.toml has too.
+pub(super) fn energy(cx: &mut Ctx, e: RawEnergy) -> EnergySettings {
+    let price_per_kwh = positive(cx, &e.price_per_kwh, "energy.price_per_kwh", "per kWh");
+    if let (Some(c), None) = (&e.currency, &e.price_per_kwh) {
+        cx.err(c, "energy.currency is set but energy.price_per_kwh is not");
+    }
+    let mut bounded = |at: &Option<At<f64>>, check: fn(f64) -> Result<f64, String>| {
+        let at = at.as_ref()?;
+        check(at.value)
+            .map_err(|e| cx.err(at, format!("energy.{e}")))
+            .ok()
+    };
+    EnergySettings {
+        price_per_kwh,
+        currency: e.currency.map(|c| c.value),
+        grid_co2_g_per_kwh: bounded(&e.grid_co2_g_per_kwh, crate::profile::check_grid_co2),
+        pue: bounded(&e.pue, crate::profile::check_pue),
     }
 }
 
