@@ -214,6 +214,9 @@ fn live_trainers(client: &Client, runs: &[RunInfo]) -> BTreeMap<String, TrainerI
 struct PsRun<'a> {
     #[serde(flatten)]
     run: &'a RunInfo,
+    /// The run's report.html, once written (at its end, or by `gpupilot report`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    report: Option<std::path::PathBuf>,
     #[serde(skip_serializing_if = "Option::is_none")]
     trainer: Option<PsTrainer<'a>>,
 }
@@ -276,6 +279,7 @@ fn ps_json<'a>(runs: &'a [RunInfo], trainers: &'a BTreeMap<String, TrainerInfo>)
     runs.iter()
         .map(|run| PsRun {
             run,
+            report: report_of(run),
             trainer: trainers.get(&run.id).map(|t| {
                 let mut ranks: Vec<PsRank> = t.ranks.iter().map(PsRank::of).collect();
                 ranks.sort_by_key(|r| r.rank);
@@ -291,6 +295,12 @@ fn ps_json<'a>(runs: &'a [RunInfo], trainers: &'a BTreeMap<String, TrainerInfo>)
             }),
         })
         .collect()
+}
+
+/// The run's report.html, where there is one.
+fn report_of(run: &RunInfo) -> Option<std::path::PathBuf> {
+    let path = crate::report::html_path(&run.dir);
+    path.is_file().then_some(path)
 }
 
 /// A run of several ranks, as the `ps` table says it: `4 ranks`, `3/4 ranks attached`;
@@ -321,7 +331,7 @@ pub fn ps_table(runs: &[RunInfo], trainers: &BTreeMap<String, TrainerInfo>) -> S
         header.push("RANKS");
     }
     header.extend([
-        "PID", "UPTIME", "RESTARTS", "EXIT", "GPUS", "ENERGY", "COMMAND",
+        "PID", "UPTIME", "RESTARTS", "EXIT", "GPUS", "ENERGY", "REPORT", "COMMAND",
     ]);
     let rows: Vec<Vec<String>> = runs
         .iter()
@@ -348,6 +358,7 @@ pub fn ps_table(runs: &[RunInfo], trainers: &BTreeMap<String, TrainerInfo>) -> S
                 exit,
                 r.gpus.clone(),
                 r.energy.as_ref().map_or("-".into(), energy_cell),
+                report_of(r).map_or("-".into(), |p| p.display().to_string()),
                 // A command with a newline or an escape in it must not break the table.
                 super::printable(&shell_words::join(&r.command)),
             ]);
@@ -616,7 +627,7 @@ mod tests {
         );
         assert!(
             ps_table(&[], &BTreeMap::new()).starts_with(
-                "ID  STATUS  PID  UPTIME  RESTARTS  EXIT  GPUS  ENERGY  COMMAND"
+                "ID  STATUS  PID  UPTIME  RESTARTS  EXIT  GPUS  ENERGY  REPORT  COMMAND"
             )
         );
     }

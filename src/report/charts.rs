@@ -36,6 +36,7 @@ pub fn marker_colour(kind: MarkerKind) -> RGBColor {
     match kind {
         MarkerKind::Knob => RGBColor(46, 125, 50),
         MarkerKind::Cap => RGBColor(230, 81, 0),
+        MarkerKind::Governor => RGBColor(106, 27, 154),
         MarkerKind::Restart => RGBColor(198, 40, 40),
         MarkerKind::Stop => RGBColor(97, 97, 97),
     }

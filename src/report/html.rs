@@ -262,6 +262,7 @@ fn markers_section(h: &mut String, r: &Report) {
         let kind = match m.kind {
             MarkerKind::Knob => "knob",
             MarkerKind::Cap => "power cap",
+            MarkerKind::Governor => "governor",
             MarkerKind::Restart => "restart",
             MarkerKind::Stop => "status",
         };

@@ -128,9 +128,15 @@ impl GpuSeries {
 pub enum MarkerKind {
     Knob,
     Cap,
+    /// A step of the thermal governor on one of the run's GPUs' caps.
+    Governor,
     Restart,
     Stop,
 }
+
+/// Most governor steps drawn as markers (a governor on a hot GPU steps every few seconds);
+/// more are thinned evenly, and the report says how many there were.
+pub const MAX_GOVERNOR_MARKERS: usize = 40;
 
 /// A change during the run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -330,7 +336,21 @@ pub fn gather(dir: &RunDir, src: Sources<'_>) -> Result<Report, ReportError> {
     let mut markers = run_markers(&events);
     if let Some(log) = src.node_log {
         match read_jsonl::<NodeEventRecord>(log) {
-            Ok((node, _)) => markers.extend(cap_markers(&node, gpus.as_deref(), start_s, end_s)),
+            Ok((node, _)) => {
+                let (caps, governor): (Vec<Marker>, Vec<Marker>) =
+                    cap_markers(&node, gpus.as_deref(), start_s, end_s)
+                        .into_iter()
+                        .partition(|m| m.kind != MarkerKind::Governor);
+                markers.extend(caps);
+                if governor.len() > MAX_GOVERNOR_MARKERS {
+                    missing.push(format!(
+                        "governor: {} cap steps during the run, {MAX_GOVERNOR_MARKERS} of them \
+                         (evenly spread) drawn as markers",
+                        governor.len()
+                    ));
+                }
+                markers.extend(thin(governor, MAX_GOVERNOR_MARKERS));
+            }
             Err(e) => missing.push(format!("cap changes: {}: {e}", log.display())),
         }
     }
@@ -504,11 +524,12 @@ fn cap_markers(
                 NodeEvent::Budget { caps, .. } if !caps.is_empty() => "budget moved caps".into(),
                 _ => return None,
             };
-            Some(Marker {
-                t,
-                kind: MarkerKind::Cap,
-                label,
-            })
+            let kind = if matches!(rec.event, NodeEvent::Governor { .. }) {
+                MarkerKind::Governor
+            } else {
+                MarkerKind::Cap
+            };
+            Some(Marker { t, kind, label })
         })
         .collect()
 }

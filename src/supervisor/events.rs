@@ -204,6 +204,11 @@ pub enum Event {
         kind: String,
         message: Option<String>,
     },
+    /// The run's report was written to `path` (the daemon's `report.html`, a few seconds after
+    /// the run ended).
+    ReportWritten {
+        path: String,
+    },
 }
 
 /// One line of `events.jsonl`.

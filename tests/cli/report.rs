@@ -1,8 +1,10 @@
 //! `gpupilot report` on a real run: a daemon on simulated GPUs supervises the synthetic trainer,
 //! a knob and a power cap change while it trains, and once it has ended the report's figures
-//! equal `summary.json`'s, the Markdown has its sections, the daemon has written report.html
-//! into the run directory, and the page, opened in headless Chromium where it is installed,
-//! renders its charts (SVG with data points) without a request leaving it.
+//! equal `summary.json`'s (cost, CO2 and facility energy at the node's rates and the run's own
+//! grid intensity), the Markdown has its sections, the daemon has written report.html into the
+//! run directory and said so (its last event, `ps`), and the page, opened in headless Chromium
+//! where it is installed, renders its charts (SVG with data points) without a request leaving
+//! it.
 
 use std::path::Path;
 use std::process::Command;
@@ -18,10 +20,13 @@ fn profile(home: &Home) -> String {
         r#"name = "synth"
 [run]
 command = ["{BIN}", "synthetic-train", "--steps", "150", "--speed", "4"]
+gpus = [0]
 [knobs.batch_size]
 initial = 256
 min = 8
 max = 4096
+[energy]
+grid_co2_g_per_kwh = 100
 "#
     );
     let path = home.dir.path().join("synth.toml");
@@ -32,6 +37,13 @@ max = 4096
 #[test]
 fn a_finished_runs_report_has_its_figures_and_charts() {
     let home = Home::new();
+    // The node's rates; the run's profile has its own grid intensity.
+    std::fs::create_dir_all(&home.paths.config).unwrap();
+    std::fs::write(
+        home.paths.config.join("control.toml"),
+        "[energy]\nprice_per_kwh = 0.2\ncurrency = \"EUR\"\ngrid_co2_g_per_kwh = 350\npue = 1.4\n",
+    )
+    .unwrap();
     let _daemon = home.daemon(&[]);
     let run = home
         .ok(&["run", "--detach", &profile(&home)])
@@ -58,6 +70,23 @@ fn a_finished_runs_report_has_its_figures_and_charts() {
     wait_for("the daemon's report.html", Duration::from_secs(20), || {
         html_path.exists()
     });
+    // The run's last event, `ps` and `ps --json` say where the report is.
+    let shown = html_path.display().to_string();
+    wait_for("the report_written event", Duration::from_secs(10), || {
+        std::fs::read_to_string(dir.events_path())
+            .unwrap_or_default()
+            .lines()
+            .any(|l| l.contains("\"event\":\"report_written\"") && l.contains(&shown))
+    });
+    assert!(home.ok(&["ps"]).contains(&shown));
+    let ps: serde_json::Value = serde_json::from_str(&home.ok(&["ps", "--json"])).unwrap();
+    let listed = ps
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["id"] == run.as_str())
+        .unwrap();
+    assert_eq!(listed["report"], shown.as_str());
     // Energy is settled once the daemon's report is written; read the summary after it.
     let summary: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.summary_path()).unwrap()).unwrap();
@@ -72,6 +101,22 @@ fn a_finished_runs_report_has_its_figures_and_charts() {
         "energy as summary.json has it"
     );
     assert_eq!(r["throughput"]["samples"], summary["samples"]);
+    // Cost at the node's price, CO2 at the run's intensity, the facility at the node's PUE.
+    let e = &summary["energy"];
+    let kwh = e["kwh"].as_f64().unwrap();
+    assert!(kwh > 0.0, "{e}");
+    let close = |v: &serde_json::Value, want: f64| (v.as_f64().unwrap() - want).abs() < 1e-9;
+    assert!(close(&e["cost"], kwh * 0.2), "{e}");
+    assert_eq!(e["currency"], "EUR");
+    assert!(
+        close(&e["co2_g"], kwh * 100.0),
+        "the run's intensity wins: {e}"
+    );
+    assert!(
+        close(&e["pue"], 1.4) && close(&e["facility_kwh"], kwh * 1.4),
+        "{e}"
+    );
+    assert!(close(&e["facility_co2_g"], kwh * 140.0), "{e}");
     assert_eq!(
         r["throughput"]["steps"], 150,
         "the last step the trainer reported"
@@ -103,6 +148,8 @@ fn a_finished_runs_report_has_its_figures_and_charts() {
         assert!(md.contains(h), "{h} missing from\n{md}");
     }
     assert!(md.contains("| exit code | 0 |"), "{md}");
+    assert!(md.contains("the facility's share"), "{md}");
+    assert!(home.ok(&["ps"]).contains("(PUE 1.40)"));
 
     // The command's own page, to a file of our choosing.
     let page = home.dir.path().join("page.html");

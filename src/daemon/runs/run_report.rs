@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use crate::history::History;
 use crate::report::{self, Sources};
-use crate::supervisor::RunDir;
+use crate::supervisor::{Event, EventRecord, RunDir};
 
 /// How long after the end the report is written: a few control-loop periods, so that the
 /// run's final energy is in its summary.
@@ -57,7 +57,19 @@ pub(in crate::daemon) fn after_end(state: &Path, id: &str, history: &Mutex<Histo
                 ..Sources::default()
             };
             match report::write_into_run_dir(&dir, src) {
-                Ok(path) => tracing::info!("run {run}: report written to {}", path.display()),
+                Ok(path) => {
+                    tracing::info!("run {run}: report written to {}", path.display());
+                    // The run's last event says where its report is.
+                    let rec = EventRecord {
+                        time: crate::time::rfc3339(std::time::SystemTime::now()),
+                        event: Event::ReportWritten {
+                            path: path.display().to_string(),
+                        },
+                    };
+                    if let Err(e) = dir.append_event(&rec) {
+                        tracing::warn!("run {run}: recording where its report is: {e}");
+                    }
+                }
                 Err(e) => tracing::warn!("run {run}: writing its report: {e}"),
             }
         });

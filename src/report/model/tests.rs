@@ -158,10 +158,25 @@ fn synthetic(status: RunStatus) -> (tempfile::TempDir, RunDir) {
             why: None,
         },
     };
+    let governor = NodeEventRecord {
+        seq: 3,
+        time: at(T0 + 45.0),
+        event: NodeEvent::Governor {
+            gpu: 0,
+            change: "cap".into(),
+            target_c: Some(80.0),
+            temperature_c: Some(83.0),
+            old_w: Some(300.0),
+            new_w: Some(280.0),
+            by: "daemon".into(),
+            why: "hold 80 °C".into(),
+        },
+    };
     let log = format!(
-        "{}\n{}\n",
+        "{}\n{}\n{}\n",
         serde_json::to_string(&node).unwrap(),
-        serde_json::to_string(&other_gpu).unwrap()
+        serde_json::to_string(&other_gpu).unwrap(),
+        serde_json::to_string(&governor).unwrap()
     );
     std::fs::write(tmp.path().join("events.jsonl"), log).unwrap();
     (tmp, dir)
@@ -242,11 +257,13 @@ fn an_ended_run_has_its_figures_and_says_what_it_skipped() {
         marks,
         [
             (30.0, MarkerKind::Cap),
+            (45.0, MarkerKind::Governor),
             (60.0, MarkerKind::Knob),
             (90.0, MarkerKind::Restart)
         ]
     );
-    assert_eq!(r.markers[1].label, "batch_size 256 → 512");
+    assert_eq!(r.markers[1].label, "GPU 0 governor cap 300 → 280 W");
+    assert_eq!(r.markers[2].label, "batch_size 256 → 512");
 
     // The forms carry the same figures.
     let json: serde_json::Value = serde_json::to_value(&r).unwrap();

@@ -283,6 +283,13 @@ fn render_info(ctx: Ctx, r: &RunInfo, area: Rect, buf: &mut Buffer) {
     if !r.is_final() && r.attempt > 0 {
         second.push(dim(&format!(" · now attempt {}", r.attempt + 1)));
     }
+    if r.is_final() {
+        // Where the daemon writes it when a run ends (`gpupilot report RUN` writes it again).
+        second.extend([
+            dim(" · report "),
+            Span::raw(crate::report::html_path(&r.dir).display().to_string()),
+        ]);
+    }
     let second = Line::from(second);
     let third = Line::from(vec![
         Span::styled("$ ", t.dim),
