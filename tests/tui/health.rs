@@ -1,7 +1,10 @@
 //! XIDs and the owners of GPU processes in the console: the XID badge on a GPU's block, the
 //! last XID of a lost GPU in words, the user and Slurm job beside a process, and an XID in the
-//! Events view with what it means and what to do (insta snapshots in tui/snapshots/).
+//! Events view with what it means and what to do (insta snapshots in tui/snapshots/); and end
+//! to end, in tmux, an XID a fake-nvml scenario raises, through a daemon to the console.
 
+use crate::support::nvml_daemon::NvmlDaemon;
+use crate::support::tmux::{PROMPT, Tmux};
 use crate::support::tui::{SECONDS, T0, app_with_runs, render, snapshot_at, text};
 use gpupilot::protocol::{NodeEvent, NodeEventRecord};
 use gpupilot::telemetry::owner::ProcessOwner;
@@ -89,4 +92,34 @@ fn the_events_view_explains_an_xid() {
         "{screen}"
     );
     assert_snapshot!("events_xid_200x50", render(&mut a, 200, 50).backend());
+}
+
+#[test]
+fn an_xid_from_a_fake_nvml_scenario_reaches_the_console() {
+    // GPU 1 reports XID 94 (a contained ECC error) every second.
+    let s = NvmlDaemon::new(
+        "model = \"h100-sxm\"\ncount = 2\n[[faults]]\nkind = \"xid\"\ngpu = 1\nxid = 94\nevery_s = 1\n",
+        &[],
+    );
+    let tmux = Tmux::start(&s.home.root());
+    tmux.wait_text(PROMPT);
+    let bin = env!("CARGO_BIN_EXE_gpupilot");
+    let no_system = s.home.dir.path().join("no-system");
+    tmux.type_line(&format!(
+        "GPUPILOT_SYSTEM_DIR='{}' '{bin}'",
+        no_system.display()
+    ));
+    let screen = tmux.wait_screen("the XID badge on GPU 1", |s| s.contains(" XID 94 "));
+    assert_eq!(
+        screen.matches(" XID ").count(),
+        1,
+        "GPU 0 has none:\n{screen}"
+    );
+    tmux.keys(&["4"]);
+    tmux.wait_screen("the XID in the Events view, explained", |s| {
+        s.contains("GPU 1: XID 94")
+            && s.contains("Contained ECC error: an uncorrectable memory error hit one application")
+    });
+    tmux.keys(&["q"]);
+    tmux.wait_prompt();
 }
