@@ -183,6 +183,13 @@ each user's own daemon. See docs/operations.md, \"A root daemon for power contro
     /// (units in the column names; an absent value is empty, never 0).
     #[command(long_about = EXPORT_ABOUT)]
     Export(ExportArgs),
+    /// Record the node (telemetry, runs, trainer metrics and knobs, events) as it goes into one
+    /// compact file, until Ctrl-C or --for; `gpupilot replay FILE` plays it in the console.
+    #[command(long_about = RECORD_ABOUT)]
+    Record(RecordArgs),
+    /// The console on a recording: the same views, keys and charts, its time at --speed;
+    /// Space pauses, [ and ] seek 10 s. Nothing in a replay changes a node.
+    Replay(ReplayArgs),
     /// Shell completions for bash, zsh or fish, printed to stdout; they also complete run ids,
     /// profiles and themes.
     #[command(long_about = COMPLETIONS_ABOUT)]
@@ -621,6 +628,58 @@ pub struct RunArgs {
     #[arg(long = "knob", value_name = "NAME=N:MIN..MAX", requires = "command",
           value_parser = crate::profile::KnobDecl::parse)]
     pub knobs: Vec<crate::profile::KnobDecl>,
+}
+
+const RECORD_ABOUT: &str = "Record what the console would show of this node: every telemetry \
+snapshot the daemon (which must be running) pushes, the runs, the trainer metrics and knobs of \
+live runs, the control loops and the node's events, as they happen, into one zstd-compressed \
+file (about 0.2 MB per GPU-hour at 1 Hz; see BENCHMARKS.md). It ends on Ctrl-C, SIGTERM, SIGHUP \
+or after --for, and a file cut off (the recorder killed, a full disk) still plays up to its last \
+two seconds. `gpupilot replay FILE` plays it. See docs/recording.md.";
+
+/// Options of `gpupilot record`.
+#[derive(Debug, Args, Clone)]
+pub struct RecordArgs {
+    /// The file to write (never replaced: an existing file is refused). Default:
+    /// $STATE/recordings/YYYYMMDD-HHMMSS.gprec, printed when the recording starts.
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub out: Option<PathBuf>,
+    /// Stop after this long: seconds, or with a unit (`90s`, `15m`, `2h`).
+    #[arg(long = "for", value_name = "DURATION", value_parser = parse_duration)]
+    pub duration: Option<std::time::Duration>,
+}
+
+/// Options of `gpupilot replay`.
+#[derive(Debug, Args, Clone)]
+pub struct ReplayArgs {
+    /// A recording made by `gpupilot record`.
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
+    /// How fast the recording's time moves: 1 as recorded, 10 ten times as fast.
+    #[arg(long, value_name = "N", default_value_t = 1.0,
+          value_parser = |s: &str| finite_in(s, "speed", 0.1, 1000.0, "×"))]
+    pub speed: f64,
+}
+
+/// `90`, `90s`, `15m`, `2h`: a duration above zero and at most a week.
+fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    let t = s.trim();
+    let (num, unit) = match t.find(|c: char| c.is_ascii_alphabetic()) {
+        Some(i) => t.split_at(i),
+        None => (t, "s"),
+    };
+    let scale = match unit {
+        "s" => 1.0,
+        "m" => 60.0,
+        "h" => 3600.0,
+        _ => return Err(format!("`{}`: expected seconds or a number with s, m or h", brief(s))),
+    };
+    match num.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 && v * scale <= 7.0 * 86400.0 => {
+            Ok(std::time::Duration::from_secs_f64(v * scale))
+        }
+        _ => Err(format!("`{}`: expected a duration above 0 and at most 7 days (`90s`, `15m`, `2h`)", brief(s))),
+    }
 }
 
 /// Options of `gpupilot report`.

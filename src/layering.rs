@@ -27,8 +27,8 @@ pub const LAYERS: &[&[&str]] = &[
     // The wire: it names the domain types above and is never named by them.
     &["protocol"],
     // Readers of all that: the advisor's rules, the Prometheus exposition, run reports, tables
-    // for pandas, the one-shot status table.
-    &["advisor", "exporter", "report", "export", "status"],
+    // for pandas, the one-shot status table, a node's recordings.
+    &["advisor", "exporter", "report", "export", "status", "recording"],
     // Talking to a daemon; then the daemon itself, and the synthetic trainer (a client).
     &["client"],
     &["daemon", "trainer"],

@@ -27,7 +27,8 @@
 //! - Readers: [`advisor`] (findings with evidence and the command that acts), [`exporter`]
 //!   (Prometheus exposition, dcgm-exporter's names), [`report`] (a run's report as HTML,
 //!   Markdown or JSON), [`export`] (`gpupilot export`: GPU history and run metrics as CSV,
-//!   JSON lines or Parquet), [`status`] (`gpupilot status`, the one-shot table and JSON).
+//!   JSON lines or Parquet), [`status`] (`gpupilot status`, the one-shot table and JSON),
+//!   [`recording`] (a node's recording: the compact file format, its writer and reader).
 //! - [`client`]: a blocking, thread-safe client of the daemon (answers by id, pushes on a
 //!   channel); then [`daemon`] (the one process per `GPUPILOT_HOME` that owns sampling,
 //!   history, runs and the node's event log, serving its clients on a Unix socket) and
@@ -58,6 +59,7 @@ pub mod history;
 pub mod ipc;
 pub mod profile;
 pub mod protocol;
+pub mod recording;
 pub mod report;
 pub mod status;
 pub mod supervisor;

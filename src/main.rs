@@ -68,6 +68,8 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Some(Command::Cluster(args)) => commands::cluster::cluster(&args),
         Some(Command::Report(args)) => commands::report::report(&args),
         Some(Command::Export(args)) => commands::export::export(&args),
+        Some(Command::Record(args)) => commands::record::record(&args),
+        Some(Command::Replay(args)) => commands::record::replay(&g, &args),
         Some(Command::Completions(args)) => commands::completions::completions(args.shell),
         Some(Command::Man(args)) => commands::man::man(args.dir.as_deref()),
         Some(Command::CompleteValues(args)) => commands::completions::values(args.kind),

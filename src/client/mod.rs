@@ -146,6 +146,7 @@ pub struct LogChunk {
 pub mod advise;
 mod calls;
 mod push;
+pub mod record;
 mod remote;
 pub mod system;
 mod tuner;

@@ -20,6 +20,7 @@ pub mod man;
 pub mod power;
 pub mod profile;
 pub mod ranks;
+pub mod record;
 pub mod report;
 pub mod runs;
 pub mod thermal;

@@ -2,6 +2,9 @@
 //! events map to them in `app`. Nothing here does anything: `App::apply` carries them out.
 
 use crate::protocol::KnobName;
+
+/// A replay's seek step, seconds of recorded time (`replay_back`, `replay_forward`).
+pub const SEEK_S: i32 = 10;
 use std::fmt;
 use std::str::FromStr;
 
@@ -124,6 +127,11 @@ pub enum Action {
     PromptCancel,
     /// The answer to a y/n question in the footer.
     Confirm(bool),
+    /// A replay: pause the recording's clock, or play on.
+    ReplayPause,
+    /// A replay: this many seconds of recorded time on, or back (`replay_forward`,
+    /// `replay_back`: 10 s).
+    ReplaySeek(i32),
     /// Does nothing: a user keymap binds a key to it to unbind a default.
     Noop,
 }
@@ -177,15 +185,33 @@ impl Action {
             | Action::Advisor
             | Action::HintAct(_)
             | Action::TuneEnergy
+            | Action::ReplayPause
+            | Action::ReplaySeek(_)
             | Action::Noop => false,
         }
+    }
+}
+
+impl Action {
+    /// Whether it asks the node for a change (a run stopped or paused, a knob, a power cap, the
+    /// tuner, an advisor hint's action): refused while a recording plays.
+    pub fn changes_the_node(self) -> bool {
+        matches!(
+            self,
+            Action::StopRun
+                | Action::PauseRun
+                | Action::SetKnob(_)
+                | Action::PowerCap
+                | Action::TuneEnergy
+                | Action::HintAct(_)
+        )
     }
 }
 
 /// An action name in a keymap that means nothing.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "unknown action {0:?}: one of quit, help, close, redraw, view_next, view_prev, view overview|detail|run|events, gpu_next, gpu_prev, gpu_first, gpu_last, zoom_in, zoom_out, scroll_up, scroll_down, page_up, page_down, top, bottom, run_next, run_prev, run_open, search, search_next, search_prev, search_clear, follow, log_stream, stop_run, pause_run, set_knob batch_size|prefetch, power_cap, advisor, tune_energy, noop"
+    "unknown action {0:?}: one of quit, help, close, redraw, view_next, view_prev, view overview|detail|run|events, gpu_next, gpu_prev, gpu_first, gpu_last, zoom_in, zoom_out, scroll_up, scroll_down, page_up, page_down, top, bottom, run_next, run_prev, run_open, search, search_next, search_prev, search_clear, follow, log_stream, stop_run, pause_run, set_knob batch_size|prefetch, power_cap, advisor, tune_energy, replay_pause, replay_back, replay_forward, noop"
 )]
 pub struct UnknownAction(pub String);
 
@@ -236,6 +262,9 @@ impl FromStr for Action {
             ["power_cap"] => Action::PowerCap,
             ["advisor"] => Action::Advisor,
             ["tune_energy"] => Action::TuneEnergy,
+            ["replay_pause"] => Action::ReplayPause,
+            ["replay_back"] => Action::ReplaySeek(-SEEK_S),
+            ["replay_forward"] => Action::ReplaySeek(SEEK_S),
             ["noop"] => Action::Noop,
             _ => return Err(UnknownAction(s.to_string())),
         };
@@ -287,6 +316,10 @@ impl fmt::Display for Action {
             Action::PromptSubmit => "prompt_submit",
             Action::PromptCancel => "prompt_cancel",
             Action::Confirm(yes) => return write!(f, "confirm {yes}"),
+            Action::ReplayPause => "replay_pause",
+            Action::ReplaySeek(s) if *s == -SEEK_S => "replay_back",
+            Action::ReplaySeek(s) if *s == SEEK_S => "replay_forward",
+            Action::ReplaySeek(s) => return write!(f, "replay_seek {s}"),
             Action::Noop => "noop",
         };
         f.write_str(s)
@@ -312,6 +345,9 @@ mod tests {
             Action::PowerCap,
             Action::Advisor,
             Action::TuneEnergy,
+            Action::ReplayPause,
+            Action::ReplaySeek(-SEEK_S),
+            Action::ReplaySeek(SEEK_S),
             Action::Noop,
         ] {
             assert_eq!(a.to_string().parse::<Action>(), Ok(a));

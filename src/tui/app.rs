@@ -4,7 +4,7 @@
 //! together with the data, the keymap and the theme.
 
 use super::action::{Action, ViewId};
-use super::data::Data;
+use super::data::{Data, Level};
 use super::feed::{Request, Update};
 use super::keymap::{Key, Keymap};
 use super::layout::{self, Areas};
@@ -201,9 +201,19 @@ impl App {
         }
     }
 
+    /// Whether a recording plays (nothing here changes a node then).
+    pub fn replaying(&self) -> bool {
+        matches!(self.data.link, super::feed::Link::Replay { .. })
+    }
+
     /// Carry out one action.
     pub fn apply(&mut self, action: Action) {
         let n = self.data.gpus().len();
+        if self.replaying() && action.changes_the_node() {
+            self.data
+                .set_status(Level::Error, super::feed::replay::REFUSED);
+            return;
+        }
         match action {
             Action::Quit => self.quit = true,
             Action::Help => {
@@ -229,6 +239,12 @@ impl App {
                 self.help.scroll = self.help.scroll.saturating_add(1)
             }
             Action::Advisor => advisor::toggle(self),
+            Action::ReplayPause if self.replaying() => self.outbox.push(Request::ReplayPause),
+            Action::ReplaySeek(s) if self.replaying() => self.outbox.push(Request::ReplaySeek(s)),
+            Action::ReplayPause | Action::ReplaySeek(_) => self.data.set_status(
+                Level::Info,
+                "pause and seek move through a recording: `gpupilot replay FILE`",
+            ),
             Action::Confirm(yes) if self.tuner.ask.is_some() => tuner::answer(self, yes),
             a if self.advisor.open && !self.modal_besides_advisor() && AdvisorState::handles(a) => {
                 advisor::apply(self, a)

@@ -190,6 +190,15 @@ impl Data {
             Update::KnobNeedsRestart { .. } => {}
             // The app's advisor pane and tuner take them (see `app/advisor.rs`, `app/tuner.rs`).
             Update::Advice(_) | Update::Tuner(_) => {}
+            Update::Rewind => {
+                self.snapshot = None;
+                self.history = History::default();
+                self.since = None;
+                self.runs = None;
+                self.events.clear();
+                self.metrics = RunMetrics::default();
+                self.control = None;
+            }
         }
     }
 

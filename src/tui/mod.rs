@@ -55,7 +55,6 @@ pub use app::App;
 
 use crate::config::Paths;
 use crate::config::theme::{choose, no_color_env};
-use crate::telemetry::now_s;
 use anyhow::Context as _;
 use crossterm::event::{DisableMouseCapture, EnableMouseCapture};
 use crossterm::execute;
@@ -131,11 +130,13 @@ pub fn run(opts: TuiOptions) -> anyhow::Result<()> {
             "the console needs a terminal: stdout is not one (for a one-shot report use `gpupilot status`)"
         );
     }
+    // A replay's frames go by the recording's clock.
+    let clock = opts.source.clock();
     let mut app = build_app(
         opts.theme.as_deref(),
         opts.refresh,
         &Paths::from_env(),
-        now_s(),
+        clock(),
     );
     if let Some(id) = opts.open_run {
         app.run = RunState::opened(id);
@@ -183,7 +184,7 @@ pub fn run(opts: TuiOptions) -> anyhow::Result<()> {
             // A dropped SSH session (SIGHUP) or SIGTERM ends the console as quitting does, so
             // what it holds is let go on the way out (a running tuner puts its caps back).
             futures::StreamExt::take_until(tty::input(size), Box::pin(ended_by_signal())),
-            now_s,
+            &*clock,
             opts.refresh,
             |r| {
                 let _ = requests.send(r);

@@ -262,7 +262,27 @@ fn header_row(app: &App, _area: Rect) -> Row {
         }
     }
     let stale = app.data.source_stale();
-    let right = if let Link::Gone { .. } = app.data.link {
+    let right = if let Link::Replay {
+        file,
+        start_s,
+        speed,
+        paused,
+        end,
+    } = &app.data.link
+    {
+        let state = match (end, paused) {
+            (Some(end), _) => format!(" · {end}"),
+            (None, true) => " · paused".into(),
+            (None, false) => String::new(),
+        };
+        Line::styled(
+            format!(
+                " replay {file} {} ×{speed}{state} ",
+                crate::tui::feed::replay::offset(*start_s, app.data.now),
+            ),
+            t.warn,
+        )
+    } else if let Link::Gone { .. } = app.data.link {
         Line::styled(
             " daemon gone — runs continue; restart with `gpupilot daemon --detach` ",
             t.stale,

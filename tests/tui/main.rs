@@ -17,5 +17,6 @@ mod feed_tuner;
 mod health;
 mod knobs;
 mod power;
+mod record_replay;
 mod screen;
 mod snapshots;

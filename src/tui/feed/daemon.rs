@@ -430,6 +430,8 @@ impl Worker {
             Request::Advise(on) => return self.set_advise(on),
             Request::TuneEnergy(run) => return self.tune(run),
             Request::TuneStop => return self.tune_stop(),
+            // A live node has no replay clock (the console sends these only to a replay).
+            Request::ReplayPause | Request::ReplaySeek(_) => return Ok(()),
             Request::Stop(run) => (run, None),
             Request::Pause(run) => (run, Some(RunSignal::Pause)),
             Request::Resume(run) => (run, Some(RunSignal::Resume)),

@@ -4,7 +4,8 @@
 //! - [`local`]: an in-process sampler (`gpupilot demo`): snapshots only, no daemon, no runs;
 //! - [`daemon`]: a client of the daemon (everything else): snapshots it pushes, the history it
 //!   keeps (back-filled on connect), node events, the run list and the shown run's log, metrics
-//!   and knobs, polled at the refresh rate and at once on events.
+//!   and knobs, polled at the refresh rate and at once on events;
+//! - [`replay`]: a recording (`gpupilot replay FILE`), played on the recording's own clock.
 //!
 //! Each runs on its own thread and never blocks the event loop. The console asks for what needs
 //! the daemon (stop a run, tail another one) with a [`Request`] on the feed's request channel;
@@ -13,6 +14,7 @@
 
 pub mod daemon;
 pub mod local;
+pub mod replay;
 
 use crate::client::Client;
 use crate::history::{Metric, Point};
@@ -87,6 +89,9 @@ pub enum Update {
     Advice(Box<daemon::Advice>),
     /// The console's energy tuner reports (see `daemon::tune`).
     Tuner(Box<daemon::TunerEvent>),
+    /// The source moved in time (a replay's seek): forget the snapshot, the history, the runs,
+    /// the events and the metrics; the state at the new time follows.
+    Rewind,
 }
 
 impl From<Snapshot> for Update {
@@ -126,6 +131,10 @@ pub enum Request {
     TuneEnergy(String),
     /// Stop the energy tuner; the starting caps go back.
     TuneStop,
+    /// A replay: pause its clock, or play on.
+    ReplayPause,
+    /// A replay: go this many seconds of recorded time on (or back, below zero).
+    ReplaySeek(i32),
 }
 
 /// The other end of the console.
@@ -147,6 +156,17 @@ pub enum Link {
     },
     /// The daemon went away (its runs go on); the feed tries to reconnect.
     Gone { reason: String },
+    /// A recording plays (`gpupilot replay`): nothing here changes a node.
+    Replay {
+        /// The file's name.
+        file: String,
+        /// When the recording started (seconds since the epoch).
+        start_s: f64,
+        speed: f64,
+        paused: bool,
+        /// How it ended, once the replay got there (`ends at +1:00`, `cut off at +0:42: …`).
+        end: Option<String>,
+    },
 }
 
 /// A running source: updates come in on `updates`; requests go out on `requests`.
@@ -167,6 +187,8 @@ pub enum DataSource {
     Local(Arc<dyn Source>),
     /// Be a client of this daemon.
     Daemon(Client),
+    /// Play this recording.
+    Replay(Box<replay::Replay>),
 }
 
 impl DataSource {
@@ -176,6 +198,18 @@ impl DataSource {
         match self {
             DataSource::Local(s) => local::start(s, refresh),
             DataSource::Daemon(c) => daemon::start(c, refresh, None),
+            DataSource::Replay(r) => replay::start(*r),
+        }
+    }
+
+    /// The time the console's frames go by: the recording's for a replay, else the system's.
+    pub fn clock(&self) -> Box<dyn Fn() -> f64 + Send> {
+        match self {
+            DataSource::Replay(r) => {
+                let c = r.clock.clone();
+                Box::new(move || c.now())
+            }
+            _ => Box::new(crate::telemetry::now_s),
         }
     }
 
@@ -186,6 +220,7 @@ impl DataSource {
         match self {
             DataSource::Local(s) => local::start(s, refresh),
             DataSource::Daemon(c) => daemon::start(c, refresh, Some(rt)),
+            DataSource::Replay(r) => replay::start(*r),
         }
     }
 }
