@@ -8,11 +8,11 @@ use std::path::Path;
 /// Bottom to top. A child of `tui` may use the children of earlier layers only.
 const LAYERS: &[&[&str]] = &[
     // Leaves: actions, numbers in words, colours, log lines, metrics series, control lines, the
-    // terminal; then the keymap (keys to actions).
+    // terminal; then the keymap (keys to actions) and the backend that writes frames.
     &[
         "action", "format", "theme", "log", "metrics", "control", "tty",
     ],
-    &["keymap"],
+    &["keymap", "ansi"],
     // Where data comes from, and the messages it sends; then what the views read.
     &["feed"],
     &["data"],

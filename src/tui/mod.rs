@@ -8,7 +8,8 @@
 //!   numbers (`N/A` for absent); [`log`], a run's log as lines, cleaned for a terminal, with
 //!   search;
 //!   [`metrics`], the shown run's training metrics, knobs, and the changes its charts mark;
-//!   [`control`], the control loops' status in words; [`tty`], the terminal's size and input.
+//!   [`control`], the control loops' status in words; [`tty`], the terminal's size and input;
+//!   [`ansi`], the backend that writes each frame in as few bytes as it can.
 //! - [`feed`]: where data comes from, on threads of their own: an in-process sampler (the
 //!   demo) or a client of the daemon (everything else). Both send the same [`feed::Update`]s,
 //!   and the messages they carry live with the feed that produces them; the app asks for what
@@ -32,6 +33,7 @@
 //! runs go on.
 
 pub mod action;
+pub mod ansi;
 pub mod app;
 pub mod control;
 pub mod data;
@@ -160,8 +162,7 @@ pub fn run(opts: TuiOptions) -> anyhow::Result<()> {
     // Each frame goes out in one write: stdout's own buffer holds 1 KiB, and a frame drawn
     // whole is ten times that. (The backend flushes at the end of every frame.)
     let out = std::io::BufWriter::with_capacity(64 << 10, std::io::stdout());
-    let backend =
-        tty::SizedBackend::new(ratatui::backend::CrosstermBackend::new(out), size.clone());
+    let backend = tty::SizedBackend::new(ansi::AnsiBackend::new(out, size.clone()), size.clone());
     let mut terminal = screen::Screen::new(backend);
     // ratatui's hook restores raw mode and the screen; mouse reporting must go too, or the
     // shell is flooded with escape codes after a panic.

@@ -30,7 +30,7 @@ impl KnownSize {
         k
     }
 
-    fn get(&self) -> Option<Size> {
+    pub fn get(&self) -> Option<Size> {
         match self.0.load(Ordering::Relaxed) {
             0 => None,
             v => Some(Size::new((v >> 16) as u16, v as u16)),
