@@ -15,7 +15,7 @@ use super::theme::Theme;
 use super::ui;
 use super::views::overview::{BlockModel, block_models};
 use ratatui::backend::Backend;
-use ratatui::buffer::{Buffer, Cell};
+use ratatui::buffer::{Buffer, Cell, CellDiffOption};
 use ratatui::layout::Rect;
 use ratatui::widgets::Widget;
 
@@ -159,7 +159,7 @@ impl<B: Backend> Screen<B> {
         }
         self.spare.reset();
         app.render(area, &mut self.spare);
-        let changes = self.shown.diff(&self.spare);
+        let changes = changes(&self.shown, &self.spare);
         self.last.cells += changes.len();
         if !changes.is_empty() {
             self.backend.draw(changes.into_iter())?;
@@ -274,10 +274,68 @@ impl<B: Backend> Screen<B> {
 /// Add the cells of `next` that differ from `was` (same area) to `changed`.
 fn note_changes(changed: &mut Vec<(u16, u16, Cell)>, was: &Buffer, next: &Buffer) {
     changed.extend(
-        was.diff(next)
+        changes(was, next)
             .into_iter()
             .map(|(x, y, c)| (x, y, c.clone())),
     );
+}
+
+/// The cells of `next` that differ from `was`: what ratatui's `Buffer::diff` finds, without
+/// its cost where it cannot matter. It asks Unicode the width of every cell, equal or not, to
+/// handle wide glyphs; a frame of the console's own glyphs (digits, gauges, sparkline bars,
+/// borders) holds none, and there the changes are simply the cells that differ. Anything else
+/// goes through `Buffer::diff`.
+fn changes<'a>(was: &Buffer, next: &'a Buffer) -> Vec<(u16, u16, &'a Cell)> {
+    if was.area != next.area || !all_narrow(was) || !all_narrow(next) {
+        return was.diff(next);
+    }
+    let width = usize::from(next.area.width.max(1));
+    was.content
+        .iter()
+        .zip(&next.content)
+        .enumerate()
+        .filter(|(_, (a, b))| a != b)
+        .map(|(i, (_, b))| {
+            let x = next.area.x + (i % width) as u16;
+            let y = next.area.y + (i / width) as u16;
+            (x, y, b)
+        })
+        .collect()
+}
+
+/// Whether every cell of `buf` is one plain column wide: one ASCII character or one
+/// character from the blocks the console draws with (Latin-1 signs, punctuation, arrows, box
+/// drawing, block elements, braille: one column each), none skipped, none with a diff option
+/// of its own.
+fn all_narrow(buf: &Buffer) -> bool {
+    buf.content.iter().all(|c| {
+        #[allow(deprecated)] // what `Buffer::diff` still honours
+        let skip = c.skip;
+        if skip || c.diff_option != CellDiffOption::None {
+            return false;
+        }
+        let s = c.symbol();
+        match s.as_bytes() {
+            [b] => b.is_ascii() && !b.is_ascii_control(),
+            _ => {
+                let mut chars = s.chars();
+                matches!(
+                    (chars.next(), chars.next()),
+                    (
+                        Some(
+                            '\u{A1}'..='\u{AC}' // Latin-1 signs (°, ±, µ, …) and letters,
+                                | '\u{AE}'..='\u{FF}' // not the soft hyphen
+                                | '\u{2010}'..='\u{2027}' // dashes, quotes, bullet, ellipsis
+                                | '\u{2190}'..='\u{21FF}' // arrows
+                                | '\u{2500}'..='\u{259F}' // box drawing, block elements
+                                | '\u{2800}'..='\u{28FF}' // braille
+                        ),
+                        None
+                    )
+                )
+            }
+        }
+    })
 }
 
 /// Copy the cells of `from` that lie on `to`'s area into `to`.
@@ -298,5 +356,52 @@ impl<B: Backend> Drop for Screen<B> {
         if self.cursor_hidden {
             let _ = self.backend.show_cursor();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use ratatui::style::{Color, Style};
+
+    const GLYPHS: [&str; 10] = [" ", "a", "7", "▁", "█", "─", "⣿", "°", "漢", "€"];
+
+    fn buffer(cells: &[(u16, u16, usize, bool)]) -> Buffer {
+        let mut b = Buffer::empty(Rect::new(3, 2, 20, 6));
+        for &(x, y, g, red) in cells {
+            let style = Style::new().fg(if red { Color::Red } else { Color::Reset });
+            b.set_string(3 + x, 2 + y, GLYPHS[g], style);
+        }
+        b
+    }
+
+    proptest! {
+        /// The same changes as ratatui's diff, whether the fast way applies (narrow glyphs
+        /// only) or not (a wide or combined one anywhere).
+        #[test]
+        fn changes_are_ratatuis(
+            a in proptest::collection::vec((0u16..19, 0u16..6, 0usize..10, any::<bool>()), 0..40),
+            b in proptest::collection::vec((0u16..19, 0u16..6, 0usize..10, any::<bool>()), 0..40),
+        ) {
+            let (was, next) = (buffer(&a), buffer(&b));
+            prop_assert_eq!(changes(&was, &next), was.diff(&next));
+        }
+    }
+
+    #[test]
+    fn the_console_s_glyphs_are_narrow_and_others_are_not() {
+        let narrow = [
+            (0, 0, 3, true),
+            (1, 0, 5, false),
+            (2, 0, 6, false),
+            (3, 0, 7, false),
+        ];
+        assert!(all_narrow(&buffer(&narrow)));
+        assert!(!all_narrow(&buffer(&[(0, 0, 8, false)])), "wide");
+        assert!(
+            !all_narrow(&buffer(&[(0, 0, 9, false)])),
+            "outside the blocks the console draws with"
+        );
     }
 }
