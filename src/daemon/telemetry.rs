@@ -7,10 +7,11 @@
 //! history first, then to the control loops, then out to subscribers. The history's lock is
 //! held only for one snapshot's appends or one window's read, and never with another lock.
 //!
-//! It also tells which XIDs in a snapshot are new (each GPU's count of XIDs heard against the
-//! count at the last snapshot), for the node's event log.
+//! It also tells which XIDs in a snapshot are new, for the node's event log, a storm folded
+//! into one event per window ([`xids`]).
 
-use std::collections::HashMap;
+mod xids;
+
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
@@ -19,15 +20,14 @@ use super::state::lock;
 use crate::history::{History, Metric, Point};
 use crate::protocol::{NodeEvent, TelemetryInfo};
 use crate::telemetry::Snapshot;
-use crate::telemetry::xid::explain;
 
 /// The newest snapshot, the history and the source. See the module doc.
 pub struct Telemetry {
     history: Mutex<History>,
     newest: watch::Sender<Option<Arc<Snapshot>>>,
     info: TelemetryInfo,
-    /// Per GPU, the count of XIDs heard at the last snapshot.
-    xids_seen: Mutex<HashMap<u32, u64>>,
+    /// Which XIDs became node events.
+    xids: Mutex<xids::XidLog>,
 }
 
 impl Telemetry {
@@ -37,7 +37,7 @@ impl Telemetry {
             history: Mutex::new(History::default()),
             newest: watch::channel(None).0,
             info,
-            xids_seen: Mutex::default(),
+            xids: Mutex::default(),
         }
     }
 
@@ -51,28 +51,9 @@ impl Telemetry {
         lock(&self.history).record(snap);
     }
 
-    /// The XIDs of `snap` not in an earlier snapshot, as node events, oldest first. More new
-    /// ones than a GPU's ring keeps are the ring's (the others were never seen).
+    /// The node events the XIDs of `snap` make (see [`xids`]).
     pub fn new_xids(&self, snap: &Snapshot) -> Vec<NodeEvent> {
-        let mut seen = lock(&self.xids_seen);
-        let mut events = Vec::new();
-        for g in &snap.gpus {
-            let (Some(xids), Some(count)) = (&g.xids, g.xid_count) else {
-                continue;
-            };
-            let before = seen.insert(g.index, count).unwrap_or(0);
-            let new = usize::try_from(count.saturating_sub(before)).unwrap_or(usize::MAX);
-            for x in &xids[xids.len().saturating_sub(new)..] {
-                events.push(NodeEvent::Xid {
-                    gpu: g.index,
-                    uuid: g.uuid.clone(),
-                    xid: x.xid,
-                    name: x.name.clone(),
-                    action: explain(x.xid).action.to_string(),
-                });
-            }
-        }
-        events
+        lock(&self.xids).take(snap)
     }
 
     /// A new snapshot out to subscribers: it is the newest from now on.

@@ -310,6 +310,10 @@ pub enum NodeEvent {
         xid: u64,
         name: String,
         action: String,
+        /// XIDs of this number on this GPU folded into this event: in a storm each GPU and
+        /// number has at most one event per 10 s, with this count.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        repeats: Option<u64>,
     },
     /// A GPU's power limit changed and gpupilot did not change it (pynvml, `nvidia-smi -pl`,
     /// another tool): `old_w` → `new_w`, as read at two snapshots. Recorded once per change;

@@ -43,6 +43,7 @@ fn app() -> App {
                 xid: 79,
                 name: "GPU has fallen off the bus".into(),
                 action: String::new(),
+                repeats: None,
             },
         }],
         reset: false,

@@ -278,12 +278,18 @@ pub fn columns(e: &NodeEvent) -> [String; 4] {
             ),
             "changed outside gpupilot (power reset restores the limit before)".into(),
         ],
-        NodeEvent::Xid { gpu, xid, name, .. } => {
+        NodeEvent::Xid {
+            gpu,
+            xid,
+            name,
+            repeats,
+            ..
+        } => {
             let info = crate::telemetry::xid::explain(*xid);
             [
                 "driver".into(),
                 format!("GPU {gpu}: XID {xid}"),
-                String::new(),
+                repeats.map_or(String::new(), |n| format!("{n} more in a storm")),
                 format!("{name}: {}; {}", info.meaning, info.action),
             ]
         }
@@ -518,6 +524,7 @@ mod tests {
             xid: 48,
             name: "Double Bit ECC Error".into(),
             action: String::new(),
+            repeats: None,
         };
         let [who, what, change, why] = columns(&e);
         assert_eq!((who.as_str(), what.as_str()), ("driver", "GPU 2: XID 48"));
