@@ -88,8 +88,6 @@ pub fn connect(paths: &Paths) -> anyhow::Result<Client> {
     Ok(Client::connect(paths)?)
 }
 
-/// Write to stdout; a closed pipe (`gpupilot logs RUN | head`) is an [`OutputClosed`] error
-/// (of kind `BrokenPipe`), which `main` ends on quietly.
 /// The running daemon's newest snapshot, if a daemon answers within 2 s (none is started):
 /// what `status` and `doctor` take its XIDs from, heard since it started, which no one-shot
 /// read of NVML can hear.
@@ -102,6 +100,8 @@ pub fn daemon_snapshot() -> Option<crate::telemetry::Snapshot> {
         .snapshot
 }
 
+/// Write to stdout; a closed pipe (`gpupilot logs RUN | head`) is an [`OutputClosed`] error
+/// (of kind `BrokenPipe`), which `main` ends on quietly.
 pub(crate) fn out(text: &str) -> std::io::Result<()> {
     let mut o = std::io::stdout().lock();
     o.write_all(text.as_bytes())

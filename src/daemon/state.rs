@@ -206,14 +206,14 @@ impl Daemon {
     /// subscribers.
     pub fn take_snapshot(&self, snap: Snapshot) {
         self.telemetry.record(&snap);
+        for xid in self.telemetry.new_xids(&snap) {
+            self.events.record(xid);
+        }
         self.control.step(&snap, &self.runs);
         self.telemetry.publish(snap);
     }
 
     /// The runs part, for tests that look at the table.
-        for xid in self.telemetry.new_xids(&snap) {
-            self.events.record(xid);
-        }
     #[cfg(test)]
     pub(super) fn runs(&self) -> &Runs {
         &self.runs
