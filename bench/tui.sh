@@ -19,14 +19,15 @@
 # temperatures before any program starts; GPUPILOT_BENCH_SETTLE=SECONDS (default 5) is
 # where the steady-state columns start counting; GPUPILOT_BENCH_REFRESH=SECONDS (default 1, a
 # whole number) is every program's refresh (gpupilot --refresh, nvtop -d in tenths, nvitop
-# --interval); GPUPILOT_BENCH_BIN=PATH measures another gpupilot binary. Results: a table on
+# --interval); GPUPILOT_BENCH_BIN=PATH measures another gpupilot binary;
+# GPUPILOT_BENCH_SCENARIO=FILE another fake-NVML scenario. Results: a table on
 # stdout and bench/out/tui-<time>.json.
 set -euo pipefail
 
 secs=${1:-60}
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-scenario=$root/crates/fake-nvml/scenarios/8xh100.toml
+scenario=${GPUPILOT_BENCH_SCENARIO:-$root/crates/fake-nvml/scenarios/8xh100.toml}
 out=$root/bench/out
 mkdir -p "$out"
 stamp=$(date -u +%Y%m%dT%H%M%SZ)
