@@ -1,8 +1,9 @@
 //! End to end: `gpupilot record` takes 60 s of a simulated node (2 GPUs, a daemon at 1 Hz)
 //! with a training run whose batch size changes halfway, and `gpupilot replay --speed 10` in a
 //! tmux pane shows the same GPUs, the run, and the change at the moment it happened in the
-//! recording; a knob key there is refused, because it is a recording. Then the recorder's bad
-//! cases: a file that is not a recording, and one cut off mid-write.
+//! recording; a knob key there is refused, because it is a recording. Then the replay's feed
+//! on a file written by hand (pause, seeks both ways, a refusal, the end), and the bad cases:
+//! a file cut off mid-write, one that is not a recording, one from a newer format, a full disk.
 //!
 //! A temporary GPUPILOT_HOME and `--source sim` keep it off the machine's GPUs and daemon;
 //! every wait is bounded.
@@ -271,4 +272,116 @@ fn bad_recordings_are_named_before_the_console_starts() {
             && err.contains(&format!("this gpupilot ({})", env!("CARGO_PKG_VERSION"))),
         "{err}"
     );
+}
+
+/// A recording of `n` seconds of one GPU whose temperature is its second, written by hand.
+fn recording(path: &std::path::Path, n: u32) -> f64 {
+    use gpupilot::recording::{Header, Writer};
+    use gpupilot::telemetry::{GpuSample, Snapshot};
+    let t0 = 1_800_000_000.0;
+    let f = std::fs::File::create(path).unwrap();
+    let header = Header {
+        node: "n1".into(),
+        started_s: t0,
+        rate_hz: 1.0,
+    };
+    let mut w = Writer::new(f, &header).unwrap();
+    for i in 0..n {
+        let t = t0 + f64::from(i);
+        let snap = Snapshot {
+            time_s: t,
+            gpus: vec![GpuSample {
+                index: 0,
+                time_s: t,
+                temperature_c: Some(f64::from(i)),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        w.write(t, &Item::Snapshot(Box::new(snap))).unwrap();
+    }
+    w.finish(t0 + f64::from(n)).unwrap();
+    t0
+}
+
+/// The temperature of the newest snapshot among `updates`: the second the replay is at.
+fn second_of(u: &gpupilot::tui::feed::Update) -> Option<f64> {
+    match u {
+        gpupilot::tui::feed::Update::Snapshot(s) => s.gpus[0].temperature_c,
+        _ => None,
+    }
+}
+
+#[test]
+fn a_replay_pauses_seeks_both_ways_refuses_changes_and_stops_at_its_end() {
+    use crate::support::feed::Reader as Updates;
+    use gpupilot::tui::feed::replay::{REFUSED, Replay};
+    use gpupilot::tui::feed::{DataSource, Link, Request, Update};
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("r.gprec");
+    recording(&path, 120);
+    let replay = Replay::open(&path, 1.0).unwrap();
+    let clock = replay.clock.clone();
+    let mut r = Updates::new(
+        DataSource::Replay(Box::new(replay)).start(Duration::from_secs(1)),
+        Duration::from_secs(10),
+    );
+    r.until("the first snapshot", |u| second_of(u) == Some(0.0));
+
+    // Paused, the clock stands still.
+    r.send(Request::ReplayPause);
+    r.until("paused", |u| {
+        matches!(u, Update::Link(Link::Replay { paused: true, .. }))
+    });
+    let at = clock.now();
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(clock.now(), at);
+
+    // 30 s on: the console forgets, then gets the state 30 s on (the snapshot of that second
+    // last, after the history that leads to it).
+    r.send(Request::ReplaySeek(30));
+    r.until("the rewind", |u| matches!(u, Update::Rewind));
+    let on = r.until("the snapshot after the seek", |u| second_of(u).is_some());
+    let s = second_of(&on).unwrap();
+    assert!((29.0..=31.0).contains(&s), "at second {s}");
+    assert!((clock.now() - (1_800_000_000.0 + s)).abs() <= 1.0);
+
+    // 20 s back: read again from the start; the history reaches back to the start.
+    r.send(Request::ReplaySeek(-20));
+    r.until("the rewind", |u| matches!(u, Update::Rewind));
+    let mut oldest = None;
+    let back = r.until("the snapshot after the seek back", |u| {
+        if let Update::History { points, .. } = u {
+            oldest = points.first().map(|p| p.t);
+        }
+        second_of(u).is_some()
+    });
+    let s = second_of(&back).unwrap();
+    assert!((9.0..=11.0).contains(&s), "at second {s}");
+    assert!(
+        oldest.is_some_and(|t| (t - 1_800_000_000.0).abs() < 1.0),
+        "the charts from the start: {oldest:?}"
+    );
+
+    // Nothing changes a node from a recording.
+    r.send(Request::Stop("x".into()));
+    let refused = r.until("the refusal", |u| matches!(u, Update::Answer { .. }));
+    assert_eq!(
+        refused,
+        Update::Answer {
+            ok: false,
+            text: REFUSED.into()
+        }
+    );
+
+    // Past the end: it stops there and says so.
+    r.send(Request::ReplaySeek(1000));
+    r.until(
+        "the end",
+        |u| matches!(u, Update::Link(Link::Replay { end: Some(e), .. }) if e == "ends at +2:00"),
+    );
+    let end = clock.now();
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(clock.now(), end, "the clock stops at the end");
 }
