@@ -3,7 +3,8 @@
 //!
 //! `cargo bench --bench tuner [-- --eta 0.5 --step-w 25]`. Prints a Markdown table.
 
-use gpupilot::control::tuner::sim::{BENCH_CASES, SimSettings, compare, table};
+use gpupilot::control::tuner::Window;
+use gpupilot::control::tuner::sim::{BENCH_CASES, Comparison, Judged, SimSettings, compare, table};
 
 fn main() {
     let mut s = SimSettings::default();
@@ -31,20 +32,39 @@ fn main() {
         }
     }
     println!(
-        "eta {}, {} W steps, window {} + {} {:?} per cap, gpusim step {} s, seed {}\n",
-        s.eta, s.step_w, s.window.warmup, s.window.measure, s.window.unit, s.sim_step_s, s.seed
+        "eta {}, {} W steps, gpusim step {} s, seed {}; windows per cap: golden {:?}, descend and sweep {:?}\n",
+        s.eta,
+        s.step_w,
+        s.sim_step_s,
+        s.seed,
+        Window::GOLDEN_STEPS,
+        Window::DEFAULT_STEPS
     );
     print!("{}", table(&rows));
-    let worst = rows.iter().map(|c| c.gap_pct).fold(0.0, f64::max);
-    let mean_time = rows.iter().map(|c| c.time_fraction).sum::<f64>() / rows.len().max(1) as f64;
+    let worst =
+        |f: fn(&Comparison) -> &Judged| rows.iter().map(|c| f(c).gap_pct).fold(0.0, f64::max);
+    let time = |f: fn(&Comparison) -> &Judged| {
+        let t: Vec<f64> = rows.iter().map(|c| f(c).time_fraction).collect();
+        let mean = t.iter().sum::<f64>() / t.len().max(1) as f64;
+        (mean, t.iter().copied().fold(0.0, f64::max))
+    };
+    let (gm, gmax) = time(|c| &c.golden);
+    let (dm, dmax) = time(|c| &c.descend);
     let (lo, hi) = rows
         .iter()
-        .filter_map(|c| c.tuner.result.energy_saving_pct)
+        .filter_map(|c| c.golden.run.result.energy_saving_pct)
         .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), e| {
             (lo.min(e), hi.max(e))
         });
     println!(
-        "\nworst cost gap {worst:.2}%, mean tuner time {:.0}% of the sweep's, energy saved vs default {lo:.1}–{hi:.1}%",
-        100.0 * mean_time
+        "\ngolden: worst cost gap {:.2}%, time {:.0}% of the sweep's on average, {:.0}% at most; \
+         descend: worst gap {:.2}%, time {:.0}% on average, {:.0}% at most; \
+         energy saved vs default (golden) {lo:.1}–{hi:.1}%",
+        worst(|c| &c.golden),
+        100.0 * gm,
+        100.0 * gmax,
+        worst(|c| &c.descend),
+        100.0 * dm,
+        100.0 * dmax,
     );
 }

@@ -4,7 +4,7 @@ use clap::builder::TypedValueParser as _;
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 
-use crate::control::tuner::TuneSettings;
+use crate::control::tuner::{Strategy, TuneSettings};
 
 pub use crate::telemetry::open::{SimSpec, SourceKind};
 
@@ -158,7 +158,8 @@ each user's own daemon. See docs/operations.md, \"A root daemon for power contro
     /// thermal slowdown, ECC errors, power-cap permission (exit 0 ok, 1 warnings, 2 problems).
     #[command(long_about = DOCTOR_ABOUT)]
     Doctor(DoctorArgs),
-    /// Tune a live run: `tune energy RUN` searches for the energy-optimal power cap.
+    /// Tune a live run: `tune energy RUN` searches for the energy-optimal power cap (a job of
+    /// the daemon: `tune status`, `tune stop`).
     #[command(subcommand)]
     Tune(TuneCommand),
     /// Hints from the last minutes of telemetry and run metrics, each with its evidence and the
@@ -872,16 +873,45 @@ pub enum TuneCommand {
     /// Find the power cap with the lowest energy-and-time cost per sample on a live run.
     #[command(long_about = TUNE_ENERGY_ABOUT)]
     Energy(TuneEnergyArgs),
+    /// The daemon's tuning jobs: where each stands, or how it ended.
+    Status(TuneStatusArgs),
+    /// Stop a tuning job; its GPUs' starting caps come back.
+    Stop(TuneStopArgs),
 }
 
-const TUNE_ENERGY_ABOUT: &str = "While RUN trains, try power caps from the GPUs' maximum downward \
-in --step-w steps, each for a warm-up and a measured window of training steps (the run must report \
-metrics: the gpupilot SDK, or lines the daemon parses), and score each by Zeus's cost per sample, \
-eta·energy + (1−eta)·max_power·time (eta 1: energy only; 0: time only). It stops once the cost has \
-clearly risen for two caps in a row, sets the best cap on the run's GPUs, prints the curve and the \
-saving in energy and time against the default cap, and writes the result to the run's directory \
-(tune-energy.json). Ctrl-C, a hang-up, or the run ending mid-way put every GPU's starting cap back. \
-Caps go through the daemon, so they need the rights any cap needs (a root daemon).";
+/// Options of `gpupilot tune status`.
+#[derive(Debug, Args, Clone)]
+pub struct TuneStatusArgs {
+    /// A job id (`tune-RUN`) or its run; every job when left out.
+    #[arg(value_name = "JOB")]
+    pub job: Option<String>,
+    /// Print the jobs as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Options of `gpupilot tune stop`.
+#[derive(Debug, Args, Clone)]
+pub struct TuneStopArgs {
+    /// A job id (`tune-RUN`) or its run.
+    #[arg(value_name = "JOB")]
+    pub job: String,
+}
+
+const TUNE_ENERGY_ABOUT: &str = "While RUN trains, try power caps on a grid of --step-w steps, each \
+for a warm-up and a measured window of training steps (the run must report metrics: the gpupilot \
+SDK, or lines the daemon parses), and score each by Zeus's cost per sample, \
+eta·energy + (1−eta)·max_power·time (eta 1: energy only; 0: time only). The default search starts \
+at the default cap, narrows a golden-section bracket over the caps and ends each window once the \
+cost is known well enough (--search descend: from the maximum down until the cost has clearly \
+risen for two caps in a row; sweep: every cap). It sets the best cap on the run's GPUs, prints the \
+curve and the saving in energy and time against the default cap, and writes the result to the \
+run's directory (tune-energy.json). The search is a job of the daemon: this command starts it and \
+follows it; closing the terminal, a dropped SSH session or killing this command leaves it running \
+(`gpupilot tune status`, `gpupilot tune stop RUN`), and it survives a daemon restart. Ctrl-C \
+stops it; a stop, or the run ending mid-way, puts every GPU's starting cap back. Caps go through \
+the daemon, so they need the rights any cap needs (a root daemon; a user's daemon asks the system \
+daemon when one answers).";
 
 /// Options of `gpupilot tune energy`.
 #[derive(Debug, Args, Clone)]
@@ -900,10 +930,15 @@ pub struct TuneEnergyArgs {
         value_parser = parse_step_w
     )]
     pub step_w: f64,
-    /// Warm-up per cap, in steps (in seconds with --seconds); default 10 steps or 5 s.
+    /// How caps are chosen: golden (a golden-section search from the default cap), descend
+    /// (from the maximum down, early stop) or sweep (every cap).
+    #[arg(long, value_name = "HOW", default_value = "golden", value_parser = parse_strategy)]
+    pub search: Strategy,
+    /// Warm-up per cap, in steps (in seconds with --seconds); default 5 steps or 3 s (golden),
+    /// 10 steps or 5 s (descend, sweep).
     #[arg(long, value_name = "N", value_parser = parse_window)]
     pub warmup: Option<f64>,
-    /// Measured window per cap, in steps; default 40.
+    /// Measured window per cap, in steps (the most, for golden); default 40.
     #[arg(long, value_name = "STEPS", conflicts_with = "seconds", value_parser = parse_window)]
     pub measure: Option<f64>,
     /// Measure each cap for this many seconds instead of steps (runs that report no steps).
@@ -912,6 +947,9 @@ pub struct TuneEnergyArgs {
     /// Print the result as JSON (progress is not printed).
     #[arg(long)]
     pub json: bool,
+    /// Start the job and return (its id on stdout) instead of following it.
+    #[arg(long)]
+    pub detach: bool,
 }
 
 /// Options of `gpupilot advise`.
@@ -1030,6 +1068,13 @@ fn parse_window(s: &str) -> Result<f64, String> {
 }
 
 /// The tuner's step between caps.
+fn parse_strategy(s: &str) -> Result<Strategy, String> {
+    [Strategy::Golden, Strategy::Descend, Strategy::Sweep]
+        .into_iter()
+        .find(|k| k.name() == s)
+        .ok_or_else(|| format!("`{s}`: the search is golden, descend or sweep"))
+}
+
 fn parse_step_w(s: &str) -> Result<f64, String> {
     finite_in(
         s.trim_end_matches(['W', 'w']),

@@ -7,7 +7,7 @@
 
 use anyhow::Context;
 use clap::Parser;
-use gpupilot::cli::{Cli, Command, GlobalArgs, ProfileCommand, StatusArgs, TuneCommand};
+use gpupilot::cli::{Cli, Command, GlobalArgs, ProfileCommand, StatusArgs};
 use gpupilot::commands;
 use gpupilot::status;
 use gpupilot::telemetry::open::open_source;
@@ -62,7 +62,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Some(Command::Clocks(cmd)) => commands::power::clocks(&g, &cmd),
         Some(Command::Doctor(args)) => commands::doctor::doctor(&g, &args),
         Some(Command::Advise(args)) => commands::advise::advise(&g, &args),
-        Some(Command::Tune(TuneCommand::Energy(args))) => commands::tune::tune_energy(&g, &args),
+        Some(Command::Tune(cmd)) => commands::tune::tune(&g, &cmd),
         Some(Command::Thermal(args)) => commands::thermal::thermal(&g, &args),
         Some(Command::Budget(args)) => commands::thermal::budget(&g, &args),
         Some(Command::Cluster(args)) => commands::cluster::cluster(&args),

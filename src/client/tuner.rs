@@ -2,8 +2,11 @@
 //! `control::tuner::session` reads the run, the snapshots, the reports and the power limits,
 //! and sets caps, through these requests.
 
-use super::Client;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use super::{Client, ClientError};
 use crate::control::PowerLimits;
+use crate::control::tuner::record::TuneJob;
 use crate::control::tuner::session::{Reports, RunSeen, TunerDaemon};
 use crate::protocol::{Request, Response, TargetGpus};
 use crate::supervisor::RunStatus;
@@ -48,5 +51,39 @@ impl TunerDaemon for Client {
         };
         self.request(request)?;
         Ok(())
+    }
+}
+
+impl Client {
+    /// One step of following tuning job `job`: `tune_stop` once `stop` has turned true (once:
+    /// `stopping` remembers it was answered), else `tune_status`; the job as it stands. The CLI
+    /// and the console follow a job the same way.
+    pub fn tune_follow(
+        &self,
+        job: &str,
+        stop: &AtomicBool,
+        stopping: &mut bool,
+    ) -> Result<TuneJob, ClientError> {
+        let stop_now = stop.load(Ordering::SeqCst) && !*stopping;
+        let request = if stop_now {
+            Request::TuneStop { job: job.into() }
+        } else {
+            Request::TuneStatus {
+                job: Some(job.into()),
+            }
+        };
+        match self.request(request)? {
+            Response::TuneJobs { jobs } if !jobs.is_empty() => {
+                *stopping |= stop_now;
+                Ok(jobs.into_iter().next().expect("not empty"))
+            }
+            other => {
+                let got = serde_json::to_string(&other).unwrap_or_else(|_| format!("{other:?}"));
+                Err(ClientError::Unexpected {
+                    what: "tune_status",
+                    got: got.chars().take(200).collect(),
+                })
+            }
+        }
     }
 }

@@ -1,87 +1,175 @@
-//! `gpupilot tune energy RUN`: the energy-optimal power-cap search on a live run, as a client
-//! of the daemon.
+//! `gpupilot tune energy RUN`, `tune status`, `tune stop`: the energy-optimal power-cap
+//! search as a job of the daemon (`daemon::tune`), which these commands start and watch.
 //!
-//! Every second it reads the run's metrics reports (steps, batch size, samples/s) and the
-//! energy counters of the run's GPUs from the daemon's newest snapshot, feeds them to the
-//! [`Tuner`](crate::control::tuner::Tuner), and asks the daemon for each cap (so every change
-//! lands in the node's events, and needs the rights any cap needs). When the search ends it
-//! applies the best cap, prints the curve and the saving, writes the result to the run's
-//! directory (`tune-energy.json`) and prints the `[power] cap_w` line for the profile. Ctrl-C,
-//! a hang-up, SIGTERM or the run ending before the search does put each GPU's starting cap
-//! back.
+//! `tune energy` asks the daemon to start the job (`tune_start`), then follows it every
+//! refresh (`tune_status`), printing each cap and the curve as it grows; when the job ends it
+//! prints the curve, the saving and the `[power] cap_w` line for the profile. Ctrl-C stops the
+//! job (`tune_stop`: the starting caps come back first); a hang-up, SIGTERM or SIGKILL of this
+//! command only ends the watching: the job goes on in the daemon. `--detach` starts it and
+//! returns.
 //!
 //! On a data-parallel job of several ranks it tunes the job: the GPUs its ranks train on, all
 //! at one cap, scored on their energy together against the samples of every rank
 //! ([`crate::control::tuner::job`]).
 
 use std::process::ExitCode;
-use std::time::Duration;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
-use crate::cli::{GlobalArgs, TuneEnergyArgs};
+use crate::cli::{GlobalArgs, TuneCommand, TuneEnergyArgs, TuneStatusArgs, TuneStopArgs};
+use crate::client::Client;
 use crate::config::Paths;
-use crate::control::tuner::live::{Outcome, drive};
-use crate::control::tuner::session::{RESULT_FILE, prepare, save_result, stop_flag};
+use crate::control::tuner::record::{JobState, TuneJob};
+use crate::control::tuner::session::flag_on;
 use crate::control::tuner::{Phase, Progress, TuneResult, TuneSettings, Unit, Window};
+use crate::protocol::{Request, Response};
+
+/// How long following waits for a daemon that went away (restarting) to answer again.
+const RECONNECT_WITHIN: Duration = Duration::from_secs(30);
+
+/// `gpupilot tune …`.
+pub fn tune(g: &GlobalArgs, cmd: &TuneCommand) -> anyhow::Result<ExitCode> {
+    match cmd {
+        TuneCommand::Energy(args) => tune_energy(g, args),
+        TuneCommand::Status(args) => tune_status(g, args),
+        TuneCommand::Stop(args) => tune_stop(g, args),
+    }
+}
+
+fn jobs(client: &Client, request: Request) -> anyhow::Result<Vec<TuneJob>> {
+    match client.request(request)? {
+        Response::TuneJobs { jobs } => Ok(jobs),
+        other => anyhow::bail!("the daemon answered with something unexpected: {other:?}"),
+    }
+}
+
+fn one(client: &Client, request: Request) -> anyhow::Result<TuneJob> {
+    jobs(client, request)?
+        .into_iter()
+        .next()
+        .ok_or_else(|| anyhow::anyhow!("the daemon answered with no job"))
+}
 
 /// `gpupilot tune energy RUN …`.
 pub fn tune_energy(g: &GlobalArgs, args: &TuneEnergyArgs) -> anyhow::Result<ExitCode> {
-    let client = super::connect_or_spawn(g, &Paths::from_env())?;
-    let (mut run, mut tuner) = prepare(client, &args.run, &settings(args))?;
-    let max_w = tuner.config().max_w;
+    use tokio::signal::unix::SignalKind;
+    let paths = Paths::from_env();
+    let client = super::connect_or_spawn(g, &paths)?;
+    // Before the job starts, so that a Ctrl-C from the first moment stops it.
+    let interrupt = flag_on(vec![SignalKind::interrupt()]);
+    let leave = flag_on(vec![SignalKind::terminate(), SignalKind::hangup()]);
+    let settings = settings(args);
+    let job = one(
+        &client,
+        Request::TuneStart {
+            run: args.run.clone(),
+            settings,
+        },
+    )?;
+    let w = settings.window;
     eprintln!(
-        "gpupilot: tuning the power cap of {} ({} caps from {max_w:.0} W down, {} + {} {} each, eta {}); Ctrl-C puts the caps back",
-        run.what(),
-        tuner.plan().len(),
-        tuner.config().window.warmup,
-        tuner.config().window.measure,
-        unit_name(tuner.config().window.unit),
-        tuner.config().eta
+        "gpupilot: tuning job {}: the power cap of {} ({} search, {} + {} {} per cap, eta {}); it \
+         runs in the daemon: Ctrl-C stops it and puts the caps back, closing the terminal leaves it \
+         running (`gpupilot tune status {}`)",
+        job.id,
+        job.what,
+        settings.strategy.name(),
+        w.warmup,
+        w.measure,
+        unit_name(w.unit),
+        settings.eta,
+        job.id
     );
-    let stop = stop_flag();
+    if args.detach {
+        println!("{}", job.id);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut client = client;
     let mut last_line = String::new();
-    let outcome = drive(
-        &mut tuner,
-        &mut run,
-        &stop,
-        || std::thread::sleep(Duration::from_secs_f64(g.refresh.clamp(0.2, 5.0))),
-        |p| {
+    let mut stopping = false;
+    loop {
+        if leave.load(Ordering::SeqCst) {
+            eprintln!(
+                "gpupilot: no longer following job {}; it goes on in the daemon (`gpupilot tune \
+                 status {}`, `gpupilot tune stop {}`)",
+                job.id, job.id, job.id
+            );
+            return Ok(ExitCode::FAILURE);
+        }
+        let now = match client.tune_follow(&job.id, &interrupt, &mut stopping) {
+            Ok(j) => j,
+            Err(e) => {
+                // The daemon may be restarting: the job is in its state directory.
+                eprintln!("gpupilot: lost the daemon ({e}); waiting for it to answer again");
+                client = reconnect(&paths)?;
+                client.tune_follow(&job.id, &interrupt, &mut stopping)?
+            }
+        };
+        if let Some(p) = &now.progress {
             let line = progress_line(p);
-            if line != last_line && !args.json {
+            if line != last_line && !args.json && !now.state.is_final() {
                 eprintln!("{line}");
                 last_line = line;
             }
-        },
-    )
-    .map_err(|e| anyhow::anyhow!(e))?;
-    match outcome {
-        Outcome::Done(result) => {
-            let saved = save_result(&run, &result);
-            if args.json {
-                println!("{}", serde_json::to_string_pretty(&result)?);
-            } else {
-                print!("{}", render_result(&result));
-                match &saved {
-                    Ok(path) => println!("saved to {}", path.display()),
-                    Err(e) => println!(
-                        "could not save to {}: {}",
-                        run.dir.join(RESULT_FILE).display(),
-                        e.root_cause()
-                    ),
-                }
-                println!(
-                    "to start this run's profile at this cap, add:\n\n[power]\ncap_w = {:.0}",
-                    result.best.cap_w
-                );
+        }
+        if now.state.is_final() {
+            return ended(&now, args.json);
+        }
+        std::thread::sleep(Duration::from_secs_f64(g.refresh.clamp(0.2, 5.0)));
+    }
+}
+
+fn reconnect(paths: &Paths) -> anyhow::Result<Client> {
+    let until = Instant::now() + RECONNECT_WITHIN;
+    loop {
+        match Client::connect(paths) {
+            Ok(c) => return Ok(c),
+            Err(e) if Instant::now() >= until => return Err(e.into()),
+            Err(_) => std::thread::sleep(Duration::from_millis(500)),
+        }
+    }
+}
+
+/// A job that ended: its result, or why it stopped.
+fn ended(job: &TuneJob, json: bool) -> anyhow::Result<ExitCode> {
+    match (job.state, &job.result) {
+        (JobState::Done, Some(result)) => {
+            if json {
+                println!("{}", serde_json::to_string_pretty(result)?);
+                return Ok(ExitCode::SUCCESS);
             }
+            print!("{}", render_result(result));
+            let price = crate::control::settings::load(&Paths::from_env().config)
+                .ok()
+                .and_then(|s| s.price);
+            if let Some(line) = saving_line(result, price.as_ref()) {
+                println!("{line}");
+            }
+            match &job.saved {
+                Some(Ok(path)) => println!("saved to {path}"),
+                Some(Err(e)) => println!("could not save the result: {e}"),
+                None => {}
+            }
+            println!(
+                "to start this run's profile at this cap, add:\n\n[power]\ncap_w = {:.0}",
+                result.best.cap_w
+            );
             Ok(ExitCode::SUCCESS)
         }
-        Outcome::Cancelled { why, restored } => {
-            match restored {
-                Ok(()) => eprintln!(
-                    "gpupilot: tuning stopped ({why}); every GPU of the run is back at its starting cap"
-                ),
-                Err(e) => eprintln!(
+        (JobState::Failed, _) => anyhow::bail!(
+            "{}",
+            job.why
+                .clone()
+                .unwrap_or_else(|| "the tuning job failed".into())
+        ),
+        _ => {
+            let why = job.why.clone().unwrap_or_default();
+            match &job.restored {
+                Some(Err(e)) => eprintln!(
                     "gpupilot: tuning stopped ({why}) and putting the starting caps back failed: {e}; check with `gpupilot power`"
+                ),
+                _ => eprintln!(
+                    "gpupilot: tuning stopped ({why}); every GPU of the run is back at its starting cap"
                 ),
             }
             Ok(ExitCode::FAILURE)
@@ -89,24 +177,118 @@ pub fn tune_energy(g: &GlobalArgs, args: &TuneEnergyArgs) -> anyhow::Result<Exit
     }
 }
 
+/// `gpupilot tune status [JOB]`.
+fn tune_status(g: &GlobalArgs, args: &TuneStatusArgs) -> anyhow::Result<ExitCode> {
+    let client = super::connect_or_spawn(g, &Paths::from_env())?;
+    let list = jobs(
+        &client,
+        Request::TuneStatus {
+            job: args.job.clone(),
+        },
+    )?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&list)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    if list.is_empty() {
+        println!("no tuning jobs");
+    }
+    for j in &list {
+        println!("{}", status_line(j));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `gpupilot tune stop JOB`.
+fn tune_stop(g: &GlobalArgs, args: &TuneStopArgs) -> anyhow::Result<ExitCode> {
+    let client = super::connect_or_spawn(g, &Paths::from_env())?;
+    let j = one(
+        &client,
+        Request::TuneStop {
+            job: args.job.clone(),
+        },
+    )?;
+    println!("{}", status_line(&j));
+    Ok(if j.state.is_final() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// What the best cap saves against the default one over a million samples: energy, time and,
+/// with a price in `control.toml` (`[energy] price_per_kwh`), money.
+pub fn saving_line(
+    r: &TuneResult,
+    price: Option<&crate::control::energy::Price>,
+) -> Option<String> {
+    let d = r.default?;
+    let per_million = 1e6;
+    let kwh = (d.energy_per_sample_j - r.best.energy_per_sample_j) * per_million / 3.6e6;
+    let hours = (r.best.time_per_sample_s - d.time_per_sample_s) * per_million / 3600.0;
+    let mut s = format!(
+        "per million samples at {:.0} W instead of {:.0} W: {:.2} kWh {}, {:.2} h {}",
+        r.best.cap_w,
+        d.cap_w,
+        kwh.abs(),
+        if kwh >= 0.0 { "less" } else { "more" },
+        hours.abs(),
+        if hours >= 0.0 { "more" } else { "less" }
+    );
+    if let Some(p) = price {
+        s.push_str(&format!(
+            ", {:.2} {} {}",
+            (kwh * p.per_kwh).abs(),
+            p.currency,
+            if kwh >= 0.0 { "saved" } else { "spent" }
+        ));
+    }
+    Some(s)
+}
+
+/// One line per job: its id, state, what it tunes, and where it stands or how it ended.
+pub fn status_line(j: &TuneJob) -> String {
+    let mut s = format!("{}  {}  {}", j.id, j.state.name(), j.what);
+    if j.resumed > 0 {
+        s.push_str(&format!("  (resumed {}×)", j.resumed));
+    }
+    match (&j.result, &j.progress) {
+        (Some(r), _) => s.push_str(&format!("\n  {}", r.summary())),
+        (None, Some(p)) if !j.state.is_final() => {
+            s.push_str(&format!("\n  {}", progress_line(p)));
+        }
+        _ => {}
+    }
+    if let (Some(why), None) = (&j.why, &j.result) {
+        s.push_str(&format!("\n  {why}"));
+        if let Some(Err(e)) = &j.restored {
+            s.push_str(&format!("; the starting caps could not be put back: {e}"));
+        }
+    }
+    s
+}
+
 /// The search `args` ask for.
 fn settings(args: &TuneEnergyArgs) -> TuneSettings {
+    let default = Window::default_for(args.search, args.seconds.is_some());
     let window = match args.seconds {
         Some(measure) => Window {
             unit: Unit::Seconds,
-            warmup: args.warmup.unwrap_or(Window::DEFAULT_SECONDS.warmup),
+            warmup: args.warmup.unwrap_or(default.warmup),
             measure,
         },
         None => Window {
             unit: Unit::Steps,
-            warmup: args.warmup.unwrap_or(Window::DEFAULT_STEPS.warmup),
-            measure: args.measure.unwrap_or(Window::DEFAULT_STEPS.measure),
+            warmup: args.warmup.unwrap_or(default.warmup),
+            measure: args.measure.unwrap_or(default.measure),
         },
     };
     TuneSettings {
         eta: args.eta,
         step_w: args.step_w,
         window,
+        strategy: args.search,
+        prior_w: None,
     }
 }
 
@@ -172,6 +354,47 @@ pub fn render_result(r: &TuneResult) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_saving_reads_in_energy_time_and_money() {
+        let point = |cap_w: f64, j: f64, s: f64| crate::control::tuner::CapPoint {
+            cap_w,
+            energy_j: j,
+            samples: 1.0,
+            seconds: s,
+            energy_per_sample_j: j,
+            time_per_sample_s: s,
+            avg_power_w: j / s,
+            cost: j,
+        };
+        let r = TuneResult {
+            eta: 1.0,
+            max_power_w: 700.0,
+            window: Window::GOLDEN_STEPS,
+            start_w: 700.0,
+            default_w: 700.0,
+            best: point(450.0, 3.6, 0.0036 * 1.1),
+            default: Some(point(700.0, 7.2, 0.0036)),
+            curve: Vec::new(),
+            energy_saving_pct: Some(50.0),
+            time_change_pct: Some(10.0),
+            cost_saving_pct: Some(50.0),
+            stopped_early: true,
+            strategy: crate::control::tuner::Strategy::Golden,
+            planned: 21,
+            duration_s: 60.0,
+        };
+        let price = crate::control::energy::Price {
+            per_kwh: 0.25,
+            currency: "EUR".into(),
+        };
+        // 3.6 J a sample less is 1 kWh per million samples; 0.36 ms more is 0.1 h.
+        assert_eq!(
+            saving_line(&r, Some(&price)).unwrap(),
+            "per million samples at 450 W instead of 700 W: 1.00 kWh less, 0.10 h more, 0.25 EUR saved"
+        );
+        assert!(!saving_line(&r, None).unwrap().contains("EUR"));
+    }
 
     #[test]
     fn progress_reads_at_a_glance() {

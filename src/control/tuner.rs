@@ -22,13 +22,15 @@
 //! node in simulated time and runs the exhaustive sweep it is compared with (`cargo bench
 //! --bench tuner`, BENCHMARKS.md).
 
+mod golden;
 pub mod job;
 pub mod live;
+pub mod record;
 mod search;
 pub mod session;
 pub mod sim;
 
 pub use search::{
-    CapPoint, Observation, Phase, Progress, SearchStep, TuneResult, TuneSettings, Tuner,
-    TunerConfig, TunerError, Unit, Window, zeus_cost,
+    CapPoint, NOISE_TOL, Observation, Phase, Progress, SearchStep, Strategy, TuneResult,
+    TuneSettings, Tuner, TunerConfig, TunerError, Unit, Window, zeus_cost,
 };

@@ -21,6 +21,8 @@
 //!   control loops at every snapshot; the caps runs' profiles set; limits changed outside.
 //! - `server`: the accept loop and one task per connection (framing, handshake, pushes).
 //! - `relay`: a trainer of another node's run, relayed to that node's daemon over SSH.
+//! - `tune`: energy-tuning jobs (`tune energy`), searched by the daemon, recorded under
+//!   `$STATE/tune` and resumed (or their caps restored) by the next daemon.
 //! - `detach`: `--detach`, starting the daemon in its own session in the background.
 //! - `logging`: tracing to `$STATE/daemon.log`.
 //! - `metrics`: Prometheus `/metrics` over HTTP (`--metrics-addr`), the page from
@@ -45,6 +47,7 @@ mod runs;
 mod server;
 mod state;
 mod telemetry;
+mod tune;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -241,6 +244,7 @@ async fn serve(opts: DaemonOptions) -> Result<(), DaemonError> {
         shutdown.clone(),
         Arc::new(mode),
     ));
+    daemon.tuning_resume();
 
     let exporter = match opts.metrics_addr {
         Some(addr) => match tokio::net::TcpListener::bind(addr).await {
@@ -267,6 +271,9 @@ async fn serve(opts: DaemonOptions) -> Result<(), DaemonError> {
 
     let reason = wait_for_signal().await?;
     tracing::info!(%reason, "shutting down; runs keep running");
+    // While the socket still answers: the jobs put their caps back through it.
+    let d = Arc::clone(&daemon);
+    let _ = tokio::task::spawn_blocking(move || d.tuning_stopping()).await;
     shutdown.cancel();
     let _ = tokio::time::timeout(Duration::from_secs(3), server).await;
     let _ = poller.await;

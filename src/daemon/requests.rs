@@ -64,6 +64,9 @@ pub fn classify(request: &Request) -> Class {
         Request::ThermalSet { .. } => (Client, GpuSettings, true),
         Request::ThermalOff { .. } => (Client, GpuSettings, true),
         Request::PowerBudget { .. } => (Client, GpuSettings, true),
+        Request::TuneStart { .. } => (Client, GpuSettings, true),
+        Request::TuneStatus { .. } => (Client, Watch, false),
+        Request::TuneStop { .. } => (Client, GpuSettings, true),
         Request::TrainerAttach { .. } => (Trainer, Runs, false),
         Request::Metrics(_) => (Trainer, Runs, false),
         Request::KnobAck { .. } => (Trainer, Runs, false),
@@ -221,6 +224,12 @@ mod tests {
                 budget_w: Some(1000.0),
                 why: None,
             },
+            Request::TuneStart {
+                run: "last".into(),
+                settings: Default::default(),
+            },
+            Request::TuneStatus { job: None },
+            Request::TuneStop { job: "last".into() },
         ]
     }
 
@@ -324,7 +333,9 @@ mod tests {
                 "gpu_max_temp_reset",
                 "thermal_set",
                 "thermal_off",
-                "power_budget"
+                "power_budget",
+                "tune_start",
+                "tune_stop"
             ]
         );
     }

@@ -23,6 +23,7 @@ use super::runs::Runs;
 use super::runs::ops::recheck;
 use super::runs::trainers::Attach;
 use super::telemetry::Telemetry;
+use super::tune::Tuning;
 use super::{DaemonError, io_err};
 use crate::config::Paths;
 use crate::control::status::ControlStatus;
@@ -97,6 +98,8 @@ pub struct Daemon {
     /// The GPU settings, the control loops and the runs' caps (see `control`, where their
     /// locks' order is).
     control: Control,
+    /// The energy-tuning jobs (see `tune`).
+    tuning: Tuning,
 }
 
 impl Daemon {
@@ -142,6 +145,7 @@ impl Daemon {
         }
         let node = hostname();
         let control = Control::new(paths.clone(), readonly, node.clone(), Arc::clone(&events));
+        let tuning = Tuning::new(paths.clone(), Arc::clone(&events));
         Ok(Daemon {
             paths,
             socket,
@@ -162,6 +166,7 @@ impl Daemon {
             clients: AtomicUsize::new(0),
             next_conn: std::sync::atomic::AtomicU64::new(1),
             control,
+            tuning,
         })
     }
 
@@ -319,6 +324,18 @@ impl Daemon {
         self.control.loops_stopping()
     }
 
+    /// Go on with the tuning jobs the last daemon left unfinished (once the socket answers:
+    /// a job talks to its daemon through it).
+    pub fn tuning_resume(&self) {
+        self.tuning.resume()
+    }
+
+    /// The daemon is stopping: running tuning jobs put their caps back and are suspended, for
+    /// the next daemon to resume. Blocking (bounded).
+    pub fn tuning_stopping(&self) {
+        self.tuning.stopping()
+    }
+
     /// The daemon is stopping: restore every recorded original when told to
     /// (`--restore-on-exit`).
     pub fn control_stopping(&self) {
@@ -417,6 +434,18 @@ impl Daemon {
             | Request::ThermalSet { .. }
             | Request::ThermalOff { .. }
             | Request::PowerBudget { .. }) => self.control.answer_thermal(peer, r, &self.telemetry),
+            Request::TuneStart { run, settings } => self
+                .tuning
+                .start(&run, settings)
+                .map(|job| Response::TuneJobs { jobs: vec![job] }),
+            Request::TuneStatus { job } => self
+                .tuning
+                .status(job.as_deref())
+                .map(|jobs| Response::TuneJobs { jobs }),
+            Request::TuneStop { job } => self
+                .tuning
+                .stop(&job)
+                .map(|job| Response::TuneJobs { jobs: vec![job] }),
             Request::Hello { .. } | Request::Subscribe { .. } => Err(RequestError::new(
                 ErrorCode::BadRequest,
                 "hello and subscribe belong to a connection",

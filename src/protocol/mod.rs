@@ -309,6 +309,22 @@ pub enum Request {
         #[serde(default)]
         why: Option<String>,
     },
+    /// Start an energy-tuning job on `run` in the daemon, searching as `settings` ask.
+    /// Answered with `tune_jobs` (the new job) once its starting caps are recorded.
+    TuneStart {
+        run: String,
+        #[serde(default)]
+        settings: crate::control::tuner::TuneSettings,
+    },
+    /// The tuning jobs: all, or the one `job` names (a job id or a run). Answered with
+    /// `tune_jobs`.
+    TuneStatus {
+        #[serde(default)]
+        job: Option<String>,
+    },
+    /// Stop a tuning job (a job id or a run); its GPUs' starting caps come back. Answered with
+    /// `tune_jobs` once they are.
+    TuneStop { job: String },
 }
 
 impl Request {
@@ -344,6 +360,9 @@ impl Request {
             Request::ThermalSet { .. } => "thermal_set",
             Request::ThermalOff { .. } => "thermal_off",
             Request::PowerBudget { .. } => "power_budget",
+            Request::TuneStart { .. } => "tune_start",
+            Request::TuneStatus { .. } => "tune_status",
+            Request::TuneStop { .. } => "tune_stop",
         }
     }
 }
@@ -493,6 +512,10 @@ pub enum Response {
     /// The answer to `thermal`, `thermal_set`, `thermal_off` and `power_budget`: the control
     /// loops as they stand.
     Control(Box<crate::control::status::ControlStatus>),
+    /// The answer to `tune_start`, `tune_status` and `tune_stop`: the tuning jobs asked about.
+    TuneJobs {
+        jobs: Vec<crate::control::tuner::record::TuneJob>,
+    },
 }
 
 /// Why a request failed.

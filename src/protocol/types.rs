@@ -360,6 +360,22 @@ pub enum NodeEvent {
         change: String,
         alert: crate::control::alerts::Alert,
     },
+    /// A step of an energy-tuning job (`tune energy`): `change` is `started`, `cap` (a cap to
+    /// try, `cap_w`), `measured` (a cap's cost, `cap_w` and `cost`), `done` (the best cap set,
+    /// `cap_w`), `cancelled`, `failed`, `suspended` (the daemon stopped; the starting caps are
+    /// back), `resumed` or `restored` (a daemon that started found the job unfinished and went
+    /// on with it, or put the starting caps back), with the reason in `why`.
+    Tune {
+        job: String,
+        run: String,
+        change: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cap_w: Option<f64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cost: Option<f64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        why: Option<String>,
+    },
 }
 
 /// The control loops' events are node events, field for field (control names no protocol type;

@@ -1,11 +1,14 @@
 //! `gpupilot tune energy` on a live run: a real daemon on the simulator, the synthetic trainer
 //! reporting over the trainer channel (its steps slow down as the cap lowers the clock), and the
-//! command as a user types it.
+//! command as a user types it. The search is a job of the daemon: a client killed with SIGKILL
+//! leaves it running; a daemon killed with SIGKILL mid-search (on the fake NVML library, whose
+//! GPUs outlive it) is followed by one that resumes the job or puts the caps back.
 
 use std::process::Stdio;
 use std::time::Duration;
 
 use crate::support::home::{Home, power_caps as caps};
+use crate::support::nvml_daemon::NvmlDaemon;
 use crate::support::proc::send;
 use crate::support::wait::wait_for;
 use rustix::process::Signal;
@@ -168,7 +171,7 @@ fn a_job_of_several_ranks_is_tuned_as_one() {
     assert!(out.status.success(), "{stdout}\n{stderr}");
     assert!(
         stderr.contains(&format!(
-            "tuning the power cap of job {run} (2 ranks) on GPUs 0,1 together, one cap for all"
+            "the power cap of job {run} (2 ranks) on GPUs 0,1 together, one cap for all"
         )),
         "{stderr}"
     );
@@ -207,4 +210,177 @@ fn a_job_whose_ranks_do_not_all_report_here_is_refused() {
         "{stderr}"
     );
     assert_eq!(caps(&home.client()), [700.0, 700.0], "nothing was changed");
+}
+
+/// The job on `run` as `tune status --json` shows it.
+fn job(home: &Home, run: &str) -> serde_json::Value {
+    let out = home.ok(&["tune", "status", run, "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    v[0].clone()
+}
+
+/// The `change`s of the node's `tune` events, oldest first.
+fn tune_changes(home: &Home) -> Vec<String> {
+    home.events_named("tune")
+        .iter()
+        .map(|e| e["change"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn a_client_killed_mid_search_leaves_the_job_to_the_daemon() {
+    let home = Home::new();
+    let _daemon = home.daemon(&[]);
+    let run = home.start_synthetic();
+    let mut args = vec!["tune", "energy", &run];
+    args.extend(QUICK);
+    let mut child = home
+        .gpupilot(&args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let c = home.client();
+    wait_for("the tuner's second cap", Duration::from_secs(30), || {
+        caps(&c) == [450.0, 450.0]
+    });
+    send(child.id(), Signal::KILL);
+    child.wait().unwrap();
+    assert_eq!(job(&home, &run)["state"], "running");
+    wait_for("the job to end", Duration::from_secs(60), || {
+        job(&home, &run)["state"] != "running"
+    });
+    let j = job(&home, &run);
+    assert_eq!(j["state"], "done", "{j}");
+    let best = j["result"]["best"]["cap_w"].as_f64().unwrap();
+    assert_eq!(caps(&c), [best, best]);
+    assert!(home.run_dir(&run).path().join("tune-energy.json").exists());
+    // Each step is a node event: the start, each cap tried and measured, the end.
+    let changes = tune_changes(&home);
+    assert_eq!(
+        changes.first().map(String::as_str),
+        Some("started"),
+        "{changes:?}"
+    );
+    assert_eq!(
+        changes.last().map(String::as_str),
+        Some("done"),
+        "{changes:?}"
+    );
+    let tried = j["result"]["curve"].as_array().unwrap().len();
+    assert_eq!(changes.iter().filter(|c| *c == "measured").count(), tried);
+    // `tune status` says it for people too.
+    let status = home.ok(&["tune", "status"]);
+    assert!(status.contains(&format!("tune-{run}  done")), "{status}");
+    assert!(status.contains("best cap"), "{status}");
+}
+
+#[test]
+fn tune_stop_puts_the_starting_caps_back() {
+    let home = Home::new();
+    let _daemon = home.daemon(&[]);
+    let run = home.start_synthetic();
+    home.ok(&["power", "cap", "650"]);
+    let mut args = vec!["tune", "energy", &run, "--detach"];
+    args.extend(QUICK);
+    let id = home.ok(&args).trim().to_string();
+    assert_eq!(id, format!("tune-{run}"));
+    let c = home.client();
+    wait_for("the tuner's second cap", Duration::from_secs(30), || {
+        caps(&c) == [450.0, 450.0]
+    });
+    // One search per run at a time.
+    let again = home.run(&["tune", "energy", &run], Duration::from_secs(20));
+    assert!(!again.status.success());
+    assert!(
+        String::from_utf8_lossy(&again.stderr).contains("is being tuned already"),
+        "{again:?}"
+    );
+    let out = home.ok(&["tune", "stop", &id]);
+    assert!(out.contains("cancelled"), "{out}");
+    assert_eq!(caps(&c), [650.0, 650.0]);
+    let j = job(&home, &id);
+    assert_eq!(j["state"], "cancelled");
+    assert_eq!(j["restored"], serde_json::json!({"Ok": null}), "{j}");
+}
+
+const TWO_H100: &str = "model = \"h100-sxm\"\ncount = 2\n";
+
+/// The last power limit NVML was asked for on each GPU, watts.
+fn last_limits(nv: &NvmlDaemon) -> std::collections::BTreeMap<u64, f64> {
+    nv.setter_calls()
+        .iter()
+        .filter(|c| c["function"] == "nvmlDeviceSetPowerManagementLimit" && c["result"] == 0)
+        .map(|c| {
+            (
+                c["gpu"].as_u64().unwrap(),
+                c["value"].as_f64().unwrap() / 1000.0,
+            )
+        })
+        .collect()
+}
+
+/// A daemon on two fake H100s with the synthetic trainer under a search, killed with SIGKILL
+/// once the search has set its second cap: the GPUs keep that cap.
+fn killed_mid_search() -> (NvmlDaemon, String) {
+    let mut nv = NvmlDaemon::new(TWO_H100, &[]);
+    let run = nv.home.start_synthetic();
+    let mut args = vec!["tune", "energy", run.as_str(), "--detach"];
+    args.extend(QUICK);
+    nv.ok(&args);
+    let c = nv.home.client();
+    wait_for("the tuner's second cap", Duration::from_secs(30), || {
+        caps(&c) == [450.0, 450.0]
+    });
+    nv.daemon.take().unwrap().signal_and_wait(Signal::KILL);
+    let left = last_limits(&nv);
+    assert_eq!(left.values().copied().collect::<Vec<_>>(), [450.0, 450.0]);
+    let record = nv.home.paths.state.join(format!("tune/tune-{run}.json"));
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(record).unwrap()).unwrap();
+    assert_eq!(r["state"], "running", "{r}");
+    (nv, run)
+}
+
+#[test]
+fn a_daemon_killed_mid_search_resumes_the_job_and_a_stop_restores() {
+    let (mut nv, run) = killed_mid_search();
+    nv.restart(&[]);
+    wait_for("the job to resume", Duration::from_secs(30), || {
+        tune_changes(&nv.home).iter().any(|c| c == "resumed")
+    });
+    let c = nv.home.client();
+    // Resumed from the starting caps, with the cap measured before (700 W) not measured again.
+    let j = job(&nv.home, &run);
+    assert_eq!(j["resumed"], 1, "{j}");
+    assert_ne!(j["state"], "failed", "{j}");
+    nv.ok(&["tune", "stop", &run]);
+    assert_eq!(caps(&c), [700.0, 700.0]);
+    assert_eq!(
+        last_limits(&nv).values().copied().collect::<Vec<_>>(),
+        [700.0, 700.0]
+    );
+}
+
+#[test]
+fn a_daemon_killed_mid_search_restores_the_caps_of_a_run_that_ended_meanwhile() {
+    let (mut nv, run) = killed_mid_search();
+    // The run ends while no daemon watches.
+    let rd = nv.home.run_dir(&run);
+    let pid = rd.read_pid().unwrap().expect("the run's pid file").pid;
+    let pgid = rustix::process::Pid::from_raw(pid as i32).unwrap();
+    let _ = rustix::process::kill_process_group(pgid, Signal::KILL);
+    std::thread::sleep(Duration::from_millis(300));
+    nv.restart(&[]);
+    wait_for("the caps to be restored", Duration::from_secs(30), || {
+        tune_changes(&nv.home).iter().any(|c| c == "restored")
+    });
+    let j = job(&nv.home, &run);
+    assert_eq!(j["state"], "cancelled", "{j}");
+    assert!(j["why"].as_str().unwrap().contains("not resumed"), "{j}");
+    assert_eq!(
+        last_limits(&nv).values().copied().collect::<Vec<_>>(),
+        [700.0, 700.0]
+    );
+    assert_eq!(caps(&nv.home.client()), [700.0, 700.0]);
 }

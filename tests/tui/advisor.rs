@@ -403,6 +403,7 @@ fn tuner_updates_redraw_the_progress_and_end_with_the_result() {
         time_change_pct: Some(2.4),
         cost_saving_pct: Some(3.1),
         stopped_early: true,
+        strategy: gpupilot::control::tuner::Strategy::Descend,
         planned: 21,
         duration_s: 412.0,
     };

@@ -66,6 +66,9 @@ pub fn drive(
     };
     let mut action = Some(tuner.start(&first));
     let mut changed = false;
+    // Polls in a row without a new observation: a trainer that stops reporting (its
+    // connection lost) must not leave a probe's cap set for as long as the run lasts.
+    let mut quiet = 0;
     loop {
         match action.take() {
             Some(SearchStep::SetCap(w)) => {
@@ -107,8 +110,16 @@ pub fn drive(
         }
         wait();
         match run.observe() {
-            Ok(Some(o)) => action = tuner.observe(&o),
-            Ok(None) => {}
+            Ok(Some(o)) => {
+                quiet = 0;
+                action = tuner.observe(&o);
+            }
+            Ok(None) => {
+                quiet += 1;
+                if quiet >= FIRST_OBSERVATION_POLLS {
+                    return Ok(cancelled(tuner, run, "the run stopped reporting metrics"));
+                }
+            }
             Err(e) => return Ok(cancelled(tuner, run, &e)),
         }
     }
@@ -195,7 +206,9 @@ mod tests {
     }
 
     fn tuner() -> Tuner {
-        let mut c = TunerConfig::new(200.0, 700.0, 700.0, 600.0, 1);
+        // The descent, whose order of caps these tests name.
+        let mut c = TunerConfig::new(200.0, 700.0, 700.0, 600.0, 1)
+            .with_strategy(super::super::search::Strategy::Descend);
         c.eta = 1.0;
         c.window = Window {
             unit: super::super::search::Unit::Steps,

@@ -1,5 +1,6 @@
-//! The search itself: a plan of caps, a warm-up and a measured window per cap, early stop,
-//! the result. Driven by [`Observation`]s; answers with [`SearchStep`]s.
+//! The search itself: a plan of caps, the order they are tried in ([`Strategy`]), a warm-up
+//! and a measured window per cap (fixed, or ended once the cost is known well enough), the
+//! result. Driven by [`Observation`]s; answers with [`SearchStep`]s.
 
 use serde::{Deserialize, Serialize};
 
@@ -12,6 +13,42 @@ pub enum Unit {
     /// Seconds, for runs that report no steps.
     Seconds,
 }
+
+/// How the caps to try are chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Strategy {
+    /// Golden-section search over the plan's caps from the default cap ([`super::golden`]),
+    /// each window ended once its cost is known to [`NOISE_TOL`].
+    #[default]
+    Golden,
+    /// From the maximum down, stopping once the cost has clearly risen (the first search;
+    /// fixed windows).
+    Descend,
+    /// Every cap of the plan, fixed windows: the exhaustive sweep searches are judged by.
+    Sweep,
+}
+
+impl Strategy {
+    /// The name on the command line and in results.
+    pub fn name(self) -> &'static str {
+        match self {
+            Strategy::Golden => "golden",
+            Strategy::Descend => "descend",
+            Strategy::Sweep => "sweep",
+        }
+    }
+}
+
+/// A noise-sized window ends once the standard error of its cost is below this fraction of
+/// the cost: two caps whose costs differ by more than a few times that are ranked right, and
+/// caps closer than that cost about the same, so the ranking matters little.
+pub const NOISE_TOL: f64 = 0.005;
+
+/// A noise-sized window is cut into this many chunks at most (each `measure / CHUNKS` long),
+/// and ends no sooner than [`MIN_CHUNKS`] of them.
+const CHUNKS: f64 = 10.0;
+const MIN_CHUNKS: usize = 3;
 
 /// How long each cap is held: `warmup` (not scored: the clock and the data pipeline settle),
 /// then `measure` (scored), both in `unit`.
@@ -35,6 +72,29 @@ impl Window {
         warmup: 5.0,
         measure: 20.0,
     };
+    /// The golden search's: 5 warm-up steps (a cap acts within milliseconds; the data
+    /// pipeline settles in a few steps), at most 40 measured, fewer once the cost is known.
+    pub const GOLDEN_STEPS: Window = Window {
+        unit: Unit::Steps,
+        warmup: 5.0,
+        measure: 40.0,
+    };
+    /// The golden search's without step counts: 3 s warm-up, at most 20 s measured.
+    pub const GOLDEN_SECONDS: Window = Window {
+        unit: Unit::Seconds,
+        warmup: 3.0,
+        measure: 20.0,
+    };
+
+    /// The default window of `strategy`, in steps or (`seconds`) in seconds.
+    pub fn default_for(strategy: Strategy, seconds: bool) -> Window {
+        match (strategy, seconds) {
+            (Strategy::Golden, false) => Window::GOLDEN_STEPS,
+            (Strategy::Golden, true) => Window::GOLDEN_SECONDS,
+            (_, false) => Window::DEFAULT_STEPS,
+            (_, true) => Window::DEFAULT_SECONDS,
+        }
+    }
 }
 
 /// What a search is asked for: the weight of energy against time, the distance between the
@@ -48,15 +108,24 @@ pub struct TuneSettings {
     /// Distance between the caps tried, watts.
     pub step_w: f64,
     pub window: Window,
+    /// How the caps are chosen.
+    #[serde(default)]
+    pub strategy: Strategy,
+    /// Where the optimum is expected (the last result for the run's profile), watts: the
+    /// golden search brackets it first.
+    #[serde(default)]
+    pub prior_w: Option<f64>,
 }
 
 impl Default for TuneSettings {
-    /// Energy and time weighed alike, 25 W between caps, Zeus's step window.
+    /// Energy and time weighed alike, 25 W between caps, the golden search and its window.
     fn default() -> TuneSettings {
         TuneSettings {
             eta: 0.5,
             step_w: 25.0,
-            window: Window::DEFAULT_STEPS,
+            window: Window::GOLDEN_STEPS,
+            strategy: Strategy::Golden,
+            prior_w: None,
         }
     }
 }
@@ -79,10 +148,14 @@ pub struct TunerConfig {
     pub window: Window,
     /// A cap whose cost is above the best by more than this fraction counts as a rise.
     pub rise_margin: f64,
-    /// Stop after this many rises in a row.
+    /// Stop after this many rises in a row ([`Strategy::Descend`]).
     pub patience: u32,
-    /// `false`: try every cap in the plan (the exhaustive sweep).
-    pub early_stop: bool,
+    pub strategy: Strategy,
+    /// End a window once the standard error of its cost is below this fraction of it (`None`:
+    /// always the whole window).
+    pub noise_tol: Option<f64>,
+    /// Where the optimum is expected, watts ([`TuneSettings::prior_w`]).
+    pub prior_w: Option<f64>,
 }
 
 impl TunerConfig {
@@ -101,7 +174,9 @@ impl TunerConfig {
             window: s.window,
             rise_margin: 0.02,
             patience: 2,
-            early_stop: true,
+            strategy: s.strategy,
+            noise_tol: Some(NOISE_TOL),
+            prior_w: None,
         }
     }
 
@@ -111,6 +186,18 @@ impl TunerConfig {
             eta: s.eta,
             step_w: s.step_w,
             window: s.window,
+            prior_w: s.prior_w,
+            ..self.with_strategy(s.strategy)
+        }
+    }
+
+    /// This configuration with `strategy` and its kind of window: noise-sized for the golden
+    /// search, whole for the others (the sweep and the first search measure as they always
+    /// did, so that they stay comparable).
+    pub fn with_strategy(self, strategy: Strategy) -> TunerConfig {
+        TunerConfig {
+            strategy,
+            noise_tol: (strategy == Strategy::Golden).then_some(NOISE_TOL),
             ..self
         }
     }
@@ -155,6 +242,12 @@ impl TunerConfig {
         }
         if self.patience == 0 || self.rise_margin.is_nan() || self.rise_margin < 0.0 {
             return bad("patience must be at least 1 and the rise margin not negative");
+        }
+        if self.noise_tol.is_some_and(|t| !(t > 0.0 && t.is_finite())) {
+            return bad("the noise tolerance must be positive");
+        }
+        if self.prior_w.is_some_and(|w| !w.is_finite()) {
+            return bad("the prior cap must be a number of watts");
         }
         Ok(())
     }
@@ -263,6 +356,9 @@ pub struct TuneResult {
     pub cost_saving_pct: Option<f64>,
     /// Whether it stopped before the end of the plan.
     pub stopped_early: bool,
+    /// How the caps were chosen (results written before there was a choice: descend).
+    #[serde(default = "descend")]
+    pub strategy: Strategy,
     /// Caps in the plan.
     pub planned: usize,
     /// From start to finish on the observations' clock, seconds.
@@ -294,6 +390,10 @@ impl TuneResult {
     }
 }
 
+fn descend() -> Strategy {
+    Strategy::Descend
+}
+
 /// Where the search stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -311,7 +411,8 @@ pub struct Progress {
     pub phase: Phase,
     /// The cap under test.
     pub cap_w: Option<f64>,
-    /// Its position in the plan (0-based) and the plan's length.
+    /// How many caps were measured before it (0-based), and the plan's length (the most a
+    /// search can try).
     pub index: usize,
     pub planned: usize,
     /// How far through the current warm-up or window, 0..=1.
@@ -333,6 +434,10 @@ enum State {
         idx: usize,
         from: Observation,
         done: f64,
+        /// Where the chunk in progress began, and the costs of the chunks measured
+        /// (noise-sized windows).
+        chunk_from: Observation,
+        chunks: Vec<f64>,
     },
     Done(Box<TuneResult>),
     Cancelled,
@@ -348,12 +453,24 @@ pub struct Tuner {
     curve: Vec<CapPoint>,
     rises: u32,
     started_s: f64,
+    /// The golden search's bracket, positions in `plan`.
+    bracket: (usize, usize),
 }
 
 impl Tuner {
     pub fn new(cfg: TunerConfig) -> Result<Tuner, TunerError> {
         cfg.check()?;
         let plan = cfg.plan();
+        let last = plan.len().saturating_sub(1);
+        let bracket = match cfg.prior_w {
+            // Three caps either side of the prior; the walk at the end goes further if the
+            // minimum turns out to lie outside.
+            Some(w) => {
+                let c = nearest(&plan, w);
+                (c.saturating_sub(3), (c + 3).min(last))
+            }
+            None => (0, last),
+        };
         Ok(Tuner {
             cfg,
             plan,
@@ -361,7 +478,68 @@ impl Tuner {
             curve: Vec::new(),
             rises: 0,
             started_s: 0.0,
+            bracket,
         })
+    }
+
+    /// A search that already measured `points` (a search resumed after a restart): the golden
+    /// search reuses them instead of measuring those caps again; the others start over.
+    pub fn with_points(mut self, points: &[CapPoint]) -> Tuner {
+        if self.cfg.strategy == Strategy::Golden {
+            self.curve = points
+                .iter()
+                .filter(|p| self.plan.iter().any(|c| (c - p.cap_w).abs() < 0.5))
+                .copied()
+                .collect();
+        }
+        self.golden_replay();
+        self
+    }
+
+    /// Narrow the bracket as the points measured already allow (the narrowing depends only
+    /// on them, so replaying it gives the bracket the search had).
+    fn golden_replay(&mut self) {
+        if self.cfg.strategy != Strategy::Golden || self.curve.is_empty() {
+            return;
+        }
+        let costs = self.costs();
+        let mut b = self.bracket;
+        let _ = super::golden::next_probe(&mut b, self.plan.len(), &|i| costs[i]);
+        self.bracket = b;
+    }
+
+    /// The measured cost at each position of the plan.
+    fn costs(&self) -> Vec<Option<f64>> {
+        self.plan
+            .iter()
+            .map(|c| {
+                self.curve
+                    .iter()
+                    .find(|p| (p.cap_w - c).abs() < 0.5)
+                    .map(|p| p.cost)
+            })
+            .collect()
+    }
+
+    /// The golden search's next position; `None` when it is done.
+    fn golden_next(&mut self) -> Option<usize> {
+        let costs = self.costs();
+        // The default cap first: every saving is reported against it.
+        if let Some(d) = self.default_idx() {
+            if costs[d].is_none() {
+                return Some(d);
+            }
+        }
+        let mut b = self.bracket;
+        let next = super::golden::next_probe(&mut b, self.plan.len(), &|i| costs[i]);
+        self.bracket = b;
+        next
+    }
+
+    fn default_idx(&self) -> Option<usize> {
+        self.plan
+            .iter()
+            .position(|c| (c - self.cfg.default_w).abs() < 0.5)
     }
 
     pub fn config(&self) -> &TunerConfig {
@@ -372,15 +550,35 @@ impl Tuner {
         &self.plan
     }
 
-    /// Begin: set the first (highest) cap.
+    /// Begin: set the first cap (the highest; for the golden search the default cap).
     pub fn start(&mut self, now: &Observation) -> SearchStep {
         self.started_s = now.time_s;
-        self.state = State::WarmUp {
-            idx: 0,
-            from: self.coord(now),
-            done: 0.0,
+        let idx = match self.cfg.strategy {
+            Strategy::Golden => self.golden_next().unwrap_or(0),
+            Strategy::Descend | Strategy::Sweep => 0,
         };
-        SearchStep::SetCap(self.plan[0])
+        let cap = self.plan[idx];
+        if self.cfg.strategy == Strategy::Golden && (cap - self.cfg.start_w).abs() < 0.5 {
+            // The run has been training at this cap already: nothing to warm up.
+            self.state = self.measuring(idx, now);
+        } else {
+            self.state = State::WarmUp {
+                idx,
+                from: self.coord(now),
+                done: 0.0,
+            };
+        }
+        SearchStep::SetCap(cap)
+    }
+
+    fn measuring(&self, idx: usize, from: &Observation) -> State {
+        State::Measure {
+            idx,
+            from: *from,
+            done: 0.0,
+            chunk_from: *from,
+            chunks: Vec::new(),
+        }
     }
 
     /// Feed the counters now; `Some` when the caller must act.
@@ -399,11 +597,7 @@ impl Tuner {
                         done: 0.0,
                     };
                 } else if p - from >= self.cfg.window.warmup {
-                    self.state = State::Measure {
-                        idx,
-                        from: *obs,
-                        done: 0.0,
-                    };
+                    self.state = self.measuring(idx, obs);
                 } else {
                     self.state = State::WarmUp {
                         idx,
@@ -413,7 +607,13 @@ impl Tuner {
                 }
                 None
             }
-            State::Measure { idx, from, .. } => {
+            State::Measure {
+                idx,
+                from,
+                mut chunk_from,
+                mut chunks,
+                ..
+            } => {
                 let (Some(p), Some(p0)) = (p, self.coord(&from)) else {
                     return None;
                 };
@@ -422,29 +622,46 @@ impl Tuner {
                 let dt = obs.time_s - from.time_s;
                 if p < p0 || de < 0.0 || ds < 0.0 || dt < 0.0 {
                     // A counter went backwards: this window is void, measure again.
-                    self.state = State::Measure {
-                        idx,
-                        from: *obs,
-                        done: 0.0,
-                    };
+                    self.state = self.measuring(idx, obs);
                     return None;
                 }
-                if p - p0 < self.cfg.window.measure {
+                let window = self.cfg.window;
+                if let Some(pc) = self.coord(&chunk_from) {
+                    if p - pc >= window.measure / CHUNKS {
+                        let (cs, ct) = (
+                            obs.samples - chunk_from.samples,
+                            obs.time_s - chunk_from.time_s,
+                        );
+                        if cs > 0.0 && ct > 0.0 {
+                            let ce = obs.energy_j - chunk_from.energy_j;
+                            chunks.push(zeus_cost(
+                                self.cfg.eta,
+                                self.cfg.max_power_w,
+                                ce / cs,
+                                ct / cs,
+                            ));
+                        }
+                        chunk_from = *obs;
+                    }
+                }
+                let known = self
+                    .cfg
+                    .noise_tol
+                    .is_some_and(|tol| chunks.len() >= MIN_CHUNKS && relative_se(&chunks) <= tol);
+                if p - p0 < window.measure && !known {
                     self.state = State::Measure {
                         idx,
                         from,
-                        done: (p - p0) / self.cfg.window.measure,
+                        done: (p - p0) / window.measure,
+                        chunk_from,
+                        chunks,
                     };
                     return None;
                 }
                 if ds <= 0.0 || dt <= 0.0 {
                     // Steps went by without samples (an evaluation pass, a checkpoint): nothing
                     // to score, measure again.
-                    self.state = State::Measure {
-                        idx,
-                        from: *obs,
-                        done: 0.0,
-                    };
+                    self.state = self.measuring(idx, obs);
                     return None;
                 }
                 let point = CapPoint::new(
@@ -498,7 +715,11 @@ impl Tuner {
     pub fn progress(&self) -> Progress {
         let (cap_w, index, fraction) = match self.state {
             State::WarmUp { idx, done, .. } | State::Measure { idx, done, .. } => {
-                (Some(self.plan[idx]), idx, done.clamp(0.0, 1.0))
+                let index = match self.cfg.strategy {
+                    Strategy::Golden => self.curve.len(),
+                    Strategy::Descend | Strategy::Sweep => idx,
+                };
+                (Some(self.plan[idx]), index, done.clamp(0.0, 1.0))
             }
             State::Done(_) => (None, self.curve.len(), 1.0),
             State::NotStarted | State::Cancelled => (None, self.curve.len(), 0.0),
@@ -533,24 +754,31 @@ impl Tuner {
             Some(best) if point.cost > best * (1.0 + self.cfg.rise_margin) => self.rises += 1,
             _ => self.rises = 0,
         }
-        let default_seen = self.curve.iter().any(|c| c.cap_w <= self.cfg.default_w);
-        let early = self.cfg.early_stop && default_seen && self.rises >= self.cfg.patience;
-        let last = idx + 1 >= self.plan.len();
-        if early || last {
-            let result = Box::new(self.result_at(obs, early && !last));
+        let next = match self.cfg.strategy {
+            Strategy::Golden => self.golden_next(),
+            Strategy::Descend | Strategy::Sweep => {
+                let default_seen = self.curve.iter().any(|c| c.cap_w <= self.cfg.default_w);
+                let early = self.cfg.strategy == Strategy::Descend
+                    && default_seen
+                    && self.rises >= self.cfg.patience;
+                (!early && idx + 1 < self.plan.len()).then_some(idx + 1)
+            }
+        };
+        let Some(next) = next else {
+            let result = Box::new(self.result_at(obs));
             let apply_w = result.best.cap_w;
             self.state = State::Done(result.clone());
             return SearchStep::Finish { apply_w, result };
-        }
+        };
         self.state = State::WarmUp {
-            idx: idx + 1,
+            idx: next,
             from: Some(p),
             done: 0.0,
         };
-        SearchStep::SetCap(self.plan[idx + 1])
+        SearchStep::SetCap(self.plan[next])
     }
 
-    fn result_at(&self, obs: &Observation, stopped_early: bool) -> TuneResult {
+    fn result_at(&self, obs: &Observation) -> TuneResult {
         let best = *self.best().expect("a point was just recorded");
         let default = self
             .curve
@@ -571,11 +799,27 @@ impl Tuner {
                 .map(|d| pct(d.energy_per_sample_j, best.energy_per_sample_j)),
             time_change_pct: default.map(|d| -pct(d.time_per_sample_s, best.time_per_sample_s)),
             cost_saving_pct: default.map(|d| pct(d.cost, best.cost)),
-            stopped_early,
+            stopped_early: self.curve.len() < self.plan.len(),
+            strategy: self.cfg.strategy,
             planned: self.plan.len(),
             duration_s: obs.time_s - self.started_s,
         }
     }
+}
+
+/// The position in `plan` nearest to `w`.
+fn nearest(plan: &[f64], w: f64) -> usize {
+    (0..plan.len())
+        .min_by(|a, b| (plan[*a] - w).abs().total_cmp(&(plan[*b] - w).abs()))
+        .unwrap_or(0)
+}
+
+/// The standard error of the mean of `xs` over their mean.
+fn relative_se(xs: &[f64]) -> f64 {
+    let n = xs.len() as f64;
+    let mean = xs.iter().sum::<f64>() / n;
+    let var = xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0).max(1.0);
+    (var / n).sqrt() / mean.abs().max(f64::MIN_POSITIVE)
 }
 
 #[cfg(test)]

@@ -101,7 +101,9 @@ pub fn save_result<D: TunerDaemon>(
     result: &TuneResult,
 ) -> anyhow::Result<std::path::PathBuf> {
     let path = run.dir.join(RESULT_FILE);
-    std::fs::write(&path, serde_json::to_string_pretty(result)? + "\n")
+    // Replaced in one step, never written through a link put in its place.
+    let text = serde_json::to_string_pretty(result)? + "\n";
+    crate::config::safe_fs::write_atomic(&path, text.as_bytes())
         .with_context(|| format!("writing {}", path.display()))?;
     Ok(path)
 }
@@ -109,6 +111,16 @@ pub fn save_result<D: TunerDaemon>(
 /// Ctrl-C, SIGTERM and SIGHUP (the terminal went away) turn it true instead of ending the
 /// process, so the caps can be put back first.
 pub fn stop_flag() -> Arc<AtomicBool> {
+    use tokio::signal::unix::SignalKind;
+    flag_on(vec![
+        SignalKind::interrupt(),
+        SignalKind::terminate(),
+        SignalKind::hangup(),
+    ])
+}
+
+/// A flag that any of `kinds` turns true instead of ending the process.
+pub fn flag_on(kinds: Vec<tokio::signal::unix::SignalKind>) -> Arc<AtomicBool> {
     let flag = Arc::new(AtomicBool::new(false));
     let set = Arc::clone(&flag);
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
@@ -123,12 +135,7 @@ pub fn stop_flag() -> Arc<AtomicBool> {
                 return;
             };
             rt.block_on(async move {
-                use tokio::signal::unix::{SignalKind, signal};
-                let kinds = [
-                    SignalKind::interrupt(),
-                    SignalKind::terminate(),
-                    SignalKind::hangup(),
-                ];
+                use tokio::signal::unix::signal;
                 let mut streams = Vec::new();
                 for k in kinds {
                     if let Ok(s) = signal(k) {
@@ -248,6 +255,17 @@ impl<D: TunerDaemon> DaemonRun<D> {
                 }
             ),
         }
+    }
+
+    /// Each GPU's cap before the search: what a stop puts back.
+    pub fn start_caps(&self) -> &BTreeMap<u32, f64> {
+        &self.start_w
+    }
+
+    /// A search resumed after a restart: the caps to put back are those from before it began,
+    /// not the caps it left set.
+    pub fn set_start_caps(&mut self, start_w: BTreeMap<u32, f64>) {
+        self.start_w = start_w;
     }
 
     fn cap(&self, gpus: Vec<u32>, watts: f64, why: &str) -> Result<(), String> {

@@ -63,7 +63,7 @@ fn bowl(cap: f64) -> (f64, f64) {
 }
 
 fn h100() -> TunerConfig {
-    let mut c = TunerConfig::new(200.0, 700.0, 700.0, 700.0, 1);
+    let mut c = TunerConfig::new(200.0, 700.0, 700.0, 700.0, 1).with_strategy(Strategy::Descend);
     c.eta = 1.0;
     c
 }
@@ -147,7 +147,7 @@ fn eta_trades_energy_for_time() {
 #[test]
 fn the_sweep_tries_every_cap() {
     let mut c = h100();
-    c.early_stop = false;
+    c = c.with_strategy(Strategy::Sweep);
     let mut t = Tuner::new(c).unwrap();
     let (set, end) = FakeRun::new(bowl).drive(&mut t);
     assert_eq!(set, h100().plan());
@@ -172,7 +172,7 @@ fn flat_then_rising(cap: f64) -> (f64, f64) {
 
 #[test]
 fn never_stops_before_the_default_cap_is_measured() {
-    let mut c = TunerConfig::new(150.0, 450.0, 600.0, 450.0, 1);
+    let mut c = TunerConfig::new(150.0, 450.0, 600.0, 450.0, 1).with_strategy(Strategy::Descend);
     c.eta = 1.0;
     let mut t = Tuner::new(c).unwrap();
     let (set, end) = FakeRun::new(flat_then_rising).drive(&mut t);
@@ -396,7 +396,7 @@ fn drive_job(t: &mut Tuner, gpus: &[Curve]) -> (Vec<f64>, SearchStep) {
 fn job_config(n: usize, eta: f64) -> TunerConfig {
     let mut c = TunerConfig::new(200.0, 700.0, 700.0, 700.0, n);
     c.eta = eta;
-    c.early_stop = false;
+    c = c.with_strategy(Strategy::Sweep);
     c
 }
 
@@ -454,4 +454,126 @@ fn a_job_is_scored_on_the_energy_of_all_its_gpus() {
     assert!((best.energy_per_sample_j - 2.125).abs() < 1e-9, "{best:?}");
     // The job's samples: 16 per rank per step.
     assert_eq!(best.samples % 32.0, 0.0, "{best:?}");
+}
+
+#[test]
+fn the_golden_search_finds_the_minimum_from_the_default_in_few_caps() {
+    let mut c = TunerConfig::new(200.0, 700.0, 700.0, 700.0, 1);
+    c.eta = 1.0;
+    assert_eq!(c.strategy, Strategy::Golden, "the default search");
+    let mut t = Tuner::new(c).unwrap();
+    let (set, end) = FakeRun::new(bowl).drive(&mut t);
+    let SearchStep::Finish { apply_w, result } = end else {
+        panic!("{end:?}")
+    };
+    assert_eq!(apply_w, 450.0, "{set:?}");
+    // The default first (the run sits there: no warm-up), then a bracket, never a cap twice.
+    assert_eq!(set[0], 700.0);
+    let mut seen = set.clone();
+    seen.sort_by(f64::total_cmp);
+    seen.dedup();
+    assert_eq!(seen.len(), set.len(), "{set:?}");
+    assert!(set.len() <= 9, "{set:?}");
+    // Both neighbours of the best were measured and cost more.
+    for n in [425.0, 475.0] {
+        assert!(result.curve.iter().any(|p| p.cap_w == n), "{set:?}");
+    }
+    assert_eq!(result.strategy, Strategy::Golden);
+    assert!(result.stopped_early);
+    assert!(result.default.is_some());
+}
+
+#[test]
+fn a_quiet_window_ends_early_and_a_noisy_one_runs_to_its_end() {
+    let mut c = TunerConfig::new(200.0, 700.0, 700.0, 700.0, 1);
+    c.eta = 1.0;
+    c.window = Window {
+        unit: Unit::Steps,
+        warmup: 0.0,
+        measure: 40.0,
+    };
+    // Quiet: every step costs the same, so the cost is known after three chunks of 4.
+    let mut t = Tuner::new(c.clone()).unwrap();
+    let mut obs = Observation {
+        time_s: 0.0,
+        steps: Some(0.0),
+        energy_j: 0.0,
+        samples: 0.0,
+    };
+    t.start(&obs);
+    let mut steps = 0;
+    loop {
+        steps += 1;
+        obs.steps = Some(steps as f64);
+        obs.time_s += 1.0;
+        obs.energy_j += 100.0;
+        obs.samples += 10.0;
+        if t.observe(&obs).is_some() {
+            break;
+        }
+    }
+    assert_eq!(steps, 12);
+    // Noisy: every other chunk costs twice as much; the whole 40 steps are measured.
+    let mut t = Tuner::new(c).unwrap();
+    t.start(&obs);
+    let start = steps;
+    loop {
+        steps += 1;
+        obs.steps = Some(steps as f64);
+        obs.time_s += 1.0;
+        obs.energy_j += if (steps / 4) % 2 == 0 { 100.0 } else { 200.0 };
+        obs.samples += 10.0;
+        if t.observe(&obs).is_some() {
+            break;
+        }
+    }
+    assert_eq!(steps - start, 40);
+}
+
+#[test]
+fn a_resumed_golden_search_does_not_measure_a_cap_again() {
+    let mut c = TunerConfig::new(200.0, 700.0, 700.0, 700.0, 1);
+    c.eta = 1.0;
+    let mut first = Tuner::new(c.clone()).unwrap();
+    let (all, _) = FakeRun::new(bowl).drive(&mut first);
+    // Stop after three caps and resume from what they measured.
+    let mut t = Tuner::new(c.clone()).unwrap();
+    let mut run = FakeRun::new(bowl);
+    let mut done = Vec::new();
+    let SearchStep::SetCap(w) = t.start(&run.obs) else {
+        panic!()
+    };
+    run.cap = w;
+    while t.progress().curve.len() < 3 {
+        if let Some(SearchStep::SetCap(w)) = t.observe(&run.step()) {
+            run.cap = w;
+        }
+    }
+    done.extend(t.progress().curve);
+    let mut resumed = Tuner::new(c).unwrap().with_points(&done);
+    let (rest, end) = run.drive(&mut resumed);
+    let SearchStep::Finish { apply_w, .. } = end else {
+        panic!()
+    };
+    assert_eq!(apply_w, 450.0);
+    for p in &done {
+        assert!(!rest.contains(&p.cap_w), "{rest:?} after {done:?}");
+    }
+    assert_eq!(done.len() + rest.len(), all.len(), "{all:?} vs {rest:?}");
+}
+
+#[test]
+fn a_prior_brackets_the_search_and_a_wrong_one_is_walked_off() {
+    for (prior, most) in [(450.0, 7), (650.0, 12)] {
+        let mut c = TunerConfig::new(200.0, 700.0, 700.0, 700.0, 1);
+        c.eta = 1.0;
+        c.prior_w = Some(prior);
+        let mut t = Tuner::new(c).unwrap();
+        let (set, end) = FakeRun::new(bowl).drive(&mut t);
+        let SearchStep::Finish { apply_w, .. } = end else {
+            panic!()
+        };
+        assert_eq!(apply_w, 450.0, "prior {prior}: {set:?}");
+        assert!(set.len() <= most, "prior {prior}: {set:?}");
+    }
 }

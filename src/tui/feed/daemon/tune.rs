@@ -1,17 +1,17 @@
 //! The console's energy tuner, for the daemon feed:
-//! [`Request::TuneEnergy`](crate::tui::feed::Request::TuneEnergy) starts the search of
-//! `gpupilot tune energy` (the session of `control::tuner::session`, the same [`drive`] over
-//! the same daemon calls, with the default settings) on a thread of its own with its own
-//! connection to the daemon, reporting to the console as [`Update::Tuner`] (a [`TunerEvent`],
-//! the message this feed produces); `Request::TuneStop` stops it, and the starting caps go
-//! back. The [`Feed`](crate::tui::feed::Feed) owns a [`TunerGuard`]: when the console quits and
-//! drops its feed, the guard stops a search still running and waits until its caps are back.
+//! [`Request::TuneEnergy`](crate::tui::feed::Request::TuneEnergy) starts the daemon's tuning
+//! job on the run (`tune_start`, the job `gpupilot tune energy` starts, with the default
+//! settings) and follows it (`tune_status`) on a thread of its own with its own connection to
+//! the daemon, reporting to the console as [`Update::Tuner`] (a [`TunerEvent`], the message this
+//! feed produces); `Request::TuneStop` stops the job (`tune_stop`), and the starting caps go
+//! back. The search lives in the daemon: when the console quits and drops its feed, the
+//! [`TunerGuard`] it owns ends the following, never the job.
 
 use super::{Done, REQUEST_TIMEOUT, Worker};
-use crate::client::Origin;
-use crate::control::tuner::live::{Outcome, drive};
-use crate::control::tuner::session::{prepare, save_result};
+use crate::client::{Client, Origin};
+use crate::control::tuner::record::{JobState, TuneJob};
 use crate::control::tuner::{Progress, TuneResult, TuneSettings, Window};
+use crate::protocol::{Request, Response};
 use crate::tui::feed::Update;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -55,18 +55,19 @@ pub enum TunerEnd {
     Failed(String),
 }
 
-/// How long quitting waits for a stopped search to put its caps back.
-const STOP_WAIT: Duration = Duration::from_secs(20);
+/// How long quitting waits for the following thread to notice.
+const LEAVE_WAIT: Duration = Duration::from_secs(2);
 
-/// A search running on its thread.
+/// A job followed on its thread: `stop` stops the job, `leave` only the following.
 struct Running {
     run: String,
     stop: Arc<AtomicBool>,
+    leave: Arc<AtomicBool>,
     thread: JoinHandle<()>,
 }
 
-/// The console's tuner, if one runs. The feed holds the owning guard (dropping it stops the
-/// search and waits for its caps to be back); its thread holds a shared one.
+/// The console's tuner, if one runs. The feed holds the owning guard (dropping it ends the
+/// following, not the daemon's job); its thread holds a shared one.
 pub struct TunerGuard {
     slot: Arc<Mutex<Option<Running>>>,
     owner: bool,
@@ -110,13 +111,14 @@ impl TunerGuard {
         }
     }
 
-    /// Stop the search and wait (at most `limit`) for its thread to put the caps back.
-    pub fn stop_and_wait(&self, limit: Duration) {
+    /// Stop following the job (it goes on in the daemon) and wait (at most `limit`) for the
+    /// thread to end.
+    pub fn leave_and_wait(&self, limit: Duration) {
         let running = self.slot.lock().unwrap_or_else(|e| e.into_inner()).take();
         let Some(r) = running else {
             return;
         };
-        r.stop.store(true, Ordering::SeqCst);
+        r.leave.store(true, Ordering::SeqCst);
         let start = Instant::now();
         while !r.thread.is_finished() && start.elapsed() < limit {
             std::thread::sleep(Duration::from_millis(20));
@@ -130,7 +132,7 @@ impl TunerGuard {
 impl Drop for TunerGuard {
     fn drop(&mut self) {
         if self.owner {
-            self.stop_and_wait(STOP_WAIT);
+            self.leave_and_wait(LEAVE_WAIT);
         }
     }
 }
@@ -148,15 +150,21 @@ impl Worker {
             });
         }
         let stop = Arc::new(AtomicBool::new(false));
+        let leave = Arc::new(AtomicBool::new(false));
         let (origin, tx, refresh) = (self.origin.clone(), self.tx.clone(), self.refresh);
-        let (flag, id) = (Arc::clone(&stop), run.clone());
+        let (flags, id) = ((Arc::clone(&stop), Arc::clone(&leave)), run.clone());
         let spawned = std::thread::Builder::new()
             .name("tui-tuner".into())
-            .spawn(move || search(&origin, &id, refresh, &flag, &tx));
+            .spawn(move || follow(&origin, &id, refresh, (&flags.0, &flags.1), &tx));
         match spawned {
             Ok(thread) => {
                 let mut slot = self.tuner.slot.lock().unwrap_or_else(|e| e.into_inner());
-                *slot = Some(Running { run, stop, thread });
+                *slot = Some(Running {
+                    run,
+                    stop,
+                    leave,
+                    thread,
+                });
                 Ok(())
             }
             Err(e) => self.send(Update::Tuner(Box::new(TunerEvent::Ended {
@@ -178,17 +186,45 @@ impl Worker {
     }
 }
 
-/// The search, on its thread: connect, read the run's GPUs and limits, drive the tuner until
-/// it ends or `stop`, and say how it went.
-fn search(
+/// The job's one record from an answer.
+fn job_of(answer: Result<Response, crate::client::ClientError>) -> Result<TuneJob, String> {
+    match answer.map_err(|e| e.to_string())? {
+        Response::TuneJobs { jobs } => jobs
+            .into_iter()
+            .next()
+            .ok_or_else(|| "the daemon answered with no job".into()),
+        other => Err(format!(
+            "the daemon answered with something unexpected: {other:?}"
+        )),
+    }
+}
+
+/// How a job that ended reads in the console.
+fn end_of(job: TuneJob) -> TunerEnd {
+    let why = job.why.clone().unwrap_or_default();
+    match (job.state, job.result) {
+        (JobState::Done, Some(result)) => TunerEnd::Done {
+            result: Box::new(result),
+            saved: job.saved.unwrap_or_else(|| Err("not written".into())),
+        },
+        (JobState::Failed, _) => TunerEnd::Failed(why),
+        _ => TunerEnd::Cancelled {
+            why,
+            restored: job.restored.unwrap_or(Ok(())),
+        },
+    }
+}
+
+/// On its thread: start the daemon's job on `run`, follow it until it ends, `stop` (the job is
+/// stopped) or `leave` (only the following ends), and say how it went.
+fn follow(
     origin: &Origin,
     run: &str,
     refresh: Duration,
-    stop: &AtomicBool,
+    (stop, leave): (&AtomicBool, &AtomicBool),
     tx: &mpsc::Sender<Update>,
 ) {
     let send = |e: TunerEvent| {
-        // The console is gone: the search still ends (and restores) on `stop`.
         let _ = tx.blocking_send(Update::Tuner(Box::new(e)));
     };
     let ended = |end: TunerEnd| {
@@ -198,69 +234,78 @@ fn search(
         })
     };
     let name = format!("gpupilot-console-tuner {}", env!("CARGO_PKG_VERSION"));
-    let client = match origin.connect(&name) {
+    let client: Client = match origin.connect(&name) {
         Ok(c) => c.with_timeout(REQUEST_TIMEOUT),
         Err(e) => return ended(TunerEnd::Failed(format!("connecting to the daemon: {e}"))),
     };
-    let (mut live, mut tuner) = match prepare(client, run, &TuneSettings::default()) {
-        Ok(p) => p,
-        Err(e) => return ended(TunerEnd::Failed(format!("{e:#}"))),
+    let settings = TuneSettings::default();
+    let start = client.request(Request::TuneStart {
+        run: run.to_string(),
+        settings,
+    });
+    let job = match job_of(start) {
+        Ok(j) => j,
+        Err(e) => return ended(TunerEnd::Failed(e)),
     };
-    let cfg = tuner.config();
     send(TunerEvent::Started {
         run: run.to_string(),
-        gpus: live.gpus.clone(),
-        plan: tuner.plan().to_vec(),
-        window: cfg.window,
-        eta: cfg.eta,
+        gpus: job.gpus.clone(),
+        // The daemon plans the caps; the console learns how many from the progress.
+        plan: Vec::new(),
+        window: settings.window,
+        eta: settings.eta,
     });
     let pause = refresh.clamp(Duration::from_millis(200), Duration::from_secs(5));
     let mut last: Option<Progress> = None;
-    let outcome = drive(
-        &mut tuner,
-        &mut live,
-        stop,
-        || {
-            let start = Instant::now();
-            while start.elapsed() < pause && !stop.load(Ordering::SeqCst) {
-                std::thread::sleep(Duration::from_millis(50));
-            }
-        },
-        |p| {
-            if last.as_ref() != Some(p) {
-                last = Some(p.clone());
-                // A console that is behind skips a progress report; the next supersedes it.
-                let _ = tx.try_send(Update::Tuner(Box::new(TunerEvent::Progress {
-                    run: run.to_string(),
-                    progress: p.clone(),
-                })));
-            }
-        },
-    );
-    ended(match outcome {
-        Ok(Outcome::Done(result)) => {
-            let saved = save_result(&live, &result)
-                .map(|p| p.display().to_string())
-                .map_err(|e| format!("{e:#}"));
-            TunerEnd::Done { result, saved }
+    let mut stopping = false;
+    loop {
+        if leave.load(Ordering::SeqCst) {
+            return;
         }
-        Ok(Outcome::Cancelled { why, restored }) => TunerEnd::Cancelled { why, restored },
-        Err(e) => TunerEnd::Failed(e),
-    });
+        let now = match client.tune_follow(&job.id, stop, &mut stopping) {
+            Ok(j) => j,
+            Err(e) => {
+                return ended(TunerEnd::Failed(format!(
+                    "lost the daemon while following job {} ({e}); the job is the daemon's: \
+                     `gpupilot tune status`",
+                    job.id
+                )));
+            }
+        };
+        if now.state.is_final() {
+            return ended(end_of(now));
+        }
+        if let Some(p) = now.progress.filter(|p| last.as_ref() != Some(p)) {
+            last = Some(p.clone());
+            // A console that is behind skips a progress report; the next supersedes it.
+            let _ = tx.try_send(Update::Tuner(Box::new(TunerEvent::Progress {
+                run: run.to_string(),
+                progress: p,
+            })));
+        }
+        let start = Instant::now();
+        while start.elapsed() < pause
+            && !stop.load(Ordering::SeqCst)
+            && !leave.load(Ordering::SeqCst)
+        {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// A guard holding a "search" that ends only when told to stop.
+    /// A guard holding a "follower" that ends only when told to stop or leave.
     fn guard_with_search() -> (TunerGuard, Arc<AtomicBool>) {
         let guard = TunerGuard::default();
         let stop = Arc::new(AtomicBool::new(false));
+        let leave = Arc::new(AtomicBool::new(false));
         let ended = Arc::new(AtomicBool::new(false));
-        let (flag, done) = (Arc::clone(&stop), Arc::clone(&ended));
+        let (flag, gone, done) = (Arc::clone(&stop), Arc::clone(&leave), Arc::clone(&ended));
         let thread = std::thread::spawn(move || {
-            while !flag.load(Ordering::SeqCst) {
+            while !flag.load(Ordering::SeqCst) && !gone.load(Ordering::SeqCst) {
                 std::thread::sleep(Duration::from_millis(5));
             }
             // Putting the caps back takes a moment.
@@ -270,13 +315,14 @@ mod tests {
         *guard.slot.lock().unwrap() = Some(Running {
             run: "r".into(),
             stop,
+            leave,
             thread,
         });
         (guard, ended)
     }
 
     #[test]
-    fn dropping_the_owner_stops_the_search_and_waits_for_it() {
+    fn dropping_the_owner_ends_the_following_and_waits_for_it() {
         let (guard, ended) = guard_with_search();
         let shared = guard.share();
         assert_eq!(shared.running().as_deref(), Some("r"));

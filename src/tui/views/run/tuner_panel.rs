@@ -374,6 +374,7 @@ mod tests {
             time_change_pct: Some(1.0),
             cost_saving_pct: Some(33.0),
             stopped_early: false,
+            strategy: crate::control::tuner::Strategy::Golden,
             planned: 2,
             duration_s: 60.0,
         };

@@ -1,0 +1,651 @@
+//! Energy-tuning jobs: the search of `tune energy` (`control::tuner`) run by the daemon, so
+//! that no client has to live for it. The CLI and the console start a job (`tune_start`) and
+//! watch it (`tune_status`, the `tune` node events); `tune_stop` ends it and puts the starting
+//! caps back.
+//!
+//! A job runs on a thread of its own with its own connection to this daemon (the session of
+//! `control::tuner::session` over the daemon's client, exactly as a client would search): every
+//! cap goes through `power_cap`, so it lands in the node's events and needs the rights any cap
+//! needs. When this daemon may not set caps (a user's daemon, not root) and a system daemon
+//! answers, the caps go to the system daemon instead, as `gpupilot --system power cap` would.
+//!
+//! Each job's record ([`TuneJob`]) is rewritten under `$STATE/tune/` at every step (files
+//! opened without following links, read back bounded). A daemon that starts finds the jobs the
+//! last one left unfinished: one that was killed mid-search (its caps still at a probe) or
+//! stopped (it put the caps back first). Where the run still trains, the job resumes, reusing
+//! the caps already measured (`resumed` event); otherwise the starting caps come back
+//! (`restored`). A run that ends mid-search, a stop, or a refused cap put the caps back too.
+//!
+//! Lock order: the job table, then one job's record; neither is held across a request to the
+//! daemon or a wait.
+
+use std::collections::BTreeMap;
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime};
+
+use super::events::NodeLog;
+use super::state::{RequestError, lock};
+use crate::client::{Client, ClientError};
+use crate::config::Paths;
+use crate::config::safe_fs;
+use crate::control::PowerLimits;
+use crate::control::tuner::live::{Outcome, drive};
+use crate::control::tuner::record::{JobState, MAX_RECORD_BYTES, TuneJob};
+use crate::control::tuner::session::{
+    DaemonRun, Reports, RunSeen, TunerDaemon, prepare, save_result,
+};
+use crate::control::tuner::{Progress, TuneSettings, Tuner, TunerConfig};
+use crate::protocol::{ErrorCode, NodeEvent};
+use crate::telemetry::Snapshot;
+use crate::time::rfc3339;
+
+/// Between two polls of the run's counters.
+const POLL: Duration = Duration::from_secs(1);
+/// How long `tune_stop` waits for the caps to be back.
+const STOP_WAIT: Duration = Duration::from_secs(20);
+/// How long a daemon that stops waits for its jobs to put their caps back.
+const SHUTDOWN_WAIT: Duration = Duration::from_secs(8);
+/// How long a resumed job waits for the run's trainer to attach again.
+const RESUME_WAIT: Duration = Duration::from_secs(60);
+/// The most job records a daemon reads at start (older ones are left on disk, unread).
+const MAX_RECORDS: usize = 256;
+
+/// One job: its record, shared with its thread, and the flag that stops it.
+struct Slot {
+    job: Arc<Mutex<TuneJob>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// The daemon's tuning jobs. See the module doc.
+pub struct Tuning {
+    paths: Paths,
+    dir: PathBuf,
+    events: Arc<NodeLog>,
+    jobs: Mutex<BTreeMap<String, Slot>>,
+    /// The daemon is stopping: a job that ends now is suspended, not cancelled.
+    stopping: Arc<AtomicBool>,
+}
+
+/// What a job's thread needs besides its record.
+#[derive(Clone)]
+struct Ctx {
+    paths: Paths,
+    dir: PathBuf,
+    events: Arc<NodeLog>,
+    stopping: Arc<AtomicBool>,
+}
+
+impl Tuning {
+    /// The jobs recorded under `$STATE/tune`, read but not started (see [`Tuning::resume`]).
+    pub fn new(paths: Paths, events: Arc<NodeLog>) -> Tuning {
+        let dir = paths.state.join("tune");
+        let mut jobs = BTreeMap::new();
+        for job in read_records(&dir) {
+            jobs.insert(
+                job.id.clone(),
+                Slot {
+                    job: Arc::new(Mutex::new(job)),
+                    stop: Arc::new(AtomicBool::new(false)),
+                    thread: None,
+                },
+            );
+        }
+        Tuning {
+            paths,
+            dir,
+            events,
+            jobs: Mutex::new(jobs),
+            stopping: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    fn ctx(&self) -> Ctx {
+        Ctx {
+            paths: self.paths.clone(),
+            dir: self.dir.clone(),
+            events: Arc::clone(&self.events),
+            stopping: Arc::clone(&self.stopping),
+        }
+    }
+
+    /// Go on with the jobs the last daemon left unfinished (call once the socket answers).
+    pub fn resume(&self) {
+        let mut jobs = lock(&self.jobs);
+        for slot in jobs.values_mut() {
+            let state = lock(&slot.job).state;
+            if state.is_final() {
+                continue;
+            }
+            let (job, stop, ctx) = (Arc::clone(&slot.job), Arc::clone(&slot.stop), self.ctx());
+            slot.thread = std::thread::Builder::new()
+                .name("tune-job".into())
+                .spawn(move || resume_job(&ctx, &job, &stop))
+                .ok();
+        }
+    }
+
+    /// `tune_start`: prepare the search on `run` (its GPUs, their limits and caps, through this
+    /// daemon), record it, and start it on its thread.
+    pub fn start(&self, run: &str, settings: TuneSettings) -> Result<TuneJob, RequestError> {
+        let internal = |e: String| RequestError::new(ErrorCode::Internal, e);
+        let client = JobDaemon::connect(&self.paths).map_err(internal)?;
+        let seen = client
+            .run(run)
+            .map_err(|e| RequestError::new(ErrorCode::UnknownRun, format!("{e:#}")))?;
+        let id = TuneJob::id_for(&seen.id);
+        if let Some(s) = lock(&self.jobs).get(&id) {
+            if !lock(&s.job).state.is_final() {
+                return Err(RequestError::new(
+                    ErrorCode::BadState,
+                    format!(
+                        "run {} is being tuned already (job {id}): `gpupilot tune status {id}`, or \
+                         `gpupilot tune stop {id}` first",
+                        seen.id
+                    ),
+                ));
+            }
+        }
+        let (live, tuner) = prepare(client, &seen.id, &settings)
+            .map_err(|e| RequestError::new(ErrorCode::BadRequest, format!("{e:#}")))?;
+        for (other, s) in lock(&self.jobs).iter() {
+            let j = lock(&s.job);
+            if !j.state.is_final() && j.gpus.iter().any(|g| live.gpus.contains(g)) {
+                return Err(RequestError::new(
+                    ErrorCode::BadState,
+                    format!(
+                        "job {other} tunes GPU {} already: one search per GPU at a time",
+                        j.gpus
+                            .iter()
+                            .filter(|g| live.gpus.contains(g))
+                            .map(u32::to_string)
+                            .collect::<Vec<_>>()
+                            .join(",")
+                    ),
+                ));
+            }
+        }
+        let job = TuneJob {
+            id: id.clone(),
+            run: live.id.clone(),
+            what: live.what(),
+            gpus: live.gpus.clone(),
+            start_w: live.start_caps().iter().map(|(g, w)| (*g, *w)).collect(),
+            settings,
+            state: JobState::Running,
+            started: rfc3339(SystemTime::now()),
+            progress: Some(tuner.progress()),
+            result: None,
+            why: None,
+            restored: None,
+            resumed: 0,
+            saved: None,
+        };
+        let ctx = self.ctx();
+        ctx.save(&job)
+            .map_err(|e| internal(format!("recording the job: {e}")))?;
+        ctx.event(&job, "started", None, None, Some(job.what.clone()));
+        let shared = Arc::new(Mutex::new(job.clone()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (j, s) = (Arc::clone(&shared), Arc::clone(&stop));
+        let thread = std::thread::Builder::new()
+            .name("tune-job".into())
+            .spawn(move || search(&ctx, &j, &s, live, tuner))
+            .map_err(|e| internal(format!("starting the job: {e}")))?;
+        lock(&self.jobs).insert(
+            id,
+            Slot {
+                job: shared,
+                stop,
+                thread: Some(thread),
+            },
+        );
+        Ok(job)
+    }
+
+    /// `tune_status`: every job, or the one `spec` names (a job id or a run's id).
+    pub fn status(&self, spec: Option<&str>) -> Result<Vec<TuneJob>, RequestError> {
+        let jobs = lock(&self.jobs);
+        let all: Vec<TuneJob> = jobs.values().map(|s| lock(&s.job).clone()).collect();
+        match spec {
+            None => Ok(all),
+            Some(spec) => {
+                let found: Vec<TuneJob> = all.into_iter().filter(|j| names(j, spec)).collect();
+                if found.is_empty() {
+                    return Err(no_job(spec));
+                }
+                Ok(found)
+            }
+        }
+    }
+
+    /// `tune_stop`: stop the job `spec` names and wait (bounded) until its caps are back.
+    pub fn stop(&self, spec: &str) -> Result<TuneJob, RequestError> {
+        let (job, thread) = {
+            let mut jobs = lock(&self.jobs);
+            let Some(slot) = jobs.values_mut().find(|s| names(&lock(&s.job), spec)) else {
+                return Err(no_job(spec));
+            };
+            if lock(&slot.job).state.is_final() {
+                return Ok(lock(&slot.job).clone());
+            }
+            slot.stop.store(true, Ordering::SeqCst);
+            (Arc::clone(&slot.job), slot.thread.take())
+        };
+        if let Some(t) = thread {
+            join_within(t, STOP_WAIT);
+        }
+        let j = lock(&job).clone();
+        Ok(j)
+    }
+
+    /// The daemon is stopping: each running job puts its caps back and is suspended, for the
+    /// next daemon to resume.
+    pub fn stopping(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
+        let threads: Vec<JoinHandle<()>> = {
+            let mut jobs = lock(&self.jobs);
+            jobs.values_mut()
+                .filter_map(|s| {
+                    s.stop.store(true, Ordering::SeqCst);
+                    s.thread.take()
+                })
+                .collect()
+        };
+        let until = Instant::now() + SHUTDOWN_WAIT;
+        for t in threads {
+            join_within(t, until.saturating_duration_since(Instant::now()));
+        }
+    }
+}
+
+fn names(j: &TuneJob, spec: &str) -> bool {
+    j.id == spec || j.run == spec || (spec.len() >= 4 && j.run.starts_with(spec))
+}
+
+fn no_job(spec: &str) -> RequestError {
+    RequestError::new(
+        ErrorCode::BadRequest,
+        format!("no tuning job is named {spec} (a job id, or its run): `gpupilot tune status`"),
+    )
+}
+
+/// Wait for `t` at most `within`; a thread still running then is left to finish on its own.
+fn join_within(t: JoinHandle<()>, within: Duration) {
+    let until = Instant::now() + within;
+    while !t.is_finished() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    if t.is_finished() {
+        let _ = t.join();
+    }
+}
+
+impl Ctx {
+    fn path(&self, id: &str) -> PathBuf {
+        self.dir.join(format!("{id}.json"))
+    }
+
+    /// Rewrite the job's record.
+    fn save(&self, job: &TuneJob) -> std::io::Result<()> {
+        safe_fs::own_dir(&self.dir, safe_fs::DirKind::Private)?;
+        let text = serde_json::to_string_pretty(job).map_err(std::io::Error::other)?;
+        safe_fs::write_atomic(&self.path(&job.id), text.as_bytes())
+    }
+
+    fn save_logged(&self, job: &TuneJob) {
+        if let Err(e) = self.save(job) {
+            tracing::warn!("recording tuning job {}: {e}", job.id);
+        }
+    }
+
+    fn event(
+        &self,
+        job: &TuneJob,
+        change: &str,
+        cap_w: Option<f64>,
+        cost: Option<f64>,
+        why: Option<String>,
+    ) {
+        self.events.record(NodeEvent::Tune {
+            job: job.id.clone(),
+            run: job.run.clone(),
+            change: change.into(),
+            cap_w,
+            cost,
+            why,
+        });
+    }
+
+    /// The job's progress changed: record it, and say each new cap and each measured one.
+    fn progress(&self, shared: &Mutex<TuneJob>, p: &Progress) {
+        let mut job = lock(shared);
+        let before = job.progress.clone();
+        let new_cap = before.as_ref().and_then(|b| b.cap_w) != p.cap_w;
+        let measured = before.as_ref().map_or(0, |b| b.curve.len()) < p.curve.len();
+        let phase = before.as_ref().map(|b| b.phase) != Some(p.phase);
+        job.progress = Some(p.clone());
+        if measured {
+            if let Some(last) = p.curve.last() {
+                self.event(&job, "measured", Some(last.cap_w), Some(last.cost), None);
+            }
+        }
+        if new_cap {
+            if let Some(w) = p.cap_w {
+                self.event(&job, "cap", Some(w), None, None);
+            }
+        }
+        if new_cap || measured || phase {
+            self.save_logged(&job);
+        }
+    }
+
+    /// The search ended as `outcome` says: the job's final (or suspended) state.
+    fn finish(
+        &self,
+        shared: &Mutex<TuneJob>,
+        live: &DaemonRun<JobDaemon>,
+        outcome: Result<Outcome, String>,
+    ) {
+        let mut job = lock(shared);
+        match outcome {
+            Ok(Outcome::Done(result)) => {
+                job.saved = Some(
+                    save_result(live, &result)
+                        .map(|p| p.display().to_string())
+                        .map_err(|e| format!("{e:#}")),
+                );
+                job.state = JobState::Done;
+                job.why = Some(result.summary());
+                self.event(
+                    &job,
+                    "done",
+                    Some(result.best.cap_w),
+                    Some(result.best.cost),
+                    None,
+                );
+                job.result = Some(*result);
+            }
+            Ok(Outcome::Cancelled { why, restored }) => {
+                let suspended = self.stopping.load(Ordering::SeqCst);
+                job.state = if suspended {
+                    JobState::Suspended
+                } else {
+                    JobState::Cancelled
+                };
+                let why = if suspended {
+                    "the daemon stopped".to_string()
+                } else {
+                    why
+                };
+                let said = match &restored {
+                    Ok(()) => format!("{why}; the starting caps are back"),
+                    Err(e) => format!("{why}; putting the starting caps back failed: {e}"),
+                };
+                self.event(
+                    &job,
+                    if suspended { "suspended" } else { "cancelled" },
+                    None,
+                    None,
+                    Some(said),
+                );
+                job.why = Some(why);
+                job.restored = Some(restored);
+            }
+            Err(e) => {
+                job.state = JobState::Failed;
+                self.event(&job, "failed", None, None, Some(e.clone()));
+                job.why = Some(e);
+            }
+        }
+        self.save_logged(&job);
+    }
+}
+
+/// A job's search, from its first cap (or, resumed, its next) to its end.
+fn search(
+    ctx: &Ctx,
+    shared: &Mutex<TuneJob>,
+    stop: &AtomicBool,
+    mut live: DaemonRun<JobDaemon>,
+    mut tuner: Tuner,
+) {
+    let outcome = drive(
+        &mut tuner,
+        &mut live,
+        stop,
+        || std::thread::sleep(POLL),
+        |p| ctx.progress(shared, p),
+    );
+    ctx.finish(shared, &live, outcome);
+}
+
+/// A job the last daemon left unfinished: resume it if its run still trains, else put its
+/// starting caps back (when the last daemon died before it could).
+fn resume_job(ctx: &Ctx, shared: &Mutex<TuneJob>, stop: &AtomicBool) {
+    let job = lock(shared).clone();
+    let deadline = Instant::now() + RESUME_WAIT;
+    let why = loop {
+        if stop.load(Ordering::SeqCst) {
+            break "stopped before it could resume".to_string();
+        }
+        let attempt = JobDaemon::connect(&ctx.paths).and_then(|d| {
+            match d.run(&job.run) {
+                Ok(r) if !r.running => return Err("the run is not training any more".into()),
+                Ok(_) => {}
+                Err(e) => return Err(format!("{e:#}")),
+            }
+            prepare(d, &job.run, &job.settings).map_err(|e| format!("{e:#}"))
+        });
+        match attempt {
+            Ok((mut live, tuner)) if live.gpus == job.gpus => {
+                live.set_start_caps(job.start_caps());
+                // From a known state: the starting caps first (a daemon killed mid-search left
+                // a probe's), then the search goes on from the caps measured.
+                if let Err(e) = restore(&ctx.paths, &job.start_caps()) {
+                    break e;
+                }
+                let cfg = TunerConfig {
+                    start_w: job
+                        .start_w
+                        .first()
+                        .map_or(tuner.config().start_w, |(_, w)| *w),
+                    ..tuner.config().clone()
+                };
+                let tuner = match Tuner::new(cfg) {
+                    Ok(t) => t.with_points(job.measured()),
+                    Err(e) => break e.to_string(),
+                };
+                let measured = job.measured().len();
+                {
+                    let mut j = lock(shared);
+                    j.state = JobState::Running;
+                    j.resumed += 1;
+                    ctx.event(
+                        &j,
+                        "resumed",
+                        None,
+                        None,
+                        Some(format!(
+                            "a daemon restarted mid-search; the run still trains: the search goes on, \
+                             {measured} cap(s) measured already"
+                        )),
+                    );
+                    ctx.save_logged(&j);
+                }
+                search(ctx, shared, stop, live, tuner);
+                return;
+            }
+            Ok((live, _)) => {
+                break format!(
+                    "the run's GPUs changed ({:?} then, {:?} now)",
+                    job.gpus, live.gpus
+                );
+            }
+            Err(e) if e.contains("not training") || Instant::now() >= deadline => break e,
+            Err(_) => std::thread::sleep(POLL),
+        }
+    };
+    // Not resumed: a job the last daemon left mid-search still has a probe's cap set.
+    let restored = match job.state {
+        JobState::Running => restore(&ctx.paths, &job.start_caps()),
+        _ => Ok(()),
+    };
+    let mut j = lock(shared);
+    j.state = JobState::Cancelled;
+    let said = match &restored {
+        Ok(()) => format!("not resumed ({why}); the starting caps are back"),
+        Err(e) => format!("not resumed ({why}); putting the starting caps back failed: {e}"),
+    };
+    ctx.event(&j, "restored", None, None, Some(said));
+    j.why = Some(format!("not resumed: {why}"));
+    j.restored = Some(restored);
+    ctx.save_logged(&j);
+}
+
+/// Put each GPU's starting cap back.
+fn restore(paths: &Paths, start_w: &BTreeMap<u32, f64>) -> Result<(), String> {
+    let d = JobDaemon::connect(paths)?;
+    let mut by_cap: BTreeMap<u64, Vec<u32>> = BTreeMap::new();
+    for (gpu, w) in start_w {
+        by_cap.entry(w.to_bits()).or_default().push(*gpu);
+    }
+    for (bits, gpus) in by_cap {
+        d.set_cap(
+            gpus,
+            f64::from_bits(bits),
+            "energy tuner: search not resumed, cap restored",
+        )
+        .map_err(|e| format!("{e:#}"))?;
+    }
+    Ok(())
+}
+
+/// Every job record under `dir`, read bounded and without following links; a file that is
+/// not one is left alone (and said in the log).
+fn read_records(dir: &Path) -> Vec<TuneJob> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for e in entries.flatten().take(MAX_RECORDS) {
+        let path = e.path();
+        if path.extension().and_then(|x| x.to_str()) != Some("json") {
+            continue;
+        }
+        match read_record(&path) {
+            Ok(j) => out.push(j),
+            Err(e) => tracing::warn!("tuning job record {}: {e}", path.display()),
+        }
+    }
+    out
+}
+
+fn read_record(path: &Path) -> Result<TuneJob, String> {
+    let f = safe_fs::open_read(path).map_err(|e| e.to_string())?;
+    let mut text = String::new();
+    f.take(MAX_RECORD_BYTES + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| e.to_string())?;
+    if text.len() as u64 > MAX_RECORD_BYTES {
+        return Err(format!("longer than {MAX_RECORD_BYTES} bytes"));
+    }
+    serde_json::from_str(&text).map_err(|e| e.to_string())
+}
+
+/// This daemon as a job sees it: its own socket, and for caps it may not set, the system
+/// daemon's.
+pub struct JobDaemon {
+    own: Client,
+    own_socket: PathBuf,
+    system: Mutex<Option<Client>>,
+}
+
+impl JobDaemon {
+    fn connect(paths: &Paths) -> Result<JobDaemon, String> {
+        let own = Client::connect(paths)
+            .map_err(|e| format!("the tuning job cannot reach its daemon: {e}"))?;
+        Ok(JobDaemon {
+            own,
+            own_socket: crate::ipc::socket_path(paths),
+            system: Mutex::new(None),
+        })
+    }
+
+    /// The system daemon, for a cap this (user's) daemon may not set; `None` when this is the
+    /// system daemon or none answers.
+    fn system(&self) -> Option<()> {
+        let mut slot = lock(&self.system);
+        if slot.is_some() {
+            return Some(());
+        }
+        let sys = Paths::system_from_env();
+        if crate::ipc::socket_path(&sys) == self.own_socket
+            || !crate::client::system::system_daemon_answers()
+        {
+            return None;
+        }
+        *slot = Some(crate::client::system::connect(&sys).ok()?);
+        Some(())
+    }
+}
+
+impl TunerDaemon for JobDaemon {
+    fn run(&self, spec: &str) -> anyhow::Result<RunSeen> {
+        TunerDaemon::run(&self.own, spec)
+    }
+    fn snapshot(&self) -> anyhow::Result<Option<Snapshot>> {
+        self.own.snapshot()
+    }
+    fn reports(&self, run: &str, since: u64) -> anyhow::Result<Reports> {
+        self.own.reports(run, since)
+    }
+    fn power_limits(&self) -> anyhow::Result<Vec<(u32, Option<PowerLimits>)>> {
+        self.own.power_limits()
+    }
+    fn set_cap(&self, gpus: Vec<u32>, watts: f64, why: &str) -> anyhow::Result<()> {
+        let Err(e) = self.own.set_cap(gpus.clone(), watts, why) else {
+            return Ok(());
+        };
+        let refused = matches!(
+            e.downcast_ref::<ClientError>(),
+            Some(ClientError::Daemon {
+                code: ErrorCode::NoPermission,
+                ..
+            })
+        );
+        if !refused || self.system().is_none() {
+            return Err(e);
+        }
+        let slot = lock(&self.system);
+        match slot.as_ref() {
+            Some(sys) => sys
+                .set_cap(gpus, watts, why)
+                .map_err(|s| s.context("through the system daemon")),
+            None => Err(e),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_too_long_or_behind_a_link_is_not_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let long = dir.path().join("tune-a.json");
+        std::fs::write(&long, vec![b' '; MAX_RECORD_BYTES as usize + 10]).unwrap();
+        assert!(read_record(&long).unwrap_err().contains("longer than"));
+        let target = dir.path().join("elsewhere");
+        std::fs::write(&target, "{}").unwrap();
+        let link = dir.path().join("tune-b.json");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        assert!(read_record(&link).is_err());
+        assert!(read_records(dir.path()).is_empty());
+    }
+}
