@@ -17,6 +17,7 @@ impl TunerDaemon for Client {
         let info = Client::run(self, spec)?;
         Ok(RunSeen {
             id: info.id,
+            name: info.name,
             dir: info.dir,
             gpus: info.gpus,
             running: matches!(info.status, RunStatus::Running),

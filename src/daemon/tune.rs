@@ -150,8 +150,23 @@ impl Tuning {
                 ));
             }
         }
-        let (live, tuner) = prepare(client, &seen.id, &settings)
+        let (live, mut tuner) = prepare(client, &seen.id, &settings)
             .map_err(|e| RequestError::new(ErrorCode::BadRequest, format!("{e:#}")))?;
+        // The last result for this profile, on GPUs of the same limits and at the same eta,
+        // brackets the golden search first.
+        let prior = self.prior(&seen.name, tuner.config());
+        if let (Some((w, from)), None) = (&prior, settings.prior_w) {
+            let cfg = TunerConfig {
+                prior_w: Some(*w),
+                ..tuner.config().clone()
+            };
+            tuner = Tuner::new(cfg)
+                .map_err(|e| RequestError::new(ErrorCode::BadRequest, e.to_string()))?;
+            tracing::info!(
+                "tuning {}: starting from {w:.0} W, the result of {from}",
+                seen.id
+            );
+        }
         for (other, s) in lock(&self.jobs).iter() {
             let j = lock(&s.job);
             if !j.state.is_final() && j.gpus.iter().any(|g| live.gpus.contains(g)) {
@@ -172,7 +187,14 @@ impl Tuning {
         let job = TuneJob {
             id: id.clone(),
             run: live.id.clone(),
-            what: live.what(),
+            name: seen.name.clone(),
+            what: match (&prior, settings.prior_w) {
+                (Some((w, from)), None) => format!(
+                    "{}; the search starts around {w:.0} W, the best cap of {from} (same profile)",
+                    live.what()
+                ),
+                _ => live.what(),
+            },
             gpus: live.gpus.clone(),
             start_w: live.start_caps().iter().map(|(g, w)| (*g, *w)).collect(),
             settings,
@@ -205,6 +227,29 @@ impl Tuning {
             },
         );
         Ok(job)
+    }
+
+    /// The best cap of the newest finished job on a run of profile `name`, with the same
+    /// limits and eta as `cfg`, and that job's id.
+    fn prior(&self, name: &str, cfg: &TunerConfig) -> Option<(f64, String)> {
+        if cfg.strategy != crate::control::tuner::Strategy::Golden || name.is_empty() {
+            return None;
+        }
+        let jobs = lock(&self.jobs);
+        jobs.values()
+            .filter_map(|s| {
+                let j = lock(&s.job);
+                let r = j.result.as_ref()?;
+                let same = j.name == name
+                    && (r.eta - cfg.eta).abs() < 1e-9
+                    && (r.default_w - cfg.default_w).abs() < 0.5
+                    && r.curve
+                        .iter()
+                        .all(|p| p.cap_w >= cfg.min_w - 0.5 && p.cap_w <= cfg.max_w + 0.5);
+                same.then(|| (j.started.clone(), r.best.cap_w, j.id.clone()))
+            })
+            .max_by(|a, b| a.0.cmp(&b.0))
+            .map(|(_, w, id)| (w, id))
     }
 
     /// `tune_status`: every job, or the one `spec` names (a job id or a run's id).

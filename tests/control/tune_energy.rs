@@ -273,6 +273,18 @@ fn a_client_killed_mid_search_leaves_the_job_to_the_daemon() {
     let status = home.ok(&["tune", "status"]);
     assert!(status.contains(&format!("tune-{run}  done")), "{status}");
     assert!(status.contains("best cap"), "{status}");
+    // The next search on a run of this profile starts from this result.
+    let mut again = vec!["tune", "energy", &run, "--detach"];
+    again.extend(QUICK);
+    home.ok(&again);
+    let what = job(&home, &run)["what"].as_str().unwrap().to_string();
+    assert!(
+        what.contains(&format!(
+            "the search starts around {best:.0} W, the best cap of tune-{run}"
+        )),
+        "{what}"
+    );
+    home.ok(&["tune", "stop", &run]);
 }
 
 #[test]

@@ -55,6 +55,10 @@ pub struct TuneJob {
     /// `tune-<run id>`: one job per run at a time.
     pub id: String,
     pub run: String,
+    /// The run's profile name: a later search on a run of the same profile starts from this
+    /// one's result.
+    #[serde(default)]
+    pub name: String,
     /// What is tuned, for people (`run r1 on GPU 0,1`, or a job's ranks together).
     #[serde(default)]
     pub what: String,

@@ -49,6 +49,8 @@ pub trait TunerDaemon {
 pub struct RunSeen {
     /// Its full id.
     pub id: String,
+    /// Its profile's name (searches on runs of one profile learn from each other).
+    pub name: String,
     /// Its directory, where the result goes.
     pub dir: std::path::PathBuf,
     /// The GPUs it sees: its `CUDA_VISIBLE_DEVICES` (`all` when unset).
