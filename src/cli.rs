@@ -673,13 +673,21 @@ fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
         "s" => 1.0,
         "m" => 60.0,
         "h" => 3600.0,
-        _ => return Err(format!("`{}`: expected seconds or a number with s, m or h", brief(s))),
+        _ => {
+            return Err(format!(
+                "`{}`: expected seconds or a number with s, m or h",
+                brief(s)
+            ));
+        }
     };
     match num.parse::<f64>() {
         Ok(v) if v.is_finite() && v > 0.0 && v * scale <= 7.0 * 86400.0 => {
             Ok(std::time::Duration::from_secs_f64(v * scale))
         }
-        _ => Err(format!("`{}`: expected a duration above 0 and at most 7 days (`90s`, `15m`, `2h`)", brief(s))),
+        _ => Err(format!(
+            "`{}`: expected a duration above 0 and at most 7 days (`90s`, `15m`, `2h`)",
+            brief(s)
+        )),
     }
 }
 

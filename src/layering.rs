@@ -28,7 +28,14 @@ pub const LAYERS: &[&[&str]] = &[
     &["protocol"],
     // Readers of all that: the advisor's rules, the Prometheus exposition, run reports, tables
     // for pandas, the one-shot status table, a node's recordings.
-    &["advisor", "exporter", "report", "export", "status", "recording"],
+    &[
+        "advisor",
+        "exporter",
+        "report",
+        "export",
+        "status",
+        "recording",
+    ],
     // Talking to a daemon; then the daemon itself, and the synthetic trainer (a client).
     &["client"],
     &["daemon", "trainer"],
