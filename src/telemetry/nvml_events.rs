@@ -25,8 +25,11 @@ use nvml_wrapper::event::EventSet;
 use super::now_s;
 use super::xid::{XID_RING, XidEvent};
 
-/// How long one wait lasts: the longest the thread takes to notice it should stop.
-pub const WAIT_MS: u32 = 500;
+/// How long one wait lasts: the longest the thread takes to notice it should stop. An event
+/// ends a wait at once, so this costs nothing in how soon an XID is heard; it is how often a
+/// quiet node's listener wakes, which a daemon that samples once a second should not double.
+/// Nothing waits for the thread to end (it holds its own reference to NVML).
+pub const WAIT_MS: u32 = 5000;
 /// How long [`XidWatch::start`] waits for the registrations before it returns (they go on).
 const READY_WAIT: Duration = Duration::from_secs(3);
 /// After a failed wait (other than a timeout), the pause before the next one.
