@@ -485,7 +485,24 @@ impl Daemon {
             }
         };
         self.control.run_cap_started(&run, cap);
+        self.record_environment(&run);
         Ok(self.runs.started(run, launching, peer, why))
+    }
+
+    /// `environment.json` into a new run's directory (host, driver, CUDA, GPU models, the
+    /// daemon's version) for its report; a failure is logged, never fatal.
+    fn record_environment(&self, run: &crate::supervisor::Run) {
+        let dir = run.dir();
+        let gpus = crate::report::model::run_gpus(dir, None);
+        let snap = self.telemetry.newest();
+        let env = crate::report::Environment::from_snapshot(
+            snap.as_deref(),
+            gpus.as_deref(),
+            std::time::SystemTime::now(),
+        );
+        if let Err(e) = crate::report::environment::write(dir.path(), &env) {
+            tracing::warn!("run {}: environment not recorded: {e}", run.id());
+        }
     }
 
     fn status(&self) -> StatusReply {

@@ -90,6 +90,7 @@ pub fn render(r: &Report) -> String {
     training_section(&mut h, r);
     gpu_section(&mut h, r);
     events_section(&mut h, r);
+    environment_section(&mut h, r);
     if !r.missing.is_empty() {
         h.push_str("<h2>Missing</h2><ul class=\"missing\">");
         for m in &r.missing {
@@ -235,6 +236,13 @@ fn time_lost_section(h: &mut String, r: &Report) {
         }
         None => h.push_str("<li>Waiting for data: not reported by the trainer.</li>"),
     }
+    if let Some(st) = &r.time_lost.straggler {
+        let _ = write!(
+            h,
+            "<li class=\"straggler\">{}.</li>",
+            esc(&super::straggler_line(st, span))
+        );
+    }
     if r.gpu_history.is_none() {
         h.push_str("<li>Throttling: unknown (no GPU history).</li>");
     }
@@ -375,6 +383,14 @@ fn events_section(h: &mut String, r: &Report) {
         );
     }
     h.push_str("</table></div>\n");
+}
+
+fn environment_section(h: &mut String, r: &Report) {
+    h.push_str("<h2>Environment</h2><table class=\"environment\">");
+    for (k, v) in super::environment_rows(r) {
+        let _ = write!(h, "<tr><th>{}</th><td>{}</td></tr>", esc(k), esc(&v));
+    }
+    h.push_str("</table>\n");
 }
 
 /// An event's name and its other fields as `key=value` pairs.

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use super::html::event_cells;
 use super::model::Report;
-use super::{gpus_text, num, verdict};
+use super::{environment_rows, gpus_text, num, straggler_line, verdict};
 use crate::control::energy::{J_PER_KWH, co2_text, joules_text, kwh_text};
 use crate::units::format_duration;
 
@@ -105,6 +105,9 @@ pub fn render(r: &Report) -> String {
         }
         None => m.push_str("- waiting for data: not reported\n"),
     }
+    if let Some(st) = &r.time_lost.straggler {
+        let _ = writeln!(m, "- {}", straggler_line(st, r.end_s - r.start_s));
+    }
     if r.gpu_history.is_none() {
         m.push_str("- throttling: unknown (no GPU history)\n");
     }
@@ -130,6 +133,10 @@ pub fn render(r: &Report) -> String {
     for e in &r.events {
         let (name, details) = event_cells(e);
         let _ = writeln!(m, "| {} | {} | {} |", e.time, cell(&name), cell(&details));
+    }
+    m.push_str("\n## Environment\n\n| | |\n|---|---|\n");
+    for (k, v) in environment_rows(r) {
+        let _ = writeln!(m, "| {k} | {} |", cell(&v));
     }
     if !r.missing.is_empty() {
         m.push_str("\n## Missing\n\n");

@@ -13,10 +13,12 @@
 //! daemon itself.
 
 pub mod charts;
+pub mod environment;
 pub mod html;
 pub mod markdown;
 pub mod model;
 
+pub use environment::Environment;
 pub use model::{GpuSeries, Report, ReportError, Sources, gather};
 
 use std::path::{Path, PathBuf};
@@ -99,4 +101,39 @@ pub fn gpus_text(r: &Report) -> String {
         }
         _ => "unknown".into(),
     }
+}
+
+/// The time lost waiting for the slowest rank, in words.
+pub fn straggler_line(s: &model::Straggler, span_s: f64) -> String {
+    format!(
+        "Waiting for the slowest rank: {:.1}% of the job's step time ({} summed over {} steps \
+         of {} ranks, about {} of the run); rank {} was the slowest at {} of them",
+        s.share * 100.0,
+        crate::units::format_duration(s.wait_s),
+        s.steps,
+        s.ranks,
+        crate::units::format_duration(s.share * span_s),
+        s.slowest_rank,
+        s.slowest_steps
+    )
+}
+
+/// The environment's rows `(what, value)`; a value the run's record lacks is `not recorded`.
+pub fn environment_rows(r: &Report) -> Vec<(&'static str, String)> {
+    let none = || "not recorded".to_string();
+    let e = r.environment.as_ref();
+    let get = |f: fn(&Environment) -> Option<String>| e.and_then(f).unwrap_or_else(none);
+    vec![
+        ("host", get(|e| e.hostname.clone())),
+        ("gpupilot", get(|e| e.gpupilot_version.clone())),
+        ("driver", get(|e| e.driver_version.clone())),
+        ("CUDA (driver)", get(|e| e.cuda_driver_version.clone())),
+        ("GPU models", get(Environment::models_text)),
+        ("telemetry", get(|e| e.telemetry_source.clone())),
+        (
+            "frameworks",
+            "not recorded (`gpupilot doctor` shows the node's PyTorch)".to_string(),
+        ),
+        ("recorded", get(|e| Some(e.recorded_at.clone()))),
+    ]
 }

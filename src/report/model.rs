@@ -15,6 +15,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+use super::environment::{self, Environment};
 use crate::control::energy::RunEnergy;
 use crate::history::{Metric, Point};
 use crate::protocol::{MetricsPoint, NodeEvent, NodeEventRecord, RunInfo};
@@ -62,6 +63,8 @@ pub struct Report {
     /// Knob changes, cap changes, restarts and stops, in time order.
     pub markers: Vec<Marker>,
     pub events: Vec<EventRecord>,
+    /// What the run ran on, as the daemon recorded it at the start (`environment.json`).
+    pub environment: Option<Environment>,
     /// Lines that could not be read (skipped).
     pub unreadable: Unreadable,
     /// What the report could not show, in words.
@@ -89,6 +92,25 @@ pub struct TimeLost {
     pub data_wait_share: Option<f64>,
     /// Per GPU: seconds clocked down by power and by temperature (from the history).
     pub throttled: Vec<Throttled>,
+    /// The wait for the slowest rank, where the run has ranks.
+    pub straggler: Option<Straggler>,
+}
+
+/// How long a run of several ranks waited for its slowest: at each step that two ranks or
+/// more reported with a step time, the slowest rank's time less the median rank's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Straggler {
+    /// Seconds waited for the slowest rank, summed over the steps compared.
+    pub wait_s: f64,
+    /// That wait over the job's time on those steps (the slowest rank's step times) (0..1).
+    pub share: f64,
+    /// Steps compared.
+    pub steps: usize,
+    /// Ranks seen.
+    pub ranks: usize,
+    /// The rank that was slowest most often, and at how many of the steps.
+    pub slowest_rank: u32,
+    pub slowest_steps: usize,
 }
 
 /// One GPU's throttling over the run.
@@ -311,6 +333,22 @@ pub fn gather(dir: &RunDir, src: Sources<'_>) -> Result<Report, ReportError> {
     let mut time_lost = TimeLost {
         data_wait_share: data_wait_share(&points),
         throttled: Vec::new(),
+        straggler: straggler(&points),
+    };
+    let environment = match environment::read(dir.path()) {
+        Ok(Some(env)) => Some(env),
+        Ok(None) => {
+            missing.push(format!(
+                "environment: not recorded for this run (the daemon writes {} when it starts a \
+                 run)",
+                environment::FILE_NAME
+            ));
+            None
+        }
+        Err(e) => {
+            missing.push(format!("environment: {}: {e}", environment::FILE_NAME));
+            None
+        }
     };
     let gpu_history = match src.history {
         Some(Ok(h)) if !h.is_empty() => Some(h),
@@ -370,6 +408,7 @@ pub fn gather(dir: &RunDir, src: Sources<'_>) -> Result<Report, ReportError> {
         gpu_history,
         markers,
         events,
+        environment,
         unreadable,
         missing,
         summary,
@@ -399,6 +438,67 @@ fn data_wait_share(points: &[MetricsPoint]) -> Option<f64> {
         .filter_map(|p| Some((p.report.data_wait_s?, p.report.step_time_s?)))
         .fold((0.0, 0.0), |(w, s), (dw, st)| (w + dw, s + st));
     (step > 0.0).then(|| (wait / step).clamp(0.0, 1.0))
+}
+
+/// The median of `v` (not empty), sorted in place.
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// The wait for the slowest rank (see [`Straggler`]); None for a run of one rank, or when no
+/// step was reported by two ranks with a step time. A step reported again (after a restart)
+/// counts with the rank's last report of it.
+pub fn straggler(points: &[MetricsPoint]) -> Option<Straggler> {
+    use std::collections::BTreeMap;
+    let mut steps: BTreeMap<u64, BTreeMap<u32, f64>> = BTreeMap::new();
+    let mut ranks = std::collections::BTreeSet::new();
+    for p in points {
+        let (Some(rank), Some(step), Some(t)) = (p.rank, p.report.step, p.report.step_time_s)
+        else {
+            continue;
+        };
+        if !t.is_finite() || t < 0.0 {
+            continue;
+        }
+        ranks.insert(rank);
+        steps.entry(step).or_default().insert(rank, t);
+    }
+    if ranks.len() < 2 {
+        return None;
+    }
+    let (mut wait, mut total, mut compared) = (0.0, 0.0, 0usize);
+    let mut slowest: BTreeMap<u32, usize> = BTreeMap::new();
+    for times in steps.values().filter(|t| t.len() >= 2) {
+        let (&rank, &max) = times
+            .iter()
+            .max_by(|a, b| a.1.total_cmp(b.1).then(b.0.cmp(a.0)))?;
+        let mut all: Vec<f64> = times.values().copied().collect();
+        wait += max - median(&mut all);
+        total += max;
+        compared += 1;
+        *slowest.entry(rank).or_default() += 1;
+    }
+    let (&slowest_rank, &slowest_steps) = slowest
+        .iter()
+        .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))?;
+    Some(Straggler {
+        wait_s: wait,
+        share: if total > 0.0 {
+            (wait / total).clamp(0.0, 1.0)
+        } else {
+            0.0
+        },
+        steps: compared,
+        ranks: ranks.len(),
+        slowest_rank,
+        slowest_steps,
+    })
 }
 
 /// A throttle series' points are shares of their span (0..1): their mean over the run, times

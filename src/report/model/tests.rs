@@ -235,6 +235,9 @@ fn an_ended_run_has_its_figures_and_says_what_it_skipped() {
     assert_eq!(r.time_lost.throttled.len(), 1);
     assert_eq!(r.time_lost.throttled[0].power_s, Some(30.0));
     assert_eq!(r.time_lost.throttled[0].thermal_s, Some(0.0));
+    // Two ranks of equal step times: nobody waited.
+    let st = r.time_lost.straggler.as_ref().unwrap();
+    assert_eq!((st.ranks, st.steps, st.wait_s), (2, 12, 0.0));
     assert_eq!(
         r.unreadable,
         Unreadable {
@@ -338,4 +341,220 @@ fn chart_svg_has_data_and_no_external_reference() {
     assert!(svg.contains("<polyline"), "{svg}");
     assert!(!svg.contains("href"));
     assert!(crate::report::charts::chart("t", "u", &[], &[], T0, T0 + 1.0).is_none());
+}
+
+fn rank_point(n: u64, rank: Option<u32>, step: u64, step_time_s: f64) -> MetricsPoint {
+    MetricsPoint {
+        n,
+        t: T0 + n as f64,
+        from: "trainer".into(),
+        rank,
+        report: MetricsReport {
+            step: Some(step),
+            step_time_s: Some(step_time_s),
+            ..MetricsReport::default()
+        },
+    }
+}
+
+/// Four ranks over ten steps: rank 2 takes 0.2 s where the others take 0.1 s at steps 0..6,
+/// rank 3 does at steps 6..10; the median is 0.1 s at every step.
+fn four_ranks() -> Vec<MetricsPoint> {
+    let mut out = Vec::new();
+    for step in 0..10u64 {
+        for rank in 0..4u32 {
+            let slow = (rank == 2 && step < 6) || (rank == 3 && step >= 6);
+            let t = if slow { 0.2 } else { 0.1 };
+            out.push(rank_point(step * 4 + u64::from(rank), Some(rank), step, t));
+        }
+    }
+    out
+}
+
+#[test]
+fn the_straggler_share_is_the_wait_for_the_slowest_rank_over_the_jobs_step_time() {
+    let s = straggler(&four_ranks()).unwrap();
+    assert_eq!((s.steps, s.ranks), (10, 4));
+    // Each step: the job takes 0.2 s, of which 0.1 s waiting beyond the median rank.
+    assert!((s.wait_s - 1.0).abs() < 1e-9, "{s:?}");
+    assert!((s.share - 0.5).abs() < 1e-9, "{s:?}");
+    assert_eq!((s.slowest_rank, s.slowest_steps), (2, 6));
+
+    // A step only one rank reported is not compared; nor is a report without a step time.
+    let mut partial = four_ranks();
+    partial.push(rank_point(100, Some(0), 50, 9.0));
+    let mut no_time = rank_point(101, Some(1), 3, 0.0);
+    no_time.report.step_time_s = None;
+    partial.push(no_time);
+    assert_eq!(straggler(&partial).unwrap(), s);
+
+    // A rank's step reported again (after a restart) counts once, with its last time.
+    let mut again = four_ranks();
+    again.push(rank_point(102, Some(2), 0, 0.1));
+    let a = straggler(&again).unwrap();
+    assert!((a.wait_s - 0.9).abs() < 1e-9, "{a:?}");
+    assert_eq!((a.slowest_rank, a.slowest_steps), (2, 5));
+}
+
+#[test]
+fn a_run_of_one_rank_has_no_straggler_share() {
+    let one: Vec<MetricsPoint> = (0..10)
+        .map(|i| rank_point(i, Some(0), i, 0.1 + i as f64 * 0.01))
+        .collect();
+    assert_eq!(straggler(&one), None);
+    let unranked: Vec<MetricsPoint> = (0..10).map(|i| rank_point(i, None, i, 0.1)).collect();
+    assert_eq!(straggler(&unranked), None);
+    assert_eq!(straggler(&[]), None);
+}
+
+#[test]
+fn a_multi_rank_run_shows_its_straggler_share_in_every_form() {
+    let (_tmp, dir) = synthetic(RunStatus::Succeeded);
+    let mut text = String::new();
+    for p in four_ranks() {
+        text.push_str(&serde_json::to_string(&p).unwrap());
+        text.push('\n');
+    }
+    std::fs::write(dir.path().join("metrics.jsonl"), text).unwrap();
+    let r = gather(
+        &dir,
+        Sources {
+            now_s: Some(T0 + 500.0),
+            ..Sources::default()
+        },
+    )
+    .unwrap();
+    let s = r.time_lost.straggler.as_ref().unwrap();
+    assert!((s.share - 0.5).abs() < 1e-9);
+    let json = serde_json::to_value(&r).unwrap();
+    assert_eq!(json["time_lost"]["straggler"]["slowest_rank"], 2);
+    let md = crate::report::markdown::render(&r);
+    assert!(
+        md.contains("- Waiting for the slowest rank: 50.0% of the job's step time"),
+        "{md}"
+    );
+    assert!(md.contains("rank 2 was the slowest at 6 of them"), "{md}");
+    let html = crate::report::html::render(&r);
+    assert!(html.contains("<li class=\"straggler\">Waiting for the slowest rank: 50.0%"));
+}
+
+fn snapshot() -> crate::telemetry::Snapshot {
+    use crate::telemetry::{GpuSample, NodeInfo, Snapshot};
+    let gpu = |index: u32, name: &str| GpuSample {
+        index,
+        name: Some(name.into()),
+        ..GpuSample::default()
+    };
+    Snapshot {
+        time_s: T0,
+        node: NodeInfo {
+            hostname: "node-7".into(),
+            source: "nvml".into(),
+            driver_version: Some("550.54.15".into()),
+            cuda_driver_version: Some("12.4".into()),
+            nvml_version: None,
+        },
+        gpus: vec![
+            gpu(0, "NVIDIA H100 80GB HBM3"),
+            gpu(1, "NVIDIA H100 80GB HBM3"),
+            gpu(2, "NVIDIA A100-SXM4-40GB"),
+        ],
+        host: None,
+    }
+}
+
+#[test]
+fn the_environment_is_read_back_and_shown_in_every_form() {
+    use crate::report::environment::{self, Environment};
+    let (_tmp, dir) = synthetic(RunStatus::Succeeded);
+    let now = UNIX_EPOCH + Duration::from_secs(T0 as u64);
+    let env = Environment::from_snapshot(Some(&snapshot()), Some(&[0, 1]), now);
+    assert_eq!(env.gpus.len(), 2, "only the run's GPUs");
+    assert_eq!(
+        env.models_text().as_deref(),
+        Some("2 × NVIDIA H100 80GB HBM3")
+    );
+    assert_eq!(
+        env.gpupilot_version.as_deref(),
+        Some(env!("CARGO_PKG_VERSION"))
+    );
+    environment::write(dir.path(), &env).unwrap();
+    assert_eq!(environment::read(dir.path()).unwrap(), Some(env.clone()));
+
+    let r = gather(
+        &dir,
+        Sources {
+            now_s: Some(T0 + 500.0),
+            ..Sources::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(r.environment.as_ref(), Some(&env));
+    assert!(!r.missing.iter().any(|m| m.contains("environment")));
+    let json = serde_json::to_value(&r).unwrap();
+    assert_eq!(json["environment"]["driver_version"], "550.54.15");
+    assert_eq!(json["environment"]["hostname"], "node-7");
+    let md = crate::report::markdown::render(&r);
+    for row in [
+        "## Environment",
+        "| host | node-7 |",
+        "| driver | 550.54.15 |",
+        "| CUDA (driver) | 12.4 |",
+        "| GPU models | 2 × NVIDIA H100 80GB HBM3 |",
+        "| frameworks | not recorded",
+    ] {
+        assert!(md.contains(row), "{row} in {md}");
+    }
+    let html = crate::report::html::render(&r);
+    assert!(html.contains("<h2>Environment</h2>"));
+    assert!(
+        html.contains("<tr><th>driver</th><td>550.54.15</td></tr>"),
+        "{html}"
+    );
+}
+
+#[test]
+fn an_environment_not_known_is_shown_absent_never_guessed() {
+    use crate::report::environment::{self, Environment};
+    // No telemetry when the run started: only the version is known.
+    let env = Environment::from_snapshot(None, None, UNIX_EPOCH);
+    assert_eq!(env.driver_version, None);
+    assert_eq!(env.hostname, None);
+    assert!(env.gpus.is_empty() && env.models_text().is_none());
+
+    let (_tmp, dir) = synthetic(RunStatus::Succeeded);
+    let src = || Sources {
+        now_s: Some(T0 + 500.0),
+        ..Sources::default()
+    };
+    let r = gather(&dir, src()).unwrap();
+    assert_eq!(r.environment, None);
+    assert!(
+        r.missing
+            .iter()
+            .any(|m| m.contains("environment: not recorded")),
+        "{:?}",
+        r.missing
+    );
+    let md = crate::report::markdown::render(&r);
+    assert!(md.contains("| driver | not recorded |"), "{md}");
+
+    // A file too large, or not JSON, is said and skipped.
+    let path = environment::path(dir.path());
+    std::fs::write(&path, vec![b' '; environment::MAX_BYTES as usize + 1]).unwrap();
+    let r = gather(&dir, src()).unwrap();
+    assert!(r.environment.is_none());
+    assert!(
+        r.missing.iter().any(|m| m.contains("larger than")),
+        "{:?}",
+        r.missing
+    );
+    std::fs::write(&path, b"{\"recorded_at\":").unwrap();
+    let r = gather(&dir, src()).unwrap();
+    assert!(r.environment.is_none());
+    assert!(
+        r.missing
+            .iter()
+            .any(|m| m.starts_with("environment: environment.json"))
+    );
 }
