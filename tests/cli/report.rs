@@ -136,6 +136,27 @@ fn a_finished_runs_report_has_its_figures_and_charts() {
         r["missing"]
     );
 
+    // The environment the daemon recorded at the start: its snapshot's driver and CUDA, the
+    // run's GPU and its model, the daemon's version; one rank, so no straggler share.
+    assert!(dir.path().join("environment.json").exists());
+    let status: serde_json::Value = serde_json::from_str(&home.ok(&["status", "--json"])).unwrap();
+    let env = &r["environment"];
+    assert_eq!(
+        env["driver_version"], status["node"]["driver_version"],
+        "{env}"
+    );
+    assert!(env["driver_version"].is_string(), "{env}");
+    assert_eq!(
+        env["cuda_driver_version"], status["node"]["cuda_driver_version"],
+        "{env}"
+    );
+    assert_eq!(env["gpupilot_version"], env!("CARGO_PKG_VERSION"));
+    let gpus = env["gpus"].as_array().unwrap();
+    assert_eq!(gpus.len(), 1, "the run's GPU only: {env}");
+    assert_eq!(gpus[0]["index"], 0);
+    assert!(gpus[0]["name"].is_string(), "{env}");
+    assert!(r["time_lost"]["straggler"].is_null());
+
     let md = home.ok(&["report", &run, "--md"]);
     for h in [
         "# Run report: ",
@@ -144,6 +165,7 @@ fn a_finished_runs_report_has_its_figures_and_charts() {
         "## Time lost",
         "## Changes during the run",
         "## Events",
+        "## Environment",
     ] {
         assert!(md.contains(h), "{h} missing from\n{md}");
     }
@@ -158,6 +180,7 @@ fn a_finished_runs_report_has_its_figures_and_charts() {
     for path in [&page, &html_path] {
         let html = std::fs::read_to_string(path).unwrap();
         check_static(&html);
+        assert!(html.contains("<h2>Environment</h2>"));
     }
     chromium(&page);
 
