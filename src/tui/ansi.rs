@@ -88,7 +88,8 @@ pub fn encode<'a>(
 }
 
 /// Columns a cell's symbol takes: 1 for the ASCII the console is mostly made of, else what
-/// Unicode says (at least 1: ratatui gives a wide symbol's second cell a `skip`).
+/// Unicode says, counted as at least 1 (as ratatui's own backend does: it moves the cursor
+/// unless the cell is the one right after the last).
 fn symbol_width(symbol: &str) -> u16 {
     match symbol.as_bytes() {
         [b] if b.is_ascii() => 1,
