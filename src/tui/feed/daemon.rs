@@ -59,7 +59,7 @@ pub const IDLE_POLL_EVERY: Duration = Duration::from_secs(10);
 /// last log lines may land just after the event that says it ended).
 const BUSY_AFTER_EVENT: u32 = 3;
 /// History back-filled on connect: the last hour, at 10 s, then the last ten minutes at 1 s.
-const BACKFILL: [(f64, f64, u32); 2] = [(3600.0, 600.0, 300), (600.0, 0.0, 600)];
+pub const BACKFILL: [(f64, f64, u32); 2] = [(3600.0, 600.0, 300), (600.0, 0.0, 600)];
 
 /// Start the feed from `client`'s daemon. See the module doc. With `rt` (the console's
 /// runtime), snapshots from a local daemon are read on that runtime's thread ([`pump`]).

@@ -38,8 +38,8 @@ const NO_LOGS: &str = "(a recording holds no logs: the run's stdout.log and stde
 const KEPT_POINTS: usize = crate::tui::metrics::KEPT_POINTS;
 /// Node events kept (as the console keeps).
 const EVENTS_KEPT: usize = super::daemon::EVENTS_KEPT;
-/// The GPU history sent after a seek: the last hour at 10 s, the last ten minutes at 1 s.
-const BACKFILL: [(f64, f64, usize); 2] = [(3600.0, 600.0, 300), (600.0, 0.0, 600)];
+/// The GPU history sent after a seek (as a daemon's feed sends it on connect).
+const BACKFILL: [(f64, f64, u32); 2] = super::daemon::BACKFILL;
 /// The longest the thread sleeps without looking at the clock (a pause or a seek moves it).
 const NAP: Duration = Duration::from_millis(250);
 
@@ -460,7 +460,7 @@ impl Player {
                             metric,
                             at - from,
                             at - to + 0.001,
-                            n,
+                            n as usize,
                         ));
                     }
                     if !points.is_empty() {
