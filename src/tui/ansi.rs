@@ -97,7 +97,9 @@ fn symbol_width(symbol: &str) -> u16 {
     }
 }
 
-/// The shortest way from `from` to `(x, y)`.
+/// The shortest way from `from` to `(x, y)`: absolute, or vertically first (LF keeps the
+/// column in raw mode; `CSI n B`/`A` likewise), then across from that column or from column 0
+/// after a CR. Lengths are counted first, so only the move chosen is written.
 fn move_to(out: &mut Vec<u8>, from: Option<(u16, u16)>, x: u16, y: u16) {
     let Some((cx, cy)) = from else {
         return absolute(out, x, y);
@@ -105,39 +107,53 @@ fn move_to(out: &mut Vec<u8>, from: Option<(u16, u16)>, x: u16, y: u16) {
     if (cx, cy) == (x, y) {
         return;
     }
-    let mut best: Vec<u8> = Vec::with_capacity(16);
-    absolute(&mut best, x, y);
-    let mut candidate = Vec::with_capacity(16);
-    // Vertically first (LF keeps the column in raw mode; CSI n B/A likewise), then across
-    // from that column, or from column 0 after a CR.
-    for via_cr in [false, true] {
-        candidate.clear();
-        if y > cy {
-            let dy = y - cy;
-            if dy <= 3 {
-                candidate.extend(std::iter::repeat_n(b'\n', usize::from(dy)));
-            } else {
-                csi_n(&mut candidate, dy, b'B');
-            }
-        } else if y < cy {
-            csi_n(&mut candidate, cy - y, b'A');
-        }
-        let col = if via_cr {
-            candidate.push(b'\r');
+    let down_by_lf = y > cy && y - cy <= 3;
+    let vertical = if down_by_lf {
+        usize::from(y - cy)
+    } else if y != cy {
+        csi_n_len(y.abs_diff(cy))
+    } else {
+        0
+    };
+    let across = |col: u16| {
+        if x == col {
             0
         } else {
-            cx
-        };
-        if x > col {
-            csi_n(&mut candidate, x - col, b'C');
-        } else if x < col {
-            csi_n(&mut candidate, col - x, b'D');
+            csi_n_len(x.abs_diff(col))
         }
-        if candidate.len() < best.len() {
-            std::mem::swap(&mut best, &mut candidate);
-        }
+    };
+    let (stay, via_cr) = (vertical + across(cx), vertical + 1 + across(0));
+    let absolute_len = 4 + digits(u32::from(y) + 1) + digits(u32::from(x) + 1);
+    if absolute_len <= stay.min(via_cr) {
+        return absolute(out, x, y);
     }
-    out.extend_from_slice(&best);
+    if down_by_lf {
+        out.extend(std::iter::repeat_n(b'\n', usize::from(y - cy)));
+    } else if y > cy {
+        csi_n(out, y - cy, b'B');
+    } else if y < cy {
+        csi_n(out, cy - y, b'A');
+    }
+    let col = if via_cr < stay {
+        out.push(b'\r');
+        0
+    } else {
+        cx
+    };
+    if x > col {
+        csi_n(out, x - col, b'C');
+    } else if x < col {
+        csi_n(out, col - x, b'D');
+    }
+}
+
+/// The length of [`csi_n`]'s sequence for `n`.
+fn csi_n_len(n: u16) -> usize {
+    3 + if n == 1 { 0 } else { digits(u32::from(n)) }
+}
+
+fn digits(n: u32) -> usize {
+    n.checked_ilog10().map_or(1, |d| d as usize + 1)
 }
 
 /// `CSI row;col H`, 1-based.
