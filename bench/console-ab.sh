@@ -3,7 +3,8 @@
 #
 #   bench/console-ab.sh BINARY_A BINARY_B [SETTLE_SECONDS] [SECONDS]
 #
-# One daemon (BINARY_B's) samples the 8 fake H100s (crates/fake-nvml, scenarios/8xh100.toml);
+# One daemon (BINARY_B's) samples the 8 fake H100s (crates/fake-nvml, scenarios/8xh100.toml,
+# or the scenario GPUPILOT_BENCH_SCENARIO names);
 # each binary's console runs in its own 200×50 tmux pane as its client, at a 1 s refresh, both
 # at once, so both see the same data and the same noise from the rest of the machine. After
 # SETTLE_SECONDS (default 100: the node warms up meanwhile) it measures each console's CPU
@@ -15,7 +16,7 @@
 set -euo pipefail
 
 [[ $# -ge 2 ]] || {
-    sed -n '2,13p' "$0" >&2
+    sed -n '2,14p' "$0" >&2
     exit 2
 }
 a=$(realpath "$1")
@@ -29,7 +30,7 @@ command -v tmux >/dev/null || { echo "bench/console-ab.sh needs tmux" >&2; exit 
 lib=$root/target/release/libnvidia_ml.so
 work=$(mktemp -d)
 sock=gpupilot-ab-$$
-export FAKE_NVML_SCENARIO=$root/crates/fake-nvml/scenarios/8xh100.toml
+export FAKE_NVML_SCENARIO=${GPUPILOT_BENCH_SCENARIO:-$root/crates/fake-nvml/scenarios/8xh100.toml}
 export FAKE_NVML_STATE=$work/node.state
 export GPUPILOT_HOME=$work/home
 
