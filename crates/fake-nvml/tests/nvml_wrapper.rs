@@ -595,6 +595,52 @@ pcie_replays_per_min = 600.0
 }
 
 #[test]
+fn retired_pages_on_volta_from_the_scenario() {
+    use nvml_wrapper::enum_wrappers::device::RetirementCause;
+    let scenario = r#"
+gpus = ["v100-sxm2", "v100-sxm2", "a100-sxm-80gb", "rtx-4090"]
+[[per_gpu]]
+gpu = 1
+retired_pages_sbe = 3
+retired_pages_dbe = 2
+retired_pages_pending = true
+"#;
+    let Some(_) = isolate("retired_pages_on_volta_from_the_scenario", scenario) else {
+        return;
+    };
+    let nvml = nvml();
+    let pages = |i: u32, cause: RetirementCause| {
+        nvml.device_by_index(i)
+            .unwrap()
+            .retired_pages(cause)
+            .map(|p| p.iter().map(|p| p.address).collect::<Vec<_>>())
+    };
+    let pending = |i: u32| nvml.device_by_index(i).unwrap().are_pages_pending_retired();
+    // A healthy V100: none, and nothing pending.
+    assert!(
+        pages(0, RetirementCause::DoubleBitEccError)
+            .unwrap()
+            .is_empty()
+    );
+    assert!(!pending(0).unwrap());
+    // The count query, then the addresses (nvml-wrapper's two calls), per cause.
+    let sbe = pages(1, RetirementCause::MultipleSingleBitEccErrors).unwrap();
+    let dbe = pages(1, RetirementCause::DoubleBitEccError).unwrap();
+    assert_eq!(sbe.len(), 3);
+    assert_eq!(dbe.len(), 2);
+    assert!(sbe.iter().all(|a| !dbe.contains(a)), "{sbe:?} {dbe:?}");
+    assert!(pending(1).unwrap());
+    // A100 remaps rows instead, a GeForce board has neither: NOT_SUPPORTED, not zero.
+    for i in [2, 3] {
+        assert!(matches!(
+            pages(i, RetirementCause::DoubleBitEccError),
+            Err(NvmlError::NotSupported)
+        ));
+        assert!(matches!(pending(i), Err(NvmlError::NotSupported)));
+    }
+}
+
+#[test]
 fn xid_events_arrive_on_an_event_set_and_a_gpu_without_events_says_so() {
     // GPU 0: XID 31 every 0.3 s from the start; GPU 1: one XID 79 at 0.5 s; GPU 2: no events.
     let Some(_) = isolate(

@@ -21,6 +21,7 @@ mod events;
 mod handles;
 mod power;
 mod processes;
+mod retired;
 mod system;
 mod telemetry;
 

@@ -72,7 +72,8 @@ pub struct EccErrors {
     pub uncorrected: u64,
 }
 
-/// A GPU's memory and link health (`[[per_gpu]]` `remapped_*`, `remap_*`, `pcie_*`).
+/// A GPU's memory and link health (`[[per_gpu]]` `remapped_*`, `remap_*`, `retired_pages_*`,
+/// `pcie_*`).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Health {
     /// Rows remapped after correctable and uncorrectable errors (NVML's REMAPPED_COR/UNC
@@ -89,6 +90,12 @@ pub struct Health {
     pub pcie_link_width: Option<u32>,
     /// PCIe replays per simulated minute: a bad link's counter climbs.
     pub pcie_replays_per_min: f64,
+    /// Pages retired after multiple single-bit and after double-bit ECC errors, and whether a
+    /// retirement waits for the next reset (`nvmlDeviceGetRetiredPages*`: data-centre parts
+    /// before Ampere, which retire pages instead of remapping rows).
+    pub retired_pages_sbe: u32,
+    pub retired_pages_dbe: u32,
+    pub retired_pages_pending: bool,
 }
 
 /// A process a scenario puts on a GPU.

@@ -115,6 +115,13 @@ struct RawPerGpu {
     pcie_link_width: Option<Spanned<u32>>,
     /// How fast the PCIe replay counter climbs.
     pcie_replays_per_min: Option<Spanned<f64>>,
+    /// Retired pages (parts that retire pages: data-centre GPUs before Ampere).
+    #[serde(default)]
+    retired_pages_sbe: u32,
+    #[serde(default)]
+    retired_pages_dbe: u32,
+    #[serde(default)]
+    retired_pages_pending: bool,
 }
 
 #[derive(Deserialize)]
@@ -298,6 +305,9 @@ pub(super) fn resolve(raw: RawScenario, text: &str) -> Result<Scenario, Located>
             pcie_link_gen,
             pcie_link_width,
             pcie_replays_per_min,
+            retired_pages_sbe: p.retired_pages_sbe,
+            retired_pages_dbe: p.retired_pages_dbe,
+            retired_pages_pending: p.retired_pages_pending,
         };
     }
 

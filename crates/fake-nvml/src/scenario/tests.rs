@@ -241,6 +241,20 @@ fn doctor_scenarios_parse() {
     );
     assert_eq!(old.power_limit_w[1], Some(250.0));
     assert_eq!(old.ecc_errors[1].uncorrected, 2);
+    let v100 = Scenario::parse(
+        include_str!("../../scenarios/v100-retired-pages.toml"),
+        "v100-retired-pages.toml",
+    )
+    .unwrap();
+    assert_eq!(v100.health[0], Health::default());
+    assert_eq!(
+        (
+            v100.health[1].retired_pages_sbe,
+            v100.health[1].retired_pages_dbe,
+            v100.health[1].retired_pages_pending
+        ),
+        (3, 2, true)
+    );
 }
 
 #[test]
