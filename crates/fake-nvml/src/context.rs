@@ -302,6 +302,17 @@ impl Context {
         self.step as f64 * self.scenario.node.step_s
     }
 
+    /// Wall-clock time of the current step, microseconds since the Unix epoch (what NVML puts
+    /// in a field value's `timestamp`).
+    pub fn step_unix_us(&self) -> i64 {
+        ((self.epoch_unix_ns + self.step * self.step_ns) / 1000) as i64
+    }
+
+    /// The simulated node at the current step.
+    pub fn node(&self) -> &Node {
+        &self.node
+    }
+
     pub fn gpu(&self, i: usize) -> &Gpu {
         &self.node.gpus()[i]
     }

@@ -16,7 +16,8 @@
 //! - [`setlog`] — the JSON-lines log of every setter call (`FAKE_NVML_LOG`);
 //! - `exports` — the `extern "C"` functions, the only code that touches caller pointers;
 //! - [`symbols`] — the list of exported names;
-//! - [`testing`] — helpers for tests that load the built library.
+//! - [`testing`] — helpers for tests that load the built library;
+//! - [`topology`] — NVLink, PCIe switches and NUMA of an HGX board (`[topology]`).
 //!
 //! The rlib exists for those helpers and for unit tests; nothing in it starts a simulation
 //! unless an exported function is called. See `docs/fake-nvml.md` for the scenario format and
@@ -37,3 +38,4 @@ pub mod setlog;
 pub mod store;
 pub mod symbols;
 pub mod testing;
+pub mod topology;

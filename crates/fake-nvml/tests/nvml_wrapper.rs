@@ -730,3 +730,109 @@ functions = ["nvmlDeviceRegisterEvents"]
             .is_err()
     );
 }
+
+#[test]
+fn nvlink_and_topology_of_an_hgx_board() {
+    use nvml_wrapper::enum_wrappers::device::TopologyLevel;
+    use nvml_wrapper::structs::device::FieldId;
+    let scenario = r#"
+gpus = ["h100-sxm", "h100-sxm", "h100-sxm", "h100-sxm", "h100-sxm", "h100-sxm", "h100-sxm", "rtx-4090"]
+[training]
+model = "bert-large"
+batch_size = 32
+[topology]
+[[faults]]
+kind = "nvlink_down"
+gpu = 3
+link = 5
+"#;
+    let Some(_) = isolate("nvlink_and_topology_of_an_hgx_board", scenario) else {
+        return;
+    };
+    let nvml = nvml();
+    let d0 = nvml.device_by_index(0).unwrap();
+    let d3 = nvml.device_by_index(3).unwrap();
+    let l = d0.link_wrapper_for(4);
+    assert!(l.is_active().unwrap());
+    assert_eq!(l.version().unwrap(), 6, "NVML_NVLINK_VERSION_4_0");
+    assert_eq!(l.remote_pci_info().unwrap().bus_id, "00000000:05:00.0");
+    assert_eq!(
+        d0.link_wrapper_for(17).remote_pci_info().unwrap().bus_id,
+        "00000000:08:00.0"
+    );
+    assert!(!d3.link_wrapper_for(5).is_active().unwrap());
+    assert!(matches!(
+        d0.link_wrapper_for(18).is_active(),
+        Err(NvmlError::InvalidArg)
+    ));
+    // The RTX 4090 has no NVLink.
+    let d7 = nvml.device_by_index(7).unwrap();
+    assert!(matches!(
+        d7.link_wrapper_for(0).is_active(),
+        Err(NvmlError::NotSupported)
+    ));
+
+    // Link count and throughput as field values (nvml-wrapper leaves scopeId 0: link 0).
+    let read = |d: &nvml_wrapper::Device<'_>| -> Vec<Option<u64>> {
+        d.field_values_for(&[FieldId(91), FieldId(138), FieldId(139), FieldId(140)])
+            .unwrap()
+            .into_iter()
+            .map(|s| match s.unwrap().value {
+                Ok(nvml_wrapper::enums::device::SampleValue::U32(v)) => Some(u64::from(v)),
+                Ok(nvml_wrapper::enums::device::SampleValue::U64(v)) => Some(v),
+                Ok(other) => panic!("unexpected value type {other:?}"),
+                Err(NvmlError::NotSupported) => None,
+                Err(e) => panic!("field error {e:?}"),
+            })
+            .collect()
+    };
+    let first = read(&d0);
+    assert_eq!(first[0], Some(18));
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let later = read(&d0);
+    assert!(later[1] > first[1], "TX climbs with training: {first:?} {later:?}");
+    assert_eq!(later[1], later[2], "the all-reduce receives what it sends");
+    assert!(later[3] > later[1], "RAW adds protocol overhead");
+    assert_eq!(read(&d7), [None, None, None, None]);
+
+    // PCIe: pairs under a switch, halves on two sockets; CPU and NUMA affinity.
+    let level = |a: &nvml_wrapper::Device<'_>, b: u32| {
+        a.topology_common_ancestor(nvml.device_by_index(b).unwrap())
+            .unwrap()
+    };
+    assert_eq!(level(&d0, 1), TopologyLevel::Single);
+    assert_eq!(level(&d0, 2), TopologyLevel::Node);
+    assert_eq!(level(&d3, 4), TopologyLevel::System);
+    let near: Vec<u32> = d0
+        .topology_nearest_gpus(TopologyLevel::Node)
+        .unwrap()
+        .iter()
+        .map(|d| d.index().unwrap())
+        .collect();
+    assert_eq!(near, [1, 2, 3]);
+    assert_eq!(d0.cpu_affinity(2).unwrap(), [(1 << 56) - 1, 0]);
+    let d5 = nvml.device_by_index(5).unwrap();
+    assert_eq!(d5.cpu_affinity(2).unwrap(), [!((1 << 56) - 1), (1 << 48) - 1]);
+    assert_eq!(d5.numa_node_id().unwrap(), 1);
+}
+
+#[test]
+fn without_topology_nvlink_and_topology_are_not_supported() {
+    let Some(_) = isolate(
+        "without_topology_nvlink_and_topology_are_not_supported",
+        TRAINING_4XH100,
+    ) else {
+        return;
+    };
+    let nvml = nvml();
+    let d0 = nvml.device_by_index(0).unwrap();
+    assert!(matches!(
+        d0.link_wrapper_for(0).is_active(),
+        Err(NvmlError::NotSupported)
+    ));
+    assert!(matches!(
+        d0.topology_common_ancestor(nvml.device_by_index(1).unwrap()),
+        Err(NvmlError::NotSupported)
+    ));
+    assert!(matches!(d0.numa_node_id(), Err(NvmlError::NotSupported)));
+}

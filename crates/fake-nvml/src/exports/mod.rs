@@ -19,11 +19,13 @@ mod control;
 mod device_info;
 mod events;
 mod handles;
+mod nvlink;
 mod power;
 mod processes;
 mod retired;
 mod system;
 mod telemetry;
+mod topology;
 
 use std::ffi::{c_char, c_uint};
 use std::panic::{AssertUnwindSafe, catch_unwind};

@@ -409,7 +409,12 @@ pub unsafe extern "C" fn nvmlDeviceGetFieldValues(
         }
         for k in 0..valuesCount as usize {
             // SAFETY: the caller passes `valuesCount` entries with `fieldId` (and `scopeId`) set.
-            let field = unsafe { (*values.add(k)).fieldId };
+            let (field, scope) = unsafe { ((*values.add(k)).fieldId, (*values.add(k)).scopeId) };
+            if let Some(answer) = super::nvlink::field_value(ctx, i, field, scope) {
+                // SAFETY: as above.
+                unsafe { super::nvlink::write(values.add(k), answer, ctx.step_unix_us()) };
+                continue;
+            }
             let answer = field_value(ctx, i, field);
             // SAFETY: as above; each entry is written whole, in place.
             unsafe {

@@ -60,6 +60,8 @@ pub struct Scenario {
     /// `[activity]`: how a busy node's figures move every second (`None`: gpusim's steady
     /// model).
     pub activity: Option<gpusim::Activity>,
+    /// `[topology]`: NVLink, PCIe switches and NUMA (`None`: those calls answer NOT_SUPPORTED).
+    pub topology: Option<crate::topology::Topology>,
     /// Hash of the scenario text (or of "builtin"): a changed scenario starts a new shared node.
     pub hash: u64,
 }
@@ -162,6 +164,7 @@ impl Scenario {
             faults: Faults::default(),
             cooling: Vec::new(),
             activity: None,
+            topology: None,
             hash: fnv1a(b"builtin"),
         }
     }

@@ -34,6 +34,8 @@ pub(super) struct RawScenario {
     /// `[activity]`: a busy node's per-second movement (gpusim's `Activity`; every key
     /// optional, defaulting to its busy node).
     activity: Option<Spanned<RawActivity>>,
+    /// `[topology]`: NVLink through NVSwitch, PCIe switches, NUMA (`crate::topology`).
+    topology: Option<Spanned<crate::topology::RawTopology>>,
 }
 
 #[derive(Deserialize)]
@@ -155,6 +157,8 @@ struct RawFault {
     /// `xid` only: the XID number, and the period it repeats with.
     xid: Option<Spanned<u64>>,
     every_s: Option<Spanned<f64>>,
+    /// `nvlink_down` only: the link that did not train.
+    link: Option<Spanned<u32>>,
 }
 
 /// An error message and the byte range it is about.
@@ -342,10 +346,24 @@ pub(super) fn resolve(raw: RawScenario, text: &str) -> Result<Scenario, Located>
     };
 
     let activity = raw.activity.map(resolve_activity).transpose()?;
+    let mut topology = match raw.topology {
+        Some(t) => {
+            let span = t.span();
+            Some(crate::topology::Topology::new(t.into_inner()).map_err(|e| (span, e))?)
+        }
+        None => None,
+    };
     let mut faults = Vec::new();
     let mut cooling = Vec::new();
     for f in raw.faults {
-        if f.kind.get_ref() == "cooling" {
+        if f.kind.get_ref() == "nvlink_down" {
+            let down = resolve_nvlink_down(&f, &gpus, topology.as_ref())?;
+            if let Some(t) = topology.as_mut() {
+                t.down.push(down);
+            }
+        } else if let Some(link) = &f.link {
+            return Err((link.span(), "only `nvlink_down` takes `link`".into()));
+        } else if f.kind.get_ref() == "cooling" {
             cooling.push(resolve_cooling(f, n)?);
         } else {
             faults.push(resolve_fault(f, n)?);
@@ -376,8 +394,50 @@ pub(super) fn resolve(raw: RawScenario, text: &str) -> Result<Scenario, Located>
         faults: Faults::new(faults),
         cooling,
         activity,
+        topology,
         hash: fnv1a(text.as_bytes()),
     })
+}
+
+/// An `nvlink_down` fault: `link` of `gpu` did not train at boot (needs `[topology]`).
+fn resolve_nvlink_down(
+    f: &RawFault,
+    gpus: &[String],
+    topology: Option<&crate::topology::Topology>,
+) -> Result<(usize, u32), Located> {
+    let kind_span = f.kind.span();
+    if f.functions.is_some() || f.delay_ms.is_some() || f.at_s.is_some() || f.xid.is_some() {
+        return Err((
+            kind_span,
+            "fault kind `nvlink_down` takes `gpu` and `link` only (a link that did not train at boot)".into(),
+        ));
+    }
+    let Some(topology) = topology else {
+        return Err((
+            kind_span,
+            "fault kind `nvlink_down` needs a `[topology]` table".into(),
+        ));
+    };
+    let (Some(gpu), Some(link)) = (&f.gpu, &f.link) else {
+        return Err((
+            kind_span,
+            "fault kind `nvlink_down` needs `gpu` and `link`".into(),
+        ));
+    };
+    let i = gpu_index(gpu, gpus.len())?;
+    let spec = gpusim::find(&gpus[i]).ok_or((gpu.span(), "unknown GPU".to_string()))?;
+    let links = topology.links(spec);
+    if *link.get_ref() >= links {
+        return Err((
+            link.span(),
+            format!(
+                "link {} does not exist: GPU {i} ({}) has {links} NVLinks",
+                link.get_ref(),
+                spec.id
+            ),
+        ));
+    }
+    Ok((i, *link.get_ref()))
 }
 
 /// A `cooling` fault: physics (gpusim's [`gpusim::CoolingFault`]), not an NVML error — from
@@ -564,7 +624,7 @@ fn resolve_fault(f: RawFault, n: usize) -> Result<Fault, Located> {
         other => Err((
             kind_span,
             format!(
-                "unknown fault kind `{other}`; known: gpu_lost, not_supported, slow, no_permission, power_limit_zero, xid, cooling"
+                "unknown fault kind `{other}`; known: gpu_lost, not_supported, slow, no_permission, power_limit_zero, xid, cooling, nvlink_down"
             ),
         )),
     }
