@@ -19,6 +19,8 @@ import struct
 import threading
 import time
 
+from . import _software
+
 log = logging.getLogger("gpupilot")
 
 PROTOCOL_VERSION = 1
@@ -295,7 +297,8 @@ class Channel(object):
                 self._mismatch("the daemon speaks protocol version {!r}".format(welcome.get("version")))
             )
         knobs, ranges = self._handler.attach_payload()
-        attach = {"type": "trainer_attach", "run": self.run_id, "pid": os.getpid(), "knobs": knobs}
+        attach = {"type": "trainer_attach", "run": self.run_id, "pid": os.getpid(), "knobs": knobs,
+                  "software": _software.versions()}
         if ranges:
             attach["ranges"] = ranges
         if self.rank:

@@ -3,6 +3,7 @@
 import importlib
 import json
 import os
+import platform
 import shutil
 import signal
 import subprocess
@@ -65,6 +66,8 @@ class StdlibExampleTest(unittest.TestCase):
         (attach,) = daemon.wait_for("trainer_attach", timeout=20)
         self.assertEqual(attach["knobs"], {"batch_size": 32, "prefetch": 3})
         self.assertEqual(attach["pid"], proc.pid)
+        # The stdlib example imports no framework: it says Python's version alone.
+        self.assertEqual(attach["software"], {"python": platform.python_version()})
         daemon.wait_for("metrics", 3, timeout=20)
 
         daemon.push({"type": "knob", "run": RUN, "seq": 1, "knob": "batch_size", "value": 48})
@@ -131,7 +134,12 @@ class SimpleExampleTest(unittest.TestCase):
         )
         self.addCleanup(proc.stderr.close)
         self.addCleanup(proc.kill)
-        daemon.wait_for("trainer_attach", timeout=60)
+        (attach,) = daemon.wait_for("trainer_attach", timeout=60)
+        torch = importlib.import_module("torch")
+        self.assertEqual(attach["software"]["torch"], torch.__version__)
+        self.assertEqual(attach["software"]["python"], platform.python_version())
+        # A CPU build of PyTorch was built without CUDA: it is not said.
+        self.assertEqual("torch_cuda" in attach["software"], torch.version.cuda is not None)
         daemon.wait_for("metrics", 2, timeout=120)
         daemon.push({"type": "knob", "run": RUN, "seq": 1, "knob": "batch_size", "value": 24})
         daemon.push({"type": "knob", "run": RUN, "seq": 2, "knob": "prefetch", "value": 3})

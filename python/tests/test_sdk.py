@@ -1,6 +1,7 @@
 """The SDK against a fake daemon: handshake, attach, reports, knob pushes and acks, reconnects."""
 
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -475,6 +476,55 @@ class ResilienceTest(DaemonTest):
         self.daemon.wait_for("knob_ack")
         self.daemon.wait_for("metrics", 100)
 
+
+
+class SoftwareTest(unittest.TestCase):
+    """What a trainer says of its software when it attaches."""
+
+    def test_names_only_frameworks_the_script_imported(self):
+        from gpupilot import _software
+
+        numpy = type(sys)("numpy")
+        numpy.__version__ = "1.26.4"
+        got = _software.versions({"numpy": numpy, "json": json_module()})
+        self.assertEqual(got, {"python": platform.python_version(), "numpy": "1.26.4"})
+
+    def test_torch_details_where_torch_can_say_them(self):
+        from gpupilot import _software
+
+        torch = type(sys)("torch")
+        torch.__version__ = "2.4.0+cu121"
+        torch.version = type(sys)("torch.version")
+        torch.version.cuda = "12.1"
+        torch.backends = type(sys)("torch.backends")
+        torch.backends.cudnn = mock.Mock(is_available=lambda: True, version=lambda: 90100)
+        # A build whose NCCL query raises: the rest is still said.
+        torch.cuda = mock.Mock(is_available=lambda: True)
+        torch.cuda.nccl.version.side_effect = RuntimeError("no NCCL")
+        got = _software.versions({"torch": torch})
+        self.assertEqual(got["torch"], "2.4.0+cu121")
+        self.assertEqual(got["torch_cuda"], "12.1")
+        self.assertEqual(got["cudnn"], "90100")
+        self.assertNotIn("nccl", got)
+        torch.cuda.nccl.version.side_effect = None
+        torch.cuda.nccl.version.return_value = (2, 20, 5)
+        self.assertEqual(_software.versions({"torch": torch})["nccl"], "2.20.5")
+
+    def test_odd_versions_are_left_out(self):
+        from gpupilot import _software
+
+        jax = type(sys)("jax")
+        jax.__version__ = "x" * (_software.MAX_VERSION + 1)
+        tf = type(sys)("tensorflow")
+        tf.__version__ = "2.15\n0"
+        got = _software.versions({"jax": jax, "tensorflow": tf})
+        self.assertEqual(got, {"python": platform.python_version()})
+
+
+def json_module():
+    import json
+
+    return json
 
 if __name__ == "__main__":
     unittest.main()
