@@ -7,12 +7,15 @@ use crate::faults::strip_version;
 pub const EXPORTED: &[&str] = &[
     "nvmlDeviceGetApplicationsClock",
     "nvmlDeviceGetArchitecture",
+    "nvmlDeviceGetAttributes",
+    "nvmlDeviceGetAttributes_v2",
     "nvmlDeviceGetBAR1MemoryInfo",
     "nvmlDeviceGetBoardId",
     "nvmlDeviceGetBrand",
     "nvmlDeviceGetBusType",
     "nvmlDeviceGetClock",
     "nvmlDeviceGetClockInfo",
+    "nvmlDeviceGetComputeInstanceId",
     "nvmlDeviceGetComputeMode",
     "nvmlDeviceGetComputeRunningProcesses",
     "nvmlDeviceGetComputeRunningProcesses_v2",
@@ -29,6 +32,7 @@ pub const EXPORTED: &[&str] = &[
     "nvmlDeviceGetDecoderUtilization",
     "nvmlDeviceGetDefaultApplicationsClock",
     "nvmlDeviceGetDetailedEccErrors",
+    "nvmlDeviceGetDeviceHandleFromMigDeviceHandle",
     "nvmlDeviceGetDisplayActive",
     "nvmlDeviceGetDisplayMode",
     "nvmlDeviceGetDriverModel",
@@ -39,6 +43,8 @@ pub const EXPORTED: &[&str] = &[
     "nvmlDeviceGetFanSpeed",
     "nvmlDeviceGetFanSpeed_v2",
     "nvmlDeviceGetFieldValues",
+    "nvmlDeviceGetGpuInstanceId",
+    "nvmlDeviceGetGpuInstanceProfileInfo",
     "nvmlDeviceGetGpuMaxPcieLinkGeneration",
     "nvmlDeviceGetGraphicsRunningProcesses",
     "nvmlDeviceGetGraphicsRunningProcesses_v2",
@@ -63,6 +69,7 @@ pub const EXPORTED: &[&str] = &[
     "nvmlDeviceGetMemoryErrorCounter",
     "nvmlDeviceGetMemoryInfo",
     "nvmlDeviceGetMemoryInfo_v2",
+    "nvmlDeviceGetMigDeviceHandleByIndex",
     "nvmlDeviceGetMigMode",
     "nvmlDeviceGetMinorNumber",
     "nvmlDeviceGetMultiGpuBoard",
@@ -180,6 +187,7 @@ mod tests {
             include_str!("exports/events.rs"),
             include_str!("exports/nvlink.rs"),
             include_str!("exports/topology.rs"),
+            include_str!("exports/mig.rs"),
         ];
         let mut seen = Vec::new();
         for src in sources {

@@ -12,8 +12,9 @@ pub unsafe extern "C" fn nvmlDeviceGetName(
     name: *mut c_char,
     length: c_uint,
 ) -> nvmlReturn_t {
-    with_device("nvmlDeviceGetName", device, |ctx, i| {
-        put_str(name, length, ctx.gpu(i).spec().name)
+    super::mig::with_target("nvmlDeviceGetName", device, |ctx, t| match t {
+        super::mig::Target::Gpu(i) => put_str(name, length, ctx.gpu(i).spec().name),
+        super::mig::Target::Mig(i, k) => put_str(name, length, &super::mig::mig_name(ctx, i, k)?),
     })
 }
 
@@ -23,8 +24,9 @@ pub unsafe extern "C" fn nvmlDeviceGetUUID(
     uuid: *mut c_char,
     length: c_uint,
 ) -> nvmlReturn_t {
-    with_device("nvmlDeviceGetUUID", device, |ctx, i| {
-        put_str(uuid, length, &ctx.identities[i].uuid)
+    super::mig::with_target("nvmlDeviceGetUUID", device, |ctx, t| match t {
+        super::mig::Target::Gpu(i) => put_str(uuid, length, &ctx.identities[i].uuid),
+        super::mig::Target::Mig(i, k) => put_str(uuid, length, &super::mig::mig_uuid(ctx, i, k)?),
     })
 }
 
@@ -273,7 +275,8 @@ pub unsafe extern "C" fn nvmlDeviceGetBusType(
     })
 }
 
-/// MIG is available (and off) on data-centre Ampere/Hopper/Blackwell parts.
+/// MIG is available on data-centre Ampere/Hopper/Blackwell parts, off unless the scenario's
+/// `[[mig]]` says otherwise.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetMigMode(
     device: nvmlDevice_t,
@@ -281,14 +284,12 @@ pub unsafe extern "C" fn nvmlDeviceGetMigMode(
     pendingMode: *mut c_uint,
 ) -> nvmlReturn_t {
     with_device("nvmlDeviceGetMigMode", device, |ctx, i| {
-        if !identity::has_mig(ctx.gpu(i).spec()) {
-            return Err(NVML_ERROR_NOT_SUPPORTED);
-        }
+        let (current, pending) = super::mig::mig_mode(ctx, i)?;
         if currentMode.is_null() || pendingMode.is_null() {
             return Err(NVML_ERROR_INVALID_ARGUMENT);
         }
-        put(currentMode, 0)?;
-        put(pendingMode, 0)
+        put(currentMode, current)?;
+        put(pendingMode, pending)
     })
 }
 
@@ -314,8 +315,11 @@ pub unsafe extern "C" fn nvmlDeviceIsMigDeviceHandle(
     device: nvmlDevice_t,
     isMigDevice: *mut c_uint,
 ) -> nvmlReturn_t {
-    with_device("nvmlDeviceIsMigDeviceHandle", device, |_, _| {
-        put(isMigDevice, 0)
+    super::mig::with_target("nvmlDeviceIsMigDeviceHandle", device, |_, t| {
+        put(
+            isMigDevice,
+            c_uint::from(matches!(t, super::mig::Target::Mig(..))),
+        )
     })
 }
 

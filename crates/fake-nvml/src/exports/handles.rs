@@ -70,6 +70,15 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByUUID(
     uuid: *const c_char,
     device: *mut nvmlDevice_t,
 ) -> nvmlReturn_t {
+    // A MIG device's UUID (`MIG-…`) names its MIG handle.
+    let mig = with_system("nvmlDeviceGetHandleByUUID", |ctx| {
+        ctx.sync();
+        let found = super::mig::handle_by_uuid(ctx, get_str(uuid)?).ok_or(NVML_ERROR_NOT_FOUND)?;
+        put(device, found)
+    });
+    if mig != NVML_ERROR_NOT_FOUND {
+        return mig;
+    }
     lookup("nvmlDeviceGetHandleByUUID", device, |ctx| {
         let uuid = get_str(uuid)?;
         ctx.identities

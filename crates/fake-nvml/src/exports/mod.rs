@@ -19,6 +19,7 @@ mod control;
 mod device_info;
 mod events;
 mod handles;
+mod mig;
 mod nvlink;
 mod power;
 mod processes;
@@ -93,6 +94,10 @@ fn index_of(device: nvmlDevice_t, count: usize) -> Result<usize, nvmlReturn_t> {
     let base = DEVICES.as_ptr() as usize;
     let size = std::mem::size_of::<nvmlDevice_st>();
     let p = device as usize;
+    if mig::mig_index_of(device).is_some() {
+        // A MIG device handle: most calls do not take one, as on a real driver.
+        return Err(NVML_ERROR_NOT_SUPPORTED);
+    }
     if p < base || (p - base) % size != 0 {
         return Err(NVML_ERROR_INVALID_ARGUMENT);
     }

@@ -8,11 +8,15 @@ use super::*;
 use crate::context::Proc;
 use crate::scenario::ProcessKind;
 
-/// Not in a MIG instance: nvml.h's "invalid" instance id.
-const NO_INSTANCE: c_uint = 0xffff_ffff;
+use super::mig::{Target, processes_of, with_target};
 
-fn listed(ctx: &mut Context, i: usize, kind: Option<ProcessKind>) -> Vec<Proc> {
-    match kind {
+/// The processes of `kind` on a GPU or MIG device, with their (GPU instance, compute
+/// instance) ids.
+fn listed(ctx: &mut Context, t: Target, kind: Option<ProcessKind>) -> Vec<(Proc, c_uint, c_uint)> {
+    let i = match t {
+        Target::Gpu(i) | Target::Mig(i, _) => i,
+    };
+    let procs = match kind {
         Some(k) => ctx
             .processes(i)
             .into_iter()
@@ -20,7 +24,8 @@ fn listed(ctx: &mut Context, i: usize, kind: Option<ProcessKind>) -> Vec<Proc> {
             .collect(),
         // MPS: the simulated node runs no MPS server.
         None => Vec::new(),
-    }
+    };
+    processes_of(ctx, t, procs)
 }
 
 fn v1(
@@ -30,10 +35,10 @@ fn v1(
     infos: *mut nvmlProcessInfo_v1_t,
     kind: Option<ProcessKind>,
 ) -> nvmlReturn_t {
-    with_device(name, device, |ctx, i| {
-        let items = listed(ctx, i, kind)
+    with_target(name, device, |ctx, t| {
+        let items = listed(ctx, t, kind)
             .iter()
-            .map(|p| nvmlProcessInfo_v1_t {
+            .map(|(p, _, _)| nvmlProcessInfo_v1_t {
                 pid: p.pid,
                 usedGpuMemory: p.used_bytes,
             })
@@ -49,14 +54,14 @@ fn v2(
     infos: *mut nvmlProcessInfo_v2_t,
     kind: Option<ProcessKind>,
 ) -> nvmlReturn_t {
-    with_device(name, device, |ctx, i| {
-        let items = listed(ctx, i, kind)
+    with_target(name, device, |ctx, t| {
+        let items = listed(ctx, t, kind)
             .iter()
-            .map(|p| nvmlProcessInfo_v2_t {
+            .map(|(p, gi, ci)| nvmlProcessInfo_v2_t {
                 pid: p.pid,
                 usedGpuMemory: p.used_bytes,
-                gpuInstanceId: NO_INSTANCE,
-                computeInstanceId: NO_INSTANCE,
+                gpuInstanceId: *gi,
+                computeInstanceId: *ci,
             })
             .collect();
         put_list(count, infos, items)
@@ -210,7 +215,7 @@ pub unsafe extern "C" fn nvmlDeviceGetRunningProcessDetailList(
     device: nvmlDevice_t,
     plist: *mut nvmlProcessDetailList_v1_t,
 ) -> nvmlReturn_t {
-    with_device("nvmlDeviceGetRunningProcessDetailList", device, |ctx, i| {
+    with_target("nvmlDeviceGetRunningProcessDetailList", device, |ctx, t| {
         if plist.is_null() {
             return Err(NVML_ERROR_INVALID_ARGUMENT);
         }
@@ -226,13 +231,13 @@ pub unsafe extern "C" fn nvmlDeviceGetRunningProcessDetailList(
             NVML_PROCESS_MODE_MPS => MPS,
             _ => return Err(NVML_ERROR_INVALID_ARGUMENT),
         };
-        let items = listed(ctx, i, kind)
+        let items = listed(ctx, t, kind)
             .iter()
-            .map(|p| nvmlProcessDetail_v1_t {
+            .map(|(p, gi, ci)| nvmlProcessDetail_v1_t {
                 pid: p.pid,
                 usedGpuMemory: p.used_bytes,
-                gpuInstanceId: NO_INSTANCE,
-                computeInstanceId: NO_INSTANCE,
+                gpuInstanceId: *gi,
+                computeInstanceId: *ci,
                 usedGpuCcProtectedMemory: 0,
             })
             .collect();

@@ -14,6 +14,7 @@ pub unsafe extern "C" fn nvmlDeviceGetUtilizationRates(
     utilization: *mut nvmlUtilization_t,
 ) -> nvmlReturn_t {
     with_device("nvmlDeviceGetUtilizationRates", device, |ctx, i| {
+        super::mig::no_utilization_in_mig(ctx, i)?;
         let r = ctx.reading(i);
         put(
             utilization,
@@ -27,12 +28,8 @@ pub unsafe extern "C" fn nvmlDeviceGetUtilizationRates(
 
 /// (total, used) in bytes. Nothing is reserved, so v1 and v2 agree on "used" and every tool
 /// shows the same number whichever symbol it reads.
-fn memory(ctx: &mut Context, i: usize) -> (u64, u64) {
-    let r = ctx.reading(i);
-    (
-        r.memory_total_bytes,
-        r.memory_used_bytes.min(r.memory_total_bytes),
-    )
+fn memory(ctx: &mut Context, t: super::mig::Target) -> (u64, u64) {
+    super::mig::memory_of(ctx, t)
 }
 
 #[unsafe(no_mangle)]
@@ -40,7 +37,7 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(
     device: nvmlDevice_t,
     memory_: *mut nvmlMemory_t,
 ) -> nvmlReturn_t {
-    with_device("nvmlDeviceGetMemoryInfo", device, |ctx, i| {
+    super::mig::with_target("nvmlDeviceGetMemoryInfo", device, |ctx, i| {
         let (total, used) = memory(ctx, i);
         put(
             memory_,
@@ -58,7 +55,7 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
     device: nvmlDevice_t,
     memory_: *mut nvmlMemory_v2_t,
 ) -> nvmlReturn_t {
-    with_device("nvmlDeviceGetMemoryInfo_v2", device, |ctx, i| {
+    super::mig::with_target("nvmlDeviceGetMemoryInfo_v2", device, |ctx, i| {
         if memory_.is_null() {
             return Err(NVML_ERROR_INVALID_ARGUMENT);
         }

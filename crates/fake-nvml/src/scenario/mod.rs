@@ -12,6 +12,7 @@ use gpusim::{NodeConfig, TrainingConfig};
 
 use crate::faults::Faults;
 
+pub mod mig;
 mod resolve;
 #[cfg(test)]
 mod tests;
@@ -52,6 +53,8 @@ pub struct Scenario {
     pub cuda_driver_version: i32,
     /// Processes to report; `None`: one compute process per busy GPU.
     pub processes: Option<Vec<ScenarioProcess>>,
+    /// `[[mig]]`: each GPU's MIG mode and instances (`None`: MIG off, nothing pending).
+    pub mig: Vec<Option<mig::MigGpu>>,
     /// Injected faults.
     pub faults: Faults,
     /// Cooling faults (`[[faults]] kind = "cooling"`): physics the node simulates, not NVML
@@ -161,6 +164,7 @@ impl Scenario {
             driver_version: DEFAULT_DRIVER_VERSION.to_string(),
             cuda_driver_version: DEFAULT_CUDA_DRIVER_VERSION,
             processes: None,
+            mig: vec![None; n],
             faults: Faults::default(),
             cooling: Vec::new(),
             activity: None,

@@ -8,8 +8,8 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::{
-    DEFAULT_CUDA_DRIVER_VERSION, DEFAULT_DRIVER_VERSION, EccErrors, Health, MAX_GPUS, ProcessKind,
-    Scenario, ScenarioProcess, fnv1a,
+    DEFAULT_CUDA_DRIVER_VERSION, DEFAULT_DRIVER_VERSION, DEFAULT_PID_BASE, EccErrors, Health,
+    MAX_GPUS, ProcessKind, Scenario, ScenarioProcess, fnv1a,
 };
 use crate::faults::{Fault, Faults};
 use crate::symbols;
@@ -29,6 +29,9 @@ pub(super) struct RawScenario {
     #[serde(default)]
     per_gpu: Vec<RawPerGpu>,
     processes: Option<Vec<RawProcess>>,
+    /// `[[mig]]`: GPUs in MIG mode and their instances.
+    #[serde(default)]
+    mig: Vec<super::mig::RawMig>,
     #[serde(default)]
     faults: Vec<RawFault>,
     /// `[activity]`: a busy node's per-second movement (gpusim's `Activity`; every key
@@ -345,6 +348,14 @@ pub(super) fn resolve(raw: RawScenario, text: &str) -> Result<Scenario, Located>
         }
     };
 
+    let pids: Vec<(usize, u32)> = match &processes {
+        Some(list) => list.iter().map(|p| (p.gpu, p.pid)).collect(),
+        None => (0..n)
+            .filter(|i| training_per_gpu[*i].is_some())
+            .map(|i| (i, DEFAULT_PID_BASE + i as u32))
+            .collect(),
+    };
+    let mig = super::mig::resolve_mig(raw.mig, &gpus, &pids)?;
     let activity = raw.activity.map(resolve_activity).transpose()?;
     let mut topology = match raw.topology {
         Some(t) => {
@@ -391,6 +402,7 @@ pub(super) fn resolve(raw: RawScenario, text: &str) -> Result<Scenario, Located>
             .cuda_driver_version
             .unwrap_or(DEFAULT_CUDA_DRIVER_VERSION),
         processes,
+        mig,
         faults: Faults::new(faults),
         cooling,
         activity,
