@@ -38,6 +38,9 @@ pub fn render_table(snap: &Snapshot) -> String {
     );
     for g in &snap.gpus {
         let _ = writeln!(out, "{}", gpu_row(g, name_w));
+        for line in mig_rows(g) {
+            let _ = writeln!(out, "{line}");
+        }
     }
     let procs: Vec<_> = snap
         .gpus
@@ -138,6 +141,51 @@ fn gpu_row(g: &GpuSample, name_w: usize) -> String {
         row.push_str("  (stale: no answer from the driver)");
     }
     row
+}
+
+/// A GPU's MIG instances under its row (`GPU:GI`, profile, slices, memory, UUID), and a MIG
+/// mode change that waits for a reset.
+fn mig_rows(g: &GpuSample) -> Vec<String> {
+    let Some(mig) = g.mig.as_ref() else {
+        return Vec::new();
+    };
+    let mut rows = Vec::new();
+    if mig.change_pending() {
+        rows.push(format!(
+            "     MIG mode {} after a reset: reset the GPU to apply (nvidia-smi -r -i {})",
+            if mig.pending { "on" } else { "off" },
+            g.index
+        ));
+    }
+    for m in &mig.instances {
+        let mem = format!(
+            "{} / {} GiB",
+            or_na(m.memory_used_bytes, |b| format!("{:.1}", b as f64 / GIB)),
+            or_na(m.memory_total_bytes, |b| format!("{:.1}", b as f64 / GIB))
+        );
+        rows.push(format!(
+            "     └ {:<6} MIG {:<10} {:>2} slices  CI {:<2}  {:>17}  {}  {}",
+            m.address(g.index).unwrap_or_else(|| "N/A".into()),
+            m.profile.as_deref().unwrap_or("N/A"),
+            or_na(m.slices, |s| s.to_string()),
+            or_na(m.compute_instance_id, |c| c.to_string()),
+            mem,
+            m.uuid.as_deref().unwrap_or("N/A"),
+            if m.pids.is_empty() {
+                "-".to_string()
+            } else {
+                format!(
+                    "pid {}",
+                    m.pids
+                        .iter()
+                        .map(u32::to_string)
+                        .collect::<Vec<_>>()
+                        .join(",")
+                )
+            }
+        ));
+    }
+    rows
 }
 
 /// Take each GPU's XIDs from `daemon`'s snapshot where the daemon has listened longer (it

@@ -10,6 +10,7 @@
 //! (control lives elsewhere).
 
 pub mod host;
+pub mod mig;
 pub mod nvml;
 pub mod nvml_events;
 pub mod open;
@@ -111,6 +112,9 @@ pub struct GpuSample {
     #[serde(default)]
     pub dec_util_pct: Option<f64>,
     pub persistence: Option<bool>,
+    /// MIG mode and instances; absent on a GPU without MIG.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mig: Option<mig::MigState>,
     /// Compute and graphics processes on this GPU.
     pub processes: Option<Vec<GpuProcess>>,
     /// The XIDs this GPU reported most recently (oldest first, at most [`xid::XID_RING`]),

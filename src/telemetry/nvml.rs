@@ -46,6 +46,8 @@ pub struct NvmlSource {
     xids: XidWatch,
     /// Who each GPU process belongs to.
     owners: OwnerCache,
+    /// Each GPU's MIG instance layout, read again only when it changes.
+    mig: super::mig::MigCache,
 }
 
 /// How often fields that change seldom or never are read again: the link's best generation
@@ -120,6 +122,7 @@ impl NvmlSource {
             count,
             seldom,
             xids,
+            mig: super::mig::MigCache::new(count),
             owners: OwnerCache::default(),
         })
     }
@@ -342,6 +345,7 @@ impl Source for NvmlSource {
             }
             s.processes = Some(procs);
         }
+        s.mig = self.mig.read(index, &dev);
         if r.lost {
             // Values read before the GPU fell off are not to be trusted as current.
             s = GpuSample {

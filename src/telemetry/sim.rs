@@ -164,6 +164,8 @@ impl Source for SimSource {
                 enc_util_pct: Some(0.0),
                 dec_util_pct: Some(0.0),
                 persistence: Some(r.persistence),
+                // gpusim models whole GPUs: no MIG.
+                mig: None,
                 processes: Some(processes),
                 // gpusim has no XID model: nobody listens, so none are claimed either way.
                 xids: None,

@@ -13,6 +13,7 @@ mod console_docs;
 mod doctor;
 mod export;
 mod fuzz;
+mod mig;
 mod nvml_fake;
 mod packaging;
 mod peer_gpustat;

@@ -1,0 +1,183 @@
+//! MIG through the fake NVML library (`crates/fake-nvml/scenarios/mig-a100.toml`: an A100 80GB
+//! in MIG mode with three 1g.10gb and one 3g.40gb instance, an H100 not in MIG mode): what
+//! `status --json` and the `status` table say, cross-checked with nvitop's `MigDevice`; a V100
+//! has no MIG and shows none.
+
+use crate::support::nvml::FakeNode;
+use crate::support::peers::peer;
+use serde_json::Value;
+use std::process::Command;
+
+const MIG_A100: &str = include_str!("../../crates/fake-nvml/scenarios/mig-a100.toml");
+const MIB: u64 = 1 << 20;
+
+fn status_json(node: &FakeNode) -> Value {
+    let out = node.gpupilot(&["status", "--json"]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn status_shows_mig_instances_under_their_gpu() {
+    let node = FakeNode::new(MIG_A100);
+    let v = status_json(&node);
+    let a100 = &v["gpus"][0];
+    let mig = &a100["mig"];
+    assert_eq!(mig["enabled"], true);
+    assert_eq!(mig["pending"], true);
+    // In MIG mode the GPU has no utilization of its own: absent, not zero.
+    assert!(a100["util_gpu_pct"].is_null(), "{a100}");
+    let inst = mig["instances"].as_array().unwrap();
+    let got: Vec<(u64, u64, &str, u64, u64, u64)> = inst
+        .iter()
+        .map(|m| {
+            (
+                m["gpu_instance_id"].as_u64().unwrap(),
+                m["compute_instance_id"].as_u64().unwrap(),
+                m["profile"].as_str().unwrap(),
+                m["slices"].as_u64().unwrap(),
+                m["memory_total_bytes"].as_u64().unwrap() / MIB,
+                m["memory_used_bytes"].as_u64().unwrap() / MIB,
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (2, 0, "3g.40gb", 3, 40_192, 30_720),
+            (7, 0, "1g.10gb", 1, 9_728, 6_144),
+            (8, 0, "1g.10gb", 1, 9_728, 0),
+            (9, 0, "1g.10gb", 1, 9_728, 0),
+        ]
+    );
+    assert_eq!(inst[0]["pids"], serde_json::json!([4200101]));
+    assert_eq!(inst[1]["pids"], serde_json::json!([4200100]));
+    assert!(
+        inst.iter()
+            .all(|m| m["uuid"].as_str().unwrap().starts_with("MIG-"))
+    );
+    // The parent's memory is its instances'.
+    assert_eq!(
+        a100["memory_used_bytes"].as_u64().unwrap(),
+        (30_720 + 6_144) * MIB
+    );
+    // The H100 can do MIG but is not in MIG mode; nothing to list.
+    let h100 = &v["gpus"][1];
+    assert_eq!(h100["mig"]["enabled"], false);
+    assert_eq!(h100["mig"]["instances"], serde_json::json!([]));
+    assert!(h100["util_gpu_pct"].as_f64().is_some());
+
+    let out = node.gpupilot(&["status"]).output().unwrap();
+    assert!(out.status.success());
+    let table = String::from_utf8_lossy(&out.stdout);
+    let uuid = inst[0]["uuid"].as_str().unwrap();
+    let line = table
+        .lines()
+        .find(|l| l.contains("0:2"))
+        .unwrap_or_else(|| panic!("no 0:2 line:\n{table}"));
+    assert!(
+        line.contains("MIG 3g.40gb") && line.contains("30.0 / 39.2 GiB") && line.contains(uuid),
+        "{line}"
+    );
+    for gi in ["0:7", "0:8", "0:9"] {
+        assert!(table.contains(gi), "{gi} missing:\n{table}");
+    }
+}
+
+#[test]
+fn no_mig_on_a_v100_and_a_pending_change_says_reset() {
+    let node = FakeNode::new(
+        r#"
+gpus = ["v100-sxm2", "a100-sxm-80gb"]
+[[mig]]
+gpu = 1
+enabled = false
+pending = true
+"#,
+    );
+    let v = status_json(&node);
+    assert!(v["gpus"][0].get("mig").is_none(), "V100: no MIG at all");
+    assert_eq!(v["gpus"][1]["mig"]["enabled"], false);
+    assert_eq!(v["gpus"][1]["mig"]["pending"], true);
+    let out = node.gpupilot(&["status"]).output().unwrap();
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        table.contains("MIG mode on after a reset: reset the GPU to apply"),
+        "{table}"
+    );
+}
+
+/// nvitop (`Device.mig_devices()`, `MigDevice`) and `status --json` read the same node and
+/// must agree on the instances: count, GPU/compute instance ids, profile, memory, UUIDs.
+#[test]
+fn nvitop_agrees_on_mig_devices() {
+    let Some(python) = peer("python3") else {
+        return;
+    };
+    let node = FakeNode::new(MIG_A100);
+    let script = r#"
+import json
+from nvitop import Device
+out = []
+for d in Device.all():
+    out.append({
+        "mig_enabled": d.is_mig_mode_enabled(),
+        "migs": [
+            {
+                "gi": m.gpu_instance_id(),
+                "ci": m.compute_instance_id(),
+                "name": m.name(),
+                "uuid": m.uuid(),
+                "total": m.memory_total(),
+                "used": m.memory_used(),
+            }
+            for m in d.mig_devices()
+        ],
+    })
+print(json.dumps(out))
+"#;
+    let mut cmd = Command::new(&python);
+    cmd.arg("-c").arg(script);
+    node.apply(&mut cmd);
+    let out = cmd.output().unwrap();
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        if err.contains("No module named 'nvitop'") {
+            crate::support::peers::missing("nvitop is not installed");
+            return;
+        }
+        panic!("nvitop failed: {err}");
+    }
+    let theirs: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let ours = status_json(&node);
+    let gpus = theirs.as_array().unwrap();
+    assert_eq!(gpus.len(), 2);
+    for (t, o) in gpus.iter().zip(ours["gpus"].as_array().unwrap()) {
+        assert_eq!(t["mig_enabled"], o["mig"]["enabled"]);
+        let (tm, om) = (
+            t["migs"].as_array().unwrap(),
+            o["mig"]["instances"].as_array().unwrap(),
+        );
+        assert_eq!(tm.len(), om.len());
+        for (a, b) in tm.iter().zip(om) {
+            assert_eq!(a["gi"], b["gpu_instance_id"]);
+            assert_eq!(a["ci"], b["compute_instance_id"]);
+            assert_eq!(a["uuid"], b["uuid"]);
+            assert_eq!(a["total"], b["memory_total_bytes"]);
+            assert_eq!(a["used"], b["memory_used_bytes"]);
+            let profile = b["profile"].as_str().unwrap();
+            assert!(
+                a["name"]
+                    .as_str()
+                    .unwrap()
+                    .ends_with(&format!("MIG {profile}")),
+                "{a} / {b}"
+            );
+        }
+    }
+    assert_eq!(gpus[0]["migs"].as_array().unwrap().len(), 4);
+}
