@@ -17,8 +17,9 @@ pub const LAYERS: &[&[&str]] = &[
     &["units", "time", "config"],
     // Socket and log paths, peer checks: shared by the daemon and its clients.
     &["ipc"],
-    // What the node and its runs are: samples, profiles, what trainers say; then the series.
-    &["telemetry", "profile", "training"],
+    // What the node and its runs are: samples, profiles, what trainers say, real load on the
+    // GPU through CUDA; then the series.
+    &["telemetry", "profile", "training", "cuda"],
     &["history"],
     // Acting on GPUs (caps, governor, budget, the tuner's search, energy), then on processes
     // (runs; a run's record carries its energy).
@@ -26,16 +27,11 @@ pub const LAYERS: &[&[&str]] = &[
     &["supervisor"],
     // The wire: it names the domain types above and is never named by them.
     &["protocol"],
-    // Readers of all that: the advisor's rules, the Prometheus exposition, run reports, tables
-    // for pandas, the one-shot status table, a node's recordings.
-    &[
-        "advisor",
-        "exporter",
-        "report",
-        "export",
-        "status",
-        "recording",
-    ],
+    // The advisor's rules: they read samples, series and what trainers say.
+    &["advisor"],
+    // Readers of all that: the Prometheus exposition, run reports (with the advisor's findings
+    // over the whole run), tables for pandas, the one-shot status table, a node's recordings.
+    &["exporter", "report", "export", "status", "recording"],
     // Talking to a daemon; then the daemon itself, and the synthetic trainer (a client).
     &["client"],
     &["daemon", "trainer"],
@@ -271,7 +267,7 @@ mod tests {
         );
         assert!(bad[1].contains("module `newmod` has no layer"), "{bad:#?}");
         assert!(
-            bad[2].contains("`telemetry` (layer 2) uses `cli` (layer 11)"),
+            bad[2].contains("`telemetry` (layer 2) uses `cli` (layer 12)"),
             "{bad:#?}"
         );
     }

@@ -7,7 +7,7 @@
 
 use crate::history::{Metric, Point};
 use crate::protocol::{KnobName, MetricsPoint as Report, TrainerInfo};
-use crate::telemetry::GpuSample;
+use crate::telemetry::{GpuSample, throttle};
 
 use super::{GpuPoint, GpuSeries, Knob, KnobChange, RankWindow, RunWindow, StepPoint};
 
@@ -21,10 +21,34 @@ pub const METRICS: [Metric; 6] = [
     Metric::SmClock,
 ];
 
-/// One GPU's series: `series` holds, for each of [`METRICS`], its points (means per bucket);
-/// `latest` gives what history does not keep (memory total, default and max cap, slowdown
-/// temperature, max clock) and the newest throttle reasons.
-pub fn gpu_series(latest: &GpuSample, series: &[(Metric, Vec<Point>)]) -> GpuSeries {
+/// What a GPU's history does not keep: its rated figures (from its newest sample, or what a
+/// run recorded when it started).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Rated {
+    pub memory_total_bytes: Option<u64>,
+    pub power_default_w: Option<f64>,
+    pub power_max_w: Option<f64>,
+    pub temp_slowdown_c: Option<f64>,
+    pub sm_clock_max_mhz: Option<u32>,
+}
+
+impl Rated {
+    pub fn of(s: &GpuSample) -> Rated {
+        Rated {
+            memory_total_bytes: s.memory_total_bytes,
+            power_default_w: s.power_default_w,
+            power_max_w: s.power_max_w,
+            temp_slowdown_c: s.temp_slowdown_c,
+            sm_clock_max_mhz: s.sm_clock_max_mhz,
+        }
+    }
+}
+
+/// One GPU's points from its history: `series` holds, for some of [`METRICS`] (and
+/// [`Metric::PowerLimited`], [`Metric::ThermalLimited`] where given), its points (means per
+/// bucket), one point per time any of them has. A bucket held by the power cap or by thermal
+/// slowdown at least half its time gets that reason's bit.
+pub fn gpu_points(rated: &Rated, series: &[(Metric, Vec<Point>)]) -> Vec<GpuPoint> {
     let mut times: Vec<f64> = series
         .iter()
         .flat_map(|(_, ps)| ps.iter().map(|p| p.t))
@@ -38,24 +62,42 @@ pub fn gpu_series(latest: &GpuSample, series: &[(Metric, Vec<Point>)]) -> GpuSer
             .and_then(|(_, ps)| ps.iter().find(|p| (p.t - t).abs() < 1e-6))
             .map(|p| p.mean)
     };
-    let mut points: Vec<GpuPoint> = times
+    let reasons = |t: f64| {
+        let power = at(Metric::PowerLimited, t);
+        let thermal = at(Metric::ThermalLimited, t);
+        if power.is_none() && thermal.is_none() {
+            return None;
+        }
+        let bit = |share: Option<f64>, bit: u64| if share? >= 0.5 { Some(bit) } else { None };
+        Some(
+            bit(power, throttle::SW_POWER_CAP).unwrap_or(0)
+                | bit(thermal, throttle::SW_THERMAL_SLOWDOWN).unwrap_or(0),
+        )
+    };
+    times
         .iter()
         .map(|&t| GpuPoint {
             t,
             util_pct: at(Metric::UtilGpu, t),
             memory_used_bytes: at(Metric::MemoryUsed, t).map(|b| b as u64),
-            memory_total_bytes: latest.memory_total_bytes,
+            memory_total_bytes: rated.memory_total_bytes,
             power_w: at(Metric::Power, t),
             power_limit_w: at(Metric::PowerLimit, t),
-            power_default_w: latest.power_default_w,
-            power_max_w: latest.power_max_w,
+            power_default_w: rated.power_default_w,
+            power_max_w: rated.power_max_w,
             temperature_c: at(Metric::Temperature, t),
-            temp_slowdown_c: latest.temp_slowdown_c,
-            throttle_reasons: None,
+            temp_slowdown_c: rated.temp_slowdown_c,
+            throttle_reasons: reasons(t),
             sm_clock_mhz: at(Metric::SmClock, t).map(|c| c.round() as u32),
-            sm_clock_max_mhz: latest.sm_clock_max_mhz,
+            sm_clock_max_mhz: rated.sm_clock_max_mhz,
         })
-        .collect();
+        .collect()
+}
+
+/// One GPU's series: its history's points ([`gpu_points`]) with the rated figures of the
+/// newest sample, then that sample itself (with its throttle reasons) where it is newer.
+pub fn gpu_series(latest: &GpuSample, series: &[(Metric, Vec<Point>)]) -> GpuSeries {
+    let mut points = gpu_points(&Rated::of(latest), series);
     if let Some(p) = GpuPoint::from_sample(latest) {
         if points.last().is_none_or(|q| q.t < p.t) {
             points.push(p);

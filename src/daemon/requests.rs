@@ -152,6 +152,7 @@ mod tests {
                 knobs: Default::default(),
                 ranges: Default::default(),
                 rank: None,
+                software: Default::default(),
             },
             Request::Metrics(Default::default()),
             Request::KnobAck {

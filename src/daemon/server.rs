@@ -631,6 +631,7 @@ impl Conn {
                 knobs,
                 ranges,
                 rank,
+                software,
             } => {
                 if self.trainer_of.is_some() {
                     self.send(error(
@@ -650,6 +651,7 @@ impl Conn {
                         rank,
                         knobs,
                         ranges,
+                        software,
                     };
                     daemon.trainer_attach(conn, tx, ask)
                 })

@@ -180,6 +180,10 @@ pub enum Request {
         /// Which rank of a distributed job this is; absent for a single-process script.
         #[serde(default, flatten)]
         rank: Option<RankSpec>,
+        /// The versions of what it trains with (`python`, `torch`, `torch_cuda`, `cudnn`,
+        /// `nccl`, …), for the run's report; the daemon keeps a bounded few.
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        software: BTreeMap<String, String>,
     },
     /// Trainer channel: one metrics report.
     Metrics(MetricsReport),

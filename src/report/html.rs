@@ -86,6 +86,7 @@ pub fn render(r: &Report) -> String {
     verdict_section(&mut h, r);
     energy_section(&mut h, r);
     time_lost_section(&mut h, r);
+    advice_section(&mut h, r);
     markers_section(&mut h, r);
     training_section(&mut h, r);
     gpu_section(&mut h, r);
@@ -383,6 +384,33 @@ fn events_section(h: &mut String, r: &Report) {
         );
     }
     h.push_str("</table></div>\n");
+}
+
+fn advice_section(h: &mut String, r: &Report) {
+    h.push_str("<h2>Advice</h2>");
+    let items = super::advice_items(r);
+    if items.is_empty() {
+        h.push_str(
+            "<p>Nothing over the whole run calls for a change (the advisor's rules, given the \
+             run's span).</p>\n",
+        );
+        return;
+    }
+    h.push_str("<ul class=\"advice\">");
+    for a in items {
+        let _ = write!(
+            h,
+            "<li><b>{}</b>: {}<br><small>{}</small>",
+            esc(&a.title),
+            esc(&a.summary),
+            esc(&a.evidence)
+        );
+        if let Some(act) = &a.action {
+            let _ = write!(h, "<br><code>{}</code>", esc(act));
+        }
+        h.push_str("</li>");
+    }
+    h.push_str("</ul>\n");
 }
 
 fn environment_section(h: &mut String, r: &Report) {

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use super::html::event_cells;
 use super::model::Report;
-use super::{environment_rows, gpus_text, num, straggler_line, verdict};
+use super::{advice_items, environment_rows, gpus_text, num, straggler_line, verdict};
 use crate::control::energy::{J_PER_KWH, co2_text, joules_text, kwh_text};
 use crate::units::format_duration;
 
@@ -119,6 +119,19 @@ pub fn render(r: &Report) -> String {
             t.power_s.map_or_else(dash, format_duration),
             t.thermal_s.map_or_else(dash, format_duration)
         );
+    }
+
+    m.push_str("\n## Advice\n\n");
+    let advice = advice_items(r);
+    if advice.is_empty() {
+        m.push_str("Nothing over the whole run calls for a change.\n");
+    }
+    for a in advice {
+        let _ = writeln!(m, "- **{}**: {}", a.title, a.summary);
+        let _ = writeln!(m, "  - evidence: {}", a.evidence);
+        if let Some(act) = a.action {
+            let _ = writeln!(m, "  - action: `{act}`");
+        }
     }
 
     m.push_str("\n## Changes during the run\n\n");

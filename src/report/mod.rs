@@ -12,6 +12,7 @@
 //! Layer: beside `advisor` (it reads run directories and protocol types); it never talks to a
 //! daemon itself.
 
+pub mod advice;
 pub mod charts;
 pub mod environment;
 pub mod html;
@@ -132,8 +133,79 @@ pub fn environment_rows(r: &Report) -> Vec<(&'static str, String)> {
         ("telemetry", get(|e| e.telemetry_source.clone())),
         (
             "frameworks",
-            "not recorded (`gpupilot doctor` shows the node's PyTorch)".to_string(),
+            e.and_then(Environment::software_text).unwrap_or_else(|| {
+                "not reported: the run's script did not attach through the gpupilot SDK \
+                 (`gpupilot doctor` shows the node's PyTorch)"
+                    .to_string()
+            }),
+        ),
+        (
+            "ranks",
+            e.and_then(Environment::ranks_text)
+                .unwrap_or_else(|| "one process".to_string()),
         ),
         ("recorded", get(|e| Some(e.recorded_at.clone()))),
     ]
+}
+
+/// One of the advisor's findings, in words, for the report's forms.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AdviceItem {
+    /// What it is about and whose: `thermal throttling (GPU 3)`.
+    pub title: String,
+    pub summary: String,
+    /// The numbers behind it: `time in thermal slowdown 62%; temperature (highest) 88 C`.
+    pub evidence: String,
+    /// What to do: a command, or for a run that has ended, what to change in the next one.
+    pub action: Option<String>,
+}
+
+/// The report's findings in words.
+pub fn advice_items(r: &Report) -> Vec<AdviceItem> {
+    use crate::advisor::text::{label, num};
+    use crate::advisor::{Knob, Suggestion};
+    r.advice
+        .iter()
+        .map(|h| {
+            let whose = match (&h.run, h.gpu) {
+                (_, Some(g)) => format!("GPU {g}"),
+                (Some(_), None) => "the run".to_string(),
+                (None, None) => "the node".to_string(),
+            };
+            let evidence = h
+                .evidence
+                .iter()
+                .map(|e| match e.unit.as_str() {
+                    "" | "%" => format!("{} {}{}", e.name, num(e.value), e.unit),
+                    u => format!("{} {} {u}", e.name, num(e.value)),
+                })
+                .collect::<Vec<_>>()
+                .join("; ");
+            let action = h.action.as_ref().and_then(|a| match a {
+                _ if r.live => Some(a.command()),
+                Suggestion::SetKnob {
+                    knob: Knob::BatchSize,
+                    value,
+                    ..
+                } => Some(format!(
+                    "next run: [knobs.batch_size] initial = {value:.0} in its profile"
+                )),
+                Suggestion::SetKnob {
+                    knob: Knob::Prefetch,
+                    value,
+                    ..
+                } => Some(format!(
+                    "next run: [knobs.prefetch] initial = {value:.0} in its profile"
+                )),
+                Suggestion::StopRun { .. } => None,
+                other => Some(other.command()),
+            });
+            AdviceItem {
+                title: format!("{} ({whose})", label(h.kind)),
+                summary: h.summary.clone(),
+                evidence,
+                action,
+            }
+        })
+        .collect()
 }

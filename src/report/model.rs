@@ -26,8 +26,9 @@ use crate::time::{parse_rfc3339, rfc3339};
 pub const MAX_POINTS: usize = 600;
 
 /// The GPU series a report asks the history for.
-pub const GPU_METRICS: [Metric; 7] = [
+pub const GPU_METRICS: [Metric; 8] = [
     Metric::UtilGpu,
+    Metric::MemoryUsed,
     Metric::Power,
     Metric::PowerLimit,
     Metric::Temperature,
@@ -65,6 +66,9 @@ pub struct Report {
     pub events: Vec<EventRecord>,
     /// What the run ran on, as the daemon recorded it at the start (`environment.json`).
     pub environment: Option<Environment>,
+    /// The advisor's findings over the whole run ([`super::advice`]).
+    #[serde(default)]
+    pub advice: Vec<crate::advisor::Hint>,
     /// Lines that could not be read (skipped).
     pub unreadable: Unreadable,
     /// What the report could not show, in words.
@@ -394,6 +398,28 @@ pub fn gather(dir: &RunDir, src: Sources<'_>) -> Result<Report, ReportError> {
     }
     markers.sort_by(|a, b| a.t.total_cmp(&b.t));
 
+    // A run directory from before profiles were kept has none: its knobs are unbounded.
+    let knobs = match crate::profile::Loader::new().load(&dir.profile_path()) {
+        Ok(p) => Some(p.knobs),
+        Err(_) if !dir.profile_path().exists() => None,
+        Err(e) => {
+            missing.push(format!(
+                "advice: the run's profile could not be read ({e}); knob ranges unknown"
+            ));
+            None
+        }
+    };
+    let advice = super::advice::whole_run(&super::advice::RunRecord {
+        run: &summary.id,
+        gpus: gpus.as_deref(),
+        history: gpu_history.as_deref(),
+        environment: environment.as_ref(),
+        points: &points,
+        knobs: knobs.as_ref(),
+        end_s,
+        span_s: end_s - start_s,
+    });
+
     Ok(Report {
         generated_at: rfc3339(UNIX_EPOCH + std::time::Duration::from_secs_f64(now_s.max(0.0))),
         live,
@@ -409,6 +435,7 @@ pub fn gather(dir: &RunDir, src: Sources<'_>) -> Result<Report, ReportError> {
         markers,
         events,
         environment,
+        advice,
         unreadable,
         missing,
         summary,

@@ -48,6 +48,11 @@ impl Channel {
             ]),
             ranges: BTreeMap::new(),
             rank,
+            // The synthetic trainer trains no framework: it names itself.
+            software: BTreeMap::from([(
+                "gpupilot_synthetic".into(),
+                env!("CARGO_PKG_VERSION").into(),
+            )]),
         };
         match client.request(request) {
             Ok(Response::TrainerAttached { .. }) => {}

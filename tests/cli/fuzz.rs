@@ -57,6 +57,7 @@ fn client_seeds() -> Vec<String> {
                 gpu: Some(3),
                 gpu_uuid: Some("GPU-0000".into()),
             }),
+            software: BTreeMap::from([("torch".into(), "2.4.0".into())]),
         },
         Request::Metrics(MetricsReport {
             step: Some(1200),

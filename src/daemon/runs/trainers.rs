@@ -399,6 +399,8 @@ pub struct Attach {
     pub knobs: BTreeMap<String, i64>,
     /// Ranges for knobs the profile does not bound.
     pub ranges: BTreeMap<String, KnobRange>,
+    /// The versions it trains with, for the run's `environment.json`.
+    pub software: BTreeMap<String, String>,
 }
 
 impl Runs {
@@ -416,6 +418,7 @@ impl Runs {
             rank,
             knobs,
             ranges,
+            software,
         } = ask;
         let spec = spec.as_str();
         let said = rank.as_ref().map(|r| r.rank);
@@ -437,8 +440,10 @@ impl Runs {
         }
         let mut channels = self.channels();
         let ch = channels.get(&id, entry.run.dir().path());
+        let dir = entry.run.dir().path().to_path_buf();
         drop(table);
         let (rank_no, world) = (who.rank, who.world_size);
+        let spec = said.is_some().then(|| who.clone());
         match ch.ranks.attach(who, TrainerConn { conn, tx, pid }) {
             Ok(Some(old)) => tracing::info!(
                 "run {id}: a new trainer connection replaces connection {} (rank {rank_no})",
@@ -488,6 +493,14 @@ impl Runs {
             .map(|(k, v)| (k.as_str().to_string(), *v))
             .collect();
         drop(channels);
+        if spec.is_some() || !software.is_empty() {
+            let now = std::time::SystemTime::now();
+            if let Err(e) =
+                crate::report::environment::record_trainer(&dir, spec.as_ref(), &software, now)
+            {
+                tracing::warn!("run {id}: the trainer's environment not recorded: {e}");
+            }
+        }
         self.events.record(NodeEvent::Trainer {
             run: id.clone(),
             attached: true,

@@ -453,6 +453,7 @@ fn snapshot() -> crate::telemetry::Snapshot {
             driver_version: Some("550.54.15".into()),
             cuda_driver_version: Some("12.4".into()),
             nvml_version: None,
+            topology: None,
         },
         gpus: vec![
             gpu(0, "NVIDIA H100 80GB HBM3"),
@@ -501,7 +502,8 @@ fn the_environment_is_read_back_and_shown_in_every_form() {
         "| driver | 550.54.15 |",
         "| CUDA (driver) | 12.4 |",
         "| GPU models | 2 × NVIDIA H100 80GB HBM3 |",
-        "| frameworks | not recorded",
+        "| frameworks | not reported",
+        "| ranks | one process |",
     ] {
         assert!(md.contains(row), "{row} in {md}");
     }
@@ -557,4 +559,163 @@ fn an_environment_not_known_is_shown_absent_never_guessed() {
             .iter()
             .any(|m| m.starts_with("environment: environment.json"))
     );
+}
+
+#[test]
+fn what_trainers_said_is_kept_bounded_and_shown_in_every_form() {
+    use crate::report::environment::{self, Environment, MAX_SOFTWARE};
+    use crate::training::RankSpec;
+    use std::collections::BTreeMap;
+    let (_tmp, dir) = synthetic(RunStatus::Succeeded);
+    let now = UNIX_EPOCH + Duration::from_secs(T0 as u64);
+    environment::write(
+        dir.path(),
+        &Environment::from_snapshot(Some(&snapshot()), Some(&[0, 1]), now),
+    )
+    .unwrap();
+    let said = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    let torch = said(&[
+        ("python", "3.11.2"),
+        ("torch", "2.4.0"),
+        ("torch_cuda", "12.1"),
+        ("nccl", "2.20.5"),
+        // Not a name, not a version: left out.
+        ("bad name", "1.0"),
+        ("numpy", "1\n2"),
+    ]);
+    let rank = |r: u32, gpu: u32| RankSpec {
+        rank: r,
+        world_size: 2,
+        host: Some(format!("node-{r}")),
+        gpu: Some(gpu),
+        ..RankSpec::default()
+    };
+    environment::record_trainer(dir.path(), Some(&rank(1, 1)), &torch, now).unwrap();
+    // Rank 0 runs another PyTorch; it attaches twice (a restart): one entry.
+    let other = said(&[("python", "3.11.2"), ("torch", "2.3.1")]);
+    environment::record_trainer(dir.path(), Some(&rank(0, 0)), &other, now).unwrap();
+    environment::record_trainer(dir.path(), Some(&rank(0, 0)), &other, now).unwrap();
+    let env = environment::read(dir.path()).unwrap().unwrap();
+    assert_eq!(
+        env.gpus.len(),
+        2,
+        "what the daemon recorded at the start stays"
+    );
+    assert_eq!(env.software.len(), 4, "{:?}", env.software);
+    let ranks: Vec<(u32, Option<u32>, usize)> = env
+        .ranks
+        .iter()
+        .map(|r| (r.rank, r.gpu, r.software.len()))
+        .collect();
+    assert_eq!(ranks, [(0, Some(0), 2), (1, Some(1), 0)]);
+
+    let r = gather(
+        &dir,
+        Sources {
+            now_s: Some(T0 + 500.0),
+            ..Sources::default()
+        },
+    )
+    .unwrap();
+    let md = crate::report::markdown::render(&r);
+    for row in [
+        "| frameworks | Python 3.11.2, PyTorch 2.4.0 (CUDA 12.1, NCCL 2.20.5) |",
+        "| ranks | 2 attached on node-0, node-1; rank 0 differs: Python 3.11.2, PyTorch 2.3.1 |",
+    ] {
+        assert!(md.contains(row), "{row} in {md}");
+    }
+    let html = crate::report::html::render(&r);
+    assert!(
+        html.contains("PyTorch 2.4.0 (CUDA 12.1, NCCL 2.20.5)"),
+        "{html}"
+    );
+    let json = serde_json::to_value(&r).unwrap();
+    assert_eq!(json["environment"]["software"]["torch"], "2.4.0");
+
+    // At most MAX_SOFTWARE names are kept from one trainer.
+    let many: BTreeMap<String, String> = (0..40)
+        .map(|i| (format!("pkg{i:02}"), "1.0".to_string()))
+        .collect();
+    let (_tmp2, fresh) = synthetic(RunStatus::Succeeded);
+    environment::record_trainer(fresh.path(), None, &many, now).unwrap();
+    let env = environment::read(fresh.path()).unwrap().unwrap();
+    assert_eq!(env.software.len(), MAX_SOFTWARE);
+    assert!(env.ranks.is_empty(), "a single process has no ranks");
+}
+
+#[test]
+fn the_advice_over_the_whole_run_is_in_every_form() {
+    use crate::report::environment::{self, Environment};
+    let (_tmp, dir) = synthetic(RunStatus::Succeeded);
+    let now = UNIX_EPOCH + Duration::from_secs(T0 as u64);
+    let mut env = Environment::from_snapshot(Some(&snapshot()), Some(&[0, 1]), now);
+    for g in &mut env.gpus {
+        g.temp_slowdown_c = Some(87.0);
+    }
+    environment::write(dir.path(), &env).unwrap();
+    let pts = |v: f64| -> Vec<Point> {
+        (0..12)
+            .map(|i| Point {
+                t: T0 + i as f64 * 10.0,
+                min: v,
+                mean: v,
+                max: v,
+            })
+            .collect()
+    };
+    let hot = vec![GpuSeries {
+        gpu: 0,
+        series: vec![
+            (Metric::UtilGpu, pts(95.0)),
+            (Metric::Temperature, pts(86.0)),
+            (Metric::SmClock, pts(1400.0)),
+            (Metric::ThermalLimited, pts(0.9)),
+        ],
+    }];
+    let r = gather(
+        &dir,
+        Sources {
+            history: Some(Ok(hot)),
+            now_s: Some(T0 + 500.0),
+            ..Sources::default()
+        },
+    )
+    .unwrap();
+    let kinds: Vec<_> = r.advice.iter().map(|h| h.kind).collect();
+    assert!(
+        kinds.contains(&crate::advisor::HintKind::ThermalThrottle),
+        "{:#?}",
+        r.advice
+    );
+    let md = crate::report::markdown::render(&r);
+    assert!(md.contains("## Advice"), "{md}");
+    assert!(md.contains("**thermal throttling (GPU 0)**"), "{md}");
+    assert!(
+        md.contains("action: `gpupilot thermal target 82 --gpu 0`"),
+        "{md}"
+    );
+    let html = crate::report::html::render(&r);
+    assert!(
+        html.contains("<h2>Advice</h2><ul class=\"advice\">"),
+        "{html}"
+    );
+    let json = serde_json::to_value(&r).unwrap();
+    assert_eq!(json["advice"][0]["kind"], "thermal_throttle", "{json}");
+
+    // Without GPU history the report still has the section, and says nothing calls for a
+    // change only when nothing does.
+    let r = gather(
+        &dir,
+        Sources {
+            now_s: Some(T0 + 500.0),
+            ..Sources::default()
+        },
+    )
+    .unwrap();
+    assert!(r.advice.iter().all(|h| h.gpu.is_none()), "{:#?}", r.advice);
 }
