@@ -10,6 +10,7 @@
 //! [`checks`]; the exit status is 0 (nothing to fix), 1 (warnings) or 2 (a failure).
 
 pub mod checks;
+pub mod mig;
 pub mod xids;
 
 use std::io::Read;

@@ -109,6 +109,30 @@ pending = true
         table.contains("MIG mode on after a reset: reset the GPU to apply"),
         "{table}"
     );
+
+    // doctor: a change that waits for a reset is a warning that says how to apply it.
+    let out = node
+        .gpupilot(&["doctor", "--json"])
+        .env("GPUPILOT_PYTHON", node.dir.path().join("no-such-python"))
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let mig = v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "mig")
+        .unwrap_or_else(|| panic!("no mig check: {v}"));
+    assert_eq!(mig["status"], "warn", "{mig}");
+    assert!(
+        mig["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("GPU 1's MIG mode turns on at its next reset: reset the GPU to apply"),
+        "{mig}"
+    );
+    assert_ne!(out.status.code(), Some(0), "a warning is not a clean bill");
 }
 
 /// nvitop (`Device.mig_devices()`, `MigDevice`) and `status --json` read the same node and

@@ -111,6 +111,9 @@ pub struct GpuFacts {
     pub xids: Option<Vec<XidEvent>>,
     #[serde(default)]
     pub xid_since_s: Option<f64>,
+    /// MIG mode and instances; absent on a GPU without MIG.
+    #[serde(default)]
+    pub mig: Option<crate::telemetry::mig::MigState>,
 }
 
 impl From<&GpuSample> for GpuFacts {
@@ -148,6 +151,7 @@ impl From<&GpuSample> for GpuFacts {
             busy: s.pstate.is_some_and(|p| p <= 2) || s.util_gpu_pct.is_some_and(|u| u > 0.0),
             xids: s.xids.clone(),
             xid_since_s: s.xid_since_s,
+            mig: s.mig.clone(),
         }
     }
 }
@@ -420,6 +424,7 @@ pub fn evaluate(f: &Facts) -> Vec<Check> {
 
     out.push(memory_check(&live));
     out.push(pcie_check(&live));
+    out.extend(super::mig::mig_check(&live));
     out.push(xid_check(&f.gpus, &f.xids_heard));
     out.push(permission_check(&f.power_permission, f.is_root));
     out
