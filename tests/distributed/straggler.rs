@@ -160,6 +160,34 @@ fn a_thermally_throttled_gpu_makes_its_rank_the_named_straggler() {
     let thermal = s.ok(&["thermal"]);
     assert!(thermal.contains("rank 2 on GPU 2"), "{thermal}");
 
+    // The run's report so far: the time lost to the slowest rank names rank 2, the advice over
+    // the run names its GPU, and the environment has each rank where it ran and what it is.
+    let report: Value = serde_json::from_str(&s.ok(&["report", &run, "--json"])).unwrap();
+    assert_eq!(report["live"], true);
+    let straggler = &report["time_lost"]["straggler"];
+    assert_eq!(straggler["slowest_rank"], 2, "{straggler}");
+    assert_eq!(straggler["ranks"], 4, "{straggler}");
+    assert!(straggler["share"].as_f64().unwrap() > 0.1, "{straggler}");
+    let advice = report["advice"].as_array().unwrap();
+    let found = advice
+        .iter()
+        .find(|h| h["kind"] == "straggler")
+        .unwrap_or_else(|| panic!("{advice:#?}"));
+    assert_eq!(found["gpu"], 2, "{found}");
+    let env = &report["environment"];
+    let ranks: Vec<(u64, u64)> = env["ranks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["rank"].as_u64().unwrap(), r["gpu"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(ranks, [(0, 0), (1, 1), (2, 2), (3, 3)]);
+    assert_eq!(
+        env["software"]["gpupilot_synthetic"],
+        env!("CARGO_PKG_VERSION"),
+        "{env}"
+    );
+
     s.ok(&["stop", &run, "--kill"]);
 }
 
