@@ -629,6 +629,11 @@ pub struct RunArgs {
     #[arg(long = "knob", value_name = "NAME=N:MIN..MAX", requires = "command",
           value_parser = crate::profile::KnobDecl::parse)]
     pub knobs: Vec<crate::profile::KnobDecl>,
+    /// The GPUs the run sees, instead of the profile's `gpus`: indices (`0,2`), `GPU-…` UUIDs,
+    /// or one MIG instance by its `MIG-…` UUID or `GPU:GI` (`0:7`, as `gpupilot status` lists
+    /// it). The run's child gets it as CUDA_VISIBLE_DEVICES (a MIG instance as its MIG UUID).
+    #[arg(long, value_name = "SPEC")]
+    pub gpu: Option<String>,
 }
 
 const RECORD_ABOUT: &str = "Record what the console would show of this node: every telemetry \

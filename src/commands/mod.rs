@@ -22,6 +22,7 @@ pub mod profile;
 pub mod ranks;
 pub mod record;
 pub mod report;
+mod run_gpu;
 pub mod runs;
 pub mod thermal;
 pub mod tune;

@@ -47,6 +47,24 @@ pub fn run(g: &GlobalArgs, args: &RunArgs) -> anyhow::Result<ExitCode> {
         profile.name.clone_from(name);
     }
     let client = connect_or_spawn(g, &paths)?;
+    if let Some(spec) = &args.gpu {
+        const VAR: &str = "CUDA_VISIBLE_DEVICES";
+        let snap = client.status()?.snapshot.ok_or_else(|| {
+            anyhow::anyhow!("--gpu needs the daemon's GPUs, and it has no telemetry yet: try again")
+        })?;
+        match super::run_gpu::visible_devices(spec, &snap) {
+            Ok(value) => {
+                // --gpu replaces whatever the profile or the caller chose.
+                profile.run.gpus = crate::profile::GpuSelection::Inherit;
+                profile.run.env.remove(VAR);
+                caller.env.insert(VAR.into(), value);
+            }
+            Err(e) => {
+                super::err_line(&format!("gpupilot: {e}"));
+                return Ok(ExitCode::from(2));
+            }
+        }
+    }
     let why = match &args.profile {
         Some(f) => format!("gpupilot run {}", f.display()),
         None => "gpupilot run -- …".to_string(),

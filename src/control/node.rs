@@ -606,9 +606,18 @@ impl NodeControl {
     }
 }
 
-/// The GPUs a run sees: `CUDA_VISIBLE_DEVICES` as indices or UUIDs (None: every GPU).
+/// The GPUs a run sees: `CUDA_VISIBLE_DEVICES` as indices or UUIDs (None: every GPU). A MIG
+/// instance's UUID names the GPU it is part of: energy is measured per physical GPU, so a run
+/// on an instance is given its whole GPU's energy (shared with the GPU's other instances).
 pub fn visible_gpus(visible: Option<&str>, snap: &Snapshot) -> Option<BTreeSet<u32>> {
-    let node = snap.gpus.iter().map(|g| (g.index, g.uuid.as_deref()));
+    let node = snap.gpus.iter().flat_map(|g| {
+        let instances = g
+            .mig
+            .iter()
+            .flat_map(|m| m.instances.iter())
+            .map(move |m| (g.index, m.uuid.as_deref()));
+        std::iter::once((g.index, g.uuid.as_deref())).chain(instances)
+    });
     VisibleGpus::parse(visible).known(node)
 }
 

@@ -205,3 +205,70 @@ print(json.dumps(out))
     }
     assert_eq!(gpus[0]["migs"].as_array().unwrap().len(), 4);
 }
+
+/// `run --gpu 0:7` (GPU 0's GPU instance 7) starts the child with that instance's MIG UUID in
+/// CUDA_VISIBLE_DEVICES; names that are no instance, or a GPU in MIG mode as a whole, are
+/// usage errors that say what exists.
+#[test]
+fn a_run_on_a_mig_instance_sees_its_mig_uuid() {
+    use crate::support::nvml_daemon::NvmlDaemon;
+    use std::time::{Duration, Instant};
+
+    let d = NvmlDaemon::new(MIG_A100, &[]);
+    let v: Value = serde_json::from_str(&d.ok(&["status", "--json"])).unwrap();
+    let gi7 = v["gpus"][0]["mig"]["instances"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["gpu_instance_id"] == 7)
+        .unwrap()["uuid"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let id = d.ok(&[
+        "run",
+        "--detach",
+        "--gpu",
+        "0:7",
+        "--",
+        "sh",
+        "-c",
+        "echo CVD=$CUDA_VISIBLE_DEVICES",
+    ]);
+    let id = id.trim();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let logs = loop {
+        let out = d.run(&["logs", id]);
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        if text.contains("CVD=") || Instant::now() > deadline {
+            break text;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(
+        logs.lines().any(|l| l == format!("CVD={gi7}")),
+        "expected CVD={gi7} in:\n{logs}"
+    );
+    let ps: Value = serde_json::from_str(&d.ok(&["ps", "--json"])).unwrap();
+    let run = ps
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["id"] == id)
+        .unwrap_or_else(|| panic!("{id} not in {ps}"));
+    assert_eq!(run["gpus"], gi7.as_str(), "{run}");
+
+    for (spec, says) in [
+        (
+            "0:5",
+            "no such MIG instance; its MIG instances are 0:2, 0:7, 0:8, 0:9",
+        ),
+        ("0", "GPU 0 is in MIG mode"),
+        ("0:7,0:8", "one MIG instance at most"),
+    ] {
+        let out = d.run(&["run", "--detach", "--gpu", spec, "--", "true"]);
+        assert_eq!(out.status.code(), Some(2), "--gpu {spec}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(says), "--gpu {spec}: {err}");
+    }
+}
