@@ -156,6 +156,14 @@ fn a_finished_runs_report_has_its_figures_and_charts() {
     assert_eq!(gpus[0]["index"], 0);
     assert!(gpus[0]["name"].is_string(), "{env}");
     assert!(r["time_lost"]["straggler"].is_null());
+    // What the trainer said when it attached, and the GPU's rated figures for the advice.
+    assert_eq!(
+        env["software"]["gpupilot_synthetic"],
+        env!("CARGO_PKG_VERSION"),
+        "{env}"
+    );
+    assert!(gpus[0]["power_default_w"].is_number(), "{env}");
+    assert!(r["advice"].is_array(), "{r}");
 
     let md = home.ok(&["report", &run, "--md"]);
     for h in [
@@ -163,6 +171,7 @@ fn a_finished_runs_report_has_its_figures_and_charts() {
         "## Verdict",
         "## Energy",
         "## Time lost",
+        "## Advice",
         "## Changes during the run",
         "## Events",
         "## Environment",
