@@ -158,6 +158,10 @@ each user's own daemon. See docs/operations.md, \"A root daemon for power contro
     /// thermal slowdown, ECC errors, power-cap permission (exit 0 ok, 1 warnings, 2 problems).
     #[command(long_about = DOCTOR_ABOUT)]
     Doctor(DoctorArgs),
+    /// Real load on the GPUs through CUDA: GEMM throughput and memory bandwidth (one clear
+    /// line, exit status 2, on a node without CUDA).
+    #[command(subcommand, long_about = BENCH_ABOUT)]
+    Bench(BenchCommand),
     /// Tune a live run: `tune energy RUN` searches for the energy-optimal power cap (a job of
     /// the daemon: `tune status`, `tune stop`).
     #[command(subcommand)]
@@ -318,6 +322,14 @@ limit to the value it already has, which changes nothing).
 PyTorch is asked through `python3`, or the interpreter GPUPILOT_PYTHON names (the one your runs \
 use). Exit status: 0 nothing to fix, 1 warnings only, 2 at least one problem. --json prints the \
 checks and the facts behind them.";
+
+const BENCH_ABOUT: &str = "Real load on the GPUs through CUDA (the driver library loaded at run \
+time, cuBLAS for the GEMM): `gemm` measures TFLOP/s in FP32, BF16 and FP16, `memory` the \
+device-to-device copy bandwidth against the memory's peak. Each GPU is measured on its own, for \
+--duration per measurement after a warm-up, as the median of five timed windows. GPU numbers are \
+CUDA's (the NVML indices `status` shows on a node of identical GPUs without \
+CUDA_VISIBLE_DEVICES; each result names its PCI bus id). Without CUDA: one line saying what is \
+missing, exit status 2. See docs/bench.md.";
 
 const POWER_ABOUT: &str = "Without a subcommand: every GPU's power limit (current, enforced, \
 default, allowed range), its SM clock range and lock, the driver's target temperature, and the \
@@ -976,6 +988,55 @@ pub struct AdviseArgs {
     pub window: f64,
 }
 
+/// `gpupilot bench …`.
+#[derive(Debug, Subcommand, Clone)]
+pub enum BenchCommand {
+    /// GEMM throughput (TFLOP/s) through cuBLAS, per GPU and precision.
+    Gemm(BenchGemmArgs),
+    /// Device-to-device copy bandwidth (GB/s, bytes read and written) against the memory's peak.
+    Memory(BenchMemoryArgs),
+}
+
+/// Options of `gpupilot bench gemm`.
+#[derive(Debug, Args, Clone)]
+pub struct BenchGemmArgs {
+    /// The GPUs to measure (`--gpu 0,2`); every GPU CUDA sees when left out.
+    #[arg(long = "gpu", value_name = "I,J", value_delimiter = ',')]
+    pub gpu: Vec<u32>,
+    /// How long each measurement is timed, warm-up not counted (`10s`, `1m`).
+    #[arg(long, value_name = "D", default_value = "10s", value_parser = parse_duration)]
+    pub duration: std::time::Duration,
+    /// fp32 (cublasSgemm, no TF32), bf16 or fp16 (cublasGemmEx on tensor cores), or all three.
+    #[arg(long, value_enum, default_value_t = BenchPrecision::All)]
+    pub precision: BenchPrecision,
+    /// The results as JSON (schema in docs/bench.md).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `bench gemm --precision`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum BenchPrecision {
+    Fp32,
+    Bf16,
+    Fp16,
+    All,
+}
+
+/// Options of `gpupilot bench memory`.
+#[derive(Debug, Args, Clone)]
+pub struct BenchMemoryArgs {
+    /// The GPUs to measure (`--gpu 0,2`); every GPU CUDA sees when left out.
+    #[arg(long = "gpu", value_name = "I,J", value_delimiter = ',')]
+    pub gpu: Vec<u32>,
+    /// How long each measurement is timed, warm-up not counted (`10s`, `1m`).
+    #[arg(long, value_name = "D", default_value = "10s", value_parser = parse_duration)]
+    pub duration: std::time::Duration,
+    /// The results as JSON (schema in docs/bench.md).
+    #[arg(long)]
+    pub json: bool,
+}
+
 /// Options of `gpupilot doctor`.
 #[derive(Debug, Args, Clone)]
 pub struct DoctorArgs {
@@ -985,6 +1046,10 @@ pub struct DoctorArgs {
     /// Seconds to wait for Python to say which PyTorch it has (importing torch is slow).
     #[arg(long, value_name = "SECONDS", default_value_t = 30.0, value_parser = parse_wait_s)]
     pub python_timeout: f64,
+    /// Skip the CUDA checks (a context, a kernel and a memory round trip on every GPU): a
+    /// context takes a few hundred MiB of a GPU's memory while doctor runs.
+    #[arg(long)]
+    pub no_cuda: bool,
 }
 
 /// A run's name, checked as a profile's `name` is (clap says which option it was).

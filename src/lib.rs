@@ -18,7 +18,9 @@
 //!   that reads each GPU on its own thread so one hung driver call stalls nothing else);
 //!   [`profile`] (the run profile format: parse, `extends`, validate); [`training`] (what a
 //!   run's trainers report and are asked: knobs, metrics, ranks); [`history`] (per-GPU series
-//!   by time in a fixed memory budget, queried by window).
+//!   by time in a fixed memory budget, queried by window); [`cuda`] (real load on the GPU
+//!   through the `gpuload` crate: is CUDA usable, GEMM and copy throughput, sustained load,
+//!   the per-GPU checks of `doctor`).
 //! - Acting: [`control`] (power caps, clocks, the thermal governor, the node budget, the
 //!   energy tuner's search, energy accounting, alerts); [`supervisor`] (start, stop, pause,
 //!   restart and re-adopt runs; their run directories and events).
@@ -38,7 +40,8 @@
 //!   line; `main.rs` only parses it and calls in here), and [`commands`] (each parses its
 //!   arguments, calls a service and prints).
 //!
-//! This crate has no `unsafe`: FFI lives in nvml-wrapper and, for tests, in `crates/fake-nvml`.
+//! This crate has no `unsafe`: FFI lives in nvml-wrapper, in `crates/gpuload` (cudarc) and, for
+//! tests, in `crates/fake-nvml`.
 
 // Outside tests every failure is handled, or is an `expect` that says why it cannot happen:
 // a daemon that supervises week-long runs must not die on an unexpected value (clippy.toml
@@ -52,6 +55,7 @@ pub mod cluster;
 pub mod commands;
 pub mod config;
 pub mod control;
+pub mod cuda;
 pub mod daemon;
 pub mod export;
 pub mod exporter;

@@ -61,6 +61,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Some(Command::Ranks(args)) => commands::ranks::ranks(&args),
         Some(Command::Clocks(cmd)) => commands::power::clocks(&g, &cmd),
         Some(Command::Doctor(args)) => commands::doctor::doctor(&g, &args),
+        Some(Command::Bench(cmd)) => commands::bench::bench(&g, &cmd),
         Some(Command::Advise(args)) => commands::advise::advise(&g, &args),
         Some(Command::Tune(cmd)) => commands::tune::tune(&g, &cmd),
         Some(Command::Thermal(args)) => commands::thermal::thermal(&g, &args),

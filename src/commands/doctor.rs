@@ -1,7 +1,8 @@
 //! `gpupilot doctor [--json]`: is this node fit to train? Driver and CUDA versions, the
 //! installed PyTorch's CUDA build against them, persistence mode, power limits below default,
-//! thermal slowdown, ECC errors, row remapping, degraded PCIe links, recent XID errors, and
-//! whether this user may set power caps.
+//! thermal slowdown, ECC errors, row remapping, degraded PCIe links, recent XID errors,
+//! whether this user may set power caps, and whether CUDA runs on every GPU ([`cuda`]: the
+//! driver's CUDA library, a context, a kernel and a memory round trip per GPU).
 //!
 //! It reads NVML directly (the GPUs through the sampler's own `NvmlSource`; a running daemon
 //! is asked only for the XIDs it heard, which no one-shot read can), asks the Python that runs training about PyTorch
@@ -11,6 +12,7 @@
 
 pub mod checks;
 pub mod mig;
+pub mod cuda;
 pub mod xids;
 
 use std::io::Read;
@@ -102,6 +104,8 @@ fn title(name: &str) -> &str {
         "driver" => "driver",
         "cuda_driver" => "CUDA (driver)",
         "pytorch" => "PyTorch",
+        "cuda" => "CUDA (library)",
+        "cuda_gpus" => "CUDA on the GPUs",
         "gpus" => "GPUs",
         "persistence" => "persistence mode",
         "power_limits" => "power limits",
@@ -124,7 +128,10 @@ pub fn doctor(g: &GlobalArgs, args: &DoctorArgs) -> anyhow::Result<ExitCode> {
     }
     let python = std::env::var("GPUPILOT_PYTHON").unwrap_or_else(|_| DEFAULT_PYTHON.into());
     let timeout = Duration::from_secs_f64(args.python_timeout.clamp(0.1, 600.0));
-    let facts = gather(g.nvml_lib.as_deref(), &python, timeout)?;
+    let mut facts = gather(g.nvml_lib.as_deref(), &python, timeout)?;
+    if !args.no_cuda {
+        facts.cuda = cuda::gather();
+    }
     let report = Report::new(facts);
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -175,6 +182,7 @@ pub fn gather(lib: Option<&Path>, python: &str, timeout: Duration) -> anyhow::Re
         is_root: rustix::process::geteuid().is_root(),
         power_permission,
         xids_heard,
+        cuda: cuda::CudaFacts::NotChecked,
     })
 }
 

@@ -7,6 +7,7 @@
 //! (there is nothing to list, follow or stop without one) and say how to start one.
 
 pub mod advise;
+pub mod bench;
 pub mod bridge;
 pub mod cluster;
 pub mod completions;

@@ -18,8 +18,10 @@ fn fake_python(dir: &Path, line: &str) -> PathBuf {
     path
 }
 
+/// `doctor` without its CUDA lines (the fake node's GPUs have no CUDA library to run on; the
+/// CUDA lines' own tests are in bench_cuda.rs).
 fn doctor(node: &FakeNode, python: &Path, json: bool) -> Output {
-    let mut args = vec!["doctor"];
+    let mut args = vec!["doctor", "--no-cuda"];
     if json {
         args.push("--json");
     }

@@ -9,6 +9,7 @@
 mod support;
 
 mod bad_input;
+mod bench_cuda;
 mod console_docs;
 mod doctor;
 mod export;

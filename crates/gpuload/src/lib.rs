@@ -214,10 +214,10 @@ pub fn blas_library() -> Result<String, Fault> {
     })
 }
 
-/// `cuDriverGetVersion`: `major * 1000 + minor * 10`. Call [`driver_library`] first.
+/// `cuDriverGetVersion` (callable before `cuInit`): `major * 1000 + minor * 10`. Call
+/// [`driver_library`] first.
 pub fn driver_version() -> Result<i32, Fault> {
     guarded(|| {
-        cudarc::driver::result::init().map_err(driver("cuInit"))?;
         let mut v: std::ffi::c_int = 0;
         // SAFETY: `v` is a valid out-pointer for the call's duration; the library was probed.
         unsafe { cudarc::driver::sys::cuDriverGetVersion(&mut v) }
@@ -227,11 +227,13 @@ pub fn driver_version() -> Result<i32, Fault> {
     })
 }
 
-/// How many devices CUDA sees (after `CUDA_VISIBLE_DEVICES`). Call [`driver_library`] first.
+/// How many devices CUDA sees (after `CUDA_VISIBLE_DEVICES`; none when `cuInit` says
+/// CUDA_ERROR_NO_DEVICE). Call [`driver_library`] first.
 pub fn device_count() -> Result<usize, Fault> {
-    guarded(|| {
-        let n = CudaContext::device_count().map_err(driver("cuDeviceGetCount"))?;
-        Ok(usize::try_from(n).unwrap_or(0))
+    guarded(|| match CudaContext::device_count() {
+        Ok(n) => Ok(usize::try_from(n).unwrap_or(0)),
+        Err(e) if e.0 == cudaError_enum::CUDA_ERROR_NO_DEVICE => Ok(0),
+        Err(e) => Err(driver("cuInit")(e)),
     })
 }
 
@@ -285,7 +287,11 @@ impl Device {
     }
 
     fn attribute(&self, a: CUdevice_attribute) -> Result<i32, Fault> {
-        guarded(|| self.ctx.attribute(a).map_err(driver("cuDeviceGetAttribute")))
+        guarded(|| {
+            self.ctx
+                .attribute(a)
+                .map_err(driver("cuDeviceGetAttribute"))
+        })
     }
 
     /// `0000:3b:00.0`, as NVML and nvidia-smi write it.
@@ -379,7 +385,10 @@ impl Device {
     fn check_function(&self, major: i32, minor: i32) -> Result<CudaFunction, Fault> {
         let target = format!("sm_{major}{minor}");
         let mut last = None;
-        for (isa, target) in [(ptx_isa_for(major, minor), target.as_str()), ("6.0", "sm_50")] {
+        for (isa, target) in [
+            (ptx_isa_for(major, minor), target.as_str()),
+            ("6.0", "sm_50"),
+        ] {
             let text = check_ptx(isa, target);
             match self.ctx.load_module(Ptx::from_src(text)) {
                 Ok(module) => {
@@ -660,7 +669,10 @@ mod tests {
         let libm = ["libm.so.6".to_string()];
         let err = probe_files(&libm, "libm.so.6", &["cos", "cuInit"]).unwrap_err();
         assert!(err.to_string().contains("has no `cuInit`"), "{err}");
-        assert_eq!(probe_files(&libm, "libm.so.6", &["cos"]), Ok("libm.so.6".into()));
+        assert_eq!(
+            probe_files(&libm, "libm.so.6", &["cos"]),
+            Ok("libm.so.6".into())
+        );
     }
 
     #[test]
@@ -679,7 +691,9 @@ mod tests {
         let r: Result<(), Fault> = guarded(|| panic!("Expected function \"cuX\" in library"));
         assert_eq!(
             r,
-            Err(Fault::Panicked("Expected function \"cuX\" in library".into()))
+            Err(Fault::Panicked(
+                "Expected function \"cuX\" in library".into()
+            ))
         );
     }
 }

@@ -11,6 +11,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::cuda::CudaFacts;
 use super::xids::{XidsHeard, xid_check};
 use crate::telemetry::xid::XidEvent;
 use crate::telemetry::{GpuSample, RemappedRows};
@@ -45,8 +46,9 @@ impl Status {
 /// One line of the report.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Check {
-    /// Stable id for scripts: `driver`, `cuda_driver`, `pytorch`, `gpus`, `persistence`,
-    /// `power_limits`, `thermal`, `ecc`, `memory`, `pcie`, `xid`, `power_cap_permission`.
+    /// Stable id for scripts: `driver`, `cuda_driver`, `pytorch`, `cuda`, `cuda_gpus`, `gpus`,
+    /// `persistence`, `power_limits`, `thermal`, `ecc`, `memory`, `pcie`, `xid`,
+    /// `power_cap_permission`.
     pub name: String,
     pub status: Status,
     pub detail: String,
@@ -184,6 +186,9 @@ pub struct Facts {
     /// Who listened for the XIDs in `gpus`, and when the report was made.
     #[serde(default)]
     pub xids_heard: XidsHeard,
+    /// The CUDA library and each GPU's context, kernel and memory round trip.
+    #[serde(default)]
+    pub cuda: CudaFacts,
 }
 
 /// `"550.54.15"` → `[550, 54, 15]`; `None` if any part is not a number.
@@ -292,6 +297,7 @@ pub fn evaluate(f: &Facts) -> Vec<Check> {
         ),
     });
     out.push(torch_check(&f.torch, driver.as_deref(), cuda));
+    out.extend(super::cuda::checks(&f.cuda, f.gpus.len()));
 
     let live: Vec<&GpuFacts> = f.gpus.iter().filter(|g| !g.lost).collect();
     let lost: Vec<u32> = f.gpus.iter().filter(|g| g.lost).map(|g| g.index).collect();
@@ -677,6 +683,20 @@ mod tests {
             is_root: false,
             power_permission: Permission::Allowed,
             xids_heard: XidsHeard::Daemon { now_s: 1000.0 },
+            cuda: CudaFacts::Present {
+                driver_version: 12040,
+                devices: (0..2)
+                    .map(|gpu| crate::cuda::DeviceCheck {
+                        gpu,
+                        name: Some("NVIDIA H100 80GB HBM3".into()),
+                        pci_bus_id: None,
+                        compute_capability: Some("9.0".into()),
+                        context: crate::cuda::Step::Ok,
+                        kernel: crate::cuda::Step::Ok,
+                        memory_round_trip: crate::cuda::Step::Ok,
+                    })
+                    .collect(),
+            },
         }
     }
 
@@ -730,6 +750,8 @@ mod tests {
                 "driver",
                 "cuda_driver",
                 "pytorch",
+                "cuda",
+                "cuda_gpus",
                 "gpus",
                 "persistence",
                 "power_limits",

@@ -1,0 +1,17 @@
+//! `gpupilot bench …`: real load on the GPUs. `gemm` and `memory` ([`kernels`]) time cuBLAS
+//! GEMMs and device copies through [`crate::cuda`] and print a table or JSON. Without CUDA each
+//! prints one line naming what is missing and exits with status 2, never touching cudarc.
+
+pub mod kernels;
+
+use std::process::ExitCode;
+
+use crate::cli::{BenchCommand, GlobalArgs};
+
+/// The command.
+pub fn bench(g: &GlobalArgs, cmd: &BenchCommand) -> anyhow::Result<ExitCode> {
+    match cmd {
+        BenchCommand::Gemm(args) => kernels::gemm(g, args),
+        BenchCommand::Memory(args) => kernels::memory(g, args),
+    }
+}
