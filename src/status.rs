@@ -1,5 +1,6 @@
 //! `gpupilot status`: a one-shot snapshot of every GPU, as a table or as JSON.
 
+use crate::telemetry::nvlink::{NvLinkSample, rate_text};
 use crate::telemetry::xid::explain;
 use crate::telemetry::{GpuSample, Snapshot, throttle_reason_badges};
 use crate::units::format_duration;
@@ -72,6 +73,7 @@ pub fn render_table(snap: &Snapshot) -> String {
             );
         }
     }
+    nvlink_lines(&mut out, snap);
     let xids: Vec<&GpuSample> = snap
         .gpus
         .iter()
@@ -94,6 +96,49 @@ pub fn render_table(snap: &Snapshot) -> String {
         }
     }
     out
+}
+
+/// Each GPU with NVLink: links up of all, traffic now, and which links are down.
+fn nvlink_lines(out: &mut String, snap: &Snapshot) {
+    let with: Vec<(u32, &NvLinkSample)> = snap
+        .gpus
+        .iter()
+        .filter_map(|g| g.nvlink.as_ref().map(|n| (g.index, n)))
+        .collect();
+    if with.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\n{:>3}  {:>5}  {:>21}  NVLINK",
+        "GPU", "UP", "TX / RX"
+    );
+    for (i, n) in with {
+        let down = n.down();
+        let note = match down.as_slice() {
+            [] => "-".to_string(),
+            [one] => format!("link {one} down"),
+            many => format!(
+                "links {} down",
+                many.iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ),
+        };
+        let _ = writeln!(
+            out,
+            "{:>3}  {:>5}  {:>21}  {}",
+            i,
+            format!("{}/{}", n.links_up, n.links),
+            format!(
+                "{} / {}",
+                or_na(n.tx_bytes_s, rate_text),
+                or_na(n.rx_bytes_s, rate_text)
+            ),
+            note
+        );
+    }
 }
 
 fn gpu_row(g: &GpuSample, name_w: usize) -> String {
@@ -229,6 +274,7 @@ mod tests {
                 driver_version: Some("550.54.15".into()),
                 cuda_driver_version: Some("12.4".into()),
                 nvml_version: None,
+                topology: None,
             },
             gpus: vec![
                 GpuSample {
@@ -338,5 +384,42 @@ mod tests {
         assert!(v["gpus"][1]["power_w"].is_null());
         assert_eq!(v["gpus"][2]["lost"], true);
         assert_eq!(v["node"]["driver_version"], "550.54.15");
+    }
+
+    #[test]
+    fn nvlink_section_shows_links_up_traffic_and_the_down_link() {
+        use crate::telemetry::nvlink::LinkNow;
+        let mut s = snap();
+        assert!(
+            !render_table(&s).contains("NVLINK"),
+            "no NVLink, no section"
+        );
+        let link = |up| LinkNow {
+            up: Some(up),
+            tx_bytes_s: Some(if up { 0.55e9 } else { 0.0 }),
+            rx_bytes_s: Some(if up { 0.55e9 } else { 0.0 }),
+        };
+        let mut per_link = vec![link(true); 18];
+        per_link[5] = link(false);
+        s.gpus[1].nvlink = Some(NvLinkSample {
+            links: 18,
+            links_up: 17,
+            tx_bytes_s: Some(9.35e9),
+            rx_bytes_s: Some(9.35e9),
+            per_link,
+        });
+        let t = render_table(&s);
+        assert!(
+            t.contains("GPU     UP                TX / RX  NVLINK"),
+            "{t}"
+        );
+        assert!(
+            t.contains("  1  17/18    9.3 GB/s / 9.3 GB/s  link 5 down"),
+            "{t}"
+        );
+        let v: serde_json::Value = serde_json::from_str(&render_json(&s)).unwrap();
+        assert_eq!(v["gpus"][1]["nvlink"]["links_up"], 17);
+        assert_eq!(v["gpus"][1]["nvlink"]["per_link"][5]["up"], false);
+        assert!(v["gpus"][0].get("nvlink").is_none(), "absent, not zero");
     }
 }

@@ -13,6 +13,7 @@
 pub mod checks;
 pub mod mig;
 pub mod cuda;
+pub mod nvlink;
 pub mod xids;
 
 use std::io::Read;
@@ -113,6 +114,7 @@ fn title(name: &str) -> &str {
         "ecc" => "ECC",
         "memory" => "memory rows",
         "pcie" => "PCIe link",
+        "nvlink" => "NVLink",
         "xid" => "XID errors",
         "power_cap_permission" => "power-cap permission",
         other => other,

@@ -270,6 +270,17 @@ const GPU_FIELDS: &[GpuField] = &[
         kind: "counter",
         value: |g| g.pcie_replays.map(|v| v as f64),
     },
+    // dcgm-exporter's name, type and help (etc/default-counters.csv); DCGM's field 449 is the
+    // GPU's NVLink traffic now, both directions, in MB/s, whatever the type says.
+    GpuField {
+        name: "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
+        help: "Total number of NVLink bandwidth counters for all lanes",
+        kind: "counter",
+        value: |g| {
+            let n = g.nvlink.as_ref()?;
+            Some((n.tx_bytes_s? + n.rx_bytes_s?) / 1e6)
+        },
+    },
     GpuField {
         name: "DCGM_FI_DEV_PCIE_LINK_GEN",
         help: "PCIe link generation now (it trains down while the GPU idles).",

@@ -334,6 +334,34 @@ fn memory_and_link_health_under_dcgm_names_and_absent_where_unread() {
 }
 
 #[test]
+fn nvlink_bandwidth_as_dcgm_exporter_names_it_and_absent_without_nvlink() {
+    let mut linked = gpu(1);
+    linked.nvlink = Some(crate::telemetry::nvlink::NvLinkSample {
+        links: 18,
+        links_up: 18,
+        tx_bytes_s: Some(9.5e9),
+        rx_bytes_s: Some(9.0e9),
+        per_link: Vec::new(),
+    });
+    let p = page(&snap_with(vec![gpu(0), linked], None), &[]);
+    let metric = "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL";
+    assert_eq!(value(&p, metric, 1).as_deref(), Some("18500"), "{p}");
+    assert!(p.contains(&format!("# TYPE {metric} counter
+")), "{p}");
+    assert!(
+        p.contains(&format!(
+            "# HELP {metric} Total number of NVLink bandwidth counters for all lanes
+"
+        )),
+        "{p}"
+    );
+    assert_eq!(value(&p, metric, 0), None, "absent, never 0
+{p}");
+    let p = page(&snap_with(vec![gpu(0)], None), &[]);
+    assert!(!p.contains("NVLINK"), "{p}");
+}
+
+#[test]
 fn ecc_series_are_absent_when_the_sample_lacks_them() {
     let mut with = gpu(1);
     with.ecc_corrected = Some(3);

@@ -11,6 +11,7 @@
 
 pub mod host;
 pub mod mig;
+pub mod nvlink;
 pub mod nvml;
 pub mod nvml_events;
 pub mod open;
@@ -128,6 +129,9 @@ pub struct GpuSample {
     /// XIDs heard since `xid_since_s` (the list keeps only the most recent).
     #[serde(default)]
     pub xid_count: Option<u64>,
+    /// NVLink state and traffic now (GPUs with NVLink, through NVML).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nvlink: Option<nvlink::NvLinkSample>,
 }
 
 impl GpuSample {
@@ -189,6 +193,9 @@ pub struct NodeInfo {
     /// CUDA version the driver supports, as "12.4".
     pub cuda_driver_version: Option<String>,
     pub nvml_version: Option<String>,
+    /// How the GPUs are wired (NVLink, PCIe, CPU and NUMA affinity), read once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology: Option<nvlink::NodeTopology>,
 }
 
 /// Everything sampled at one moment: node facts, every GPU, the host.

@@ -5,6 +5,7 @@
 //! here panics on a driver answer. Handles are looked up per sample (cheap in NVML) so one
 //! GPU's worker thread never shares a handle with another's.
 
+use super::nvlink::NvLinkWatch;
 use super::nvml_events::XidWatch;
 use super::owner::OwnerCache;
 use super::{GpuProcess, GpuSample, NodeInfo, RemappedRows, Source, now_s};
@@ -46,6 +47,8 @@ pub struct NvmlSource {
     xids: XidWatch,
     /// Who each GPU process belongs to.
     owners: OwnerCache,
+    /// NVLink and topology: the layout read at open, the links' counters every sample.
+    nvlinks: NvLinkWatch,
     /// Each GPU's MIG instance layout, read again only when it changes.
     mig: super::mig::MigCache,
 }
@@ -115,6 +118,7 @@ impl NvmlSource {
         })?;
         let count = nvml.device_count().unwrap_or(0) as usize;
         let seldom = (0..count).map(|_| Mutex::new(None)).collect();
+        let nvlinks = NvLinkWatch::open(&nvml, count);
         let nvml = Arc::new(nvml);
         let xids = XidWatch::start(Arc::clone(&nvml), count);
         Ok(NvmlSource {
@@ -124,6 +128,7 @@ impl NvmlSource {
             xids,
             mig: super::mig::MigCache::new(count),
             owners: OwnerCache::default(),
+            nvlinks,
         })
     }
 
@@ -194,6 +199,7 @@ impl Source for NvmlSource {
             driver_version: self.nvml.sys_driver_version().ok(),
             cuda_driver_version: cuda,
             nvml_version: self.nvml.sys_nvml_version().ok(),
+            topology: self.nvlinks.topology(),
         }
     }
 
@@ -321,6 +327,7 @@ impl Source for NvmlSource {
             .get(dev.decoder_utilization())
             .map(|u| f64::from(u.utilization));
         s.persistence = r.get(dev.is_in_persistent_mode());
+        s.nvlink = self.nvlinks.sample(index, &dev);
         let compute = r.get(dev.running_compute_processes());
         let graphics = r.get(dev.running_graphics_processes());
         if compute.is_some() || graphics.is_some() {

@@ -78,6 +78,7 @@ impl Source for SimSource {
             driver_version: Some(SIM_DRIVER_VERSION.into()),
             cuda_driver_version: Some(SIM_CUDA_VERSION.into()),
             nvml_version: None,
+            topology: None,
         }
     }
 
@@ -171,6 +172,8 @@ impl Source for SimSource {
                 xids: None,
                 xid_since_s: None,
                 xid_count: None,
+                // gpusim has no interconnect: no NVLink.
+                nvlink: None,
             }
         })
     }

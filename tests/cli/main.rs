@@ -15,6 +15,7 @@ mod doctor;
 mod export;
 mod fuzz;
 mod mig;
+mod nvlink;
 mod nvml_fake;
 mod packaging;
 mod peer_gpustat;

@@ -133,6 +133,7 @@ pub fn snapshot_at(n: usize, s: usize) -> Snapshot {
             driver_version: Some("550.54.15".into()),
             cuda_driver_version: Some("12.4".into()),
             nvml_version: Some("12.550.54.15".into()),
+            topology: None,
         },
         gpus,
         host: Some(HostSample {

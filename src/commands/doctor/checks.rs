@@ -113,6 +113,9 @@ pub struct GpuFacts {
     pub xids: Option<Vec<XidEvent>>,
     #[serde(default)]
     pub xid_since_s: Option<f64>,
+    /// NVLink state now (GPUs with NVLink).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nvlink: Option<crate::telemetry::nvlink::NvLinkSample>,
     /// MIG mode and instances; absent on a GPU without MIG.
     #[serde(default)]
     pub mig: Option<crate::telemetry::mig::MigState>,
@@ -153,6 +156,7 @@ impl From<&GpuSample> for GpuFacts {
             busy: s.pstate.is_some_and(|p| p <= 2) || s.util_gpu_pct.is_some_and(|u| u > 0.0),
             xids: s.xids.clone(),
             xid_since_s: s.xid_since_s,
+            nvlink: s.nvlink.clone(),
             mig: s.mig.clone(),
         }
     }
@@ -430,6 +434,7 @@ pub fn evaluate(f: &Facts) -> Vec<Check> {
 
     out.push(memory_check(&live));
     out.push(pcie_check(&live));
+    out.extend(super::nvlink::nvlink_check(&live));
     out.extend(super::mig::mig_check(&live));
     out.push(xid_check(&f.gpus, &f.xids_heard));
     out.push(permission_check(&f.power_permission, f.is_root));
