@@ -329,7 +329,7 @@ device-to-device copy bandwidth against the memory's peak. Each GPU is measured 
 --duration per measurement after a warm-up, as the median of five timed windows. GPU numbers are \
 CUDA's (the NVML indices `status` shows on a node of identical GPUs without \
 CUDA_VISIBLE_DEVICES; each result names its PCI bus id). Without CUDA: one line saying what is \
-missing, exit status 2. See docs/bench.md.";
+missing, exit status 2. See docs/cuda.md (gemm, memory) and docs/bench.md.";
 
 const POWER_ABOUT: &str = "Without a subcommand: every GPU's power limit (current, enforced, \
 default, allowed range), its SM clock range and lock, the driver's target temperature, and the \
@@ -1009,7 +1009,7 @@ pub struct BenchGemmArgs {
     /// fp32 (cublasSgemm, no TF32), bf16 or fp16 (cublasGemmEx on tensor cores), or all three.
     #[arg(long, value_enum, default_value_t = BenchPrecision::All)]
     pub precision: BenchPrecision,
-    /// The results as JSON (schema in docs/bench.md).
+    /// The results as JSON (schema in docs/cuda.md).
     #[arg(long)]
     pub json: bool,
 }
@@ -1032,7 +1032,7 @@ pub struct BenchMemoryArgs {
     /// How long each measurement is timed, warm-up not counted (`10s`, `1m`).
     #[arg(long, value_name = "D", default_value = "10s", value_parser = parse_duration)]
     pub duration: std::time::Duration,
-    /// The results as JSON (schema in docs/bench.md).
+    /// The results as JSON (schema in docs/cuda.md).
     #[arg(long)]
     pub json: bool,
 }

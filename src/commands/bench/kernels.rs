@@ -1,6 +1,6 @@
 //! `gpupilot bench gemm` and `bench memory`: each GPU measured on its own, one after another
 //! (so no two loads share a node's power or cooling), a table or JSON at the end. The JSON
-//! schema is in docs/bench.md; [`GemmReport`] and [`MemoryReport`] are it.
+//! schema is in docs/cuda.md; [`GemmReport`] and [`MemoryReport`] are it.
 //!
 //! Exit status: 0 every measurement ran, 1 some failed (each said with its reason), 2 nothing
 //! could run (no CUDA, no cuBLAS for a GEMM, a GPU that does not exist): one line on stderr.
