@@ -26,6 +26,9 @@
 //!   (lifetime) counts `DCGM_FI_DEV_ECC_SBE_AGG_TOTAL`/`_DBE_AGG_TOTAL`: DCGM reads its
 //!   single-/double-bit totals from the same NVML corrected/uncorrected counters. A GPU
 //!   without ECC (or without the reading) has no ECC series.
+//! - Retired pages (V100 and other GPUs before A100) under DCGM's names and types:
+//!   `DCGM_FI_DEV_RETIRED_SBE`/`_DBE` (pages) and `DCGM_FI_DEV_RETIRED_PENDING` (0 or 1, a
+//!   counter as dcgm-exporter types it); absent on GPUs that remap rows instead.
 //! - Memory and link health as dcgm-exporter's default counters: remapped rows (and
 //!   `DCGM_FI_DEV_ROW_REMAP_PENDING`, which DCGM has and its default file leaves out),
 //!   memory temperature, reserved framebuffer, encoder/decoder utilization, the PCIe replay
@@ -239,6 +242,24 @@ const GPU_FIELDS: &[GpuField] = &[
         help: "Whether remapping of rows has failed.",
         kind: "gauge",
         value: |g| g.remapped_rows.map(|r| f64::from(u8::from(r.failure))),
+    },
+    GpuField {
+        name: "DCGM_FI_DEV_RETIRED_SBE",
+        help: "Total number of retired pages due to single-bit errors.",
+        kind: "counter",
+        value: |g| g.retired_pages.map(|r| r.single_bit as f64),
+    },
+    GpuField {
+        name: "DCGM_FI_DEV_RETIRED_DBE",
+        help: "Total number of retired pages due to double-bit errors.",
+        kind: "counter",
+        value: |g| g.retired_pages.map(|r| r.double_bit as f64),
+    },
+    GpuField {
+        name: "DCGM_FI_DEV_RETIRED_PENDING",
+        help: "Total number of pages pending retirement.",
+        kind: "counter",
+        value: |g| g.retired_pages.map(|r| f64::from(u8::from(r.pending))),
     },
     GpuField {
         name: "DCGM_FI_DEV_MEMORY_TEMP",

@@ -299,6 +299,11 @@ fn memory_and_link_health_under_dcgm_names_and_absent_where_unread() {
         pending: true,
         failure: false,
     });
+    sick.retired_pages = Some(crate::telemetry::RetiredPages {
+        single_bit: 3,
+        double_bit: 2,
+        pending: true,
+    });
     sick.memory_temp_c = Some(71.0);
     sick.memory_reserved_bytes = Some(512 * 1024 * 1024);
     sick.enc_util_pct = Some(0.0);
@@ -316,6 +321,9 @@ fn memory_and_link_health_under_dcgm_names_and_absent_where_unread() {
         ("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "1", "counter"),
         ("DCGM_FI_DEV_ROW_REMAP_PENDING", "1", "gauge"),
         ("DCGM_FI_DEV_ROW_REMAP_FAILURE", "0", "gauge"),
+        ("DCGM_FI_DEV_RETIRED_SBE", "3", "counter"),
+        ("DCGM_FI_DEV_RETIRED_DBE", "2", "counter"),
+        ("DCGM_FI_DEV_RETIRED_PENDING", "1", "counter"),
         ("DCGM_FI_DEV_MEMORY_TEMP", "71", "gauge"),
         ("DCGM_FI_DEV_FB_RESERVED", "512", "gauge"),
         ("DCGM_FI_DEV_ENC_UTIL", "0", "gauge"),

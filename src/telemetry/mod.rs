@@ -101,6 +101,9 @@ pub struct GpuSample {
     /// Row remapping (A100 and later data-centre GPUs).
     #[serde(default)]
     pub remapped_rows: Option<RemappedRows>,
+    /// Page retirement (data-centre GPUs before A100, which retire pages instead).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retired_pages: Option<RetiredPages>,
     /// HBM temperature, where the GPU reports it.
     #[serde(default)]
     pub memory_temp_c: Option<f64>,
@@ -157,6 +160,38 @@ pub struct RemappedRows {
     pub pending: bool,
     /// A remap failed: the GPU should be replaced.
     pub failure: bool,
+}
+
+/// Pages of GPU memory retired after ECC errors (V100 and other data-centre GPUs before A100;
+/// later parts remap rows instead), and whether a retirement waits for a reset.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RetiredPages {
+    /// Pages retired after multiple single-bit errors.
+    pub single_bit: u64,
+    /// Pages retired after a double-bit error.
+    pub double_bit: u64,
+    /// A retirement waits for the next GPU reset (or driver reload): reset when idle.
+    pub pending: bool,
+}
+
+impl RetiredPages {
+    /// A board near this many retired pages is near the end of its retirement table (64
+    /// pages at most); NVIDIA's guidance is to replace a board that retired 60 or more.
+    pub const REPLACE_TOTAL: u64 = 60;
+    /// Pages retired for double-bit errors at which gpupilot says "replace": each was an
+    /// uncorrectable error that killed the process using it, and a board that keeps having
+    /// them is failing whatever its total.
+    pub const REPLACE_DBE: u64 = 10;
+
+    /// Pages retired, both causes.
+    pub fn total(&self) -> u64 {
+        self.single_bit + self.double_bit
+    }
+
+    /// Whether the board should be replaced.
+    pub fn should_replace(&self) -> bool {
+        self.total() >= Self::REPLACE_TOTAL || self.double_bit >= Self::REPLACE_DBE
+    }
 }
 
 /// A process that holds memory on a GPU.

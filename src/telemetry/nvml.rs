@@ -8,10 +8,11 @@
 use super::nvlink::NvLinkWatch;
 use super::nvml_events::XidWatch;
 use super::owner::OwnerCache;
-use super::{GpuProcess, GpuSample, NodeInfo, RemappedRows, Source, now_s};
+use super::{GpuProcess, GpuSample, NodeInfo, RemappedRows, RetiredPages, Source, now_s};
 use nvml_wrapper::Nvml;
 use nvml_wrapper::enum_wrappers::device::{
-    Clock, EccCounter, MemoryError, PcieUtilCounter, TemperatureSensor, TemperatureThreshold,
+    Clock, EccCounter, MemoryError, PcieUtilCounter, RetirementCause, TemperatureSensor,
+    TemperatureThreshold,
 };
 use nvml_wrapper::enums::device::{SampleValue, UsedGpuMemory};
 use nvml_wrapper::error::NvmlError;
@@ -54,7 +55,9 @@ pub struct NvmlSource {
 }
 
 /// How often fields that change seldom or never are read again: the link's best generation
-/// and width, and the lifetime ECC counts. Four NVML calls a GPU saved on most samples.
+/// and width, the lifetime ECC counts and the retired pages (which change only after an ECC
+/// error, whose event makes the next sample read them at once). Nine NVML calls a GPU saved
+/// on most samples.
 const SELDOM: Duration = Duration::from_secs(10);
 
 /// Fields read every [`SELDOM`].
@@ -64,6 +67,7 @@ struct Seldom {
     pcie_width_max: Option<u32>,
     ecc_corrected_total: Option<u64>,
     ecc_uncorrected_total: Option<u64>,
+    retired_pages: Option<RetiredPages>,
 }
 
 /// NVML field values read in one call each sample: memory temperature, the PCIe replay
@@ -178,10 +182,24 @@ impl NvmlSource {
                 .get(dev.total_ecc_errors(MemoryError::Corrected, EccCounter::Aggregate)),
             ecc_uncorrected_total: r
                 .get(dev.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Aggregate)),
+            retired_pages: retired_pages(dev, r),
         };
         *slot = Some((Instant::now(), fresh));
         fresh
     }
+}
+
+/// Page retirement: both causes' counts and the pending flag, or absent when any of the three
+/// is (A100 and later remap rows and answer NOT_SUPPORTED, as do GeForce boards).
+fn retired_pages(dev: &nvml_wrapper::Device<'_>, r: &mut Reader) -> Option<RetiredPages> {
+    let single_bit = r.get(dev.retired_pages(RetirementCause::MultipleSingleBitEccErrors))?;
+    let double_bit = r.get(dev.retired_pages(RetirementCause::DoubleBitEccError))?;
+    let pending = r.get(dev.are_pages_pending_retired())?;
+    Some(RetiredPages {
+        single_bit: single_bit.len() as u64,
+        double_bit: double_bit.len() as u64,
+        pending,
+    })
 }
 
 impl Source for NvmlSource {
@@ -295,6 +313,7 @@ impl Source for NvmlSource {
         s.pcie_width_max = seldom.pcie_width_max;
         s.ecc_corrected_total = seldom.ecc_corrected_total;
         s.ecc_uncorrected_total = seldom.ecc_uncorrected_total;
+        s.retired_pages = seldom.retired_pages;
         if let Some(values) = r.get(dev.field_values_for(&FIELDS)) {
             let mut by_id = [None; FIELDS.len()];
             for v in values.into_iter().flatten() {

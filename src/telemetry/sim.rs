@@ -10,7 +10,7 @@
 //! daemon (`2:60:3`: GPU 2 runs hot after a minute and throttles, so the demo's data-parallel
 //! job has a straggler to name). A value that does not parse is logged and ignored.
 
-use super::{GpuProcess, GpuSample, NodeInfo, RemappedRows, Source, now_s};
+use super::{GpuProcess, GpuSample, NodeInfo, RemappedRows, RetiredPages, Source, now_s};
 use gpusim::{CoolingFault, Node, NodeConfig};
 use std::sync::Mutex;
 use std::time::Instant;
@@ -158,6 +158,9 @@ impl Source for SimSource {
                 // Data-centre parts from Ampere on remap rows; the simulator's never fail.
                 remapped_rows: (!spec.has_fan && spec.architecture != "Volta")
                     .then(RemappedRows::default),
+                // Volta's data-centre parts retire pages instead; none retired here.
+                retired_pages: (!spec.has_fan && spec.architecture == "Volta")
+                    .then(RetiredPages::default),
                 // Not modelled: gpusim has no memory thermal model and reserves nothing.
                 memory_temp_c: None,
                 memory_reserved_bytes: None,

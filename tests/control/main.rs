@@ -10,5 +10,6 @@ mod health;
 mod in_daemon;
 mod knobs;
 mod power_nvml;
+mod retired_pages;
 mod run_power_cap;
 mod tune_energy;

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use super::cuda::CudaFacts;
 use super::xids::{XidsHeard, xid_check};
 use crate::telemetry::xid::XidEvent;
-use crate::telemetry::{GpuSample, RemappedRows};
+use crate::telemetry::{GpuSample, RemappedRows, RetiredPages};
 
 /// Minimum Linux driver for CUDA minor-version compatibility, per CUDA major release
 /// (NVIDIA CUDA Toolkit release notes, "CUDA Toolkit and Minimum Required Driver Version for
@@ -94,6 +94,9 @@ pub struct GpuFacts {
     pub ecc_uncorrected: Option<u64>,
     #[serde(default)]
     pub remapped_rows: Option<RemappedRows>,
+    /// Page retirement (GPUs before A100, which retire pages instead of remapping rows).
+    #[serde(default)]
+    pub retired_pages: Option<RetiredPages>,
     /// The PCIe link now and at best, and whether the GPU is working (an idle GPU trains its
     /// link down, which is no fault).
     #[serde(default)]
@@ -147,6 +150,7 @@ impl From<&GpuSample> for GpuFacts {
             ecc_corrected: s.ecc_corrected,
             ecc_uncorrected: s.ecc_uncorrected,
             remapped_rows: s.remapped_rows,
+            retired_pages: s.retired_pages,
             pcie_gen: s.pcie_gen,
             pcie_width: s.pcie_width,
             pcie_gen_max: s.pcie_gen_max,
@@ -441,64 +445,125 @@ pub fn evaluate(f: &Facts) -> Vec<Check> {
     out
 }
 
-/// Row remapping: a failure means replace, a pending remap means reset when idle.
+/// Row remapping (A100 on) and page retirement (before A100): a failed remap or a board that
+/// retired too many pages means replace, a pending remap or retirement means reset when idle.
 fn memory_check(live: &[&GpuFacts]) -> Check {
-    let with = |pick: fn(&RemappedRows) -> bool| -> Vec<u32> {
+    let remap = |pick: fn(&RemappedRows) -> bool| -> Vec<u32> {
         live.iter()
             .filter(|g| g.remapped_rows.as_ref().is_some_and(pick))
             .map(|g| g.index)
             .collect()
     };
-    let failed = with(|r| r.failure);
-    let pending = with(|r| r.pending);
-    let remapped: Vec<String> = live
+    let retire = |pick: fn(&RetiredPages) -> bool| -> Vec<u32> {
+        live.iter()
+            .filter(|g| g.retired_pages.as_ref().is_some_and(pick))
+            .map(|g| g.index)
+            .collect()
+    };
+    let failed = remap(|r| r.failure);
+    let worn = retire(RetiredPages::should_replace);
+    let pending = remap(|r| r.pending);
+    let retire_pending = retire(|r| r.pending);
+    let counts: Vec<String> = live
         .iter()
         .filter_map(|g| {
-            let r = g.remapped_rows?;
-            (r.correctable + r.uncorrectable > 0).then(|| {
-                format!(
+            if let Some(r) = g
+                .remapped_rows
+                .filter(|r| r.correctable + r.uncorrectable > 0)
+            {
+                return Some(format!(
                     "GPU {}: {} + {} rows",
                     g.index, r.correctable, r.uncorrectable
-                )
-            })
+                ));
+            }
+            let p = g.retired_pages.filter(|p| p.total() > 0)?;
+            Some(format!(
+                "GPU {}: {} single-bit + {} double-bit pages retired",
+                g.index, p.single_bit, p.double_bit
+            ))
         })
         .collect();
+    let mut fail = Vec::new();
     if !failed.is_empty() {
+        fail.push(format!(
+            "row remapping failed on GPU {}: its memory has no spare rows left where it needs them",
+            list(&failed)
+        ));
+    }
+    if !worn.is_empty() {
+        let pages: Vec<String> = live
+            .iter()
+            .filter(|g| worn.contains(&g.index))
+            .filter_map(|g| {
+                let p = g.retired_pages?;
+                Some(format!(
+                    "{} single-bit + {} double-bit",
+                    p.single_bit, p.double_bit
+                ))
+            })
+            .collect();
+        fail.push(format!(
+            "GPU {} retired too many pages of memory ({}; at {} in all or {} double-bit the \
+             board is failing)",
+            list(&worn),
+            pages.join(", "),
+            RetiredPages::REPLACE_TOTAL,
+            RetiredPages::REPLACE_DBE
+        ));
+    }
+    let mut warn = Vec::new();
+    if !pending.is_empty() {
+        warn.push(format!(
+            "a row remap waits for a GPU reset on GPU {}",
+            list(&pending)
+        ));
+    }
+    if !retire_pending.is_empty() {
+        warn.push(format!(
+            "a page retirement waits for a GPU reset on GPU {}",
+            list(&retire_pending)
+        ));
+    }
+    if !fail.is_empty() {
         check(
             "memory",
             Status::Fail,
-            format!(
-                "row remapping failed on GPU {}: its memory has no spare rows left where it needs \
-                 them; drain it and have it replaced",
-                list(&failed)
-            ),
+            format!("{}; drain it and have it replaced", fail.join("; ")),
         )
-    } else if !pending.is_empty() {
+    } else if !warn.is_empty() {
         check(
             "memory",
             Status::Warn,
             format!(
-                "a row remap waits for a GPU reset on GPU {}: until then the bad row stays in \
-                 use; reset it when idle (`nvidia-smi -r -i N`, or drain and reboot)",
-                list(&pending)
+                "{}: until then the bad memory stays in use; reset it when idle \
+                 (`nvidia-smi -r -i N`, or drain and reboot)",
+                warn.join("; ")
             ),
         )
-    } else if !remapped.is_empty() {
+    } else if !counts.is_empty() {
         check(
             "memory",
             Status::Ok,
             format!(
-                "rows remapped to spares ({}): normal in small numbers",
-                remapped.join(", ")
+                "rows remapped or pages retired ({}): normal in small numbers",
+                counts.join(", ")
             ),
         )
-    } else if live.iter().any(|g| g.remapped_rows.is_some()) {
-        check("memory", Status::Ok, "no remapped rows".into())
+    } else if live
+        .iter()
+        .any(|g| g.remapped_rows.is_some() || g.retired_pages.is_some())
+    {
+        check(
+            "memory",
+            Status::Ok,
+            "no remapped rows or retired pages".into(),
+        )
     } else {
         check(
             "memory",
             Status::Info,
-            "row remapping is not reported (GPUs before A100, and consumer GPUs, have none)".into(),
+            "row remapping and page retirement are not reported (consumer GPUs have neither)"
+                .into(),
         )
     }
 }
@@ -839,7 +904,7 @@ mod tests {
         }
         assert_eq!(
             status_of(&f, "memory"),
-            (Status::Ok, "no remapped rows".into())
+            (Status::Ok, "no remapped rows or retired pages".into())
         );
         f.gpus[0].remapped_rows = Some(RemappedRows {
             correctable: 2,
@@ -864,6 +929,62 @@ mod tests {
         assert_eq!(s, Status::Fail);
         assert!(d.contains("GPU 0") && d.contains("replaced"), "{d}");
         assert_eq!(exit_code(&evaluate(&f)), 2);
+    }
+
+    #[test]
+    fn retired_pages_pending_is_a_warning_and_many_double_bit_pages_a_problem() {
+        let mut f = healthy();
+        for g in &mut f.gpus {
+            g.remapped_rows = None;
+            g.retired_pages = Some(RetiredPages::default());
+        }
+        assert_eq!(
+            status_of(&f, "memory"),
+            (Status::Ok, "no remapped rows or retired pages".into())
+        );
+        f.gpus[1].retired_pages = Some(RetiredPages {
+            single_bit: 3,
+            double_bit: 2,
+            pending: false,
+        });
+        let (s, d) = status_of(&f, "memory");
+        assert_eq!(s, Status::Ok);
+        assert!(
+            d.contains("GPU 1: 3 single-bit + 2 double-bit pages retired"),
+            "{d}"
+        );
+        f.gpus[1].retired_pages = Some(RetiredPages {
+            single_bit: 3,
+            double_bit: 2,
+            pending: true,
+        });
+        let (s, d) = status_of(&f, "memory");
+        assert_eq!(s, Status::Warn);
+        assert!(
+            d.contains("page retirement waits for a GPU reset on GPU 1")
+                && d.contains("reset it when idle"),
+            "{d}"
+        );
+        assert_eq!(exit_code(&evaluate(&f)), 1);
+        f.gpus[0].retired_pages = Some(RetiredPages {
+            single_bit: 0,
+            double_bit: RetiredPages::REPLACE_DBE,
+            pending: false,
+        });
+        let (s, d) = status_of(&f, "memory");
+        assert_eq!(s, Status::Fail);
+        assert!(
+            d.contains("GPU 0 retired too many pages") && d.contains("replaced"),
+            "{d}"
+        );
+        assert_eq!(exit_code(&evaluate(&f)), 2);
+        // Many single-bit pages alone wear the table out too.
+        f.gpus[0].retired_pages = Some(RetiredPages {
+            single_bit: RetiredPages::REPLACE_TOTAL,
+            double_bit: 0,
+            pending: false,
+        });
+        assert_eq!(status_of(&f, "memory").0, Status::Fail);
     }
 
     #[test]

@@ -33,8 +33,8 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::telemetry::RemappedRows;
 use crate::telemetry::xid::{XID_RECENT_S, explain};
+use crate::telemetry::{RemappedRows, RetiredPages};
 
 /// Temperature alerts clear this far below their limit, °C.
 pub const TEMP_HYSTERESIS_C: f64 = 3.0;
@@ -56,7 +56,8 @@ pub enum AlertKind {
     Temperature,
     Power,
     Ecc,
-    /// A row remap waits for a reset, or failed.
+    /// A row remap or a page retirement waits for a reset, a remap failed, or too many pages
+    /// were retired.
     Memory,
     Lost,
     Stalled,
@@ -119,10 +120,12 @@ pub enum Observation {
         gpu: u32,
         uncorrected: Option<u64>,
     },
-    /// Row remapping: raised while a remap waits for a reset or after one failed.
+    /// Row remapping and page retirement: raised while a remap or a retirement waits for a
+    /// reset, after a remap failed, or once the board retired enough pages to be replaced.
     Memory {
         gpu: u32,
         remapped: Option<RemappedRows>,
+        retired: Option<RetiredPages>,
     },
     Lost {
         gpu: u32,
@@ -308,8 +311,12 @@ impl Alerts {
                     Verdict::Clear
                 }
             }
-            Observation::Memory { gpu, remapped } => match remapped {
-                Some(r) if r.failure => Verdict::Raise(alert(
+            Observation::Memory {
+                gpu,
+                remapped,
+                retired,
+            } => match (remapped, retired) {
+                (Some(r), _) if r.failure => Verdict::Raise(alert(
                     AlertKind::Memory,
                     Some(*gpu),
                     None,
@@ -320,7 +327,20 @@ impl Alerts {
                          drain it and have it replaced"
                     ),
                 )),
-                Some(r) if r.pending => Verdict::Raise(alert(
+                (_, Some(p)) if p.should_replace() => Verdict::Raise(alert(
+                    AlertKind::Memory,
+                    Some(*gpu),
+                    None,
+                    1.0,
+                    None,
+                    format!(
+                        "GPU {gpu}: {} pages retired ({} for double-bit errors): its memory is \
+                         failing; drain it and have it replaced",
+                        p.total(),
+                        p.double_bit
+                    ),
+                )),
+                (Some(r), _) if r.pending => Verdict::Raise(alert(
                     AlertKind::Memory,
                     Some(*gpu),
                     None,
@@ -328,9 +348,19 @@ impl Alerts {
                     None,
                     format!("GPU {gpu}: a row remap waits for a reset (reset it when it is free)"),
                 )),
-                Some(_) => Verdict::Clear,
+                (_, Some(p)) if p.pending => Verdict::Raise(alert(
+                    AlertKind::Memory,
+                    Some(*gpu),
+                    None,
+                    1.0,
+                    None,
+                    format!(
+                        "GPU {gpu}: a page retirement waits for a reset (reset it when it is free)"
+                    ),
+                )),
+                (Some(_), _) | (_, Some(_)) => Verdict::Clear,
                 // No reading: neither proof of a fault nor of its repair.
-                None => Verdict::Keep,
+                (None, None) => Verdict::Keep,
             },
             Observation::Lost { gpu, lost } => {
                 if *lost {

@@ -215,6 +215,7 @@ fn a_pending_or_failed_row_remap_is_one_alert_until_it_is_gone() {
         [Observation::Memory {
             gpu: 3,
             remapped: r,
+            retired: None,
         }]
     };
     let healthy = RemappedRows::default();
@@ -246,6 +247,55 @@ fn a_pending_or_failed_row_remap_is_one_alert_until_it_is_gone() {
         ..healthy
     };
     let c = a.observe(&mem(Some(failed)), 5.0);
+    let [AlertChange::Raised(al)] = c.as_slice() else {
+        panic!("{c:?}");
+    };
+    assert!(al.message.contains("replaced"), "{}", al.message);
+}
+
+#[test]
+fn a_pending_retirement_or_a_worn_out_page_table_is_an_alert() {
+    let mut a = Alerts::new();
+    let mem = |p: Option<RetiredPages>| {
+        [Observation::Memory {
+            gpu: 1,
+            remapped: None,
+            retired: p,
+        }]
+    };
+    let healthy = RetiredPages::default();
+    assert!(a.observe(&mem(Some(healthy)), 0.0).is_empty());
+    let pending = RetiredPages {
+        double_bit: 1,
+        pending: true,
+        ..healthy
+    };
+    let c = a.observe(&mem(Some(pending)), 1.0);
+    let [AlertChange::Raised(al)] = c.as_slice() else {
+        panic!("{c:?}");
+    };
+    assert_eq!(
+        (al.key.as_str(), al.kind),
+        ("memory:gpu1", AlertKind::Memory)
+    );
+    assert!(
+        al.message.contains("page retirement waits for a reset"),
+        "{}",
+        al.message
+    );
+    // The reset retires the page: cleared.
+    let done = RetiredPages {
+        pending: false,
+        ..pending
+    };
+    let c = a.observe(&mem(Some(done)), 2.0);
+    assert!(matches!(c.as_slice(), [AlertChange::Cleared(_)]), "{c:?}");
+    // Enough double-bit pages: replace.
+    let worn = RetiredPages {
+        double_bit: RetiredPages::REPLACE_DBE,
+        ..healthy
+    };
+    let c = a.observe(&mem(Some(worn)), 3.0);
     let [AlertChange::Raised(al)] = c.as_slice() else {
         panic!("{c:?}");
     };

@@ -71,6 +71,7 @@ impl NodeControl {
             obs.push(Observation::Memory {
                 gpu: s.index,
                 remapped: s.remapped_rows,
+                retired: s.retired_pages,
             });
         }
         for r in runs.iter().filter(|r| r.live && !r.paused) {

@@ -1,7 +1,8 @@
 //! GPU detail: braille line charts of the selected GPU over a chosen window (1 min … 7 days)
 //! for utilization, memory, temperature (with the slowdown line), power (with the cap line)
 //! and SM clock, the current value in each chart's title and the window's min and max under
-//! it, and the processes on the GPU with their memory.
+//! it, and the processes on the GPU with their memory. Its first line adds the memory's health:
+//! rows remapped or pages retired, and a reset pending or a GPU to replace.
 //!
 //! Charts ask the history for at most two points per column (braille has two dots across a
 //! cell) and break their line where samples are missing: a gap is drawn as a gap.
@@ -152,11 +153,46 @@ fn info_line<'a>(g: &GpuSample, name: Option<&str>, t: &Theme) -> Line<'a> {
             ),
         }),
     ];
+    spans.extend(memory_health(g, t));
     if let Some(bits) = g.throttle_reasons.filter(|b| *b != 0) {
         spans.push(dim(" · held by "));
         spans.push(Span::styled(throttle_reason_names(bits).join(", "), t.warn));
     }
     Line::from(spans)
+}
+
+/// Remapped rows (A100 on) or retired pages (before A100), with what waits for a reset and
+/// what means replace; nothing where the GPU reports neither or its memory is spotless.
+fn memory_health<'a>(g: &GpuSample, t: &Theme) -> Vec<Span<'a>> {
+    let mut spans = Vec::new();
+    let (what, any, replace, pending) = if let Some(r) = g.remapped_rows {
+        (
+            format!("{} + {} rows remapped", r.correctable, r.uncorrectable),
+            r.correctable + r.uncorrectable > 0,
+            r.failure.then_some("remap failed: replace"),
+            r.pending,
+        )
+    } else if let Some(p) = g.retired_pages {
+        (
+            format!("{} sbe + {} dbe pages retired", p.single_bit, p.double_bit),
+            p.total() > 0,
+            p.should_replace().then_some("replace the GPU"),
+            p.pending,
+        )
+    } else {
+        return spans;
+    };
+    if !any && !pending && replace.is_none() {
+        return spans;
+    }
+    spans.push(Span::styled(" · ", t.dim));
+    spans.push(Span::raw(what));
+    if let Some(r) = replace {
+        spans.push(Span::styled(format!(" ({r})"), t.lost));
+    } else if pending {
+        spans.push(Span::styled(" (reset pending)", t.warn));
+    }
+    spans
 }
 
 /// One chart: a series, its scale and bounds, and an optional horizontal limit line.
