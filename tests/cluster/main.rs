@@ -5,6 +5,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod dashboards;
 mod prometheus;
 mod prometheus_tls;
 mod slurm;

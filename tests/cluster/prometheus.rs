@@ -12,12 +12,13 @@
 //! Without `prometheus`/`promtool` installed the test passes with a printed reason, unless
 //! GPUPILOT_REQUIRE_PEERS=1 (CI), where it fails.
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use crate::support::home::{DaemonProc, Home};
 use crate::support::net::{free_port, http_get};
 use crate::support::peers::peer;
+use crate::support::prometheus::PrometheusProc;
 use crate::support::promtool::promtool_accepts;
 use crate::support::wait::{poll, wait_for};
 use gpupilot::client::Client;
@@ -28,16 +29,6 @@ use gpupilot::cluster::{GridMetric, fetch};
 use gpupilot::telemetry::{GpuSample, now_s};
 use ratatui::Terminal;
 use ratatui::backend::TestBackend;
-
-/// A child killed (SIGKILL through std, one positive pid) and reaped when dropped.
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// A daemon on `gpus` simulated GPUs of `model`, serving `/metrics` on `port`.
 fn daemon(home: &Home, gpus: u32, model: &str, seed: u64, port: u16) -> DaemonProc {
@@ -172,35 +163,12 @@ fn prometheus_scrapes_two_daemons_and_the_cluster_view_matches() {
     }
 
     // Prometheus on loopback, scraping both every second.
-    let dir = tempfile::tempdir().unwrap();
-    let prom_port = free_port();
-    let config = dir.path().join("prometheus.yml");
-    std::fs::write(
-        &config,
-        format!(
-            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  \
-             - job_name: gpupilot\n    static_configs:\n      - targets: \
-             ['127.0.0.1:{port_a}', '127.0.0.1:{port_b}']\n"
-        ),
-    )
-    .unwrap();
-    let log = std::fs::File::create(dir.path().join("prometheus.log")).unwrap();
-    let _prom = Killed(
-        Command::new(&prometheus)
-            .arg(format!("--config.file={}", config.display()))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                dir.path().join("data").display()
-            ))
-            .arg(format!("--web.listen-address=127.0.0.1:{prom_port}"))
-            .current_dir(dir.path())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap(),
+    let server = PrometheusProc::start(
+        &prometheus,
+        &[format!("127.0.0.1:{port_a}"), format!("127.0.0.1:{port_b}")],
+        &[],
     );
-    let prom = Prometheus::new(&format!("http://127.0.0.1:{prom_port}")).unwrap();
+    let prom = Prometheus::new(&server.url()).unwrap();
     poll(
         "Prometheus to scrape both daemons",
         Duration::from_secs(60),
@@ -214,10 +182,7 @@ fn prometheus_scrapes_two_daemons_and_the_cluster_view_matches() {
             if up.iter().filter(|s| s.v == 1.0).count() == 2 && gpus == 5 {
                 return Ok(());
             }
-            Err(format!(
-                " (up: {up:?}); its log:\n{}",
-                std::fs::read_to_string(dir.path().join("prometheus.log")).unwrap_or_default()
-            ))
+            Err(format!(" (up: {up:?}); its log:\n{}", server.log()))
         },
     );
 

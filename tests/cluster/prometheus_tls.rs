@@ -2,7 +2,10 @@
 //! certificate for 127.0.0.1 made here (rcgen), served with rustls, answering an instant vector
 //! only to the right `Authorization` header. The client with the CA file and the token gets the
 //! series; without the CA it fails naming the certificate; a wrong token is a clear 401; a user
-//! and password in the URL are sent as basic auth.
+//! and password in the URL are sent as basic auth. Then a real Prometheus behind its own TLS
+//! and basic auth (`--web.config.file`, the same kind of certificate): the client with the CA
+//! and the user's password file reads it; a wrong password, a bearer token and a missing CA
+//! each fail with a clear message.
 
 use std::io::{Read, Write};
 use std::net::TcpListener;
@@ -10,6 +13,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::support::net::free_port;
+use crate::support::peers::peer;
+use crate::support::prometheus::PrometheusProc;
+use crate::support::wait::poll;
 use gpupilot::cluster::query::{Access, Prometheus};
 
 const TOKEN: &str = "s3cret-token";
@@ -25,7 +32,14 @@ struct Server {
     ca_pem: String,
 }
 
-fn start() -> Server {
+/// A CA (its PEM), and a certificate for 127.0.0.1 it signed with the certificate's key.
+struct Certs {
+    ca_pem: String,
+    cert: rcgen::Certificate,
+    key: rcgen::KeyPair,
+}
+
+fn certs() -> Certs {
     use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
@@ -35,6 +49,15 @@ fn start() -> Server {
         .unwrap()
         .signed_by(&key, &ca)
         .unwrap();
+    Certs {
+        ca_pem: ca.pem(),
+        cert,
+        key,
+    }
+}
+
+fn start() -> Server {
+    let Certs { ca_pem, cert, key } = certs();
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
@@ -92,10 +115,7 @@ fn start() -> Server {
             });
         }
     });
-    Server {
-        port,
-        ca_pem: ca.pem(),
-    }
+    Server { port, ca_pem }
 }
 
 fn file(dir: &tempfile::TempDir, name: &str, text: &str) -> Option<PathBuf> {
@@ -184,4 +204,107 @@ fn basic_auth_from_the_url_is_sent_and_never_shown() {
     .unwrap();
     let e = prom.query("up").unwrap_err().to_string();
     assert!(e.contains("HTTP 401") && !e.contains("nope"), "{e}");
+}
+
+/// The password of `ann` on the real Prometheus below, and its bcrypt hash (cost 4, so that
+/// each request's check is quick), as Prometheus's web config wants it.
+const PASSWORD: &str = "p@ss-w0rd";
+const PASSWORD_BCRYPT: &str = "$2b$04$MrQOWmpTOUvz8a7oGoLVP.KxcSLGM8nNuvw8SAhP.p200HBH7P2e6";
+
+#[test]
+fn a_real_prometheus_behind_https_and_basic_auth() {
+    let Some(prometheus) = peer("prometheus") else {
+        return;
+    };
+    // Prometheus's own TLS and basic auth (`--web.config.file`), with a certificate made here.
+    let Certs { ca_pem, cert, key } = certs();
+    let dir = tempfile::tempdir().unwrap();
+    let cert_file = file(&dir, "cert.pem", &cert.pem()).unwrap();
+    let key_file = file(&dir, "key.pem", &key.serialize_pem()).unwrap();
+    let web = file(
+        &dir,
+        "web.yml",
+        &format!(
+            "tls_server_config:\n  cert_file: {}\n  key_file: {}\nbasic_auth_users:\n  ann: '{PASSWORD_BCRYPT}'\n",
+            cert_file.display(),
+            key_file.display()
+        ),
+    )
+    .unwrap();
+    let server = PrometheusProc::start(
+        &prometheus,
+        &[format!("127.0.0.1:{}", free_port())],
+        &[format!("--web.config.file={}", web.display())],
+    );
+    let url = format!("https://127.0.0.1:{}", server.port);
+    let access = Access {
+        basic_auth_file: file(&dir, "auth", &format!("ann:{PASSWORD}\n")),
+        ca_file: file(&dir, "ca.pem", &ca_pem),
+        ..Access::default()
+    };
+    let prom = Prometheus::with_access(&url, &access).unwrap();
+    poll(
+        "Prometheus to answer over HTTPS",
+        Duration::from_secs(30),
+        Duration::from_millis(200),
+        || match prom.query("vector(1)") {
+            Ok(v) if v.len() == 1 && v[0].v == 1.0 => Ok(()),
+            other => Err(format!(" ({other:?}); its log:\n{}", server.log())),
+        },
+    );
+    // The scrape target (a closed port) is down, and Prometheus says so through the client.
+    poll(
+        "the target's `up` series",
+        Duration::from_secs(30),
+        Duration::from_millis(200),
+        || match prom.query("up") {
+            Ok(v) if v.len() == 1 && v[0].v == 0.0 => Ok(()),
+            other => Err(format!(" ({other:?})")),
+        },
+    );
+
+    // A wrong password: Prometheus's 401, said with where the credentials come from.
+    let wrong = Access {
+        basic_auth_file: file(&dir, "wrong", "ann:nope\n"),
+        ..access.clone()
+    };
+    let e = Prometheus::with_access(&url, &wrong)
+        .unwrap()
+        .query("up")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("HTTP 401") && !e.contains("nope"), "{e}");
+    // A bearer token where Prometheus wants basic auth: refused the same way, and the message
+    // names the token's option.
+    let token = Access {
+        basic_auth_file: None,
+        bearer_token_file: file(&dir, "token", "s3cret-token\n"),
+        ..access.clone()
+    };
+    let e = Prometheus::with_access(&url, &token)
+        .unwrap()
+        .query("up")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("HTTP 401") && e.contains("bearer") && !e.contains("s3cret"),
+        "{e}"
+    );
+    // Without the CA: the certificate is not trusted, and the message says what to give.
+    let no_ca = Access {
+        ca_file: None,
+        ..access.clone()
+    };
+    let e = Prometheus::with_access(&url, &no_ca)
+        .unwrap()
+        .query("up")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("certificate") && e.contains("--prometheus-ca"),
+        "{e}"
+    );
+    // Plain HTTP to the TLS port: Prometheus answers 400, an error here.
+    let plain = Prometheus::new(&format!("http://127.0.0.1:{}", server.port)).unwrap();
+    assert!(plain.query("up").is_err());
 }

@@ -10,6 +10,7 @@
 //! - [`nvml`] and [`nvml_daemon`]: the fake NVML library, a node made from a scenario, and a
 //!   daemon on it.
 //! - [`peers`]: programs from elsewhere (gpustat, tmux, sshd, prometheus…) that a test needs.
+//! - [`prometheus`]: a real Prometheus on loopback scraping given targets every second.
 //! - [`promtool`]: `promtool check metrics` on a page, allowing only dcgm-exporter's own lints.
 //! - [`sim_daemon`]: a daemon in the test's own process on a simulator driven by hand.
 //! - [`supervisor`]: profiles around `sh -c`, run directories read back.
@@ -31,6 +32,7 @@ pub mod nvml;
 pub mod nvml_daemon;
 pub mod peers;
 pub mod proc;
+pub mod prometheus;
 pub mod promtool;
 pub mod ranks;
 pub mod sim_daemon;
