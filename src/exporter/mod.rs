@@ -40,6 +40,7 @@
 //!   dcgm-exporter's names wins over that lint; nothing else on the page draws a warning.
 
 mod health;
+mod mig;
 mod run_energy;
 
 use std::fmt::Write as _;
@@ -437,7 +438,12 @@ pub fn render(input: &Input<'_>) -> String {
     for f in GPU_FIELDS {
         let samples: Vec<(String, f64)> = current
             .iter()
-            .filter_map(|g| (f.value)(g).map(|v| (gpu_labels(g, host), v)))
+            .flat_map(|g| {
+                let l = gpu_labels(g, host);
+                // A GPU in MIG mode: its memory per GPU instance, as dcgm-exporter has it.
+                mig::per_instance(f.name, g, &l)
+                    .unwrap_or_else(|| (f.value)(g).map(|v| (l, v)).into_iter().collect())
+            })
             .collect();
         family(&mut out, f.name, f.help, f.kind, &samples);
     }

@@ -272,3 +272,66 @@ fn a_run_on_a_mig_instance_sees_its_mig_uuid() {
         assert!(err.contains(says), "--gpu {spec}: {err}");
     }
 }
+
+/// `/metrics` on the MIG node: the A100's framebuffer once per GPU instance with
+/// `GPU_I_PROFILE` and `GPU_I_ID` (none for the A100 as a whole), its utilization absent; the
+/// H100 whole. promtool accepts the page (but for dcgm-exporter's own lints).
+#[test]
+fn metrics_label_instances_as_dcgm_exporter() {
+    use crate::support::net::{free_port, http_get};
+    use crate::support::nvml_daemon::NvmlDaemon;
+    use crate::support::promtool::promtool_accepts;
+    use crate::support::wait::wait_for;
+    use std::time::Duration;
+
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let d = NvmlDaemon::new(MIG_A100, &["--metrics-addr", &addr]);
+    let mut body = String::new();
+    wait_for("GPU series on /metrics", Duration::from_secs(30), || {
+        body = http_get(port, "/metrics").1;
+        body.contains("DCGM_FI_DEV_FB_USED{")
+    });
+    let used: Vec<&str> = body
+        .lines()
+        .filter(|l| l.starts_with("DCGM_FI_DEV_FB_USED{"))
+        .collect();
+    let a100: Vec<&str> = used
+        .iter()
+        .copied()
+        .filter(|l| l.contains("gpu=\"0\""))
+        .collect();
+    assert_eq!(a100.len(), 4, "one per instance, none for the GPU:\n{body}");
+    assert!(
+        a100.iter()
+            .any(|l| l.ends_with(",GPU_I_PROFILE=\"3g.40gb\",GPU_I_ID=\"2\"} 30720")),
+        "{a100:?}"
+    );
+    assert!(
+        a100.iter()
+            .any(|l| l.ends_with(",GPU_I_PROFILE=\"1g.10gb\",GPU_I_ID=\"7\"} 6144")),
+        "{a100:?}"
+    );
+    let h100: Vec<&str> = used
+        .iter()
+        .copied()
+        .filter(|l| l.contains("gpu=\"1\""))
+        .collect();
+    assert_eq!(h100.len(), 1, "{body}");
+    assert!(!h100[0].contains("GPU_I_ID"), "{}", h100[0]);
+    assert!(
+        !body
+            .lines()
+            .any(|l| l.starts_with("DCGM_FI_DEV_GPU_UTIL{gpu=\"0\"")),
+        "a GPU in MIG mode has no utilization:\n{body}"
+    );
+    assert!(
+        body.lines()
+            .any(|l| l.starts_with("DCGM_FI_DEV_POWER_USAGE{gpu=\"0\"") && !l.contains("GPU_I_ID")),
+        "power stays whole-GPU:\n{body}"
+    );
+    if let Some(promtool) = peer("promtool") {
+        promtool_accepts(&promtool, &body);
+    }
+    drop(d);
+}
