@@ -2,14 +2,19 @@
 //! tuner"). Simulated time, so the figures do not depend on the machine.
 //!
 //! `cargo bench --bench tuner [-- --eta 0.5 --step-w 25]`. Prints a Markdown table.
+//! `-- --joint`: the joint search of batch size and cap against the 2-D sweep instead.
 
 use gpupilot::control::tuner::Window;
-use gpupilot::control::tuner::sim::{BENCH_CASES, Comparison, Judged, SimSettings, compare, table};
+use gpupilot::control::tuner::sim::{
+    BENCH_CASES, Comparison, JOINT_CASES, Judged, SimSettings, compare, compare_joint, joint_table,
+    table,
+};
 
 fn main() {
     let mut s = SimSettings::default();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut it = args.iter();
+    let mut joint = false;
     while let Some(a) = it.next() {
         let mut value = |name: &str| -> f64 {
             it.next()
@@ -21,8 +26,12 @@ fn main() {
             "--step-w" => s.step_w = value("--step-w"),
             // cargo bench passes --bench to every target.
             "--bench" => {}
+            "--joint" => joint = true,
             other => panic!("unknown option {other}: use --eta E, --step-w W"),
         }
+    }
+    if joint {
+        return joint_bench(&s);
     }
     let mut rows = Vec::new();
     for case in BENCH_CASES {
@@ -66,5 +75,38 @@ fn main() {
         worst(|c| &c.descend),
         100.0 * dm,
         100.0 * dmax,
+    );
+}
+
+/// The joint search against the 2-D sweep (every cap at every batch that fits).
+fn joint_bench(s: &SimSettings) {
+    let mut rows = Vec::new();
+    for case in JOINT_CASES {
+        match compare_joint(case, s) {
+            Ok(c) => rows.push(c),
+            Err(e) => eprintln!("{} {}: {e}", case.gpu, case.model),
+        }
+    }
+    println!(
+        "eta {}, {} W steps, gpusim step {} s, seed {}; windows per point: joint {:?}, sweep {:?}\n",
+        s.eta,
+        s.step_w,
+        s.sim_step_s,
+        s.seed,
+        Window::GOLDEN_STEPS,
+        Window::DEFAULT_STEPS
+    );
+    print!("{}", joint_table(&rows));
+    let gap = rows.iter().map(|c| c.gap_pct).fold(0.0, f64::max);
+    let t: Vec<f64> = rows.iter().map(|c| c.time_fraction).collect();
+    let mean = t.iter().sum::<f64>() / t.len().max(1) as f64;
+    let max = t.iter().copied().fold(0.0, f64::max);
+    let probes: usize = rows.iter().map(|c| c.probes).sum();
+    let sweep: usize = rows.iter().map(|c| c.sweep_probes).sum();
+    println!(
+        "\njoint: worst cost gap {gap:.2}%, time {:.0}% of the 2-D sweep's on average, {:.0}% at \
+         most; {probes} points measured against the sweeps' {sweep}",
+        100.0 * mean,
+        100.0 * max
     );
 }

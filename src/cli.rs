@@ -936,7 +936,13 @@ follows it; closing the terminal, a dropped SSH session or killing this command 
 (`gpupilot tune status`, `gpupilot tune stop RUN`), and it survives a daemon restart. Ctrl-C \
 stops it; a stop, or the run ending mid-way, puts every GPU's starting cap back. Caps go through \
 the daemon, so they need the rights any cap needs (a root daemon; a user's daemon asks the system \
-daemon when one answers).";
+daemon when one answers). With `--with batch-size` it searches the batch size too: a line \
+search over batches doubled and halved from the run's (within its [knobs.batch_size] range and \
+the memory headroom), each with a golden cap search started around the best cap so far; the \
+trainer changes the batch live (every rank at one step), an out-of-memory ends that batch's \
+probe and puts the last good batch back. A stop puts the starting batch back with the caps. \
+Changing the batch size changes training dynamics (learning-rate scaling, convergence, the \
+effective epoch): the batch part is opt-in.";
 
 /// Options of `gpupilot tune energy`.
 #[derive(Debug, Args, Clone)]
@@ -975,6 +981,26 @@ pub struct TuneEnergyArgs {
     /// Start the job and return (its id on stdout) instead of following it.
     #[arg(long)]
     pub detach: bool,
+    /// Search another knob with the cap: `batch-size` (within the profile's [knobs.batch_size]
+    /// range and the memory the advisor predicts). Changing the batch size changes training
+    /// dynamics (learning-rate scaling, convergence, what an epoch is): opt in knowingly.
+    #[arg(long = "with", value_name = "KNOB", value_parser = parse_tune_with)]
+    pub with: Option<TuneWith>,
+}
+
+/// What `tune energy --with` searches beside the cap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TuneWith {
+    BatchSize,
+}
+
+fn parse_tune_with(s: &str) -> Result<TuneWith, String> {
+    match s {
+        "batch-size" | "batch_size" => Ok(TuneWith::BatchSize),
+        _ => Err(format!(
+            "`{s}` is not a knob the tuner searches: use `batch-size`"
+        )),
+    }
 }
 
 /// Options of `gpupilot advise`.

@@ -21,6 +21,7 @@ impl TunerDaemon for Client {
             dir: info.dir,
             gpus: info.gpus,
             running: matches!(info.status, RunStatus::Running),
+            attempt: info.attempt,
         })
     }
 
@@ -52,6 +53,21 @@ impl TunerDaemon for Client {
         };
         self.request(request)?;
         Ok(())
+    }
+
+    fn set_batch(&self, run: &str, batch: u32, why: &str) -> anyhow::Result<bool> {
+        let asked = self.knob_set(
+            run,
+            crate::protocol::KnobName::BatchSize,
+            i64::from(batch),
+            false,
+            Some(why.to_string()),
+        );
+        match asked {
+            Ok(_) => Ok(true),
+            Err(e) if e.code() == Some(crate::protocol::ErrorCode::RestartNeeded) => Ok(false),
+            Err(e) => Err(e.into()),
+        }
     }
 }
 

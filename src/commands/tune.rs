@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use crate::cli::{GlobalArgs, TuneCommand, TuneEnergyArgs, TuneStatusArgs, TuneStopArgs};
 use crate::client::Client;
 use crate::config::Paths;
-use crate::control::tuner::record::{JobState, TuneJob};
+use crate::control::tuner::record::{JobState, TuneJob, saving_line, suggestion};
 use crate::control::tuner::session::flag_on;
 use crate::control::tuner::{Phase, Progress, TuneResult, TuneSettings, Unit, Window};
 use crate::protocol::{Request, Response};
@@ -80,6 +80,25 @@ pub fn tune_energy(g: &GlobalArgs, args: &TuneEnergyArgs) -> anyhow::Result<Exit
         settings.eta,
         job.id
     );
+    if settings.with_batch {
+        eprintln!(
+            "gpupilot: warning: {}",
+            crate::control::tuner::joint::BATCH_WARNING
+        );
+        if let Some(b) = job.progress.as_ref().and_then(|p| p.batch.as_ref()) {
+            eprintln!(
+                "gpupilot: batch sizes to search: {} (from {}; `gpupilot tune stop {}` puts batch {} back)",
+                b.planned
+                    .iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                b.start,
+                job.id,
+                b.start
+            );
+        }
+    }
     if args.detach {
         println!("{}", job.id);
         return Ok(ExitCode::SUCCESS);
@@ -150,10 +169,7 @@ fn ended(job: &TuneJob, json: bool) -> anyhow::Result<ExitCode> {
                 Some(Err(e)) => println!("could not save the result: {e}"),
                 None => {}
             }
-            println!(
-                "to start this run's profile at this cap, add:\n\n[power]\ncap_w = {:.0}",
-                result.best.cap_w
-            );
+            println!("{}", suggestion(result));
             Ok(ExitCode::SUCCESS)
         }
         (JobState::Failed, _) => anyhow::bail!(
@@ -193,8 +209,17 @@ fn tune_status(g: &GlobalArgs, args: &TuneStatusArgs) -> anyhow::Result<ExitCode
     if list.is_empty() {
         println!("no tuning jobs");
     }
+    let price = crate::control::settings::load(&Paths::from_env().config)
+        .ok()
+        .and_then(|s| s.price);
     for j in &list {
         println!("{}", status_line(j));
+        if let (JobState::Done, Some(r)) = (j.state, &j.result) {
+            if let Some(line) = saving_line(r, price.as_ref()) {
+                println!("  {line}");
+            }
+            println!("  {}", suggestion(r).replace('\n', "\n  "));
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -214,36 +239,6 @@ fn tune_stop(g: &GlobalArgs, args: &TuneStopArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::FAILURE
     })
-}
-
-/// What the best cap saves against the default one over a million samples: energy, time and,
-/// with a price in `control.toml` (`[energy] price_per_kwh`), money.
-pub fn saving_line(
-    r: &TuneResult,
-    price: Option<&crate::control::energy::Price>,
-) -> Option<String> {
-    let d = r.default?;
-    let per_million = 1e6;
-    let kwh = (d.energy_per_sample_j - r.best.energy_per_sample_j) * per_million / 3.6e6;
-    let hours = (r.best.time_per_sample_s - d.time_per_sample_s) * per_million / 3600.0;
-    let mut s = format!(
-        "per million samples at {:.0} W instead of {:.0} W: {:.2} kWh {}, {:.2} h {}",
-        r.best.cap_w,
-        d.cap_w,
-        kwh.abs(),
-        if kwh >= 0.0 { "less" } else { "more" },
-        hours.abs(),
-        if hours >= 0.0 { "more" } else { "less" }
-    );
-    if let Some(p) = price {
-        s.push_str(&format!(
-            ", {:.2} {} {}",
-            (kwh * p.per_kwh).abs(),
-            p.currency,
-            if kwh >= 0.0 { "saved" } else { "spent" }
-        ));
-    }
-    Some(s)
 }
 
 /// One line per job: its id, state, what it tunes, and where it stands or how it ended.
@@ -289,6 +284,7 @@ fn settings(args: &TuneEnergyArgs) -> TuneSettings {
         window,
         strategy: args.search,
         prior_w: None,
+        with_batch: args.with == Some(crate::cli::TuneWith::BatchSize),
     }
 }
 
@@ -330,8 +326,16 @@ pub fn progress_line(p: &Progress) -> String {
 
 /// The result for people: the curve as a table, then the saving.
 pub fn render_result(r: &TuneResult) -> String {
-    let mut out = String::from("cap W   J/sample   ms/sample   mean W   cost J/sample\n");
+    let joint = r.batch.is_some();
+    let mut out = String::from(if joint {
+        "batch  cap W   J/sample   ms/sample   mean W   cost J/sample\n"
+    } else {
+        "cap W   J/sample   ms/sample   mean W   cost J/sample\n"
+    });
     for c in &r.curve {
+        if joint {
+            out.push_str(&format!("{:>5} ", c.batch.unwrap_or(0)));
+        }
         out.push_str(&format!(
             "{:>5.0} {:>10.3} {:>11.3} {:>8.0} {:>15.3}{}\n",
             c.cap_w,
@@ -339,12 +343,19 @@ pub fn render_result(r: &TuneResult) -> String {
             1000.0 * c.time_per_sample_s,
             c.avg_power_w,
             c.cost,
-            if c.cap_w == r.best.cap_w {
+            if c.cap_w == r.best.cap_w && c.batch == r.best.batch {
                 "  ← best"
             } else {
                 ""
             }
         ));
+    }
+    if let Some(b) = &r.batch {
+        if let Some(o) = b.oom {
+            out.push_str(&format!(
+                "batch {o} ran out of memory: it and larger batches were avoided\n"
+            ));
+        }
     }
     out.push_str(&r.summary());
     out.push('\n');
@@ -359,6 +370,7 @@ mod tests {
     fn the_saving_reads_in_energy_time_and_money() {
         let point = |cap_w: f64, j: f64, s: f64| crate::control::tuner::CapPoint {
             cap_w,
+            batch: None,
             energy_j: j,
             samples: 1.0,
             seconds: s,
@@ -383,6 +395,7 @@ mod tests {
             strategy: crate::control::tuner::Strategy::Golden,
             planned: 21,
             duration_s: 60.0,
+            batch: None,
         };
         let price = crate::control::energy::Price {
             per_kwh: 0.25,
@@ -406,6 +419,7 @@ mod tests {
             fraction: 0.46,
             curve: Vec::new(),
             best_cap_w: None,
+            batch: None,
         };
         assert_eq!(progress_line(&p), "[3/21] 650 W measuring  40%");
     }

@@ -16,6 +16,9 @@
 //! GPUs against the samples of all its ranks, and moves all its GPUs' caps together ([`job`]):
 //! the job runs at the pace of its slowest rank, so one cap is a decision for all of them.
 //!
+//! With `--with batch-size` the batch size is searched too ([`joint`]): a line search over a
+//! coarse set of batches, each with the golden cap search started around the best cap so far.
+//!
 //! Nothing here reads a clock, a GPU or a file: the caller feeds [`Observation`]s (cumulative
 //! energy, samples, steps, time) and carries out the [`SearchStep`]s. [`live`] drives it on a run
 //! (`gpupilot tune energy`, through the daemon); [`sim`] drives it on a gpusim
@@ -24,13 +27,15 @@
 
 mod golden;
 pub mod job;
+pub mod joint;
 pub mod live;
 pub mod record;
 mod search;
 pub mod session;
 pub mod sim;
 
+pub use joint::JointTuner;
 pub use search::{
-    CapPoint, NOISE_TOL, Observation, Phase, Progress, SearchStep, Strategy, TuneResult,
+    CapPoint, NOISE_TOL, Observation, Phase, Progress, Search, SearchStep, Strategy, TuneResult,
     TuneSettings, Tuner, TunerConfig, TunerError, Unit, Window, zeus_cost,
 };

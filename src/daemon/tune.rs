@@ -35,10 +35,11 @@ use crate::config::safe_fs;
 use crate::control::PowerLimits;
 use crate::control::tuner::live::{Outcome, drive};
 use crate::control::tuner::record::{JobState, MAX_RECORD_BYTES, TuneJob};
+use crate::control::tuner::record::{saving_line, suggestion};
 use crate::control::tuner::session::{
-    DaemonRun, Reports, RunSeen, TunerDaemon, prepare, save_result,
+    DaemonRun, Reports, RunSeen, TunerDaemon, batch_fits, joint, prepare, save_result,
 };
-use crate::control::tuner::{Progress, TuneSettings, Tuner, TunerConfig};
+use crate::control::tuner::{JointTuner, Progress, Search, TuneSettings, Tuner, TunerConfig};
 use crate::protocol::{ErrorCode, NodeEvent};
 use crate::telemetry::Snapshot;
 use crate::time::rfc3339;
@@ -150,7 +151,7 @@ impl Tuning {
                 ));
             }
         }
-        let (live, mut tuner) = prepare(client, &seen.id, &settings)
+        let (mut live, mut tuner) = prepare(client, &seen.id, &settings)
             .map_err(|e| RequestError::new(ErrorCode::BadRequest, format!("{e:#}")))?;
         // The last result for this profile, on GPUs of the same limits and at the same eta,
         // brackets the golden search first.
@@ -167,6 +168,11 @@ impl Tuning {
                 seen.id
             );
         }
+        let search: Box<dyn Search> = if settings.with_batch {
+            Box::new(self.joint(&mut live, &tuner)?)
+        } else {
+            Box::new(tuner)
+        };
         for (other, s) in lock(&self.jobs).iter() {
             let j = lock(&s.job);
             if !j.state.is_final() && j.gpus.iter().any(|g| live.gpus.contains(g)) {
@@ -200,12 +206,13 @@ impl Tuning {
             settings,
             state: JobState::Running,
             started: rfc3339(SystemTime::now()),
-            progress: Some(tuner.progress()),
+            progress: Some(search.progress()),
             result: None,
             why: None,
             restored: None,
             resumed: 0,
             saved: None,
+            start_batch: live.start_batch,
         };
         let ctx = self.ctx();
         ctx.save(&job)
@@ -216,7 +223,7 @@ impl Tuning {
         let (j, s) = (Arc::clone(&shared), Arc::clone(&stop));
         let thread = std::thread::Builder::new()
             .name("tune-job".into())
-            .spawn(move || search(&ctx, &j, &s, live, tuner))
+            .spawn(move || run_search(&ctx, &j, &s, live, search))
             .map_err(|e| internal(format!("starting the job: {e}")))?;
         lock(&self.jobs).insert(
             id,
@@ -227,6 +234,22 @@ impl Tuning {
             },
         );
         Ok(job)
+    }
+
+    /// The joint search on `live` (`--with batch-size`): its batches within the run's range and
+    /// the memory headroom the advisor's rule predicts from the run's GPUs now.
+    fn joint(
+        &self,
+        live: &mut DaemonRun<JobDaemon>,
+        tuner: &Tuner,
+    ) -> Result<JointTuner, RequestError> {
+        let bad = |e: anyhow::Error| RequestError::new(ErrorCode::BadRequest, format!("{e:#}"));
+        let fit_share = crate::advisor::Thresholds::default().headroom_fit_share;
+        let fits = live.gpu_samples().ok().and_then(|g| {
+            let start = live.batch_now()?;
+            batch_fits(&g, start, fit_share)
+        });
+        joint(live, tuner, fits).map_err(bad)
     }
 
     /// The best cap of the newest finished job on a run of profile `name`, with the same
@@ -384,7 +407,33 @@ impl Ctx {
                 self.event(&job, "cap", Some(w), None, None);
             }
         }
-        if new_cap || measured || phase {
+        let batch = |p: Option<&Progress>| p.and_then(|p| p.batch.as_ref()).and_then(|b| b.current);
+        let new_batch = batch(before.as_ref()) != batch(Some(p));
+        if new_batch {
+            if let Some(b) = batch(Some(p)) {
+                self.event(
+                    &job,
+                    "batch",
+                    p.cap_w,
+                    None,
+                    Some(format!("trying batch size {b}")),
+                );
+            }
+        }
+        let oom = |p: Option<&Progress>| p.and_then(|p| p.batch.as_ref()).and_then(|b| b.oom);
+        if let (None, Some(o)) = (oom(before.as_ref()), oom(Some(p))) {
+            self.event(
+                &job,
+                "oom",
+                None,
+                None,
+                Some(format!(
+                    "batch size {o} ran out of memory: the last good batch is back, and batch \
+                     {o} and larger are avoided"
+                )),
+            );
+        }
+        if new_cap || measured || phase || new_batch {
             self.save_logged(&job);
         }
     }
@@ -406,12 +455,20 @@ impl Ctx {
                 );
                 job.state = JobState::Done;
                 job.why = Some(result.summary());
+                let price = crate::control::settings::load(&self.paths.config)
+                    .ok()
+                    .and_then(|s| s.price);
+                let mut said = result.summary();
+                if let Some(line) = saving_line(&result, price.as_ref()) {
+                    said.push_str(&format!("; {line}"));
+                }
+                said.push_str(&format!("; {}", suggestion(&result).replace("\n\n", "\n")));
                 self.event(
                     &job,
                     "done",
                     Some(result.best.cap_w),
                     Some(result.best.cost),
-                    None,
+                    Some(said),
                 );
                 job.result = Some(*result);
             }
@@ -452,15 +509,15 @@ impl Ctx {
 }
 
 /// A job's search, from its first cap (or, resumed, its next) to its end.
-fn search(
+fn run_search(
     ctx: &Ctx,
     shared: &Mutex<TuneJob>,
     stop: &AtomicBool,
     mut live: DaemonRun<JobDaemon>,
-    mut tuner: Tuner,
+    mut tuner: Box<dyn Search>,
 ) {
     let outcome = drive(
-        &mut tuner,
+        tuner.as_mut(),
         &mut live,
         stop,
         || std::thread::sleep(POLL),
@@ -489,9 +546,10 @@ fn resume_job(ctx: &Ctx, shared: &Mutex<TuneJob>, stop: &AtomicBool) {
         match attempt {
             Ok((mut live, tuner)) if live.gpus == job.gpus => {
                 live.set_start_caps(job.start_caps());
-                // From a known state: the starting caps first (a daemon killed mid-search left
-                // a probe's), then the search goes on from the caps measured.
-                if let Err(e) = restore(&ctx.paths, &job.start_caps()) {
+                live.start_batch = job.start_batch;
+                // From a known state: the starting caps (and batch) first (a daemon killed
+                // mid-search left a probe's), then the search goes on from what was measured.
+                if let Err(e) = restore(&ctx.paths, &job.start_caps(), batch_to_restore(&job)) {
                     break e;
                 }
                 let cfg = TunerConfig {
@@ -501,9 +559,17 @@ fn resume_job(ctx: &Ctx, shared: &Mutex<TuneJob>, stop: &AtomicBool) {
                         .map_or(tuner.config().start_w, |(_, w)| *w),
                     ..tuner.config().clone()
                 };
-                let tuner = match Tuner::new(cfg) {
-                    Ok(t) => t.with_points(job.measured()),
-                    Err(e) => break e.to_string(),
+                let batch = job.progress.as_ref().and_then(|p| p.batch.clone());
+                let tuner: Box<dyn Search> = match (Tuner::new(cfg.clone()), job.start_batch, batch)
+                {
+                    (Err(e), ..) => break e.to_string(),
+                    (Ok(_), Some(start), Some(b)) => {
+                        match JointTuner::new(cfg, b.planned.clone(), start) {
+                            Ok(t) => Box::new(t.resumed(job.measured(), Some(&b))),
+                            Err(e) => break e.to_string(),
+                        }
+                    }
+                    (Ok(t), ..) => Box::new(t.with_points(job.measured())),
                 };
                 let measured = job.measured().len();
                 {
@@ -522,7 +588,7 @@ fn resume_job(ctx: &Ctx, shared: &Mutex<TuneJob>, stop: &AtomicBool) {
                     );
                     ctx.save_logged(&j);
                 }
-                search(ctx, shared, stop, live, tuner);
+                run_search(ctx, shared, stop, live, tuner);
                 return;
             }
             Ok((live, _)) => {
@@ -537,7 +603,7 @@ fn resume_job(ctx: &Ctx, shared: &Mutex<TuneJob>, stop: &AtomicBool) {
     };
     // Not resumed: a job the last daemon left mid-search still has a probe's cap set.
     let restored = match job.state {
-        JobState::Running => restore(&ctx.paths, &job.start_caps()),
+        JobState::Running => restore(&ctx.paths, &job.start_caps(), batch_to_restore(&job)),
         _ => Ok(()),
     };
     let mut j = lock(shared);
@@ -552,8 +618,18 @@ fn resume_job(ctx: &Ctx, shared: &Mutex<TuneJob>, stop: &AtomicBool) {
     ctx.save_logged(&j);
 }
 
-/// Put each GPU's starting cap back.
-fn restore(paths: &Paths, start_w: &BTreeMap<u32, f64>) -> Result<(), String> {
+/// A joint search's run and starting batch, when it has one to put back.
+fn batch_to_restore(job: &TuneJob) -> Option<(&str, u32)> {
+    job.start_batch.map(|b| (job.run.as_str(), b))
+}
+
+/// Put each GPU's starting cap back, and a joint search's starting batch (when a trainer is
+/// attached to take it: a run that ended has no batch to put back).
+fn restore(
+    paths: &Paths,
+    start_w: &BTreeMap<u32, f64>,
+    batch: Option<(&str, u32)>,
+) -> Result<(), String> {
     let d = JobDaemon::connect(paths)?;
     let mut by_cap: BTreeMap<u64, Vec<u32>> = BTreeMap::new();
     for (gpu, w) in start_w {
@@ -566,6 +642,17 @@ fn restore(paths: &Paths, start_w: &BTreeMap<u32, f64>) -> Result<(), String> {
             "energy tuner: search not resumed, cap restored",
         )
         .map_err(|e| format!("{e:#}"))?;
+    }
+    if let Some((run, b)) = batch {
+        let running = d.run(run).is_ok_and(|r| r.running);
+        if running {
+            d.set_batch(
+                run,
+                b,
+                "energy tuner: search not resumed, batch size restored",
+            )
+            .map_err(|e| format!("{e:#}"))?;
+        }
     }
     Ok(())
 }
@@ -651,6 +738,9 @@ impl TunerDaemon for JobDaemon {
     }
     fn power_limits(&self) -> anyhow::Result<Vec<(u32, Option<PowerLimits>)>> {
         self.own.power_limits()
+    }
+    fn set_batch(&self, run: &str, batch: u32, why: &str) -> anyhow::Result<bool> {
+        self.own.set_batch(run, batch, why)
     }
     fn set_cap(&self, gpus: Vec<u32>, watts: f64, why: &str) -> anyhow::Result<()> {
         let Err(e) = self.own.set_cap(gpus.clone(), watts, why) else {

@@ -128,6 +128,11 @@ fn the_run_ending_mid_way_puts_the_starting_caps_back() {
 /// A data-parallel job of `world` synthetic ranks on GPUs 0.. of the simulated node, of which
 /// ranks `started` run; its id once they all report.
 fn start_job(home: &Home, world: u32, started: &[u32]) -> String {
+    start_job_with(home, world, started, "")
+}
+
+/// The same, its profile with `extra` (its knobs).
+fn start_job_with(home: &Home, world: u32, started: &[u32], extra: &str) -> String {
     let bin = env!("CARGO_BIN_EXE_gpupilot");
     let starts: Vec<String> = started
         .iter()
@@ -139,7 +144,7 @@ fn start_job(home: &Home, world: u32, started: &[u32]) -> String {
     std::fs::write(
         &profile,
         format!(
-            "name = \"ddp\"\n[run]\ncommand = [\"sh\", \"-c\", \"{} wait\"]\n",
+            "name = \"ddp\"\n{extra}\n[run]\ncommand = [\"sh\", \"-c\", \"{} wait\"]\n",
             starts.join(" ")
         ),
     )
@@ -395,4 +400,231 @@ fn a_daemon_killed_mid_search_restores_the_caps_of_a_run_that_ended_meanwhile() 
         [700.0, 700.0]
     );
     assert_eq!(caps(&nv.home.client()), [700.0, 700.0]);
+}
+
+/// A batch-size range for the synthetic trainer's profile: it starts at 128.
+const BATCH_KNOB: &str = "[knobs.batch_size]\ninitial = 128\nmin = 64\nmax = 512\n";
+
+/// `tune energy RUN` with the quick cap settings, searching the batch size too.
+fn joint_args(run: &str) -> Vec<&str> {
+    let mut args = vec!["tune", "energy", run];
+    args.extend(QUICK);
+    args.extend(["--with", "batch-size"]);
+    args
+}
+
+/// The batch size the daemon holds for `run` (what its trainer last took).
+fn batch_of(c: &gpupilot::client::Client, run: &str) -> Option<i64> {
+    let m = c.run_metrics(run, 0).ok()?;
+    m.trainer
+        .knobs
+        .iter()
+        .find(|k| k.knob == gpupilot::protocol::KnobName::BatchSize)?
+        .value
+}
+
+/// Wait until the search has moved `run` off its starting batch of 128.
+fn wait_for_another_batch(c: &gpupilot::client::Client, run: &str) {
+    wait_for(
+        "the search to try another batch",
+        Duration::from_secs(60),
+        || batch_of(c, run).is_some_and(|b| b != 128),
+    );
+}
+
+#[test]
+fn a_joint_search_sets_the_best_batch_and_cap_and_suggests_both() {
+    let home = Home::new();
+    let _daemon = home.daemon(&[]);
+    let run = home.start_synthetic_with(BATCH_KNOB);
+    let out = home.run(&joint_args(&run), Duration::from_secs(240));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("warning: changing the batch size changes training dynamics"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("batch sizes to search: "), "{stderr}");
+    let saved = home.run_dir(&run).path().join("tune-energy.json");
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&saved).unwrap()).unwrap();
+    assert_eq!(r["batch"]["start"], 128, "{r}");
+    let best_batch = r["batch"]["best"].as_i64().unwrap();
+    let searched = r["batch"]["searched"].as_array().unwrap();
+    assert!(searched.len() >= 2, "{r}");
+    let curve = r["curve"].as_array().unwrap();
+    assert!(curve.iter().all(|p| p["batch"].as_i64().is_some()), "{r}");
+    // The default cap measured at the starting batch: the reference of the saving.
+    assert_eq!(r["default"]["batch"], 128, "{r}");
+    assert_eq!(r["default"]["cap_w"], 700.0, "{r}");
+    let best_w = r["best"]["cap_w"].as_f64().unwrap();
+    assert_eq!(r["best"]["batch"].as_i64(), Some(best_batch), "{r}");
+    // Both are set: the caps through the daemon, the batch through the trainer.
+    let c = home.client();
+    assert_eq!(caps(&c), [best_w, best_w]);
+    wait_for("the best batch", Duration::from_secs(10), || {
+        batch_of(&c, &run) == Some(best_batch)
+    });
+    // The profile's lines: both the cap and the batch.
+    assert!(
+        stdout.contains(&format!(
+            "[power]\ncap_w = {best_w:.0}\n\n[knobs.batch_size]\ninitial = {best_batch}"
+        )),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("instead of 700 W and batch 128"),
+        "{stdout}"
+    );
+    // Each batch tried went through the knob change, with the tuner's reason.
+    let asked: Vec<serde_json::Value> = home
+        .node_events()
+        .into_iter()
+        .filter(|e| e.to_string().contains("energy tuner: trying a batch size"))
+        .collect();
+    assert!(!asked.is_empty());
+    assert!(tune_changes(&home).iter().any(|c| c == "batch"));
+    // `tune status` and the final event say the suggestion too.
+    let status = home.ok(&["tune", "status", &run]);
+    assert!(status.contains("[knobs.batch_size]"), "{status}");
+    assert!(status.contains("per million samples"), "{status}");
+    let done = home
+        .events_named("tune")
+        .into_iter()
+        .find(|e| e["change"] == "done")
+        .unwrap();
+    assert!(
+        done["why"].as_str().unwrap().contains("initial = "),
+        "{done}"
+    );
+}
+
+#[test]
+fn a_joint_search_is_refused_without_a_batch_range() {
+    let home = Home::new();
+    let _daemon = home.daemon(&[]);
+    let run = home.start_synthetic();
+    let out = home.run(&joint_args(&run), Duration::from_secs(60));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("no batch size the tuner can change"),
+        "{stderr}"
+    );
+    assert_eq!(caps(&home.client()), [700.0, 700.0], "nothing was changed");
+}
+
+#[test]
+fn stopping_a_joint_search_puts_the_caps_and_the_batch_back() {
+    let home = Home::new();
+    let _daemon = home.daemon(&[]);
+    let run = home.start_synthetic_with(BATCH_KNOB);
+    home.ok(&["power", "cap", "650"]);
+    let mut args = joint_args(&run);
+    args.push("--detach");
+    home.ok(&args);
+    let c = home.client();
+    wait_for_another_batch(&c, &run);
+    home.ok(&["tune", "stop", &run]);
+    assert_eq!(caps(&c), [650.0, 650.0]);
+    wait_for("the starting batch", Duration::from_secs(10), || {
+        batch_of(&c, &run) == Some(128)
+    });
+    let j = job(&home, &run);
+    assert_eq!(j["state"], "cancelled", "{j}");
+    assert_eq!(j["start_batch"], 128, "{j}");
+}
+
+#[test]
+fn a_client_killed_mid_joint_search_leaves_it_to_the_daemon() {
+    let home = Home::new();
+    let _daemon = home.daemon(&[]);
+    let run = home.start_synthetic_with(BATCH_KNOB);
+    let mut child = home
+        .gpupilot(&joint_args(&run))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let c = home.client();
+    wait_for_another_batch(&c, &run);
+    send(child.id(), Signal::KILL);
+    child.wait().unwrap();
+    wait_for("the job to end", Duration::from_secs(180), || {
+        job(&home, &run)["state"] != "running"
+    });
+    let j = job(&home, &run);
+    assert_eq!(j["state"], "done", "{j}");
+    let r = &j["result"];
+    let best_w = r["best"]["cap_w"].as_f64().unwrap();
+    assert_eq!(caps(&c), [best_w, best_w]);
+    wait_for("the best batch", Duration::from_secs(10), || {
+        batch_of(&c, &run) == r["batch"]["best"].as_i64()
+    });
+}
+
+#[test]
+fn a_run_that_ends_mid_joint_search_gets_its_caps_back() {
+    let home = Home::new();
+    let _daemon = home.daemon(&[]);
+    let run = home.start_synthetic_with(BATCH_KNOB);
+    let mut args = joint_args(&run);
+    args.push("--detach");
+    home.ok(&args);
+    let c = home.client();
+    wait_for_another_batch(&c, &run);
+    home.ok(&["stop", &run]);
+    wait_for("the job to end", Duration::from_secs(30), || {
+        job(&home, &run)["state"] != "running"
+    });
+    let j = job(&home, &run);
+    assert_eq!(j["state"], "cancelled", "{j}");
+    assert!(j["why"].as_str().unwrap().contains("the run ended"), "{j}");
+    assert_eq!(caps(&c), [700.0, 700.0]);
+}
+
+#[test]
+fn a_joint_search_on_a_job_of_several_ranks_changes_every_rank_at_one_step() {
+    let home = Home::new();
+    let _daemon = home.daemon(&[]);
+    let run = start_job_with(&home, 2, &[0, 1], BATCH_KNOB);
+    let out = home.run(&joint_args(&run), Duration::from_secs(240));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let saved = home.run_dir(&run).path().join("tune-energy.json");
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&saved).unwrap()).unwrap();
+    let best_w = r["best"]["cap_w"].as_f64().unwrap();
+    assert_eq!(caps(&home.client()), [best_w, best_w]);
+    // Each batch went to both ranks as one change, agreed and applied at one step.
+    let staged: Vec<serde_json::Value> = home.events_named("knob_staged");
+    assert!(!staged.is_empty(), "{stderr}");
+    assert!(staged.iter().all(|e| e["ranks"] == 2), "{staged:?}");
+    let applied: Vec<serde_json::Value> = home
+        .events_named("knob_applied")
+        .into_iter()
+        .filter(|e| e["ranks"] == 2)
+        .collect();
+    assert!(
+        applied.len() >= staged.len().saturating_sub(1),
+        "{applied:?}"
+    );
+    let best_batch = r["batch"]["best"].as_i64().unwrap();
+    let c = home.client();
+    wait_for(
+        "every rank at the best batch",
+        Duration::from_secs(20),
+        || {
+            c.run_metrics(&run, 0).is_ok_and(|m| {
+                m.trainer.ranks.len() == 2
+                    && m.trainer.ranks.iter().all(|rk| {
+                        rk.last
+                            .as_ref()
+                            .is_some_and(|l| l.report.batch_size == Some(best_batch))
+                    })
+            })
+        },
+    );
 }

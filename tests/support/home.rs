@@ -114,10 +114,16 @@ impl Home {
     /// Start the synthetic trainer as a run (`synthetic-train --speed 4`) and wait until it
     /// reports over the trainer channel; its id.
     pub fn start_synthetic(&self) -> String {
+        self.start_synthetic_with("")
+    }
+
+    /// The synthetic trainer under a profile with `extra` appended (its knobs, its restart
+    /// policy), once it reports.
+    pub fn start_synthetic_with(&self, extra: &str) -> String {
         let path = self.dir.path().join("synth.toml");
         let bin = env!("CARGO_BIN_EXE_gpupilot");
         let body = format!(
-            "name = \"synth\"\n[run]\ncommand = [\"{bin}\", \"synthetic-train\", \"--speed\", \"4\"]\n"
+            "name = \"synth\"\n{extra}\n[run]\ncommand = [\"{bin}\", \"synthetic-train\", \"--speed\", \"4\"]\n"
         );
         std::fs::write(&path, body).unwrap();
         let run = self

@@ -301,6 +301,7 @@ fn a_power_cap_hint_opens_the_power_dialog_with_the_suggested_watts() {
 fn point(cap_w: f64, e: f64, ms: f64) -> CapPoint {
     CapPoint {
         cap_w,
+        batch: None,
         energy_j: e * 400.0,
         samples: 400.0,
         seconds: ms * 0.4,
@@ -330,6 +331,7 @@ fn progress(fraction: f64, curve: Vec<CapPoint>) -> Update {
             fraction,
             curve,
             best_cap_w: Some(650.0),
+            batch: None,
         },
     }))
 }
@@ -406,6 +408,7 @@ fn tuner_updates_redraw_the_progress_and_end_with_the_result() {
         strategy: gpupilot::control::tuner::Strategy::Descend,
         planned: 21,
         duration_s: 412.0,
+        batch: None,
     };
     a.on_update(Update::Tuner(Box::new(TunerEvent::Ended {
         run: RUN.into(),

@@ -6,7 +6,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::search::{Observation, Progress, SearchStep, TuneResult, Tuner};
+use super::search::{Observation, Progress, Search, SearchStep, TuneResult};
 
 /// A run being tuned, as the driver needs it.
 pub trait LiveRun {
@@ -14,7 +14,11 @@ pub trait LiveRun {
     fn observe(&mut self) -> Result<Option<Observation>, String>;
     /// Set this cap on every GPU of the run.
     fn set_cap(&mut self, watts: f64) -> Result<(), String>;
-    /// Put back each GPU's cap from before the search.
+    /// Change the run's batch size (a joint search): every rank at one step. The change lands
+    /// when the reports show it ([`Observation::batch`]).
+    fn set_batch(&mut self, batch: u32) -> Result<(), String>;
+    /// Put back each GPU's cap from before the search (and the batch, after a joint search
+    /// that changed it).
     fn restore(&mut self) -> Result<(), String>;
     /// Whether the run is still training.
     fn alive(&mut self) -> Result<bool, String>;
@@ -23,7 +27,7 @@ pub trait LiveRun {
 /// How a search on a live run ended.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Outcome {
-    /// Finished: the best cap is set.
+    /// Finished: the best cap (and batch) is set.
     Done(Box<TuneResult>),
     /// Stopped before the end; the starting caps were put back (`restored`), or putting them
     /// back failed with the message.
@@ -36,10 +40,10 @@ pub enum Outcome {
 /// Polls that may pass without a first observation (the trainer has not reported yet).
 pub const FIRST_OBSERVATION_POLLS: u32 = 120;
 
-/// Run `tuner` on `run` until it finishes, `stop` turns true, or the run ends. `wait` is
+/// Run `tuner` (the cap search or the joint one) on `run` until it finishes, `stop` turns true, or the run ends. `wait` is
 /// called between polls; `progress` after each one.
 pub fn drive(
-    tuner: &mut Tuner,
+    tuner: &mut dyn Search,
     run: &mut impl LiveRun,
     stop: &AtomicBool,
     mut wait: impl FnMut(),
@@ -91,13 +95,43 @@ pub fn drive(
                 }
                 changed = true;
             }
+            Some(SearchStep::SetBatch(b)) => {
+                if let Err(e) = run.set_batch(b) {
+                    let out = cancelled(tuner, run, "");
+                    let restored = match out {
+                        Outcome::Cancelled { restored, .. } => restored,
+                        Outcome::Done(_) => Ok(()),
+                    };
+                    return Err(match restored {
+                        Ok(()) => format!(
+                            "setting batch size {b}: {e} (the starting caps and batch are back)"
+                        ),
+                        Err(r) => format!(
+                            "setting batch size {b}: {e}; putting the starting caps and batch back failed too: {r}"
+                        ),
+                    });
+                }
+                changed = true;
+            }
             Some(SearchStep::Finish { apply_w, result }) => {
                 run.set_cap(apply_w)
                     .map_err(|e| format!("setting the best cap {apply_w:.0} W: {e}"))?;
+                if let Some(b) = &result.batch {
+                    run.set_batch(b.best)
+                        .map_err(|e| format!("setting the best batch size {}: {e}", b.best))?;
+                }
                 progress(&tuner.progress());
                 return Ok(Outcome::Done(result));
             }
-            Some(SearchStep::Restore(_)) | None => {}
+            Some(SearchStep::Restore(_)) => {
+                // The joint search found nothing to keep (every batch ran out of memory).
+                let restored = run.restore();
+                return Ok(Outcome::Cancelled {
+                    why: "no batch could be measured".into(),
+                    restored,
+                });
+            }
+            None => {}
         }
         progress(&tuner.progress());
         if stop.load(Ordering::SeqCst) {
@@ -125,7 +159,7 @@ pub fn drive(
     }
 }
 
-fn cancelled(tuner: &mut Tuner, run: &mut impl LiveRun, why: &str) -> Outcome {
+fn cancelled(tuner: &mut dyn Search, run: &mut impl LiveRun, why: &str) -> Outcome {
     let restored = match tuner.cancel() {
         Some(_) => run.restore(),
         None => Ok(()),
@@ -138,7 +172,7 @@ fn cancelled(tuner: &mut Tuner, run: &mut impl LiveRun, why: &str) -> Outcome {
 
 #[cfg(test)]
 mod tests {
-    use super::super::search::{TunerConfig, Window};
+    use super::super::search::{Tuner, TunerConfig, Window};
     use super::*;
     use std::cell::Cell;
 
@@ -162,6 +196,8 @@ mod tests {
                     steps: Some(0.0),
                     energy_j: 0.0,
                     samples: 0.0,
+                    batch: None,
+                    oom: false,
                 },
                 cap: 600.0,
                 caps: Vec::new(),
@@ -194,6 +230,9 @@ mod tests {
             self.cap = w;
             self.caps.push(w);
             Ok(())
+        }
+        fn set_batch(&mut self, _: u32) -> Result<(), String> {
+            Err("the fake has no batch".into())
         }
         fn restore(&mut self) -> Result<(), String> {
             self.restored += 1;

@@ -91,6 +91,10 @@ pub struct TuneJob {
     /// Where the result was written (the run's `tune-energy.json`), or why it was not.
     #[serde(default)]
     pub saved: Option<Result<String, String>>,
+    /// A joint search (`--with batch-size`): the batch the run trained at before it, which a
+    /// stop (or a daemon that finds the job unfinished) puts back with the caps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_batch: Option<u32>,
 }
 
 impl TuneJob {
@@ -108,4 +112,60 @@ impl TuneJob {
     pub fn measured(&self) -> &[CapPoint] {
         self.progress.as_ref().map_or(&[], |p| p.curve.as_slice())
     }
+}
+
+/// What the best cap saves against the default one over a million samples: energy, time and,
+/// with a price in `control.toml` (`[energy] price_per_kwh`), money.
+pub fn saving_line(
+    r: &TuneResult,
+    price: Option<&crate::control::energy::Price>,
+) -> Option<String> {
+    let d = r.default?;
+    let per_million = 1e6;
+    let kwh = (d.energy_per_sample_j - r.best.energy_per_sample_j) * per_million / 3.6e6;
+    let hours = (r.best.time_per_sample_s - d.time_per_sample_s) * per_million / 3600.0;
+    let (at, instead) = match (&r.batch, r.best.batch, d.batch) {
+        (Some(_), Some(b), Some(db)) => (
+            format!("{:.0} W and batch {b}", r.best.cap_w),
+            format!("{:.0} W and batch {db}", d.cap_w),
+        ),
+        _ => (
+            format!("{:.0} W", r.best.cap_w),
+            format!("{:.0} W", d.cap_w),
+        ),
+    };
+    let mut s = format!(
+        "per million samples at {at} instead of {instead}: {:.2} kWh {}, {:.2} h {}",
+        kwh.abs(),
+        if kwh >= 0.0 { "less" } else { "more" },
+        hours.abs(),
+        if hours >= 0.0 { "more" } else { "less" }
+    );
+    if let Some(p) = price {
+        s.push_str(&format!(
+            ", {:.2} {} {}",
+            (kwh * p.per_kwh).abs(),
+            p.currency,
+            if kwh >= 0.0 { "saved" } else { "spent" }
+        ));
+    }
+    Some(s)
+}
+
+/// The profile lines that start a run where the search ended: `[power] cap_w`, and after a
+/// joint search `[knobs.batch_size] initial`.
+pub fn suggestion(r: &TuneResult) -> String {
+    let mut s = format!(
+        "to start this run's profile at this {}, add:\n\n[power]\ncap_w = {:.0}",
+        if r.batch.is_some() {
+            "cap and batch size"
+        } else {
+            "cap"
+        },
+        r.best.cap_w
+    );
+    if let Some(b) = &r.batch {
+        s.push_str(&format!("\n\n[knobs.batch_size]\ninitial = {}", b.best));
+    }
+    s
 }

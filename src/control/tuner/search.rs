@@ -115,6 +115,9 @@ pub struct TuneSettings {
     /// golden search brackets it first.
     #[serde(default)]
     pub prior_w: Option<f64>,
+    /// Search the batch size with the cap (`--with batch-size`, [`super::joint`]).
+    #[serde(default)]
+    pub with_batch: bool,
 }
 
 impl Default for TuneSettings {
@@ -126,6 +129,7 @@ impl Default for TuneSettings {
             window: Window::GOLDEN_STEPS,
             strategy: Strategy::Golden,
             prior_w: None,
+            with_batch: false,
         }
     }
 }
@@ -156,6 +160,14 @@ pub struct TunerConfig {
     pub noise_tol: Option<f64>,
     /// Where the optimum is expected, watts ([`TuneSettings::prior_w`]).
     pub prior_w: Option<f64>,
+    /// The golden search measures the default cap first, the reference of every saving; a
+    /// joint search does so at its starting batch only ([`super::joint`]).
+    #[serde(default = "yes")]
+    pub measure_default: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 impl TunerConfig {
@@ -177,6 +189,7 @@ impl TunerConfig {
             strategy: s.strategy,
             noise_tol: Some(NOISE_TOL),
             prior_w: None,
+            measure_default: true,
         }
     }
 
@@ -278,6 +291,14 @@ pub struct Observation {
     pub energy_j: f64,
     /// Samples trained (over all the run's GPUs).
     pub samples: f64,
+    /// The batch size the newest reports trained with (a joint search waits for the batch it
+    /// asked for to show here).
+    #[serde(default)]
+    pub batch: Option<u32>,
+    /// The run ran out of memory (or a rank refused a batch as too large) since the last
+    /// observation.
+    #[serde(default)]
+    pub oom: bool,
 }
 
 /// The cap change the search asks the caller to make.
@@ -285,12 +306,15 @@ pub struct Observation {
 pub enum SearchStep {
     /// Set this cap on every tuned GPU (the next cap to try).
     SetCap(f64),
-    /// The search is over: set `apply_w` (the best cap) and keep `result`.
+    /// Change the run's batch size to this (every rank at one step; a joint search).
+    SetBatch(u32),
+    /// The search is over: set `apply_w` (the best cap) and, after a joint search, the best
+    /// batch (`result.batch`), and keep `result`.
     Finish {
         apply_w: f64,
         result: Box<TuneResult>,
     },
-    /// Cancelled mid-way: set the cap the run started with.
+    /// Cancelled mid-way: set the cap (and the batch) the run started with.
     Restore(f64),
 }
 
@@ -298,6 +322,9 @@ pub enum SearchStep {
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct CapPoint {
     pub cap_w: f64,
+    /// The batch size it was measured at (a joint search's points).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch: Option<u32>,
     /// Over the measured window: energy (J), samples, seconds.
     pub energy_j: f64,
     pub samples: f64,
@@ -323,6 +350,7 @@ impl CapPoint {
         let t = seconds / samples;
         CapPoint {
             cap_w,
+            batch: None,
             energy_j,
             samples,
             seconds,
@@ -363,24 +391,45 @@ pub struct TuneResult {
     pub planned: usize,
     /// From start to finish on the observations' clock, seconds.
     pub duration_s: f64,
+    /// A joint search's batch dimension (`None`: the cap alone was searched).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch: Option<super::joint::BatchOutcome>,
 }
 
 impl TuneResult {
     /// One line for people: the cap and the saving.
     pub fn summary(&self) -> String {
-        let mut s = format!(
-            "best cap {:.0} W (cost {:.3} J/sample at eta {:.2}; {} of {} caps tried in {:.0} s)",
-            self.best.cap_w,
-            self.best.cost,
-            self.eta,
-            self.curve.len(),
-            self.planned,
-            self.duration_s
-        );
+        let mut s = match &self.batch {
+            None => format!(
+                "best cap {:.0} W (cost {:.3} J/sample at eta {:.2}; {} of {} caps tried in {:.0} s)",
+                self.best.cap_w,
+                self.best.cost,
+                self.eta,
+                self.curve.len(),
+                self.planned,
+                self.duration_s
+            ),
+            Some(b) => format!(
+                "best cap {:.0} W at batch {} (from batch {}; cost {:.3} J/sample at eta {:.2}; {} \
+                 of {} batch × cap points tried, {} batches, in {:.0} s)",
+                self.best.cap_w,
+                b.best,
+                b.start,
+                self.best.cost,
+                self.eta,
+                self.curve.len(),
+                self.planned,
+                b.searched.len(),
+                self.duration_s
+            ),
+        };
         if let (Some(e), Some(t)) = (self.energy_saving_pct, self.time_change_pct) {
             s.push_str(&format!(
-                "; against the default {:.0} W: {:.1}% less energy per sample, {:.1}% {} per sample",
+                "; against the default {:.0} W{}: {:.1}% less energy per sample, {:.1}% {} per sample",
                 self.default_w,
+                self.batch
+                    .as_ref()
+                    .map_or(String::new(), |b| format!(" at batch {}", b.start)),
                 e,
                 t.abs(),
                 if t >= 0.0 { "more time" } else { "less time" }
@@ -419,6 +468,9 @@ pub struct Progress {
     pub fraction: f64,
     pub curve: Vec<CapPoint>,
     pub best_cap_w: Option<f64>,
+    /// A joint search's batch dimension.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch: Option<super::joint::BatchProgress>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -525,7 +577,7 @@ impl Tuner {
     fn golden_next(&mut self) -> Option<usize> {
         let costs = self.costs();
         // The default cap first: every saving is reported against it.
-        if let Some(d) = self.default_idx() {
+        if let Some(d) = self.default_idx().filter(|_| self.cfg.measure_default) {
             if costs[d].is_none() {
                 return Some(d);
             }
@@ -732,6 +784,7 @@ impl Tuner {
             fraction,
             curve: self.curve.clone(),
             best_cap_w: self.best().map(|b| b.cap_w),
+            batch: None,
         }
     }
 
@@ -803,7 +856,35 @@ impl Tuner {
             strategy: self.cfg.strategy,
             planned: self.plan.len(),
             duration_s: obs.time_s - self.started_s,
+            batch: None,
         }
+    }
+}
+
+/// A search as its drivers see it ([`super::live::drive`], the simulator harness): the cap
+/// search ([`Tuner`]) and the joint search of batch size and cap ([`super::JointTuner`]).
+pub trait Search: Send {
+    /// Begin at the counters `now`: the first change to make.
+    fn start(&mut self, now: &Observation) -> SearchStep;
+    /// Feed the counters now; `Some` when the caller must act.
+    fn observe(&mut self, obs: &Observation) -> Option<SearchStep>;
+    /// Stop now; `Some(Restore)` when something must be put back.
+    fn cancel(&mut self) -> Option<SearchStep>;
+    fn progress(&self) -> Progress;
+}
+
+impl Search for Tuner {
+    fn start(&mut self, now: &Observation) -> SearchStep {
+        Tuner::start(self, now)
+    }
+    fn observe(&mut self, obs: &Observation) -> Option<SearchStep> {
+        Tuner::observe(self, obs)
+    }
+    fn cancel(&mut self) -> Option<SearchStep> {
+        Tuner::cancel(self)
+    }
+    fn progress(&self) -> Progress {
+        Tuner::progress(self)
     }
 }
 

@@ -17,11 +17,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use anyhow::Context as _;
 
 use super::job::{JobTally, Scope, energy_of, scope};
+use super::joint::{JointTuner, batch_plan};
 use super::live::LiveRun;
 use super::{Observation, TuneResult, TuneSettings, Tuner, TunerConfig, Unit};
 use crate::control::PowerLimits;
 use crate::control::jobs::gpu_ranges;
 use crate::profile::VisibleGpus;
+use crate::protocol::KnobName;
 use crate::telemetry::{GpuSample, Snapshot};
 use crate::training::{MetricsPoint, TrainerInfo};
 
@@ -42,6 +44,9 @@ pub trait TunerDaemon {
     fn power_limits(&self) -> anyhow::Result<Vec<(u32, Option<PowerLimits>)>>;
     /// Cap `gpus` at `watts`, with `why` for the node's events.
     fn set_cap(&self, gpus: Vec<u32>, watts: f64, why: &str) -> anyhow::Result<()>;
+    /// Ask run `run`'s trainer for batch size `batch` (`gpupilot set RUN batch-size N`: every
+    /// rank of a job at one step). `Ok(false)`: no trainer is attached now, ask again later.
+    fn set_batch(&self, run: &str, batch: u32, why: &str) -> anyhow::Result<bool>;
 }
 
 /// A run, as the tuner needs to know it.
@@ -57,6 +62,8 @@ pub struct RunSeen {
     pub gpus: String,
     /// Whether it is training now.
     pub running: bool,
+    /// Its attempt (one more per restart: an out-of-memory restarts it).
+    pub attempt: u32,
 }
 
 /// A run's metrics reports from some point on, and its trainer's side.
@@ -95,6 +102,45 @@ pub fn prepare<D: TunerDaemon>(
     run.unit = cfg.window.unit;
     let tuner = Tuner::new(cfg)?;
     Ok((run, tuner))
+}
+
+/// The joint search of batch size and cap on `run` (`--with batch-size`), its caps as
+/// `tuner`'s: the batches within the run's batch-size range (its profile's, else its
+/// trainer's) and no larger than `fits` (the memory headroom predicted), from the batch it
+/// trains at.
+pub fn joint<D: TunerDaemon>(
+    run: &mut DaemonRun<D>,
+    tuner: &Tuner,
+    fits: Option<u32>,
+) -> anyhow::Result<JointTuner> {
+    let Some((start, min, max)) = run.batch_knob else {
+        anyhow::bail!(
+            "run {} has no batch size the tuner can change: its trainer must be attached (the \
+             gpupilot SDK) and its profile give a [knobs.batch_size] range (min, max)",
+            run.id
+        );
+    };
+    let max = fits.map_or(max, |f| f.min(max)).max(start);
+    let plan = batch_plan(start, min, max);
+    run.start_batch = Some(start);
+    Ok(JointTuner::new(tuner.config().clone(), plan, start)?)
+}
+
+/// The largest batch predicted to fit on `gpus` (their memory now, at batch `batch`): the
+/// advisor's bound when it has one batch size to go by (all memory in use scales with the
+/// batch) at `fit_share` of the smallest GPU's memory. `None` without memory figures.
+pub fn batch_fits(gpus: &[GpuSample], batch: u32, fit_share: f64) -> Option<u32> {
+    let used = gpus.iter().filter_map(|g| g.memory_used_bytes).max()? as f64;
+    let total = gpus.iter().filter_map(|g| g.memory_total_bytes).min()? as f64;
+    if used <= 0.0 || batch == 0 {
+        return None;
+    }
+    let per_sample = used / f64::from(batch);
+    Some(
+        (fit_share * total / per_sample)
+            .floor()
+            .min(f64::from(u32::MAX)) as u32,
+    )
 }
 
 /// Write `result` to the run's directory ([`RESULT_FILE`]); where it went.
@@ -175,6 +221,20 @@ pub struct DaemonRun<D: TunerDaemon> {
     tally: JobTally,
     /// The two newest (time, energy of the run's GPUs) from the daemon's snapshots.
     energy: Vec<(f64, f64)>,
+    /// The batch-size knob when the search opened: (value, min, max).
+    batch_knob: Option<(u32, u32, u32)>,
+    /// A joint search's starting batch: what a stop puts back.
+    pub start_batch: Option<u32>,
+    /// The batch asked last, and whether the trainer took the request (`false`: no trainer
+    /// attached then; asked again at the next poll).
+    asked_batch: Option<(u32, bool)>,
+    /// Each rank's newest batch in its reports.
+    batches: BTreeMap<Option<u32>, u32>,
+    /// The run's attempt when last seen: a restart while a batch is tried is its out-of-memory.
+    attempt: Option<u32>,
+    oom: bool,
+    /// A batch change was asked: a stop puts the starting batch back.
+    batch_changed: bool,
 }
 
 impl<D: TunerDaemon> DaemonRun<D> {
@@ -185,6 +245,16 @@ impl<D: TunerDaemon> DaemonRun<D> {
         )?;
         // The trainer side only (no reports): whether this is a job, and its ranks' GPUs.
         let trainer = daemon.reports(&info.id, u64::MAX)?.trainer;
+        let batch_knob = trainer
+            .knobs
+            .iter()
+            .find(|k| k.knob == KnobName::BatchSize)
+            .and_then(|k| {
+                let v = u32::try_from(k.value?).ok()?;
+                let r = k.range.as_ref()?;
+                let max = r.max.map_or(Some(u32::MAX), |m| u32::try_from(m).ok())?;
+                Some((v, u32::try_from(r.min).ok()?.max(1), max))
+            });
         let scope = scope(&trainer).map_err(|e| anyhow::anyhow!("run {}: {e}", info.id))?;
         if VisibleGpus::parse(Some(&info.gpus)).is_none() {
             anyhow::bail!(
@@ -238,7 +308,66 @@ impl<D: TunerDaemon> DaemonRun<D> {
             since: 0,
             tally: JobTally::new(ranks.is_some()),
             energy: Vec::new(),
+            batch_knob,
+            start_batch: None,
+            asked_batch: None,
+            batches: BTreeMap::new(),
+            attempt: Some(info.attempt),
+            oom: false,
+            batch_changed: false,
         })
+    }
+
+    /// The batch size the run trains at, as its knob said when the search opened.
+    pub fn batch_now(&self) -> Option<u32> {
+        self.batch_knob.map(|k| k.0)
+    }
+
+    /// The run's GPUs in the newest snapshot (for the memory headroom).
+    pub fn gpu_samples(&self) -> anyhow::Result<Vec<GpuSample>> {
+        let snap = self.daemon.snapshot()?.context("no GPU telemetry")?;
+        Ok(snap
+            .gpus
+            .into_iter()
+            .filter(|g| self.gpus.contains(&g.index))
+            .collect())
+    }
+
+    fn ask_batch(&mut self, batch: u32, why: &str) -> Result<(), String> {
+        let taken = self
+            .daemon
+            .set_batch(&self.id, batch, why)
+            .map_err(|e| format!("{e:#}"))?;
+        self.asked_batch = Some((batch, taken));
+        self.batch_changed = true;
+        Ok(())
+    }
+
+    /// The batch every rank reports (`None` while they differ), and whether the batch asked
+    /// was refused (a rank that knows it would not fit) since the last look.
+    fn batch_seen(&mut self, trainer: &TrainerInfo, points: &[MetricsPoint]) -> Option<u32> {
+        for p in points {
+            if let Some(b) = p.report.batch_size.and_then(|b| u32::try_from(b).ok()) {
+                self.batches.insert(p.rank, b);
+            }
+        }
+        if let Some((asked, true)) = self.asked_batch {
+            let knob = trainer.knobs.iter().find(|k| k.knob == KnobName::BatchSize);
+            let refused = knob.is_some_and(|k| {
+                k.pending.is_none()
+                    && k.value != Some(i64::from(asked))
+                    && k.last_outcome
+                        .as_deref()
+                        .is_some_and(|o| o.starts_with("rejected") || o.starts_with("called off"))
+            });
+            if refused {
+                self.oom = true;
+                self.asked_batch = None;
+            }
+        }
+        let mut all = self.batches.values();
+        let first = *all.next()?;
+        all.all(|b| *b == first).then_some(first)
     }
 
     /// What is tuned, for people: `run r1 on GPU 0,1`, or for a job `job r1 (4 ranks) on GPUs
@@ -303,7 +432,12 @@ impl<D: TunerDaemon> LiveRun for DaemonRun<D> {
             .reports(&self.id, self.since)
             .map_err(|e| e.to_string())?;
         self.since = m.next;
-        if m.points.is_empty() {
+        if let Some((b, false)) = self.asked_batch {
+            // No trainer was attached to take it (a run restarting): ask again.
+            self.ask_batch(b, "energy tuner: trying a batch size")?;
+        }
+        let batch = self.batch_seen(&m.trainer, &m.points);
+        if m.points.is_empty() && !self.oom {
             return Ok(None);
         }
         self.tally.absorb(&m.points);
@@ -325,6 +459,8 @@ impl<D: TunerDaemon> LiveRun for DaemonRun<D> {
             steps: self.tally.step().map(|s| s as f64),
             energy_j,
             samples: self.tally.samples(),
+            batch,
+            oom: std::mem::take(&mut self.oom),
         }))
     }
 
@@ -332,7 +468,12 @@ impl<D: TunerDaemon> LiveRun for DaemonRun<D> {
         self.cap(self.gpus.clone(), watts, "energy tuner: trying a cap")
     }
 
+    fn set_batch(&mut self, batch: u32) -> Result<(), String> {
+        self.ask_batch(batch, "energy tuner: trying a batch size")
+    }
+
     fn restore(&mut self) -> Result<(), String> {
+        // The caps first: a batch that cannot go back (the run ended) must not keep them.
         // GPUs that started at the same cap go back in one request.
         let mut by_cap: BTreeMap<u64, Vec<u32>> = BTreeMap::new();
         for (gpu, w) in &self.start_w {
@@ -345,11 +486,26 @@ impl<D: TunerDaemon> LiveRun for DaemonRun<D> {
                 "energy tuner: search stopped, cap restored",
             )?;
         }
+        if let (Some(b), true) = (self.start_batch, self.batch_changed) {
+            if let Err(e) = self.ask_batch(b, "energy tuner: search stopped, batch size restored") {
+                // A run that ended has no batch to put back.
+                if self.daemon.run(&self.id).is_ok_and(|r| r.running) {
+                    return Err(format!("putting batch size {b} back: {e}"));
+                }
+            }
+        }
         Ok(())
     }
 
     fn alive(&mut self) -> Result<bool, String> {
         let run = self.daemon.run(&self.id).map_err(|e| e.to_string())?;
+        if self.attempt.is_some_and(|a| a != run.attempt) && self.start_batch.is_some() {
+            // A restart while the joint search runs: the trainer ran out of memory (or
+            // crashed) at the batch being tried, and the restarted one starts anew.
+            self.oom = true;
+            self.batches.clear();
+        }
+        self.attempt = Some(run.attempt);
         Ok(run.running)
     }
 }

@@ -9,9 +9,10 @@
 
 use gpusim::{Node, NodeConfig, SimError, TrainingConfig, find};
 
+use super::joint::{JointTuner, batch_plan};
 use super::search::{
-    Observation, SearchStep, Strategy, TuneResult, TuneSettings, Tuner, TunerConfig, TunerError,
-    Window, zeus_cost,
+    Observation, Search, SearchStep, Strategy, TuneResult, TuneSettings, Tuner, TunerConfig,
+    TunerError, Window, zeus_cost,
 };
 
 /// Why a simulated search could not be carried out.
@@ -131,6 +132,66 @@ fn observe(node: &Node) -> Observation {
         steps: t.map(|t| t.step as f64),
         energy_j: gpu.reading().energy_mj as f64 / 1000.0,
         samples: t.map_or(0.0, |t| t.samples_seen),
+        batch: t.map(|t| t.config.batch_size),
+        oom: t.is_some_and(|t| t.oom),
+    }
+}
+
+/// Carry out `step` on the node: a cap, or a batch (which clears an out-of-memory, as a
+/// trainer that restarts with a batch that fits).
+fn act(node: &mut Node, step: &SearchStep) -> Result<(), SimError> {
+    match step {
+        SearchStep::SetCap(w) | SearchStep::Restore(w) => {
+            node.try_gpu_mut(0)?.set_power_limit_w(*w)
+        }
+        SearchStep::SetBatch(b) => {
+            if let Some(t) = node.try_gpu_mut(0)?.training_mut() {
+                t.config.batch_size = *b;
+                t.oom = false;
+            }
+            Ok(())
+        }
+        SearchStep::Finish { apply_w, result } => {
+            node.try_gpu_mut(0)?.set_power_limit_w(*apply_w)?;
+            if let Some(b) = &result.batch {
+                act(node, &SearchStep::SetBatch(b.best))?;
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Drive `search` on `node` to its end; the result and the simulated time it took.
+fn drive_sim(
+    node: &mut Node,
+    search: &mut dyn Search,
+    limit_s: f64,
+) -> Result<SimRun, HarnessError> {
+    // The run has been training for a while before anyone tunes it.
+    node.advance_to(10.0);
+    let t0 = node.time_s();
+    let mut action = search.start(&observe(node));
+    loop {
+        act(node, &action)?;
+        match action {
+            SearchStep::Finish { result, .. } => {
+                return Ok(SimRun {
+                    sim_time_s: node.time_s() - t0,
+                    result: *result,
+                });
+            }
+            SearchStep::Restore(_) => return Err(HarnessError::NoEnd(node.time_s() - t0)),
+            SearchStep::SetCap(_) | SearchStep::SetBatch(_) => {}
+        }
+        action = loop {
+            node.step();
+            if node.time_s() > t0 + limit_s {
+                return Err(HarnessError::NoEnd(node.time_s() - t0));
+            }
+            if let Some(a) = search.observe(&observe(node)) {
+                break a;
+            }
+        };
     }
 }
 
@@ -154,34 +215,176 @@ pub fn run_on_sim(
     cfg.step_w = s.step_w;
     cfg.window = Window::default_for(strategy, false);
     let mut tuner = Tuner::new(cfg)?;
-    // The run has been training for a while before anyone tunes it.
-    node.advance_to(10.0);
-    let t0 = node.time_s();
-    let mut action = tuner.start(&observe(&node));
     // Enough for any plan: a cap's window is a few minutes at most on the slowest case.
-    let limit_s = t0 + tuner.plan().len() as f64 * 3600.0;
-    loop {
-        match action {
-            SearchStep::SetCap(w) => node.try_gpu_mut(0)?.set_power_limit_w(w)?,
-            SearchStep::Finish { apply_w, result } => {
-                node.try_gpu_mut(0)?.set_power_limit_w(apply_w)?;
-                return Ok(SimRun {
-                    sim_time_s: node.time_s() - t0,
-                    result: *result,
-                });
-            }
-            SearchStep::Restore(w) => node.try_gpu_mut(0)?.set_power_limit_w(w)?,
+    let limit_s = tuner.plan().len() as f64 * 3600.0;
+    drive_sim(&mut node, &mut tuner, limit_s)
+}
+
+/// A joint search's case: a GPU, a workload, the batch it trains at and the profile's
+/// `[knobs.batch_size]` range.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JointCase {
+    pub gpu: &'static str,
+    pub model: &'static str,
+    pub start: u32,
+    pub min: u32,
+    pub max: u32,
+}
+
+impl JointCase {
+    pub const fn new(
+        gpu: &'static str,
+        model: &'static str,
+        start: u32,
+        min: u32,
+        max: u32,
+    ) -> JointCase {
+        JointCase {
+            gpu,
+            model,
+            start,
+            min,
+            max,
         }
-        action = loop {
-            node.step();
-            if node.time_s() > limit_s {
-                return Err(HarnessError::NoEnd(node.time_s() - t0));
-            }
-            if let Some(a) = tuner.observe(&observe(&node)) {
-                break a;
-            }
-        };
     }
+
+    /// The batches the joint search may try.
+    pub fn plan(&self) -> Vec<u32> {
+        batch_plan(self.start, self.min, self.max)
+    }
+}
+
+/// The joint search of batch size and cap on a fresh node training at `case.start`. No
+/// memory headroom is predicted here: a batch that does not fit runs out of memory in gpusim,
+/// and the search has to cope.
+pub fn joint_on_sim(case: &JointCase, s: &SimSettings) -> Result<SimRun, HarnessError> {
+    let spec = find(case.gpu).ok_or_else(|| SimError::UnknownGpu(case.gpu.to_string()))?;
+    let mut node = node_for(&SimCase::new(case.gpu, case.model, case.start), s)?;
+    let mut cfg = TunerConfig::new(
+        spec.power_min_w,
+        spec.power_default_w,
+        spec.power_max_w,
+        spec.power_default_w,
+        1,
+    );
+    cfg.eta = s.eta;
+    cfg.step_w = s.step_w;
+    let plan = case.plan();
+    let caps = Tuner::new(cfg.clone())?.plan().len();
+    let mut joint = JointTuner::new(cfg, plan.clone(), case.start)?;
+    drive_sim(&mut node, &mut joint, (caps * plan.len()) as f64 * 3600.0)
+}
+
+/// A joint search judged by the exhaustive 2-D sweep (every cap at every batch that fits).
+#[derive(Debug, Clone, PartialEq)]
+pub struct JointComparison {
+    pub case: JointCase,
+    pub joint: SimRun,
+    /// The joint search's (batch, cap) as the sweep measured it, J/sample.
+    pub cost: f64,
+    pub gap_pct: f64,
+    pub time_fraction: f64,
+    /// Points the joint search measured, and the sweep's.
+    pub probes: usize,
+    pub sweep_probes: usize,
+    /// The sweep's best: (batch, cap, cost).
+    pub sweep_best: (u32, f64, f64),
+    pub sweep_time_s: f64,
+}
+
+/// The joint search against the 2-D sweep of `case`'s batches (each cap sweep on its own
+/// node, with another seed, as in [`compare`]).
+pub fn compare_joint(case: &JointCase, s: &SimSettings) -> Result<JointComparison, HarnessError> {
+    let other = SimSettings {
+        seed: s.seed.wrapping_add(1),
+        ..s.clone()
+    };
+    let model = gpusim::find_model(case.model)
+        .ok_or_else(|| SimError::UnknownModel(case.model.to_string()))?;
+    let spec = find(case.gpu).ok_or_else(|| SimError::UnknownGpu(case.gpu.to_string()))?;
+    let mut sweeps = Vec::new();
+    for b in case.plan().into_iter().filter(|b| model.fits(spec, *b)) {
+        sweeps.push((
+            b,
+            run_on_sim(
+                &SimCase::new(case.gpu, case.model, b),
+                &other,
+                Strategy::Sweep,
+            )?,
+        ));
+    }
+    let sweep_time_s: f64 = sweeps.iter().map(|(_, r)| r.sim_time_s).sum();
+    let sweep_probes = sweeps.iter().map(|(_, r)| r.result.curve.len()).sum();
+    let sweep_best = sweeps
+        .iter()
+        .map(|(b, r)| (*b, r.result.best.cap_w, r.result.best.cost))
+        .min_by(|a, b| a.2.total_cmp(&b.2))
+        .ok_or_else(|| SimError::UnknownModel(format!("{}: no batch fits", case.model)))?;
+    let joint = joint_on_sim(case, s)?;
+    let (jb, jw) = (
+        joint.result.batch.as_ref().map_or(case.start, |b| b.best),
+        joint.result.best.cap_w,
+    );
+    let cost = sweeps
+        .iter()
+        .find(|(b, _)| *b == jb)
+        .and_then(|(_, r)| r.result.curve.iter().find(|p| p.cap_w == jw))
+        .map_or(joint.result.best.cost, |p| p.cost);
+    Ok(JointComparison {
+        case: case.clone(),
+        cost,
+        gap_pct: 100.0 * (cost - sweep_best.2) / sweep_best.2,
+        time_fraction: joint.sim_time_s / sweep_time_s,
+        probes: joint.result.curve.len(),
+        sweep_probes,
+        sweep_best,
+        sweep_time_s,
+        joint,
+    })
+}
+
+/// The joint benchmark's cases: two workloads on three GPUs, from the batch the cap table
+/// uses, within a range of ÷4 to ×8 (large enough that some batches run out of memory).
+pub const JOINT_CASES: &[JointCase] = &[
+    JointCase::new("h100-sxm", "resnet50", 256, 64, 2048),
+    JointCase::new("h100-sxm", "bert-large", 16, 4, 128),
+    JointCase::new("a100-sxm-80gb", "resnet50", 256, 64, 2048),
+    JointCase::new("a100-sxm-80gb", "bert-large", 16, 4, 128),
+    JointCase::new("v100-sxm2", "resnet50", 128, 32, 1024),
+    JointCase::new("v100-sxm2", "bert-large", 8, 2, 64),
+];
+
+/// The joint comparisons as a Markdown table.
+pub fn joint_table(rows: &[JointComparison]) -> String {
+    let mut out = String::from(
+        "| GPU | workload (batch range) | 2-D sweep best (points, time) | joint: batch, cap | gap | points | time share | out of memory | energy saved vs default cap and batch | time vs default |\n\
+         |---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for c in rows {
+        let r = &c.joint.result;
+        let b = r.batch.as_ref();
+        out.push_str(&format!(
+            "| {} | {} (from {}, {}–{}) | batch {}, {:.0} W ({}, {:.0} s) | batch {}, {:.0} W | {:.2}% | {} | {:.2} | {} | {:.1}% | {:+.1}% |\n",
+            c.case.gpu,
+            c.case.model,
+            c.case.start,
+            c.case.min,
+            c.case.max,
+            c.sweep_best.0,
+            c.sweep_best.1,
+            c.sweep_probes,
+            c.sweep_time_s,
+            b.map_or(c.case.start, |b| b.best),
+            r.best.cap_w,
+            c.gap_pct,
+            c.probes,
+            c.time_fraction,
+            b.and_then(|b| b.oom).map_or("-".to_string(), |o| format!("batch {o}")),
+            r.energy_saving_pct.unwrap_or(f64::NAN),
+            r.time_change_pct.unwrap_or(f64::NAN),
+        ));
+    }
+    out
 }
 
 /// gpusim's steady-state cost per sample at `cap_w` (no loader stalls), J.
@@ -338,6 +541,39 @@ mod tests {
         }
         let mean = fractions.iter().sum::<f64>() / fractions.len() as f64;
         assert!(mean < 0.75, "{fractions:?}");
+    }
+
+    /// The joint search against the 2-D sweep on two GPUs: within a few per cent of its best,
+    /// in a fraction of its time and in fewer than half its points (the V100's cap range has
+    /// seven caps, so a batch's golden search saves less there); the batch that runs out of
+    /// memory is avoided.
+    #[test]
+    fn the_joint_search_is_within_a_few_percent_of_the_2d_sweep() {
+        let s = SimSettings::default();
+        for case in [
+            JointCase::new("h100-sxm", "resnet50", 256, 64, 2048),
+            JointCase::new("v100-sxm2", "bert-large", 8, 2, 64),
+        ] {
+            let c = compare_joint(&case, &s).unwrap();
+            let what = format!("{} {}", case.gpu, case.model);
+            assert!(c.gap_pct <= 3.0, "{what}: gap {:.2}%", c.gap_pct);
+            assert!(c.time_fraction <= 0.35, "{what}: {}", c.time_fraction);
+            assert!(
+                c.probes * 2 < c.sweep_probes,
+                "{what}: {} of {}",
+                c.probes,
+                c.sweep_probes
+            );
+            let b = c.joint.result.batch.clone().unwrap();
+            let model = gpusim::find_model(case.model).unwrap();
+            let spec = find(case.gpu).unwrap();
+            assert!(model.fits(spec, b.best), "{what}: {b:?}");
+            if let Some(o) = b.oom {
+                assert!(!model.fits(spec, o), "{what}: {b:?}");
+                assert!(c.joint.result.curve.iter().all(|p| p.batch.unwrap() < o));
+            }
+            assert!(c.joint.result.cost_saving_pct.unwrap() > 0.0, "{what}");
+        }
     }
 
     #[test]

@@ -17,6 +17,8 @@ impl FakeRun {
                 steps: Some(5000.0),
                 energy_j: 1e6,
                 samples: 8e4,
+                batch: None,
+                oom: false,
             },
             cap: 0.0,
             batch: 16.0,
@@ -199,6 +201,8 @@ fn warm_up_is_not_scored() {
         steps: Some(0.0),
         energy_j: 0.0,
         samples: 0.0,
+        batch: None,
+        oom: false,
     };
     assert_eq!(t.start(&obs), SearchStep::SetCap(700.0));
     for k in 1..=3 {
@@ -246,6 +250,8 @@ fn a_counter_going_backwards_restarts_the_window() {
         steps: None,
         energy_j: 5000.0,
         samples: 0.0,
+        batch: None,
+        oom: false,
     };
     t.start(&obs);
     obs.time_s = 0.5;
@@ -282,6 +288,8 @@ fn steps_without_samples_are_measured_again() {
         steps: Some(0.0),
         energy_j: 0.0,
         samples: 0.0,
+        batch: None,
+        oom: false,
     };
     t.start(&obs);
     t.observe(&obs);
@@ -368,6 +376,8 @@ fn drive_job(t: &mut Tuner, gpus: &[Curve]) -> (Vec<f64>, SearchStep) {
         steps: Some(0.0),
         energy_j: 0.0,
         samples: 0.0,
+        batch: None,
+        oom: false,
     };
     let SearchStep::SetCap(mut cap) = t.start(&obs) else {
         panic!("start sets a cap")
@@ -499,6 +509,8 @@ fn a_quiet_window_ends_early_and_a_noisy_one_runs_to_its_end() {
         steps: Some(0.0),
         energy_j: 0.0,
         samples: 0.0,
+        batch: None,
+        oom: false,
     };
     t.start(&obs);
     let mut steps = 0;

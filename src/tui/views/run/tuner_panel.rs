@@ -102,6 +102,7 @@ impl TunerUi {
                         fraction: 1.0,
                         curve: Vec::new(),
                         best_cap_w: None,
+                        batch: None,
                     });
                     p.curve = result.curve.clone();
                     p.best_cap_w = Some(result.best.cap_w);
@@ -182,6 +183,9 @@ pub fn lines(t: &Theme, s: &TunerShown) -> Vec<Line<'static>> {
                 }
                 None => spans.push(Span::raw("- ")),
             }
+            if let Some(b) = p.batch.as_ref().and_then(|b| b.current) {
+                spans.push(Span::styled(format!("batch {b} "), t.title));
+            }
             spans.push(Span::raw(format!("{phase} ")));
             spans.extend(bar(Some(p.fraction), 16, t.power, t.gauge_empty));
             spans.push(Span::raw(format!(" {:>3.0}%", 100.0 * p.fraction)));
@@ -193,6 +197,21 @@ pub fn lines(t: &Theme, s: &TunerShown) -> Vec<Line<'static>> {
     }
     if !about.is_empty() {
         out.push(Line::from(dim(about.join(" · "))));
+    }
+    if let Some(b) = s.progress.as_ref().and_then(|p| p.batch.as_ref()) {
+        let planned: Vec<String> = b.planned.iter().map(u32::to_string).collect();
+        out.push(Line::from(dim(format!(
+            "batch size searched too, from {} ({}){}",
+            b.start,
+            planned.join(", "),
+            b.oom.map_or(String::new(), |o| format!(
+                " · batch {o} ran out of memory: avoided"
+            ))
+        ))));
+        out.push(Line::styled(
+            format!("warning: {}", crate::control::tuner::joint::BATCH_WARNING),
+            t.warn,
+        ));
     }
     // The curve so far.
     let curve = s.progress.as_ref().map_or(&[][..], |p| p.curve.as_slice());
@@ -214,15 +233,20 @@ pub fn lines(t: &Theme, s: &TunerShown) -> Vec<Line<'static>> {
             } else {
                 0.5
             };
-            let is_best = best.is_some_and(|b| (b - c.cap_w).abs() < 0.5);
-            let mut spans = vec![Span::raw(format!(
+            let is_best = best.is_some_and(|b| (b - c.cap_w).abs() < 0.5)
+                && (c.batch.is_none() || c.cost <= lo);
+            let mut spans = Vec::new();
+            if let Some(b) = c.batch {
+                spans.push(Span::styled(format!("b{b:<5}"), t.dim));
+            }
+            spans.push(Span::raw(format!(
                 "{:>6.0} {:>9.3} {:>9.3} {:>7.0} {:>10.3}  ",
                 c.cap_w,
                 c.energy_per_sample_j,
                 1000.0 * c.time_per_sample_s,
                 c.avg_power_w,
                 c.cost
-            ))];
+            )));
             spans.extend(bar(
                 Some(ratio),
                 COST_BAR,
@@ -239,6 +263,18 @@ pub fn lines(t: &Theme, s: &TunerShown) -> Vec<Line<'static>> {
         None => {}
         Some(TunerEnd::Done { result, saved }) => {
             out.push(Line::styled(result.summary(), t.ok));
+            if let Some(line) = crate::control::tuner::record::saving_line(result, None) {
+                out.push(Line::from(dim(line)));
+            }
+            out.push(Line::from(dim(format!(
+                "for the profile: {}",
+                crate::control::tuner::record::suggestion(result)
+                    .lines()
+                    .skip(2)
+                    .filter(|l| !l.is_empty())
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            ))));
             out.push(Line::from(dim(match saved {
                 Ok(p) => format!("set on the run's GPUs · saved to {p}"),
                 Err(e) => format!("set on the run's GPUs · not saved: {e}"),
@@ -315,6 +351,7 @@ mod tests {
     fn point(cap_w: f64, cost: f64) -> CapPoint {
         CapPoint {
             cap_w,
+            batch: None,
             energy_j: 100.0,
             samples: 10.0,
             seconds: 1.0,
@@ -334,6 +371,7 @@ mod tests {
             fraction: 0.5,
             curve,
             best_cap_w: Some(700.0),
+            batch: None,
         }
     }
 
@@ -377,6 +415,7 @@ mod tests {
             strategy: crate::control::tuner::Strategy::Golden,
             planned: 2,
             duration_s: 60.0,
+            batch: None,
         };
         result.best.cap_w = 675.0;
         ui.on_event(&TunerEvent::Ended {
