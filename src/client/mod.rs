@@ -144,6 +144,7 @@ pub struct LogChunk {
 }
 
 pub mod advise;
+pub mod bench;
 mod calls;
 mod push;
 pub mod record;

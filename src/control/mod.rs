@@ -14,8 +14,11 @@
 //! - `node`: the loops of one node per snapshot (governors, budget, energy, alerts), which the
 //!   daemon drives; `settings`: the daemon's `control.toml`; `status`: what clients are shown.
 //! - `tuner`: the energy-optimal power-cap search (Zeus's cost).
+//! - `bench`: the power sweep and the burn (`gpupilot bench power-sweep|burn`), on a node and a
+//!   load behind traits (the daemon and CUDA, or gpusim).
 
 pub mod alerts;
+pub mod bench;
 pub mod budget;
 pub mod energy;
 pub mod energy_ledger;
