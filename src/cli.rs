@@ -4,6 +4,8 @@ use clap::builder::TypedValueParser as _;
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 
+use crate::control::bench::Workload as BenchWorkload;
+use crate::control::bench::sweep::CapSteps;
 use crate::control::tuner::{Strategy, TuneSettings};
 
 pub use crate::telemetry::open::{SimSpec, SourceKind};
@@ -1021,6 +1023,12 @@ pub enum BenchCommand {
     Gemm(BenchGemmArgs),
     /// Device-to-device copy bandwidth (GB/s, bytes read and written) against the memory's peak.
     Memory(BenchMemoryArgs),
+    /// Sustained full load for a while: when each GPU reached thermal or power slowdown, its
+    /// steady temperature and clock, and the GPU slower than its siblings, named with the cause.
+    Burn(BurnArgs),
+    /// Throughput, power, energy per unit of work and perf/W at each power cap from MAX down to
+    /// MIN; the knee and the best perf/W cap; the cap put back at the end and on a stop.
+    PowerSweep(PowerSweepArgs),
 }
 
 /// Options of `gpupilot bench gemm`.
@@ -1212,6 +1220,54 @@ fn parse_grace(s: &str) -> Result<f64, String> {
         return Err("grace must be more than 0 seconds".into());
     }
     Ok(v)
+}
+
+/// Options of `gpupilot bench power-sweep`.
+#[derive(Debug, Args, Clone)]
+pub struct PowerSweepArgs {
+    /// The GPU to sweep, by index.
+    #[arg(long = "gpu", value_name = "I", default_value_t = 0)]
+    pub gpu: u32,
+    /// The caps to try, in watts, from MAX down to MIN by STEP (default: the GPU's whole
+    /// range in 8 steps).
+    #[arg(long, value_name = "MAX:MIN:STEP", value_parser = |s: &str| CapSteps::parse(s))]
+    pub caps: Option<CapSteps>,
+    /// The load: `gemm` (compute-bound, FLOP/s) or `memory` (a device-to-device copy, B/s).
+    /// (`--workload` is the simulated node's training workload, a global option.)
+    #[arg(long = "load", value_name = "KIND", default_value = "gemm",
+          value_parser = bench_load_parser())]
+    pub load: BenchWorkload,
+    /// How long each cap is measured (`30s`, `2m`).
+    #[arg(long, value_name = "D", default_value = "30s", value_parser = parse_duration)]
+    pub window: std::time::Duration,
+    /// How long each cap is held before it is measured, for the clock and the temperature to
+    /// settle.
+    #[arg(long, value_name = "D", default_value = "10s", value_parser = parse_duration)]
+    pub warmup: std::time::Duration,
+    /// The result as JSON (schema in docs/bench.md).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Options of `gpupilot bench burn`.
+#[derive(Debug, Args, Clone)]
+pub struct BurnArgs {
+    /// The GPUs to burn, by index (`--gpu 0,2`); every GPU when left out.
+    #[arg(long = "gpu", value_name = "I,J", value_delimiter = ',')]
+    pub gpu: Vec<u32>,
+    /// How long the load is held (`90s`, `10m`, `1h`).
+    #[arg(long, value_name = "D", default_value = "10m", value_parser = parse_duration)]
+    pub duration: std::time::Duration,
+    /// The verdict as JSON (schema in docs/bench.md), and no live chart.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn bench_load_parser() -> impl clap::builder::TypedValueParser<Value = BenchWorkload> {
+    clap::builder::PossibleValuesParser::new(["gemm", "memory"]).map(|s| match s.as_str() {
+        "memory" => BenchWorkload::Memory,
+        _ => BenchWorkload::Gemm,
+    })
 }
 
 #[cfg(test)]

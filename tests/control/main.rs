@@ -5,6 +5,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod bench;
 mod hardening;
 mod health;
 mod in_daemon;

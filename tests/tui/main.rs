@@ -7,6 +7,7 @@
 mod support;
 
 mod advisor;
+mod bench_view;
 mod control;
 mod e2e_demo;
 mod e2e_run;

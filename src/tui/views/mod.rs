@@ -3,6 +3,7 @@
 //! the keymap), never the whole `App`, and changes nothing.
 
 pub mod advisor;
+pub mod bench;
 pub mod detail;
 pub mod events;
 pub mod help;

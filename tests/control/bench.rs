@@ -1,0 +1,187 @@
+//! `gpupilot bench power-sweep` and `bench burn` with `--source sim`, as a user types them,
+//! against a real daemon on the simulator in a private GPUPILOT_HOME: every cap through the
+//! daemon and into its events, the cap put back at the end and on SIGHUP (a dropped SSH
+//! session), the curve kept under the state directory; and without CUDA, one line and exit 2.
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use crate::support::home::{Home, power_caps as caps};
+use crate::support::proc::send;
+use crate::support::wait::{finish, wait_for};
+use rustix::process::Signal;
+
+/// The node's events of the caps the sweep set, oldest first.
+fn sweep_events(home: &Home) -> Vec<serde_json::Value> {
+    home.events_named("gpu_changed")
+        .into_iter()
+        .filter(|e| {
+            e["what"] == "power_limit" && e["why"].to_string().contains("bench power-sweep")
+        })
+        .collect()
+}
+
+#[test]
+fn a_simulated_sweep_measures_each_cap_puts_the_cap_back_and_keeps_the_curve() {
+    let home = Home::new();
+    let _daemon = home.daemon(&[]);
+    home.ok(&["power", "cap", "650", "--gpu", "0"]);
+    let out = home.ok(&[
+        "bench",
+        "power-sweep",
+        "--gpu",
+        "0",
+        "--caps",
+        "700:500:100",
+        "--warmup",
+        "0.5s",
+        "--window",
+        "1s",
+        "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["schema"], "gpupilot.bench.power-sweep/1");
+    assert_eq!(v["label"], "simulated");
+    assert_eq!(v["original_cap_w"], 650.0);
+    assert_eq!(v["stopped"], false);
+    let points = v["points"].as_array().unwrap();
+    let measured: Vec<f64> = points
+        .iter()
+        .map(|p| p["cap_w"].as_f64().unwrap())
+        .collect();
+    assert_eq!(measured, [700.0, 600.0, 500.0]);
+    for p in points {
+        assert!(p["throughput_per_s"].as_f64().unwrap() > 1e14, "{p}");
+        let w = p["power_w"].as_f64().unwrap();
+        assert!(w > 100.0 && w <= p["cap_w"].as_f64().unwrap() + 5.0, "{p}");
+    }
+    assert!(v["knee"]["cap_w"].is_number(), "{v}");
+    assert!(v["best_perf_per_w_cap_w"].is_number(), "{v}");
+    // Back where the operator left it; GPU 1 never touched.
+    assert_eq!(caps(&home.client()), [650.0, 700.0]);
+    // Each change in the node's events, with its reason, the restore last.
+    let events = sweep_events(&home);
+    let text: Vec<String> = events.iter().map(|e| e.to_string()).collect();
+    assert_eq!(events.len(), 4, "{text:#?}");
+    for (e, cap) in events.iter().zip(["700", "600", "500"]) {
+        assert_eq!(
+            e["why"],
+            format!("bench power-sweep: measuring at {cap} W"),
+            "{e}"
+        );
+        assert_eq!(e["new"], format!("{cap} W"), "{e}");
+        assert!(e["by"].as_str().unwrap().contains("via gpupilot"), "{e}");
+    }
+    assert_eq!(events[3]["why"], "bench power-sweep: done, cap restored");
+    assert_eq!(events[3]["new"], "650 W");
+    // The curve, where docs/bench.md says.
+    let file = v["curve_file"].as_str().unwrap();
+    assert!(
+        file.ends_with("/state/bench/power-sweep-nvidia-h100-80gb-hbm3-gemm.json"),
+        "{file}"
+    );
+    let kept: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(file).unwrap()).unwrap();
+    assert_eq!(kept["points"], v["points"]);
+}
+
+#[test]
+fn a_sighup_mid_sweep_puts_the_cap_back() {
+    let home = Home::new();
+    let _daemon = home.daemon(&[]);
+    let mut child = home
+        .gpupilot(&[
+            "bench",
+            "power-sweep",
+            "--caps",
+            "700:300:100",
+            "--warmup",
+            "1s",
+            "--window",
+            "2s",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let c = home.client();
+    wait_for("the sweep's second cap", Duration::from_secs(30), || {
+        caps(&c)[0] == 600.0
+    });
+    send(child.id(), Signal::HUP);
+    wait_for("the sweep to stop", Duration::from_secs(20), || {
+        child.try_wait().unwrap().is_some()
+    });
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("sweep stopped") && stderr.contains("back at 700 W"),
+        "{stderr}"
+    );
+    assert_eq!(caps(&c), [700.0, 700.0]);
+    let last = sweep_events(&home).last().unwrap().to_string();
+    assert!(last.contains("stopped, cap restored"), "{last}");
+}
+
+#[test]
+fn a_simulated_burn_gives_a_verdict_per_gpu() {
+    let home = Home::new();
+    let _daemon = home.daemon(&[]);
+    let out = home.ok(&["bench", "burn", "--duration", "3s", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["schema"], "gpupilot.bench.burn/1");
+    assert_eq!(v["label"], "simulated");
+    let gpus = v["gpus"].as_array().unwrap();
+    assert_eq!(gpus.len(), 2);
+    for g in gpus {
+        assert!(g["steady"]["temperature_c"].is_number(), "{g}");
+        assert!(
+            g["steady"]["throughput_per_s"].as_f64().unwrap() > 1e14,
+            "{g}"
+        );
+        // Two identical GPUs on the same load: neither is named.
+        assert!(g["slow"].is_null(), "{g}");
+    }
+    let table = home.ok(&["bench", "burn", "--gpu", "1", "--duration", "2s"]);
+    assert!(
+        table.contains("simulated: figures of gpusim's model"),
+        "{table}"
+    );
+}
+
+#[test]
+fn without_cuda_or_sim_one_line_and_exit_2() {
+    let home = Home::new();
+    for cmd in [
+        &["bench", "burn"][..],
+        &["bench", "power-sweep", "--gpu", "0"],
+    ] {
+        let child = Command::new(env!("CARGO_BIN_EXE_gpupilot"))
+            .args(cmd)
+            .env("GPUPILOT_HOME", home.root())
+            .env_remove("GPUPILOT_SOURCE")
+            .env_remove("GPUPILOT_SYSTEM")
+            // No libcuda.so.1 anywhere it looks.
+            .env("LD_LIBRARY_PATH", home.dir.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let out = finish(child, "bench without CUDA", Duration::from_secs(20));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if stderr.contains("libcuda") && !stderr.contains("no CUDA") {
+            panic!("{stderr}");
+        }
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+        assert!(
+            stderr.contains("no CUDA") && stderr.contains("--source sim"),
+            "{stderr}"
+        );
+        assert!(!stderr.contains("panicked"), "{stderr}");
+        // No daemon was started for nothing.
+        assert!(!home.socket().exists());
+    }
+}
