@@ -202,10 +202,12 @@ impl<B: Backend> Screen<B> {
                             next.reset();
                             ui::base(app, r, next);
                             model.draw_part(&app.theme, rect, part, next);
-                            was.resize(r);
-                            copy(&p.shown, was);
-                            note_changes(&mut self.changed, was, next);
-                            copy(next, &mut p.shown);
+                            if !take_changes(&mut self.changed, &mut p.shown, next) {
+                                was.resize(r);
+                                copy(&p.shown, was);
+                                note_changes(&mut self.changed, was, next);
+                                copy(next, &mut p.shown);
+                            }
                         }
                         p.model = Some(Model::Block(model));
                         continue;
@@ -280,6 +282,34 @@ fn note_changes(changed: &mut Vec<(u16, u16, Cell)>, was: &Buffer, next: &Buffer
     );
 }
 
+/// Where `next` lies inside `shown` and every cell of both on it is narrow (see
+/// [`all_narrow`]): add the cells of `next` that differ from `shown` to `changed` and put them
+/// into `shown`, with no copy of the rest; true. Otherwise nothing is done; false.
+fn take_changes(changed: &mut Vec<(u16, u16, Cell)>, shown: &mut Buffer, next: &Buffer) -> bool {
+    let r = next.area;
+    if r.is_empty() || shown.area.intersection(r) != r || !all_narrow(next) {
+        return false;
+    }
+    let w = usize::from(r.width);
+    let row = |b: &Buffer, y: u16| b.index_of(r.x, y)..b.index_of(r.x, y) + w;
+    if !(r.top()..r.bottom()).all(|y| narrow(&shown.content[row(shown, y)])) {
+        return false;
+    }
+    for y in r.top()..r.bottom() {
+        let at = row(shown, y);
+        let cells = shown.content[at]
+            .iter_mut()
+            .zip(&next.content[row(next, y)]);
+        for (x, (s, n)) in (r.x..).zip(cells) {
+            if s != n {
+                s.clone_from(n);
+                changed.push((x, y, n.clone()));
+            }
+        }
+    }
+    true
+}
+
 /// The cells of `next` that differ from `was`: what ratatui's `Buffer::diff` finds, without
 /// its cost where it cannot matter. It asks Unicode the width of every cell, equal or not, to
 /// handle wide glyphs; a frame of the console's own glyphs (digits, gauges, sparkline bars,
@@ -308,7 +338,12 @@ fn changes<'a>(was: &Buffer, next: &'a Buffer) -> Vec<(u16, u16, &'a Cell)> {
 /// drawing, block elements, braille: one column each), none skipped, none with a diff option
 /// of its own.
 fn all_narrow(buf: &Buffer) -> bool {
-    buf.content.iter().all(|c| {
+    narrow(&buf.content)
+}
+
+/// Whether every one of `cells` is one plain column wide (see [`all_narrow`]).
+fn narrow(cells: &[Cell]) -> bool {
+    cells.iter().all(|c| {
         #[allow(deprecated)] // what `Buffer::diff` still honours
         let skip = c.skip;
         if skip || c.diff_option != CellDiffOption::None {
@@ -386,6 +421,41 @@ mod tests {
         ) {
             let (was, next) = (buffer(&a), buffer(&b));
             prop_assert_eq!(changes(&was, &next), was.diff(&next));
+        }
+    }
+
+    proptest! {
+        /// A part taken into what a piece shows changes the same cells, and leaves the same
+        /// piece, as drawing it into a copy of the piece and comparing; and steps aside
+        /// (false) where a wide glyph is on either side.
+        #[test]
+        fn a_part_taken_in_place_is_a_part_compared_on_a_copy(
+            a in proptest::collection::vec((0u16..19, 0u16..6, 0usize..10, any::<bool>()), 0..40),
+            b in proptest::collection::vec((0u16..19, 0u16..6, 0usize..10, any::<bool>()), 0..40),
+            (x, y, w, h) in (0u16..10, 0u16..3, 1u16..10, 1u16..4),
+        ) {
+            let shown = buffer(&a);
+            let part = Rect::new(3 + x, 2 + y, w, h);
+            let mut next = Buffer::empty(part);
+            copy(&buffer(&b), &mut next);
+
+            let mut was = Buffer::empty(part);
+            copy(&shown, &mut was);
+            let mut want = Vec::new();
+            note_changes(&mut want, &was, &next);
+            let mut want_shown = shown.clone();
+            copy(&next, &mut want_shown);
+
+            let (mut got, mut got_shown) = (Vec::new(), shown.clone());
+            let wide = !all_narrow(&was) || !all_narrow(&next);
+            prop_assert_eq!(take_changes(&mut got, &mut got_shown, &next), !wide);
+            if wide {
+                prop_assert!(got.is_empty());
+                prop_assert_eq!(got_shown, shown);
+            } else {
+                prop_assert_eq!(got, want);
+                prop_assert_eq!(got_shown, want_shown);
+            }
         }
     }
 
