@@ -259,3 +259,65 @@ pub(super) fn resolve_mig(
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::scenario::Scenario;
+
+    fn err(text: &str) -> String {
+        Scenario::parse(text, "s.toml").unwrap_err().to_string()
+    }
+
+    #[test]
+    fn the_shipped_mig_scenario_places_as_the_driver() {
+        let s = Scenario::parse(
+            include_str!("../../scenarios/mig-a100.toml"),
+            "mig-a100.toml",
+        )
+        .unwrap();
+        let m = s.mig[0].as_ref().unwrap();
+        assert!(m.enabled && m.pending);
+        let got: Vec<_> = m
+            .instances
+            .iter()
+            .map(|i| (i.profile.name, i.gpu_instance_id, i.start, i.pids.clone()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("3g.40gb", 2, 4, vec![4200101]),
+                ("1g.10gb", 7, 0, vec![4200100]),
+                ("1g.10gb", 8, 1, vec![]),
+                ("1g.10gb", 9, 2, vec![]),
+            ]
+        );
+        assert_eq!(s.mig[1], None);
+    }
+
+    #[test]
+    fn layouts_that_cannot_be_are_errors_with_their_place() {
+        let base = "gpus = [\"a100-sxm-80gb\", \"v100-sxm2\"]\n";
+        let e = err(&format!("{base}[[mig]]\ngpu = 1\n"));
+        assert!(e.contains("v100-sxm2 has no MIG profiles"), "{e}");
+        let e = err(&format!(
+            "{base}[[mig]]\ngpu = 0\ninstances = [{{ profile = \"2g.10gb\" }}]\n"
+        ));
+        assert!(e.contains("unknown MIG profile `2g.10gb`"), "{e}");
+        assert!(e.starts_with("s.toml:4:"), "{e}");
+        let e = err(&format!(
+            "{base}[[mig]]\ngpu = 0\ninstances = [{{ profile = \"4g.40gb\" }}, {{ profile = \"3g.40gb\" }}, {{ profile = \"1g.10gb\" }}]\n"
+        ));
+        assert!(e.contains("no free placement for a 1g.10gb"), "{e}");
+        let e = err(&format!(
+            "{base}[[processes]]\ngpu = 0\npid = 7\n[[mig]]\ngpu = 0\ninstances = [{{ profile = \"1g.10gb\" }}]\n"
+        ));
+        assert!(
+            e.contains("process 7 of gpu 0 runs in no MIG instance"),
+            "{e}"
+        );
+        let e = err(&format!(
+            "{base}[[mig]]\ngpu = 0\nenabled = false\ninstances = [{{ profile = \"1g.10gb\" }}]\n"
+        ));
+        assert!(e.contains("instances need `enabled = true`"), "{e}");
+    }
+}
