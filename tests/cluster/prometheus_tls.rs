@@ -118,6 +118,15 @@ fn start() -> Server {
     Server { port, ca_pem }
 }
 
+/// Why asking `url` for `up` with `access` fails.
+fn refusal(url: &str, access: &Access) -> String {
+    Prometheus::with_access(url, access)
+        .unwrap()
+        .query("up")
+        .unwrap_err()
+        .to_string()
+}
+
 fn file(dir: &tempfile::TempDir, name: &str, text: &str) -> Option<PathBuf> {
     let p = dir.path().join(name);
     std::fs::write(&p, text).unwrap();
@@ -147,11 +156,7 @@ fn https_with_a_private_ca_and_a_bearer_token() {
         ca_file: None,
         ..access.clone()
     };
-    let e = Prometheus::with_access(&url, &no_ca)
-        .unwrap()
-        .query("up")
-        .unwrap_err()
-        .to_string();
+    let e = refusal(&url, &no_ca);
     assert!(
         e.contains("certificate") && e.contains("--prometheus-ca"),
         "{e}"
@@ -162,11 +167,7 @@ fn https_with_a_private_ca_and_a_bearer_token() {
         bearer_token_file: file(&dir, "wrong", "not-the-token\n"),
         ..access.clone()
     };
-    let e = Prometheus::with_access(&url, &wrong)
-        .unwrap()
-        .query("up")
-        .unwrap_err()
-        .to_string();
+    let e = refusal(&url, &wrong);
     assert!(
         e.contains("HTTP 401") && e.contains("Unauthorized") && e.contains("bearer"),
         "{e}"
@@ -268,11 +269,7 @@ fn a_real_prometheus_behind_https_and_basic_auth() {
         basic_auth_file: file(&dir, "wrong", "ann:nope\n"),
         ..access.clone()
     };
-    let e = Prometheus::with_access(&url, &wrong)
-        .unwrap()
-        .query("up")
-        .unwrap_err()
-        .to_string();
+    let e = refusal(&url, &wrong);
     assert!(e.contains("HTTP 401") && !e.contains("nope"), "{e}");
     // A bearer token where Prometheus wants basic auth: refused the same way, and the message
     // names the token's option.
@@ -281,11 +278,7 @@ fn a_real_prometheus_behind_https_and_basic_auth() {
         bearer_token_file: file(&dir, "token", "s3cret-token\n"),
         ..access.clone()
     };
-    let e = Prometheus::with_access(&url, &token)
-        .unwrap()
-        .query("up")
-        .unwrap_err()
-        .to_string();
+    let e = refusal(&url, &token);
     assert!(
         e.contains("HTTP 401") && e.contains("bearer") && !e.contains("s3cret"),
         "{e}"
@@ -295,11 +288,7 @@ fn a_real_prometheus_behind_https_and_basic_auth() {
         ca_file: None,
         ..access.clone()
     };
-    let e = Prometheus::with_access(&url, &no_ca)
-        .unwrap()
-        .query("up")
-        .unwrap_err()
-        .to_string();
+    let e = refusal(&url, &no_ca);
     assert!(
         e.contains("certificate") && e.contains("--prometheus-ca"),
         "{e}"

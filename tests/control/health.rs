@@ -6,9 +6,7 @@
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use crate::support::home::Home;
 use crate::support::net::{free_port, http_get};
-use crate::support::nvml::FakeNode;
 use crate::support::nvml_daemon::NvmlDaemon;
 use crate::support::peers::peer;
 use crate::support::promtool::promtool_accepts;
@@ -39,16 +37,6 @@ functions = ["nvmlDeviceRegisterEvents"]
     )
 }
 
-fn status_json(s: &NvmlDaemon) -> Value {
-    let out = s.run(&["status", "--json"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
-}
-
 #[test]
 fn an_xid_and_the_owner_of_a_process_reach_status_metrics_events_alerts_and_doctor() {
     // A real process for the scenario to put on GPU 0, so its owner can be read from /proc.
@@ -58,28 +46,14 @@ fn an_xid_and_the_owner_of_a_process_reach_status_metrics_events_alerts_and_doct
         .spawn()
         .unwrap();
     let pid = holder.id();
-    let mut s = NvmlDaemon {
-        home: Home::new(),
-        node: FakeNode::new(&scenario(pid)),
-        daemon: None,
-    };
-    let hooks = s.home.dir.path().join("hooks.jsonl");
-    std::fs::create_dir_all(&s.home.paths.config).unwrap();
-    std::fs::write(
-        s.home.paths.config.join("control.toml"),
-        format!(
-            "[alerts]\nhook = [\"sh\", \"-c\", \"cat >> {}\"]\n",
-            hooks.display()
-        ),
-    )
-    .unwrap();
+    let (mut s, hooks) = NvmlDaemon::with_alert_hook(&scenario(pid));
     let port = free_port();
     let addr = format!("127.0.0.1:{port}");
     s.restart(&["--metrics-addr", &addr]);
 
     let mut st = Value::Null;
     wait_for("the daemon to hear an XID", Duration::from_secs(30), || {
-        st = status_json(&s);
+        st = s.status_json();
         st["gpus"][0]["xids"]
             .as_array()
             .is_some_and(|x| !x.is_empty())
@@ -158,20 +132,8 @@ fn an_xid_and_the_owner_of_a_process_reach_status_metrics_events_alerts_and_doct
     assert_eq!(raised["value"], 48.0);
 
     // doctor: a recent double-bit ECC XID is a failure, heard by the daemon.
-    let py = s.home.dir.path().join("python3");
-    std::fs::write(&py, "#!/bin/sh\necho '{\"torch\": null}'\n").unwrap();
-    std::fs::set_permissions(
-        &py,
-        <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o755),
-    )
-    .unwrap();
-    let out = s
-        .cmd(&["doctor", "--json"])
-        .env("GPUPILOT_PYTHON", &py)
-        .output()
-        .unwrap();
-    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(out.status.code(), Some(2), "{report}");
+    let (code, report) = s.doctor_json();
+    assert_eq!(code, Some(2), "{report}");
     assert_eq!(report["verdict"], "fail");
     let check = report["checks"]
         .as_array()

@@ -6,9 +6,7 @@
 
 use std::time::Duration;
 
-use crate::support::home::Home;
 use crate::support::net::{free_port, http_get};
-use crate::support::nvml::FakeNode;
 use crate::support::nvml_daemon::NvmlDaemon;
 use crate::support::peers::peer;
 use crate::support::promtool::promtool_accepts;
@@ -17,39 +15,15 @@ use serde_json::Value;
 
 const V100: &str = include_str!("../../crates/fake-nvml/scenarios/v100-retired-pages.toml");
 
-fn status_json(s: &NvmlDaemon) -> Value {
-    let out = s.run(&["status", "--json"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
-}
-
 #[test]
 fn retired_pages_reach_status_metrics_alerts_and_doctor() {
-    let mut s = NvmlDaemon {
-        home: Home::new(),
-        node: FakeNode::new(V100),
-        daemon: None,
-    };
-    let hooks = s.home.dir.path().join("hooks.jsonl");
-    std::fs::create_dir_all(&s.home.paths.config).unwrap();
-    std::fs::write(
-        s.home.paths.config.join("control.toml"),
-        format!(
-            "[alerts]\nhook = [\"sh\", \"-c\", \"cat >> {}\"]\n",
-            hooks.display()
-        ),
-    )
-    .unwrap();
+    let (mut s, hooks) = NvmlDaemon::with_alert_hook(V100);
     let port = free_port();
     s.restart(&["--metrics-addr", &format!("127.0.0.1:{port}")]);
 
     let mut st = Value::Null;
     wait_for("a snapshot with both GPUs", Duration::from_secs(30), || {
-        st = status_json(&s);
+        st = s.status_json();
         st["gpus"].as_array().is_some_and(|g| g.len() == 2)
     });
     assert_eq!(
@@ -120,19 +94,7 @@ fn retired_pages_reach_status_metrics_alerts_and_doctor() {
     assert!(!hook.contains("memory:gpu0"), "{hook}");
 
     // doctor: a pending retirement is a warning (exit 1) that says to reset when idle.
-    let py = s.home.dir.path().join("python3");
-    std::fs::write(&py, "#!/bin/sh\necho '{\"torch\": null}'\n").unwrap();
-    std::fs::set_permissions(
-        &py,
-        <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o755),
-    )
-    .unwrap();
-    let out = s
-        .cmd(&["doctor", "--json"])
-        .env("GPUPILOT_PYTHON", &py)
-        .output()
-        .unwrap();
-    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let (code, report) = s.doctor_json();
     let check = report["checks"]
         .as_array()
         .unwrap()
@@ -146,5 +108,5 @@ fn retired_pages_reach_status_metrics_alerts_and_doctor() {
             && detail.contains("reset it when idle"),
         "{detail}"
     );
-    assert!(out.status.code() >= Some(1), "{report}");
+    assert!(code >= Some(1), "{report}");
 }

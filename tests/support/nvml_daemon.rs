@@ -1,6 +1,7 @@
 //! A daemon in a temporary GPUPILOT_HOME on a fake NVML node (the tests of power caps and of
 //! runs' caps): the node's setter log, the daemon's records, and `gpupilot` commands on both.
 
+use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
 use super::home::{DaemonProc, Home};
@@ -90,6 +91,58 @@ impl NvmlDaemon {
             .lines()
             .map(|l| serde_json::from_str(l).unwrap())
             .collect()
+    }
+
+    /// A home on a node made from `scenario`, no daemon yet, whose `control.toml` sends every
+    /// alert to a hook appending it to the returned file (one JSON object a line).
+    pub fn with_alert_hook(scenario: &str) -> (NvmlDaemon, PathBuf) {
+        let s = NvmlDaemon {
+            home: Home::new(),
+            node: FakeNode::new(scenario),
+            daemon: None,
+        };
+        let hooks = s.home.dir.path().join("hooks.jsonl");
+        std::fs::create_dir_all(&s.home.paths.config).unwrap();
+        std::fs::write(
+            s.home.paths.config.join("control.toml"),
+            format!(
+                "[alerts]\nhook = [\"sh\", \"-c\", \"cat >> {}\"]\n",
+                hooks.display()
+            ),
+        )
+        .unwrap();
+        (s, hooks)
+    }
+
+    /// `status --json`, which must succeed, parsed.
+    pub fn status_json(&self) -> Value {
+        let out = self.run(&["status", "--json"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+
+    /// `doctor --json` with a Python that has no PyTorch: its exit status and report.
+    pub fn doctor_json(&self) -> (Option<i32>, Value) {
+        let py = self.home.dir.path().join("python3");
+        std::fs::write(&py, "#!/bin/sh\necho '{\"torch\": null}'\n").unwrap();
+        std::fs::set_permissions(
+            &py,
+            <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o755),
+        )
+        .unwrap();
+        let out = self
+            .cmd(&["doctor", "--json"])
+            .env("GPUPILOT_PYTHON", &py)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            serde_json::from_slice(&out.stdout).unwrap(),
+        )
     }
 
     /// The daemon's record of the settings before its first change, if any.

@@ -445,21 +445,24 @@ pub fn evaluate(f: &Facts) -> Vec<Check> {
     out
 }
 
+/// The indices of the GPUs whose `field` is there and `pick` holds for it.
+fn gpus_where<T>(
+    live: &[&GpuFacts],
+    field: impl Fn(&GpuFacts) -> Option<T>,
+    pick: fn(&T) -> bool,
+) -> Vec<u32> {
+    live.iter()
+        .filter(|g| field(g).as_ref().is_some_and(pick))
+        .map(|g| g.index)
+        .collect()
+}
+
 /// Row remapping (A100 on) and page retirement (before A100): a failed remap or a board that
 /// retired too many pages means replace, a pending remap or retirement means reset when idle.
 fn memory_check(live: &[&GpuFacts]) -> Check {
-    let remap = |pick: fn(&RemappedRows) -> bool| -> Vec<u32> {
-        live.iter()
-            .filter(|g| g.remapped_rows.as_ref().is_some_and(pick))
-            .map(|g| g.index)
-            .collect()
-    };
-    let retire = |pick: fn(&RetiredPages) -> bool| -> Vec<u32> {
-        live.iter()
-            .filter(|g| g.retired_pages.as_ref().is_some_and(pick))
-            .map(|g| g.index)
-            .collect()
-    };
+    // The GPUs whose remapped rows, or retired pages, `pick` holds for.
+    let remap = |pick: fn(&RemappedRows) -> bool| gpus_where(live, |g| g.remapped_rows, pick);
+    let retire = |pick: fn(&RetiredPages) -> bool| gpus_where(live, |g| g.retired_pages, pick);
     let failed = remap(|r| r.failure);
     let worn = retire(RetiredPages::should_replace);
     let pending = remap(|r| r.pending);

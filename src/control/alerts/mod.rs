@@ -315,53 +315,39 @@ impl Alerts {
                 gpu,
                 remapped,
                 retired,
-            } => match (remapped, retired) {
-                (Some(r), _) if r.failure => Verdict::Raise(alert(
-                    AlertKind::Memory,
-                    Some(*gpu),
-                    None,
-                    1.0,
-                    None,
-                    format!(
+            } => {
+                let raise = |message: String| {
+                    Verdict::Raise(alert(
+                        AlertKind::Memory,
+                        Some(*gpu),
+                        None,
+                        1.0,
+                        None,
+                        message,
+                    ))
+                };
+                match (remapped, retired) {
+                    (Some(r), _) if r.failure => raise(format!(
                         "GPU {gpu}: row remapping failed (no spare row left where needed): \
                          drain it and have it replaced"
-                    ),
-                )),
-                (_, Some(p)) if p.should_replace() => Verdict::Raise(alert(
-                    AlertKind::Memory,
-                    Some(*gpu),
-                    None,
-                    1.0,
-                    None,
-                    format!(
+                    )),
+                    (_, Some(p)) if p.should_replace() => raise(format!(
                         "GPU {gpu}: {} pages retired ({} for double-bit errors): its memory is \
                          failing; drain it and have it replaced",
                         p.total(),
                         p.double_bit
-                    ),
-                )),
-                (Some(r), _) if r.pending => Verdict::Raise(alert(
-                    AlertKind::Memory,
-                    Some(*gpu),
-                    None,
-                    1.0,
-                    None,
-                    format!("GPU {gpu}: a row remap waits for a reset (reset it when it is free)"),
-                )),
-                (_, Some(p)) if p.pending => Verdict::Raise(alert(
-                    AlertKind::Memory,
-                    Some(*gpu),
-                    None,
-                    1.0,
-                    None,
-                    format!(
+                    )),
+                    (Some(r), _) if r.pending => raise(format!(
+                        "GPU {gpu}: a row remap waits for a reset (reset it when it is free)"
+                    )),
+                    (_, Some(p)) if p.pending => raise(format!(
                         "GPU {gpu}: a page retirement waits for a reset (reset it when it is free)"
-                    ),
-                )),
-                (Some(_), _) | (_, Some(_)) => Verdict::Clear,
-                // No reading: neither proof of a fault nor of its repair.
-                (None, None) => Verdict::Keep,
-            },
+                    )),
+                    (Some(_), _) | (_, Some(_)) => Verdict::Clear,
+                    // No reading: neither proof of a fault nor of its repair.
+                    (None, None) => Verdict::Keep,
+                }
+            }
             Observation::Lost { gpu, lost } => {
                 if *lost {
                     Verdict::Raise(alert(
