@@ -533,4 +533,43 @@ mod tests {
         let labels: Vec<_> = TimeWindow::ALL.iter().map(|w| w.label()).collect();
         assert_eq!(labels, ["1m", "10m", "1h", "24h", "7d"]);
     }
+
+    #[test]
+    fn memory_health_says_what_was_retired_or_remapped_and_what_to_do() {
+        use crate::telemetry::{RemappedRows, RetiredPages};
+        let t = Theme::default();
+        let text = |g: &GpuSample| -> String {
+            memory_health(g, &t)
+                .iter()
+                .map(|s| s.content.to_string())
+                .collect()
+        };
+        // Nothing reported, or spotless memory: nothing said.
+        let mut g = GpuSample::default();
+        assert_eq!(text(&g), "");
+        g.retired_pages = Some(RetiredPages::default());
+        assert_eq!(text(&g), "");
+        g.retired_pages = Some(RetiredPages {
+            single_bit: 3,
+            double_bit: 2,
+            pending: true,
+        });
+        assert_eq!(text(&g), " · 3 sbe + 2 dbe pages retired (reset pending)");
+        g.retired_pages = Some(RetiredPages {
+            double_bit: RetiredPages::REPLACE_DBE,
+            ..RetiredPages::default()
+        });
+        assert_eq!(
+            text(&g),
+            " · 0 sbe + 10 dbe pages retired (replace the GPU)"
+        );
+        g.retired_pages = None;
+        g.remapped_rows = Some(RemappedRows {
+            correctable: 4,
+            uncorrectable: 1,
+            pending: false,
+            failure: true,
+        });
+        assert_eq!(text(&g), " · 4 + 1 rows remapped (remap failed: replace)");
+    }
 }
