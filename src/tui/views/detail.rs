@@ -127,7 +127,18 @@ impl Widget for DetailView<'_> {
         ]) {
             render_chart(v, g, &spec, area, buf);
         }
-        render_processes(v, g, cells[2][1], buf);
+        let cell = cells[2][1];
+        match super::mig::instances(g) {
+            // A GPU in MIG mode: its instances above its processes, in at most half the cell.
+            Some(m) => {
+                let h = super::mig::table_height(m).min(cell.height / 2 + 1);
+                let [top, rest] =
+                    Layout::vertical([Constraint::Length(h), Constraint::Fill(1)]).areas(cell);
+                super::mig::render_table(g, m, t, top, buf);
+                render_processes(v, g, rest, buf);
+            }
+            None => render_processes(v, g, cell, buf),
+        }
     }
 }
 

@@ -7,6 +7,7 @@ pub mod bench;
 pub mod detail;
 pub mod events;
 pub mod help;
+pub mod mig;
 pub mod overview;
 pub mod power_dialog;
 pub mod run;

@@ -607,7 +607,7 @@ fn info_line(g: &GpuSample, t: &Theme) -> Line<'static> {
         Some(p) if p.len() == 1 => "1 process".to_string(),
         Some(p) => format!("{} processes", p.len()),
     };
-    Line::from(vec![
+    let mut spans = vec![
         l("SM "),
         v(format::mhz_of(g.sm_clock_mhz, g.sm_clock_max_mhz)),
         l(" · mem "),
@@ -623,7 +623,13 @@ fn info_line(g: &GpuSample, t: &Theme) -> Line<'static> {
         v(format::kbps(g.pcie_tx_kbps)),
         l(" · "),
         v(procs),
-    ])
+    ];
+    // A GPU in MIG mode: its instances' profiles first, where a narrow block still shows them
+    // (the table is in GPU detail).
+    if let Some(m) = super::mig::summary(g) {
+        spans.splice(0..0, [Span::styled(m, t.text), l(" · ")]);
+    }
+    Line::from(spans)
 }
 
 #[cfg(test)]
