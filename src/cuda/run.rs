@@ -137,6 +137,16 @@ struct Timed {
     windows: Vec<(u64, f64)>,
 }
 
+impl Timed {
+    /// Each window's rate: its operations × `units` (per operation) per second, over `scale`.
+    fn rates(&self, units: f64, scale: f64) -> Vec<f64> {
+        self.windows
+            .iter()
+            .map(|(k, s)| *k as f64 * units / s / scale)
+            .collect()
+    }
+}
+
 /// Run `step(batch)` then wait, for warm-up and then `duration` split into windows; the work
 /// per window over its time. `step` queues that many operations.
 fn time_windows(
@@ -188,24 +198,16 @@ pub fn gemm(gpu: u32, precision: Precision, duration: Duration) -> Result<GemmRe
     let o = open(gpu)?;
     let mut g = gemm_setup(gpu, &o.dev, precision)?;
     let n = g.n();
-    let Timed {
-        ops: iterations,
-        seconds,
-        windows,
-    } = time_windows(gpu, &o.dev, duration, |k| g.run(k))?;
-    let flops = measure::gemm_flops(n);
-    let tflops_windows: Vec<f64> = windows
-        .iter()
-        .map(|(k, s)| *k as f64 * flops / s / 1e12)
-        .collect();
+    let timed = time_windows(gpu, &o.dev, duration, |k| g.run(k))?;
+    let tflops_windows = timed.rates(measure::gemm_flops(n), 1e12);
     Ok(GemmResult {
         gpu,
         name: o.name,
         pci_bus_id: o.pci_bus_id,
         precision,
         n,
-        iterations,
-        seconds,
+        iterations: timed.ops,
+        seconds: timed.seconds,
         tflops: median(&tflops_windows).unwrap_or(0.0),
         tflops_windows,
         routine: match precision {
@@ -222,16 +224,8 @@ pub fn memory(gpu: u32, duration: Duration) -> Result<CopyResult, CudaError> {
     let o = open(gpu)?;
     let mut c = copy_setup(gpu, &o.dev)?;
     let bytes = c.bytes() as u64;
-    let Timed {
-        ops: copies,
-        seconds,
-        windows,
-    } = time_windows(gpu, &o.dev, duration, |k| c.run(k))?;
-    let traffic = measure::copy_traffic(bytes);
-    let gb_per_s_windows: Vec<f64> = windows
-        .iter()
-        .map(|(k, s)| *k as f64 * traffic / s / 1e9)
-        .collect();
+    let timed = time_windows(gpu, &o.dev, duration, |k| c.run(k))?;
+    let gb_per_s_windows = timed.rates(measure::copy_traffic(bytes), 1e9);
     let gb_per_s = median(&gb_per_s_windows).unwrap_or(0.0);
     let peak_gb_per_s = o
         .dev
@@ -242,8 +236,8 @@ pub fn memory(gpu: u32, duration: Duration) -> Result<CopyResult, CudaError> {
         name: o.name,
         pci_bus_id: o.pci_bus_id,
         buffer_bytes: bytes,
-        copies,
-        seconds,
+        copies: timed.ops,
+        seconds: timed.seconds,
         gb_per_s,
         gb_per_s_windows,
         counted: "read+write",

@@ -24,28 +24,69 @@ pub struct Failure {
     pub error: String,
 }
 
-/// `bench gemm --json`.
+/// `bench gemm --json` and `bench memory --json`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct GemmReport {
-    /// `"gemm"`.
+pub struct Report<R> {
+    /// `"gemm"` or `"memory"`.
     pub bench: &'static str,
     /// `cuDriverGetVersion`, as `13.0`.
     pub cuda_driver: String,
     /// Timed seconds asked for per measurement.
     pub duration_s: f64,
-    pub results: Vec<GemmResult>,
+    pub results: Vec<R>,
     pub failures: Vec<Failure>,
 }
 
-/// `bench memory --json`.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct MemoryReport {
-    /// `"memory"`.
-    pub bench: &'static str,
-    pub cuda_driver: String,
-    pub duration_s: f64,
-    pub results: Vec<CopyResult>,
-    pub failures: Vec<Failure>,
+pub type GemmReport = Report<GemmResult>;
+pub type MemoryReport = Report<CopyResult>;
+
+impl<R: Serialize> Report<R> {
+    /// Measure each (GPU, precision) of `jobs` in turn with `measure`, saying which on stderr.
+    fn run(
+        bench: &'static str,
+        cuda_driver: String,
+        duration: Duration,
+        jobs: Vec<(u32, Option<Precision>)>,
+        mut measure: impl FnMut(u32, Option<Precision>) -> Result<R, cuda::CudaError>,
+    ) -> Report<R> {
+        let mut report = Report {
+            bench,
+            cuda_driver,
+            duration_s: duration.as_secs_f64(),
+            results: Vec::new(),
+            failures: Vec::new(),
+        };
+        for (gpu, precision) in jobs {
+            let what = precision.map_or(String::new(), |p| format!(" {}", p.label()));
+            progress(&format!(
+                "bench {bench}: GPU {gpu}{what} for {:.0} s",
+                duration.as_secs_f64()
+            ));
+            match measure(gpu, precision) {
+                Ok(r) => report.results.push(r),
+                Err(e) => report.failures.push(Failure {
+                    gpu,
+                    precision,
+                    error: e.to_string(),
+                }),
+            }
+        }
+        report
+    }
+
+    /// Print it (JSON, or `text`'s table); 0 when every measurement ran, else 1.
+    fn print(&self, json: bool, text: fn(&Self) -> String) -> anyhow::Result<ExitCode> {
+        if json {
+            println!("{}", serde_json::to_string_pretty(self)?);
+        } else {
+            print!("{}", text(self));
+        }
+        Ok(if self.failures.is_empty() {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(1)
+        })
+    }
 }
 
 /// Why a bench cannot run at all: its one line (exit status 2).
@@ -109,36 +150,18 @@ pub fn gemm(g: &GlobalArgs, args: &BenchGemmArgs) -> anyhow::Result<ExitCode> {
     if let Err(e) = cuda::blas_availability() {
         return unusable("gemm", &e.to_string());
     }
-    let mut report = GemmReport {
-        bench: "gemm",
-        cuda_driver,
-        duration_s: args.duration.as_secs_f64(),
-        results: Vec::new(),
-        failures: Vec::new(),
-    };
-    for &gpu in &list {
-        for p in precisions(args.precision) {
-            progress(&format!(
-                "bench gemm: GPU {gpu} {} for {}",
-                p.label(),
-                secs(args.duration)
-            ));
-            match cuda::gemm(gpu, p, args.duration) {
-                Ok(r) => report.results.push(r),
-                Err(e) => report.failures.push(Failure {
-                    gpu,
-                    precision: Some(p),
-                    error: e.to_string(),
-                }),
-            }
-        }
-    }
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        print!("{}", render_gemm(&report));
-    }
-    Ok(exit(&report.failures))
+    let jobs = list
+        .iter()
+        .flat_map(|&gpu| {
+            precisions(args.precision)
+                .into_iter()
+                .map(move |p| (gpu, Some(p)))
+        })
+        .collect();
+    Report::run("gemm", cuda_driver, args.duration, jobs, |gpu, p| {
+        cuda::gemm(gpu, p.unwrap_or(Precision::Fp32), args.duration)
+    })
+    .print(args.json, render_gemm)
 }
 
 /// `gpupilot bench memory`.
@@ -147,45 +170,11 @@ pub fn memory(g: &GlobalArgs, args: &BenchMemoryArgs) -> anyhow::Result<ExitCode
         Ok(x) => x,
         Err(why) => return unusable("memory", &why),
     };
-    let mut report = MemoryReport {
-        bench: "memory",
-        cuda_driver,
-        duration_s: args.duration.as_secs_f64(),
-        results: Vec::new(),
-        failures: Vec::new(),
-    };
-    for &gpu in &list {
-        progress(&format!(
-            "bench memory: GPU {gpu} for {}",
-            secs(args.duration)
-        ));
-        match cuda::memory(gpu, args.duration) {
-            Ok(r) => report.results.push(r),
-            Err(e) => report.failures.push(Failure {
-                gpu,
-                precision: None,
-                error: e.to_string(),
-            }),
-        }
-    }
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        print!("{}", render_memory(&report));
-    }
-    Ok(exit(&report.failures))
-}
-
-fn exit(failures: &[Failure]) -> ExitCode {
-    if failures.is_empty() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    }
-}
-
-fn secs(d: Duration) -> String {
-    format!("{:.0} s", d.as_secs_f64())
+    let jobs = list.iter().map(|&gpu| (gpu, None)).collect();
+    Report::run("memory", cuda_driver, args.duration, jobs, |gpu, _| {
+        cuda::memory(gpu, args.duration)
+    })
+    .print(args.json, render_memory)
 }
 
 /// Min and max of a measurement's windows, for the table.
@@ -197,78 +186,94 @@ fn spread(windows: &[f64]) -> (f64, f64) {
         })
 }
 
-fn failures_text(failures: &[Failure]) -> String {
-    failures
-        .iter()
-        .map(|f| match f.precision {
+/// A title, a header and rows (the header only when there are rows), then the failures.
+fn table(title: String, header: String, rows: Vec<String>, failures: &[Failure]) -> String {
+    let mut out = title;
+    if !rows.is_empty() {
+        out.push_str(&header);
+    }
+    for r in rows {
+        out.push_str(&r);
+    }
+    for f in failures {
+        out.push_str(&match f.precision {
             Some(p) => format!("GPU {} {}: {}\n", f.gpu, p.label(), f.error),
             None => format!("GPU {}: {}\n", f.gpu, f.error),
-        })
-        .collect()
+        });
+    }
+    out
 }
 
 /// The table of `bench gemm`.
 pub fn render_gemm(r: &GemmReport) -> String {
-    let mut out = format!(
-        "bench gemm: CUDA {}, {:.0} s per measurement, TFLOP/s the median of its windows (2n³ FLOP per GEMM)\n",
-        r.cuda_driver, r.duration_s
-    );
-    if !r.results.is_empty() {
-        out.push_str(&format!(
+    let rows = r
+        .results
+        .iter()
+        .map(|g| {
+            let (lo, hi) = spread(&g.tflops_windows);
+            format!(
+                "{:<4} {:<22} {:<13} {:<5} {:>6} {:>9.1} {:>9.1} {:>9.1} {:>7}\n",
+                g.gpu,
+                clip(&g.name, 22),
+                g.pci_bus_id.as_deref().unwrap_or("N/A"),
+                g.precision.label(),
+                g.n,
+                g.tflops,
+                lo,
+                hi,
+                g.iterations
+            )
+        })
+        .collect();
+    table(
+        format!(
+            "bench gemm: CUDA {}, {:.0} s per measurement, TFLOP/s the median of its windows (2n³ FLOP per GEMM)\n",
+            r.cuda_driver, r.duration_s
+        ),
+        format!(
             "{:<4} {:<22} {:<13} {:<5} {:>6} {:>9} {:>9} {:>9} {:>7}\n",
             "GPU", "NAME", "BUS", "PREC", "N", "TFLOP/S", "MIN", "MAX", "GEMMS"
-        ));
-    }
-    for g in &r.results {
-        let (lo, hi) = spread(&g.tflops_windows);
-        out.push_str(&format!(
-            "{:<4} {:<22} {:<13} {:<5} {:>6} {:>9.1} {:>9.1} {:>9.1} {:>7}\n",
-            g.gpu,
-            clip(&g.name, 22),
-            g.pci_bus_id.as_deref().unwrap_or("N/A"),
-            g.precision.label(),
-            g.n,
-            g.tflops,
-            lo,
-            hi,
-            g.iterations
-        ));
-    }
-    out.push_str(&failures_text(&r.failures));
-    out
+        ),
+        rows,
+        &r.failures,
+    )
 }
 
 /// The table of `bench memory`.
 pub fn render_memory(r: &MemoryReport) -> String {
-    let mut out = format!(
-        "bench memory: CUDA {}, {:.0} s per measurement, device-to-device copies, GB/s counting bytes read and written (the median of its windows)\n",
-        r.cuda_driver, r.duration_s
-    );
-    if !r.results.is_empty() {
-        out.push_str(&format!(
+    let rows = r
+        .results
+        .iter()
+        .map(|c| {
+            let (lo, hi) = spread(&c.gb_per_s_windows);
+            format!(
+                "{:<4} {:<22} {:<13} {:>9} {:>9.0} {:>9.0} {:>9.0} {:>7} {:>7}\n",
+                c.gpu,
+                clip(&c.name, 22),
+                c.pci_bus_id.as_deref().unwrap_or("N/A"),
+                format!("{} MiB", c.buffer_bytes >> 20),
+                c.gb_per_s,
+                lo,
+                hi,
+                c.peak_gb_per_s
+                    .map_or("N/A".to_string(), |p| format!("{p:.0}")),
+                c.share_of_peak
+                    .map_or("N/A".to_string(), |s| format!("{:.0} %", s * 100.0)),
+            )
+        })
+        .collect();
+    table(
+        format!(
+            "bench memory: CUDA {}, {:.0} s per measurement, device-to-device copies, GB/s counting bytes read and written (the median of its windows)\n",
+            r.cuda_driver, r.duration_s
+        ),
+        format!(
             "{:<4} {:<22} {:<13} {:>9} {:>9} {:>9} {:>9} {:>7} {:>7}\n",
             "GPU", "NAME", "BUS", "BUFFER", "GB/S", "MIN", "MAX", "PEAK", "OF PEAK"
-        ));
-    }
-    for c in &r.results {
-        let (lo, hi) = spread(&c.gb_per_s_windows);
-        out.push_str(&format!(
-            "{:<4} {:<22} {:<13} {:>9} {:>9.0} {:>9.0} {:>9.0} {:>7} {:>7}\n",
-            c.gpu,
-            clip(&c.name, 22),
-            c.pci_bus_id.as_deref().unwrap_or("N/A"),
-            format!("{} MiB", c.buffer_bytes >> 20),
-            c.gb_per_s,
-            lo,
-            hi,
-            c.peak_gb_per_s
-                .map_or("N/A".to_string(), |p| format!("{p:.0}")),
-            c.share_of_peak
-                .map_or("N/A".to_string(), |s| format!("{:.0} %", s * 100.0)),
-        ));
-    }
-    out.push_str(&failures_text(&r.failures));
-    out
+        ),
+        rows,
+        &r.failures,
+    )
 }
 
 fn clip(s: &str, n: usize) -> String {
