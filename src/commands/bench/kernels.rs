@@ -117,12 +117,16 @@ fn gpus(g: &GlobalArgs, asked: &[u32]) -> Result<(String, Vec<u32>), String> {
                     }
                 ));
             }
-            let mut list: Vec<u32> = if asked.is_empty() {
-                (0..devices as u32).collect()
-            } else {
-                asked.to_vec()
-            };
-            list.dedup();
+            let mut list: Vec<u32> = Vec::new();
+            if asked.is_empty() {
+                list.extend(0..devices as u32);
+            }
+            // Each GPU once, in the order asked.
+            for g in asked {
+                if !list.contains(g) {
+                    list.push(*g);
+                }
+            }
             Ok((cuda::version_text(driver_version), list))
         }
     }
