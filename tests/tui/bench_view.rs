@@ -1,6 +1,7 @@
 //! The bench view (what `gpupilot bench burn` draws while it runs) at 80×24 and 200×50, from a
 //! hand-built burn: GPU 0 steady, GPU 1 heating into thermal slowdown, on the simulator.
 
+use crate::support::tui::text;
 use gpupilot::control::bench::burn::{BurnPoint, BurnProgress, GpuSeries};
 use gpupilot::control::bench::{Label, Workload};
 use gpupilot::telemetry::throttle;
@@ -62,18 +63,6 @@ fn draw(p: &BurnProgress, w: u16, h: u16) -> Terminal<TestBackend> {
     let mut term = Terminal::new(TestBackend::new(w, h)).unwrap();
     term.draw(|f| f.render_widget(&view, f.area())).unwrap();
     term
-}
-
-fn text(term: &Terminal<TestBackend>) -> String {
-    let buf = term.backend().buffer();
-    let mut out = String::new();
-    for y in 0..buf.area.height {
-        for x in 0..buf.area.width {
-            out.push_str(buf[(x, y)].symbol());
-        }
-        out.push('\n');
-    }
-    out
 }
 
 #[test]

@@ -20,6 +20,7 @@ use serde::{Deserialize, Serialize};
 
 use super::sweep::{mean, poll};
 use super::{BenchNode, Label, Load, Loads, Work, WorkUnit, Workload, label_of, sample_of};
+use crate::cuda::measure::median;
 use crate::telemetry::throttle;
 
 /// The share of the burn, at its end, taken as steady.
@@ -317,7 +318,7 @@ fn compare(mut verdicts: Vec<GpuVerdict>) -> Vec<GpuVerdict> {
             .filter(|(j, _)| *j != i)
             .map(|(_, f)| f.0)
             .collect();
-        let Some(mid) = median(others) else {
+        let Some(mid) = median(&others) else {
             continue;
         };
         if mid <= 0.0 || v.steady.throughput_per_s > (1.0 - SLOW_SHARE) * mid {
@@ -331,7 +332,7 @@ fn compare(mut verdicts: Vec<GpuVerdict>) -> Vec<GpuVerdict> {
             .collect();
         v.slow = Some(Slow {
             below_median_pct: 100.0 * (1.0 - v.steady.throughput_per_s / mid),
-            cause: cause(v, median(clocks)),
+            cause: cause(v, median(&clocks)),
         });
     }
     verdicts
@@ -362,19 +363,6 @@ fn cause(v: &GpuVerdict, sibling_clock: Option<f64>) -> String {
         return format!("power cap: drawing {power}; {clocks}");
     }
     format!("{clocks}, with no throttle reason reported")
-}
-
-fn median(mut v: Vec<f64>) -> Option<f64> {
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    Some(if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    })
 }
 
 impl BurnProgress {

@@ -17,6 +17,7 @@ use gpusim::{GpuSpec, Node, NodeConfig};
 
 use super::{BenchNode, Label, Load, Loads, Work, Workload};
 use crate::control::PowerLimits;
+use crate::control::power::sim::limits_of;
 use crate::telemetry::GpuSample;
 
 /// Share of the dense FP16 tensor peak a large GEMM reaches.
@@ -183,18 +184,10 @@ impl BenchNode for SimBench {
     }
 
     fn limits(&mut self, gpu: u32) -> anyhow::Result<PowerLimits> {
-        let g = self
-            .node
+        self.node
             .gpu(gpu as usize)
-            .ok_or_else(|| anyhow::anyhow!("no GPU {gpu} on the simulated node"))?;
-        let s = g.spec();
-        Ok(PowerLimits {
-            current_w: g.power_limit_w(),
-            enforced_w: Some(g.power_limit_w()),
-            default_w: s.power_default_w,
-            min_w: s.power_min_w,
-            max_w: s.power_max_w,
-        })
+            .map(limits_of)
+            .ok_or_else(|| anyhow::anyhow!("no GPU {gpu} on the simulated node"))
     }
 
     fn set_cap(&mut self, gpus: &[u32], watts: f64, why: &str) -> anyhow::Result<()> {

@@ -15,7 +15,7 @@
 pub mod check;
 mod nvml;
 pub mod originals;
-mod sim;
+pub mod sim;
 
 use std::sync::Arc;
 

@@ -9,23 +9,25 @@ fn no_gpu(gpu: usize) -> ControlError {
     ControlError::NoGpu(format!("no GPU {gpu} on the simulated node"))
 }
 
+/// A simulated GPU's power limits, as NVML would give them.
+pub fn limits_of(g: &gpusim::Gpu) -> PowerLimits {
+    let s = g.spec();
+    PowerLimits {
+        current_w: g.power_limit_w(),
+        enforced_w: Some(g.power_limit_w()),
+        default_w: s.power_default_w,
+        min_w: s.power_min_w,
+        max_w: s.power_max_w,
+    }
+}
+
 impl PowerControl for SimSource {
     fn gpu_count(&self) -> usize {
         Source::gpu_count(self)
     }
 
     fn power_limits(&self, gpu: usize) -> Result<PowerLimits, ControlError> {
-        self.with_node(|node| {
-            let g = node.gpu(gpu).ok_or_else(|| no_gpu(gpu))?;
-            let s = g.spec();
-            Ok(PowerLimits {
-                current_w: g.power_limit_w(),
-                enforced_w: Some(g.power_limit_w()),
-                default_w: s.power_default_w,
-                min_w: s.power_min_w,
-                max_w: s.power_max_w,
-            })
-        })
+        self.with_node(|node| node.gpu(gpu).map(limits_of).ok_or_else(|| no_gpu(gpu)))
     }
 
     fn set_power_limit_w(&self, gpu: usize, watts: f64) -> Result<(), ControlError> {
