@@ -74,6 +74,7 @@ pub fn render_table(snap: &Snapshot) -> String {
         }
     }
     nvlink_lines(&mut out, snap);
+    memory_lines(&mut out, snap);
     let xids: Vec<&GpuSample> = snap
         .gpus
         .iter()
@@ -96,6 +97,32 @@ pub fn render_table(snap: &Snapshot) -> String {
         }
     }
     out
+}
+
+/// Each GPU whose memory has rows remapped or pages retired, and what to do.
+fn memory_lines(out: &mut String, snap: &Snapshot) {
+    use crate::telemetry::memory::{MemoryAdvice, memory_health};
+    let lines: Vec<String> = snap
+        .gpus
+        .iter()
+        .filter_map(|g| {
+            let m = memory_health(g)?;
+            let todo = match m.advice {
+                Some(MemoryAdvice::Replace) => ": drain the GPU and have it replaced",
+                Some(MemoryAdvice::ResetPending) => {
+                    ": waiting for a GPU reset; reset it when idle (nvidia-smi -r -i N)"
+                }
+                None => "",
+            };
+            Some(format!("{:>3}  {}{todo}", g.index, m.what))
+        })
+        .collect();
+    if !lines.is_empty() {
+        let _ = writeln!(out, "\nMemory health");
+        for l in lines {
+            let _ = writeln!(out, "{l}");
+        }
+    }
 }
 
 /// Each GPU with NVLink: links up of all, traffic now, and which links are down.

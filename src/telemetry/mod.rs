@@ -10,6 +10,7 @@
 //! (control lives elsewhere).
 
 pub mod host;
+pub mod memory;
 pub mod mig;
 pub mod nvlink;
 pub mod nvml;

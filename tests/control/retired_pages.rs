@@ -1,8 +1,9 @@
 //! Retired pages through a real daemon on the fake NVML library's V100 scenario
 //! (`crates/fake-nvml/scenarios/v100-retired-pages.toml`: GPU 1 retired 3 pages for single-bit
-//! and 2 for double-bit errors, one more pending): `status --json`, `/metrics` under DCGM's
-//! names, the memory alert through the hook, and `doctor`'s warning and exit code. GPU 0 is a
-//! healthy V100 (zeros, not absent), and neither has row-remapping series (V100 has none).
+//! and 2 for double-bit errors, one more pending): `status --json` and its table, `/metrics`
+//! under DCGM's names, the memory alert through the hook, and `doctor`'s warning and exit code.
+//! GPU 0 is a healthy V100 (zeros, not absent), and neither has row-remapping series (V100 has
+//! none).
 
 use std::time::Duration;
 
@@ -41,6 +42,15 @@ fn retired_pages_reach_status_metrics_alerts_and_doctor() {
     assert!(
         st["gpus"][1]["remapped_rows"].is_null(),
         "V100 remaps no rows"
+    );
+
+    // The table: a line for GPU 1 under "Memory health", none for the healthy GPU 0.
+    let table = String::from_utf8(s.run(&["status"]).stdout).unwrap();
+    assert!(
+        table
+            .contains("\nMemory health\n  1  3 sbe + 2 dbe pages retired: waiting for a GPU reset")
+            && !table.contains("  0  0 sbe"),
+        "{table}"
     );
 
     // /metrics: DCGM's names and types, the GPU's labels.

@@ -175,33 +175,18 @@ fn info_line<'a>(g: &GpuSample, name: Option<&str>, t: &Theme) -> Line<'a> {
 /// Remapped rows (A100 on) or retired pages (before A100), with what waits for a reset and
 /// what means replace; nothing where the GPU reports neither or its memory is spotless.
 fn memory_health<'a>(g: &GpuSample, t: &Theme) -> Vec<Span<'a>> {
-    let mut spans = Vec::new();
-    let (what, any, replace, pending) = if let Some(r) = g.remapped_rows {
-        (
-            format!("{} + {} rows remapped", r.correctable, r.uncorrectable),
-            r.correctable + r.uncorrectable > 0,
-            r.failure.then_some("remap failed: replace"),
-            r.pending,
-        )
-    } else if let Some(p) = g.retired_pages {
-        (
-            format!("{} sbe + {} dbe pages retired", p.single_bit, p.double_bit),
-            p.total() > 0,
-            p.should_replace().then_some("replace the GPU"),
-            p.pending,
-        )
-    } else {
-        return spans;
+    use crate::telemetry::memory::{MemoryAdvice, memory_health};
+    let Some(m) = memory_health(g) else {
+        return Vec::new();
     };
-    if !any && !pending && replace.is_none() {
-        return spans;
-    }
-    spans.push(Span::styled(" · ", t.dim));
-    spans.push(Span::raw(what));
-    if let Some(r) = replace {
-        spans.push(Span::styled(format!(" ({r})"), t.lost));
-    } else if pending {
-        spans.push(Span::styled(" (reset pending)", t.warn));
+    let mut spans = vec![Span::styled(" · ", t.dim), Span::raw(m.what)];
+    if let Some(a) = m.advice {
+        let style = if a == MemoryAdvice::Replace {
+            t.lost
+        } else {
+            t.warn
+        };
+        spans.push(Span::styled(format!(" ({})", a.words(m.remapping)), style));
     }
     spans
 }
