@@ -70,10 +70,13 @@ struct Layout {
     slices: Option<u32>,
 }
 
-/// Each GPU's layout as last read (index: GPU), and how many MIG device slots it has.
+/// A GPU's MIG device slots (`nvmlDeviceGetMaxMigDeviceCount`) and its instances' layouts.
+type GpuLayout = (u32, Vec<Layout>);
+
+/// Each GPU's layout as last read (index: GPU).
 #[derive(Debug, Default)]
 pub(crate) struct MigCache {
-    gpus: Vec<Mutex<Option<(u32, Vec<Layout>)>>>,
+    gpus: Vec<Mutex<Option<GpuLayout>>>,
 }
 
 /// The profile in a MIG device's name: `NVIDIA A100-SXM4-80GB MIG 1g.10gb` → `1g.10gb`.

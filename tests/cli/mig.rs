@@ -12,13 +12,7 @@ const MIG_A100: &str = include_str!("../../crates/fake-nvml/scenarios/mig-a100.t
 const MIB: u64 = 1 << 20;
 
 fn status_json(node: &FakeNode) -> Value {
-    let out = node.gpupilot(&["status", "--json"]).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    crate::nvml_fake::status_json(node, &[]).0
 }
 
 #[test]

@@ -7,7 +7,7 @@ use crate::support::nvml::FakeNode;
 use serde_json::Value;
 use std::time::{Duration, Instant};
 
-fn status_json(node: &FakeNode, extra: &[&str]) -> (Value, Duration) {
+pub(crate) fn status_json(node: &FakeNode, extra: &[&str]) -> (Value, Duration) {
     let mut args = vec!["status", "--json"];
     args.extend_from_slice(extra);
     let t0 = Instant::now();
