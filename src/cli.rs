@@ -160,8 +160,8 @@ each user's own daemon. See docs/operations.md, \"A root daemon for power contro
     /// thermal slowdown, ECC errors, power-cap permission (exit 0 ok, 1 warnings, 2 problems).
     #[command(long_about = DOCTOR_ABOUT)]
     Doctor(DoctorArgs),
-    /// Real load on the GPUs through CUDA: GEMM throughput and memory bandwidth (one clear
-    /// line, exit status 2, on a node without CUDA).
+    /// Real load on the GPUs through CUDA: GEMM throughput, memory bandwidth, a perf/W sweep
+    /// over power caps and a burn-in (one clear line, exit status 2, on a node without CUDA).
     #[command(subcommand, long_about = BENCH_ABOUT)]
     Bench(BenchCommand),
     /// Tune a live run: `tune energy RUN` searches for the energy-optimal power cap (a job of
@@ -330,8 +330,13 @@ time, cuBLAS for the GEMM): `gemm` measures TFLOP/s in FP32, BF16 and FP16, `mem
 device-to-device copy bandwidth against the memory's peak. Each GPU is measured on its own, for \
 --duration per measurement after a warm-up, as the median of five timed windows. GPU numbers are \
 CUDA's (the NVML indices `status` shows on a node of identical GPUs without \
-CUDA_VISIBLE_DEVICES; each result names its PCI bus id). Without CUDA: one line saying what is \
-missing, exit status 2. See docs/cuda.md (gemm, memory) and docs/bench.md.";
+CUDA_VISIBLE_DEVICES; each result names its PCI bus id). `power-sweep` measures throughput, power, \
+energy per unit of work and perf/W at each power cap (set through the daemon, in its events) and \
+finds the knee and the best perf/W cap, putting the cap back at the end and on Ctrl-C or SIGHUP; \
+`burn` holds the load for --duration and says when each GPU reached thermal or power slowdown, its \
+steady temperature and clock, and which GPU is 15 % below its siblings and why. With --source sim \
+those two run on the simulator, every figure labelled simulated. Without CUDA: one line saying \
+what is missing, exit status 2. See docs/cuda.md (gemm, memory) and docs/bench.md.";
 
 const POWER_ABOUT: &str = "Without a subcommand: every GPU's power limit (current, enforced, \
 default, allowed range), its SM clock range and lock, the driver's target temperature, and the \

@@ -65,7 +65,7 @@ fn real_loads(command: &str) -> anyhow::Result<Box<dyn Loads>> {
     match crate::cuda::availability() {
         Availability::Present { .. } => Ok(Box::new(CudaLoads)),
         Availability::Missing { what } => Err(Usage(format!(
-            "gpupilot bench {command}: no CUDA ({what}); `gpupilot --source sim bench {command}` \
+            "gpupilot bench {command}: no CUDA: {what}. `gpupilot --source sim bench {command}` \
              runs the same {command} on the simulator"
         ))
         .into()),
