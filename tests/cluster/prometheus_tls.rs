@@ -127,6 +127,20 @@ fn refusal(url: &str, access: &Access) -> String {
         .to_string()
 }
 
+/// `access` without its CA file: the webpki roots do not know the CA, and the message says so
+/// and what to give.
+fn without_the_ca(url: &str, access: &Access) {
+    let no_ca = Access {
+        ca_file: None,
+        ..access.clone()
+    };
+    let e = refusal(url, &no_ca);
+    assert!(
+        e.contains("certificate") && e.contains("--prometheus-ca"),
+        "{e}"
+    );
+}
+
 fn file(dir: &tempfile::TempDir, name: &str, text: &str) -> Option<PathBuf> {
     let p = dir.path().join(name);
     std::fs::write(&p, text).unwrap();
@@ -151,16 +165,7 @@ fn https_with_a_private_ca_and_a_bearer_token() {
     assert_eq!(series[0].label("Hostname"), Some("n1"));
     assert_eq!(series[0].v, 87.0);
 
-    // Without the CA: the webpki roots do not know it, and the message says so and what to do.
-    let no_ca = Access {
-        ca_file: None,
-        ..access.clone()
-    };
-    let e = refusal(&url, &no_ca);
-    assert!(
-        e.contains("certificate") && e.contains("--prometheus-ca"),
-        "{e}"
-    );
+    without_the_ca(&url, &access);
 
     // A wrong token: HTTP 401, the server's words, and where the credentials come from.
     let wrong = Access {
@@ -283,16 +288,7 @@ fn a_real_prometheus_behind_https_and_basic_auth() {
         e.contains("HTTP 401") && e.contains("bearer") && !e.contains("s3cret"),
         "{e}"
     );
-    // Without the CA: the certificate is not trusted, and the message says what to give.
-    let no_ca = Access {
-        ca_file: None,
-        ..access.clone()
-    };
-    let e = refusal(&url, &no_ca);
-    assert!(
-        e.contains("certificate") && e.contains("--prometheus-ca"),
-        "{e}"
-    );
+    without_the_ca(&url, &access);
     // Plain HTTP to the TLS port: Prometheus answers 400, an error here.
     let plain = Prometheus::new(&format!("http://127.0.0.1:{}", server.port)).unwrap();
     assert!(plain.query("up").is_err());
