@@ -394,3 +394,33 @@ fn a_burn_on_an_idle_simulated_gpu_says_so() {
         .to_string();
     assert!(e.contains("idle"), "{e}");
 }
+
+#[test]
+fn a_stopped_burn_stops_its_loads_and_gives_the_verdict_of_what_ran() {
+    let cfg = node_config(2, "h100-sxm", "resnet50", 256);
+    let stop = AtomicBool::new(false);
+    let mut node = Faulty {
+        inner: SimBench::new(&cfg, 5.0).unwrap(),
+        refuse_w: None,
+        stop_after_waits: Some((30, &stop)),
+    };
+    let c = BurnConfig {
+        gpus: vec![0, 1],
+        duration_s: 600.0,
+        workload: Workload::Memory,
+        poll_s: 1.0,
+    };
+    let r = burn::run(&mut node, &mut SimLoads, &c, &stop, &mut |_| {}).unwrap();
+    assert!(r.stopped);
+    assert_eq!(r.unit, WorkUnit::Byte);
+    // The stop comes during the 31st wait of a second; the burn ends there, no wait after.
+    assert!((node.now_s() - 5.0 - 31.0).abs() < 1e-6, "{}", node.now_s());
+    for v in &r.gpus {
+        // A span of 450 s that never came: nothing steady measured, the whole-burn rate kept.
+        assert_eq!(v.steady.throughput_per_s, 0.0);
+        assert!(v.throughput_per_s > 1e12, "{v:?}");
+        assert!(v.slow.is_none());
+    }
+    // No cap was touched by a burn.
+    assert!(node.inner.cap_log().is_empty());
+}
