@@ -17,6 +17,7 @@ mod feed_knobs;
 mod feed_tuner;
 mod health;
 mod knobs;
+mod mig;
 mod power;
 mod record_replay;
 mod screen;
