@@ -16,14 +16,16 @@ pub enum ViewId {
     Detail,
     Run,
     Events,
+    Topology,
 }
 
 impl ViewId {
-    pub const ALL: [ViewId; 4] = [
+    pub const ALL: [ViewId; 5] = [
         ViewId::Overview,
         ViewId::Detail,
         ViewId::Run,
         ViewId::Events,
+        ViewId::Topology,
     ];
 
     /// The name used in keymaps (`view detail`).
@@ -33,6 +35,7 @@ impl ViewId {
             ViewId::Detail => "detail",
             ViewId::Run => "run",
             ViewId::Events => "events",
+            ViewId::Topology => "topology",
         }
     }
 
@@ -43,6 +46,7 @@ impl ViewId {
             ViewId::Detail => "GPU detail",
             ViewId::Run => "Run",
             ViewId::Events => "Events",
+            ViewId::Topology => "Topology",
         }
     }
 
@@ -370,7 +374,8 @@ mod tests {
     #[test]
     fn views_cycle() {
         assert_eq!(ViewId::Overview.cycle(1), ViewId::Detail);
-        assert_eq!(ViewId::Overview.cycle(-1), ViewId::Events);
-        assert_eq!(ViewId::Events.cycle(1), ViewId::Overview);
+        assert_eq!(ViewId::Overview.cycle(-1), ViewId::Topology);
+        assert_eq!(ViewId::Events.cycle(1), ViewId::Topology);
+        assert_eq!(ViewId::Topology.cycle(1), ViewId::Overview);
     }
 }

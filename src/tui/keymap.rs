@@ -193,6 +193,7 @@ impl Context {
             ViewId::Detail => Some(Context::Detail),
             ViewId::Run => Some(Context::Run),
             ViewId::Events => Some(Context::Events),
+            ViewId::Topology => None,
         }
     }
 }

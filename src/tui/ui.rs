@@ -12,6 +12,7 @@ use super::views::advisor::AdvisorView;
 use super::views::power_dialog::PowerDialogView;
 use super::views::run::knob_dialog::KnobDialogView;
 use super::views::run::state::Confirm;
+use super::views::topology::TopologyView;
 use super::views::{
     detail::DetailView, events::EventsView, help::HelpView, overview::OverviewView, run::RunView,
 };
@@ -190,6 +191,7 @@ impl Widget for &App {
                 state: &self.events,
             }
             .render(a.body, buf),
+            ViewId::Topology => TopologyView { ctx }.render(a.body, buf),
         }
         footer_row(self, a.footer).draw(a.footer, buf);
         if self.help.open {

@@ -22,3 +22,4 @@ mod power;
 mod record_replay;
 mod screen;
 mod snapshots;
+mod topology;

@@ -11,6 +11,7 @@ pub mod mig;
 pub mod overview;
 pub mod power_dialog;
 pub mod run;
+pub mod topology;
 
 use super::data::Data;
 use super::keymap::Keymap;
