@@ -9,7 +9,7 @@ use anyhow::Context as _;
 
 use super::Client;
 use crate::control::PowerLimits;
-use crate::control::bench::{BenchNode, Label};
+use crate::control::bench::{BenchNode, Label, Refused};
 use crate::control::tuner::session::TunerDaemon;
 use crate::telemetry::GpuSample;
 
@@ -59,7 +59,7 @@ impl BenchNode for DaemonBench {
         TunerDaemon::power_limits(&self.client)?
             .into_iter()
             .find(|(i, _)| *i == gpu)
-            .with_context(|| format!("the daemon reports no GPU {gpu}"))?
+            .ok_or_else(|| Refused(format!("the daemon reports no GPU {gpu}")))?
             .1
             .with_context(|| format!("GPU {gpu}'s power limits cannot be read"))
     }

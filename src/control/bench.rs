@@ -190,12 +190,18 @@ pub trait Load {
     fn stop(self: Box<Self>) -> anyhow::Result<Work>;
 }
 
+/// A benchmark asked for what cannot be: a GPU the node does not have, a cap outside a GPU's
+/// range. Nothing was changed; the command line makes it exit status 2.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Refused(pub String);
+
 /// The sample of GPU `gpu` in `samples`, or an error naming it.
 pub fn sample_of(samples: &[GpuSample], gpu: u32) -> anyhow::Result<&GpuSample> {
     let s = samples
         .iter()
         .find(|s| s.index == gpu)
-        .ok_or_else(|| anyhow::anyhow!("the daemon reports no GPU {gpu}"))?;
+        .ok_or_else(|| Refused(format!("the daemon reports no GPU {gpu}")))?;
     if s.lost {
         anyhow::bail!("GPU {gpu} is lost (it fell off the bus)");
     }

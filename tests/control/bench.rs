@@ -184,3 +184,39 @@ fn without_cuda_or_sim_one_line_and_exit_2() {
         assert!(!home.socket().exists());
     }
 }
+
+#[test]
+fn a_cap_outside_the_range_or_an_unknown_gpu_is_refused_with_exit_2_and_nothing_changed() {
+    let home = Home::new();
+    let _daemon = home.daemon(&[]);
+    for (args, says) in [
+        (
+            &["bench", "power-sweep", "--caps", "900:500:100"][..],
+            "a cap of 900 W is outside GPU 0's range, 200–700 W",
+        ),
+        (
+            &[
+                "bench",
+                "power-sweep",
+                "--gpu",
+                "7",
+                "--caps",
+                "700:500:100",
+            ],
+            "the daemon reports no GPU 7",
+        ),
+        (
+            &["bench", "burn", "--gpu", "7", "--duration", "2s"],
+            "the daemon reports no GPU 7",
+        ),
+    ] {
+        let out = home.run(args, Duration::from_secs(30));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        // The last line (the sweep announces itself first).
+        let last = stderr.trim().lines().last().unwrap_or_default();
+        assert_eq!(last, format!("gpupilot: {says}"), "{args:?}: {stderr}");
+    }
+    assert!(sweep_events(&home).is_empty());
+    assert_eq!(caps(&home.client()), [700.0, 700.0]);
+}

@@ -7,9 +7,9 @@ use std::process::ExitCode;
 use crate::cli::{GlobalArgs, SourceKind};
 use crate::client::bench::DaemonBench;
 use crate::config::Paths;
-use crate::control::bench::Loads;
 use crate::control::bench::cuda::CudaLoads;
 use crate::control::bench::sim::SimLoads;
+use crate::control::bench::{Loads, Refused};
 use crate::cuda::Availability;
 
 /// A benchmark that cannot run as asked: its line, and exit status 2.
@@ -17,11 +17,16 @@ use crate::cuda::Availability;
 #[error("{0}")]
 pub struct Usage(pub String);
 
-/// `result`, with a [`Usage`] error printed as its one line and turned into exit status 2.
+/// `result`, with a [`Usage`] error or a [`Refused`] request printed as one line and turned into
+/// exit status 2.
 pub fn exit_2_on_usage(result: anyhow::Result<ExitCode>) -> anyhow::Result<ExitCode> {
     match result {
         Err(e) if e.is::<Usage>() => {
             crate::commands::err_line(&e.to_string());
+            Ok(ExitCode::from(2))
+        }
+        Err(e) if e.is::<Refused>() => {
+            crate::commands::err_line(&format!("gpupilot: {e}"));
             Ok(ExitCode::from(2))
         }
         other => other,

@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde::{Deserialize, Serialize};
 
-use super::{BenchNode, Label, Load, Loads, WorkUnit, Workload, label_of, sample_of};
+use super::{BenchNode, Label, Load, Loads, Refused, WorkUnit, Workload, label_of, sample_of};
 use crate::control::PowerLimits;
 use crate::telemetry::GpuSample;
 
@@ -189,12 +189,11 @@ pub fn run(
         .iter()
         .find(|c| **c < limits.min_w - 1e-6 || **c > limits.max_w + 1e-6)
     {
-        anyhow::bail!(
+        return Err(Refused(format!(
             "a cap of {c:.0} W is outside GPU {}'s range, {:.0}–{:.0} W",
-            cfg.gpu,
-            limits.min_w,
-            limits.max_w
-        );
+            cfg.gpu, limits.min_w, limits.max_w
+        ))
+        .into());
     }
     let samples = node.samples()?;
     let first = sample_of(&samples, cfg.gpu)?.clone();
