@@ -188,6 +188,7 @@ mod tests {
             include_str!("exports/nvlink.rs"),
             include_str!("exports/topology.rs"),
             include_str!("exports/mig.rs"),
+            include_str!("exports/retired.rs"),
         ];
         let mut seen = Vec::new();
         for src in sources {
