@@ -10,6 +10,7 @@ mod hardening;
 mod health;
 mod in_daemon;
 mod knobs;
+mod link_alert;
 mod power_nvml;
 mod retired_pages;
 mod run_power_cap;

@@ -65,6 +65,8 @@ pub enum AlertKind {
     Straggler,
     /// The GPU reported an XID error.
     Xid,
+    /// A PCIe link below its best while the GPU works, or NVLink links down.
+    Link,
 }
 
 impl AlertKind {
@@ -78,6 +80,7 @@ impl AlertKind {
             AlertKind::Stalled => "stalled",
             AlertKind::Straggler => "straggler",
             AlertKind::Xid => "xid",
+            AlertKind::Link => "link",
         }
     }
 }
@@ -131,6 +134,16 @@ pub enum Observation {
         gpu: u32,
         lost: bool,
     },
+    /// A GPU's links: its PCIe link as `(gen, width, max gen, max width)` where all four are
+    /// reported, whether it works (an idle GPU lowers its link's generation to save power:
+    /// only a working one's generation counts, its width always does), and its NVLink links
+    /// down (None where it has no NVLink or did not say).
+    Link {
+        gpu: u32,
+        pcie: Option<(u32, u32, u32, u32)>,
+        busy: bool,
+        nvlink_down: Option<Vec<u32>>,
+    },
     /// An XID the GPU reported: the newest time it did (one observation per GPU and number).
     Xid {
         gpu: u32,
@@ -166,6 +179,7 @@ impl Observation {
             Observation::Ecc { gpu, .. } => format!("ecc:gpu{gpu}"),
             Observation::Memory { gpu, .. } => format!("memory:gpu{gpu}"),
             Observation::Lost { gpu, .. } => format!("lost:gpu{gpu}"),
+            Observation::Link { gpu, .. } => format!("link:gpu{gpu}"),
             Observation::Xid { gpu, xid, .. } => format!("xid:gpu{gpu}:{xid}"),
             Observation::Stalled { run, .. } => format!("stalled:{run}"),
             Observation::Straggler { run, .. } => format!("straggler:{run}"),
@@ -346,6 +360,54 @@ impl Alerts {
                     (Some(_), _) | (_, Some(_)) => Verdict::Clear,
                     // No reading: neither proof of a fault nor of its repair.
                     (None, None) => Verdict::Keep,
+                }
+            }
+            Observation::Link {
+                gpu,
+                pcie,
+                busy,
+                nvlink_down,
+            } => {
+                let mut said = Vec::new();
+                let mut value = 0.0;
+                if let Some(down) = nvlink_down.as_ref().filter(|d| !d.is_empty()) {
+                    let list: Vec<String> = down.iter().map(u32::to_string).collect();
+                    let plural = if down.len() == 1 { "" } else { "s" };
+                    said.push(format!(
+                        "NVLink link{plural} {} down (traffic to its peers takes the links left \
+                         or PCIe: reset the GPU when it is free; if it stays down, have the \
+                         board checked)",
+                        list.join(", ")
+                    ));
+                    value = down.len() as f64;
+                }
+                if let Some((now_gen, now_width, max_gen, max_width)) = *pcie {
+                    if now_width < max_width || (*busy && now_gen < max_gen) {
+                        said.push(format!(
+                            "runs at PCIe Gen{now_gen} x{now_width}, it can do Gen{max_gen} \
+                             x{max_width} (reseat the GPU or check its riser and slot)"
+                        ));
+                        value = value.max(f64::from(now_width));
+                    }
+                }
+                if !said.is_empty() {
+                    Verdict::Raise(alert(
+                        AlertKind::Link,
+                        Some(*gpu),
+                        None,
+                        value,
+                        None,
+                        format!("GPU {gpu}: {}", said.join("; ")),
+                    ))
+                } else if pcie.is_none() && nvlink_down.is_none() {
+                    // Nothing reported: neither proof of a fault nor of its repair.
+                    Verdict::Keep
+                } else if !*busy && active {
+                    // An idle GPU's generation says nothing: a width or NVLink fault shows
+                    // above; a generation fault waits for the GPU to work again.
+                    Verdict::Keep
+                } else {
+                    Verdict::Clear
                 }
             }
             Observation::Lost { gpu, lost } => {

@@ -336,3 +336,57 @@ fn an_xid_is_one_alert_per_gpu_and_number_cleared_an_hour_after_the_last() {
     assert!(matches!(c.as_slice(), [AlertChange::Cleared(al)] if al.key == "xid:gpu3:79"));
     assert_eq!(a.active().count(), 1);
 }
+
+#[test]
+fn a_degraded_pcie_link_or_a_down_nvlink_is_one_link_alert() {
+    let mut a = Alerts::new();
+    let link = |pcie, busy, down: Option<Vec<u32>>| Observation::Link {
+        gpu: 3,
+        pcie: Some(pcie),
+        busy,
+        nvlink_down: down,
+    };
+    // An idle GPU's link at Gen1 saves power: no alert.
+    assert!(
+        a.observe(&[link((1, 16, 5, 16), false, None)], 1.0)
+            .is_empty()
+    );
+    // Working at Gen4 x8 on a Gen5 x16 link: degraded.
+    let c = a.observe(&[link((4, 8, 5, 16), true, None)], 2.0);
+    let [AlertChange::Raised(al)] = c.as_slice() else {
+        panic!("{c:?}")
+    };
+    assert_eq!((al.key.as_str(), al.kind), ("link:gpu3", AlertKind::Link));
+    assert_eq!(
+        al.message,
+        "GPU 3: runs at PCIe Gen4 x8, it can do Gen5 x16 (reseat the GPU or check its riser \
+         and slot)"
+    );
+    // Idle again, its generation down: nothing proves the link mended.
+    assert!(
+        a.observe(&[link((1, 16, 5, 16), false, None)], 3.0)
+            .is_empty()
+    );
+    // Working at full speed: cleared.
+    let c = a.observe(&[link((5, 16, 5, 16), true, Some(vec![]))], 4.0);
+    assert!(matches!(c.as_slice(), [AlertChange::Cleared(_)]), "{c:?}");
+    // A narrower link counts even idle; a link down is said with it.
+    let c = a.observe(&[link((1, 8, 5, 16), false, Some(vec![5, 11]))], 5.0);
+    let [AlertChange::Raised(al)] = c.as_slice() else {
+        panic!("{c:?}")
+    };
+    assert!(
+        al.message.starts_with("GPU 3: NVLink links 5, 11 down (") && al.message.contains("x8"),
+        "{}",
+        al.message
+    );
+    assert_eq!(al.value, Some(8.0));
+    // A GPU that reports neither: kept as it was.
+    let quiet = Observation::Link {
+        gpu: 3,
+        pcie: None,
+        busy: true,
+        nvlink_down: None,
+    };
+    assert!(a.observe(&[quiet], 6.0).is_empty());
+}

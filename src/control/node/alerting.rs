@@ -73,6 +73,16 @@ impl NodeControl {
                 remapped: s.remapped_rows,
                 retired: s.retired_pages,
             });
+            let pcie = match (s.pcie_gen, s.pcie_width, s.pcie_gen_max, s.pcie_width_max) {
+                (Some(g), Some(w), Some(mg), Some(mw)) => Some((g, w, mg, mw)),
+                _ => None,
+            };
+            obs.push(Observation::Link {
+                gpu: s.index,
+                pcie,
+                busy: s.pstate.is_some_and(|p| p <= 2) || s.util_gpu_pct.is_some_and(|u| u > 0.0),
+                nvlink_down: s.nvlink.as_ref().map(|n| n.down()),
+            });
         }
         for r in runs.iter().filter(|r| r.live && !r.paused) {
             let limit = [
