@@ -33,13 +33,7 @@ fn main() {
     if joint {
         return joint_bench(&s);
     }
-    let mut rows = Vec::new();
-    for case in BENCH_CASES {
-        match compare(case, &s) {
-            Ok(c) => rows.push(c),
-            Err(e) => eprintln!("{} {}: {e}", case.gpu, case.model),
-        }
-    }
+    let rows = each(BENCH_CASES, |c| (c.gpu, c.model), |c| compare(c, &s));
     println!(
         "eta {}, {} W steps, gpusim step {} s, seed {}; windows per cap: golden {:?}, descend and sweep {:?}\n",
         s.eta,
@@ -80,13 +74,7 @@ fn main() {
 
 /// The joint search against the 2-D sweep (every cap at every batch that fits).
 fn joint_bench(s: &SimSettings) {
-    let mut rows = Vec::new();
-    for case in JOINT_CASES {
-        match compare_joint(case, s) {
-            Ok(c) => rows.push(c),
-            Err(e) => eprintln!("{} {}: {e}", case.gpu, case.model),
-        }
-    }
+    let rows = each(JOINT_CASES, |c| (c.gpu, c.model), |c| compare_joint(c, s));
     println!(
         "eta {}, {} W steps, gpusim step {} s, seed {}; windows per point: joint {:?}, sweep {:?}\n",
         s.eta,
@@ -109,4 +97,23 @@ fn joint_bench(s: &SimSettings) {
         100.0 * mean,
         100.0 * max
     );
+}
+
+/// `run` on each of `cases`, keeping what succeeded; a case that fails is said on stderr.
+fn each<C, R, E: std::fmt::Display>(
+    cases: &[C],
+    name: impl Fn(&C) -> (&str, &str),
+    run: impl Fn(&C) -> Result<R, E>,
+) -> Vec<R> {
+    let mut rows = Vec::new();
+    for case in cases {
+        match run(case) {
+            Ok(c) => rows.push(c),
+            Err(e) => {
+                let (gpu, model) = name(case);
+                eprintln!("{gpu} {model}: {e}");
+            }
+        }
+    }
+    rows
 }

@@ -550,6 +550,11 @@ fn resume_job(ctx: &Ctx, shared: &Mutex<TuneJob>, stop: &AtomicBool) {
                 // From a known state: the starting caps (and batch) first (a daemon killed
                 // mid-search left a probe's), then the search goes on from what was measured.
                 if let Err(e) = restore(&ctx.paths, &job.start_caps(), batch_to_restore(&job)) {
+                    // A trainer that reconnects to this daemon takes the batch once it does.
+                    if e.starts_with(NO_TRAINER) && Instant::now() < deadline {
+                        std::thread::sleep(POLL);
+                        continue;
+                    }
                     break e;
                 }
                 let cfg = TunerConfig {
@@ -618,6 +623,9 @@ fn resume_job(ctx: &Ctx, shared: &Mutex<TuneJob>, stop: &AtomicBool) {
     ctx.save_logged(&j);
 }
 
+/// Said when a batch cannot go back for want of a trainer to take it.
+const NO_TRAINER: &str = "no trainer is attached to the run";
+
 /// A joint search's run and starting batch, when it has one to put back.
 fn batch_to_restore(job: &TuneJob) -> Option<(&str, u32)> {
     job.start_batch.map(|b| (job.run.as_str(), b))
@@ -646,12 +654,19 @@ fn restore(
     if let Some((run, b)) = batch {
         let running = d.run(run).is_ok_and(|r| r.running);
         if running {
-            d.set_batch(
-                run,
-                b,
-                "energy tuner: search not resumed, batch size restored",
-            )
-            .map_err(|e| format!("{e:#}"))?;
+            let taken = d
+                .set_batch(
+                    run,
+                    b,
+                    "energy tuner: search interrupted, batch size restored",
+                )
+                .map_err(|e| format!("{e:#}"))?;
+            if !taken {
+                return Err(format!(
+                    "{NO_TRAINER}: batch size {b} could not be put back (`gpupilot set {run} \
+                     batch-size {b}` once it attaches)"
+                ));
+            }
         }
     }
     Ok(())

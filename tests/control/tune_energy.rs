@@ -25,6 +25,23 @@ const QUICK: [&str; 8] = [
     "1",
 ];
 
+/// `gpupilot ARGS` within `secs`, which must succeed: its stdout and stderr.
+fn succeeded(home: &Home, args: &[&str], secs: u64) -> (String, String) {
+    let out = home.run(args, Duration::from_secs(secs));
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    (stdout, stderr)
+}
+
+/// `gpupilot ARGS` within `secs`, which must fail: its stderr.
+fn failed(home: &Home, args: &[&str], secs: u64) -> String {
+    let out = home.run(args, Duration::from_secs(secs));
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "{stderr}");
+    stderr
+}
+
 #[test]
 fn a_search_on_a_live_run_sets_the_best_cap_and_saves_it() {
     let home = Home::new();
@@ -32,10 +49,7 @@ fn a_search_on_a_live_run_sets_the_best_cap_and_saves_it() {
     let run = home.start_synthetic();
     let mut args = vec!["tune", "energy", &run];
     args.extend(QUICK);
-    let out = home.run(&args, Duration::from_secs(120));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let (stdout, stderr) = succeeded(&home, &args, 120);
     assert!(
         stderr.contains("[2/3] 450 W measuring"),
         "progress: {stderr}"
@@ -170,10 +184,7 @@ fn a_job_of_several_ranks_is_tuned_as_one() {
     let run = start_job(&home, 2, &[0, 1]);
     let mut args = vec!["tune", "energy", &run];
     args.extend(QUICK);
-    let out = home.run(&args, Duration::from_secs(120));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let (_, stderr) = succeeded(&home, &args, 120);
     assert!(
         stderr.contains(&format!(
             "the power cap of job {run} (2 ranks) on GPUs 0,1 together, one cap for all"
@@ -207,9 +218,7 @@ fn a_job_whose_ranks_do_not_all_report_here_is_refused() {
     let run = start_job(&home, 3, &[0, 1]);
     let mut args = vec!["tune", "energy", &run];
     args.extend(QUICK);
-    let out = home.run(&args, Duration::from_secs(60));
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{stderr}");
+    let stderr = failed(&home, &args, 60);
     assert!(
         stderr.contains("a job of 3 ranks and 2 of them report to this daemon"),
         "{stderr}"
@@ -437,10 +446,7 @@ fn a_joint_search_sets_the_best_batch_and_cap_and_suggests_both() {
     let home = Home::new();
     let _daemon = home.daemon(&[]);
     let run = home.start_synthetic_with(BATCH_KNOB);
-    let out = home.run(&joint_args(&run), Duration::from_secs(240));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let (stdout, stderr) = succeeded(&home, &joint_args(&run), 240);
     assert!(
         stderr.contains("warning: changing the batch size changes training dynamics"),
         "{stderr}"
@@ -505,9 +511,7 @@ fn a_joint_search_is_refused_without_a_batch_range() {
     let home = Home::new();
     let _daemon = home.daemon(&[]);
     let run = home.start_synthetic();
-    let out = home.run(&joint_args(&run), Duration::from_secs(60));
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{stderr}");
+    let stderr = failed(&home, &joint_args(&run), 60);
     assert!(
         stderr.contains("no batch size the tuner can change"),
         "{stderr}"
@@ -589,10 +593,7 @@ fn a_joint_search_on_a_job_of_several_ranks_changes_every_rank_at_one_step() {
     let home = Home::new();
     let _daemon = home.daemon(&[]);
     let run = start_job_with(&home, 2, &[0, 1], BATCH_KNOB);
-    let out = home.run(&joint_args(&run), Duration::from_secs(240));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let (_, stderr) = succeeded(&home, &joint_args(&run), 240);
     let saved = home.run_dir(&run).path().join("tune-energy.json");
     let r: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&saved).unwrap()).unwrap();
@@ -626,5 +627,40 @@ fn a_joint_search_on_a_job_of_several_ranks_changes_every_rank_at_one_step() {
                     })
             })
         },
+    );
+}
+
+#[test]
+fn a_daemon_killed_mid_joint_search_puts_the_caps_back_and_says_where_the_batch_is() {
+    let mut nv = NvmlDaemon::new(TWO_H100, &[]);
+    let run = nv.home.start_synthetic_with(BATCH_KNOB);
+    let mut args = joint_args(&run);
+    args.push("--detach");
+    nv.ok(&args);
+    wait_for_another_batch(&nv.home.client(), &run);
+    nv.daemon.take().unwrap().signal_and_wait(Signal::KILL);
+    let record = nv.home.paths.state.join(format!("tune/tune-{run}.json"));
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(record).unwrap()).unwrap();
+    assert_eq!(
+        (r["state"].as_str(), r["start_batch"].as_i64()),
+        (Some("running"), Some(128))
+    );
+    nv.restart(&[]);
+    // The synthetic trainer does not attach to a new daemon, so the batch cannot go back
+    // through it: the caps go back, and the record says why the batch could not.
+    wait_for("the caps to be restored", Duration::from_secs(120), || {
+        tune_changes(&nv.home).iter().any(|c| c == "restored")
+    });
+    assert_eq!(
+        last_limits(&nv).values().copied().collect::<Vec<_>>(),
+        [700.0, 700.0]
+    );
+    let j = job(&nv.home, &run);
+    assert_eq!(j["state"], "cancelled", "{j}");
+    let e = j["restored"]["Err"].as_str().unwrap_or_default();
+    assert!(
+        e.contains("no trainer is attached") && e.contains("batch_size cannot reach it"),
+        "{j}"
     );
 }
