@@ -23,9 +23,8 @@ use super::{Observation, TuneResult, TuneSettings, Tuner, TunerConfig, Unit};
 use crate::control::PowerLimits;
 use crate::control::jobs::gpu_ranges;
 use crate::profile::VisibleGpus;
-use crate::protocol::KnobName;
 use crate::telemetry::{GpuSample, Snapshot};
-use crate::training::{MetricsPoint, TrainerInfo};
+use crate::training::{KnobName, MetricsPoint, TrainerInfo};
 
 /// File the result is written to, in the run's directory.
 pub const RESULT_FILE: &str = "tune-energy.json";
