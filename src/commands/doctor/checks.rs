@@ -47,7 +47,7 @@ impl Status {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Check {
     /// Stable id for scripts: `driver`, `cuda_driver`, `pytorch`, `cuda`, `cuda_gpus`, `gpus`,
-    /// `persistence`, `power_limits`, `thermal`, `ecc`, `memory`, `pcie`, `xid`,
+    /// `persistence`, `power_limits`, `thermal`, `ecc`, `memory`, `pcie`, `nvlink`, `mig`, `xid`,
     /// `power_cap_permission`.
     pub name: String,
     pub status: Status,
