@@ -155,7 +155,10 @@ impl Tuning {
             .map_err(|e| RequestError::new(ErrorCode::BadRequest, format!("{e:#}")))?;
         // The last result for this profile, on GPUs of the same limits and at the same eta,
         // brackets the golden search first.
-        let prior = self.prior(&seen.name, tuner.config());
+        let prior = self
+            .prior(&seen.name, tuner.config())
+            .map(|(w, job)| (w, format!("{job} (same profile)")))
+            .or_else(|| curve_prior(&self.paths.state, &live, tuner.config()));
         if let (Some((w, from)), None) = (&prior, settings.prior_w) {
             let cfg = TunerConfig {
                 prior_w: Some(*w),
@@ -196,7 +199,7 @@ impl Tuning {
             name: seen.name.clone(),
             what: match (&prior, settings.prior_w) {
                 (Some((w, from)), None) => format!(
-                    "{}; the search starts around {w:.0} W, the best cap of {from} (same profile)",
+                    "{}; the search starts around {w:.0} W, the best cap of {from}",
                     live.what()
                 ),
                 _ => live.what(),
@@ -779,6 +782,36 @@ impl TunerDaemon for JobDaemon {
             None => Err(e),
         }
     }
+}
+
+/// Where a search with no result of its own profile to start from starts: the cap of a kept
+/// `bench power-sweep` curve (GEMM) of the run's GPU model with the least cost at the search's
+/// eta, when the curve was taken the way this node's figures are (a simulated curve on a
+/// simulated node, a measured one on real GPUs); with the curve in words.
+fn curve_prior(
+    state: &Path,
+    live: &DaemonRun<JobDaemon>,
+    cfg: &TunerConfig,
+) -> Option<(f64, String)> {
+    use crate::control::bench::{Label, Workload, curve};
+    if cfg.strategy != crate::control::tuner::Strategy::Golden {
+        return None;
+    }
+    let name = live.gpu_samples().ok()?.into_iter().find_map(|g| g.name)?;
+    let simulated = live.telemetry_source()? == "sim";
+    let kept = curve::load(state, &name, Workload::Gemm).ok()?;
+    if (kept.label == Label::Simulated) != simulated {
+        return None;
+    }
+    let w = curve::cheapest_cap(&kept, cfg.eta, cfg.max_w, cfg.min_w, cfg.max_w)?;
+    Some((
+        w,
+        format!(
+            "the {} power sweep of {name} kept in {}",
+            kept.label.as_str(),
+            curve::path(state, &name, Workload::Gemm).display()
+        ),
+    ))
 }
 
 #[cfg(test)]

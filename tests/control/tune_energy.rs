@@ -664,3 +664,53 @@ fn a_daemon_killed_mid_joint_search_puts_the_caps_back_and_says_where_the_batch_
         "{j}"
     );
 }
+
+#[test]
+fn a_search_with_no_result_of_its_profile_starts_from_a_kept_power_sweep() {
+    let home = Home::new();
+    let _daemon = home.daemon(&[]);
+    let out = home.ok(&[
+        "bench",
+        "power-sweep",
+        "--gpu",
+        "0",
+        "--caps",
+        "700:300:100",
+        "--warmup",
+        "0.5s",
+        "--window",
+        "1s",
+        "--json",
+    ]);
+    let sweep: serde_json::Value = serde_json::from_str(&out).unwrap();
+    // The cheapest cap at QUICK's eta (1: energy alone), worked out from the curve as kept:
+    // energy per unit weighed by eta, time per unit at the H100's 700 W top cap by 1 - eta.
+    let cheapest = sweep["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            let e = p["energy_per_unit_j"].as_f64().unwrap();
+            let t = 1.0 / p["throughput_per_s"].as_f64().unwrap();
+            let eta = 1.0;
+            (
+                eta * e + (1.0 - eta) * 700.0 * t,
+                p["cap_w"].as_f64().unwrap(),
+            )
+        })
+        .min_by(|a, b| a.0.total_cmp(&b.0))
+        .unwrap()
+        .1;
+    let run = home.start_synthetic();
+    let mut args = vec!["tune", "energy", &run, "--detach"];
+    args.extend(QUICK);
+    home.ok(&args);
+    let what = job(&home, &run)["what"].as_str().unwrap().to_string();
+    assert!(
+        what.contains(&format!(
+            "the search starts around {cheapest:.0} W, the best cap of the simulated power sweep of "
+        )),
+        "{what}\n{sweep}"
+    );
+    home.ok(&["tune", "stop", &run]);
+}

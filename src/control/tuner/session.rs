@@ -322,6 +322,12 @@ impl<D: TunerDaemon> DaemonRun<D> {
         self.batch_knob.map(|k| k.0)
     }
 
+    /// Where the node's GPU figures come from (`nvml`, `sim`), from the newest snapshot.
+    pub fn telemetry_source(&self) -> Option<String> {
+        let snap = self.daemon.snapshot().ok()??;
+        Some(snap.node.source).filter(|s| !s.is_empty())
+    }
+
     /// The run's GPUs in the newest snapshot (for the memory headroom).
     pub fn gpu_samples(&self) -> anyhow::Result<Vec<GpuSample>> {
         let snap = self.daemon.snapshot()?.context("no GPU telemetry")?;
