@@ -790,7 +790,10 @@ link = 5
     assert_eq!(first[0], Some(18));
     std::thread::sleep(std::time::Duration::from_millis(300));
     let later = read(&d0);
-    assert!(later[1] > first[1], "TX climbs with training: {first:?} {later:?}");
+    assert!(
+        later[1] > first[1],
+        "TX climbs with training: {first:?} {later:?}"
+    );
     assert_eq!(later[1], later[2], "the all-reduce receives what it sends");
     assert!(later[3] > later[1], "RAW adds protocol overhead");
     assert_eq!(read(&d7), [None, None, None, None]);
@@ -812,7 +815,10 @@ link = 5
     assert_eq!(near, [1, 2, 3]);
     assert_eq!(d0.cpu_affinity(2).unwrap(), [(1 << 56) - 1, 0]);
     let d5 = nvml.device_by_index(5).unwrap();
-    assert_eq!(d5.cpu_affinity(2).unwrap(), [!((1 << 56) - 1), (1 << 48) - 1]);
+    assert_eq!(
+        d5.cpu_affinity(2).unwrap(),
+        [!((1 << 56) - 1), (1 << 48) - 1]
+    );
     assert_eq!(d5.numa_node_id().unwrap(), 1);
 }
 
