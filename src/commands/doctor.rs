@@ -11,8 +11,8 @@
 //! [`checks`]; the exit status is 0 (nothing to fix), 1 (warnings) or 2 (a failure).
 
 pub mod checks;
-pub mod mig;
 pub mod cuda;
+pub mod mig;
 pub mod nvlink;
 pub mod xids;
 

@@ -354,8 +354,13 @@ fn nvlink_bandwidth_as_dcgm_exporter_names_it_and_absent_without_nvlink() {
     let p = page(&snap_with(vec![gpu(0), linked], None), &[]);
     let metric = "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL";
     assert_eq!(value(&p, metric, 1).as_deref(), Some("18500"), "{p}");
-    assert!(p.contains(&format!("# TYPE {metric} counter
-")), "{p}");
+    assert!(
+        p.contains(&format!(
+            "# TYPE {metric} counter
+"
+        )),
+        "{p}"
+    );
     assert!(
         p.contains(&format!(
             "# HELP {metric} Total number of NVLink bandwidth counters for all lanes
@@ -363,8 +368,12 @@ fn nvlink_bandwidth_as_dcgm_exporter_names_it_and_absent_without_nvlink() {
         )),
         "{p}"
     );
-    assert_eq!(value(&p, metric, 0), None, "absent, never 0
-{p}");
+    assert_eq!(
+        value(&p, metric, 0),
+        None,
+        "absent, never 0
+{p}"
+    );
     let p = page(&snap_with(vec![gpu(0)], None), &[]);
     assert!(!p.contains("NVLINK"), "{p}");
 }
