@@ -18,6 +18,9 @@
 //! - **idle GPU drawing power**: a GPU a run holds that has done nothing all window → stop the
 //!   run;
 //! - **throughput drop after a change**: samples/s fell after a knob or cap change → undo it;
+//! - **measured cap**: a busy GPU capped well above the cap at which a `bench power-sweep` of
+//!   its model did the most work per joule, and that cap does at least 10 % more work per
+//!   joule than its own → that cap, or `tune energy` on its run;
 //! - **straggler** (a job of several ranks): one rank's own step time well above the median of
 //!   the others', named with the cause its GPU shows (thermal slowdown, power cap, a degraded
 //!   PCIe link, another process on it) or its own input pipeline, and the command that acts
@@ -171,6 +174,20 @@ pub struct AdvisorInput {
     pub now: f64,
     pub gpus: Vec<GpuSeries>,
     pub runs: Vec<RunWindow>,
+    /// Power-sweep curves kept for GPU models of the node (`gpupilot bench power-sweep`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub curves: Vec<CapCurve>,
+}
+
+/// A GPU model's measured work at each cap: what `bench power-sweep` keeps.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CapCurve {
+    /// The GPU's name as NVML gives it.
+    pub model: String,
+    /// `measured` or `simulated`.
+    pub label: String,
+    /// `(cap W, work per second, power W)`, any order.
+    pub points: Vec<(f64, f64, f64)>,
 }
 
 /// Where each rule draws its line (the defaults below are what the console uses).
@@ -249,6 +266,8 @@ pub enum HintKind {
     PowerCapThrottle,
     ThermalThrottle,
     IdleDrawingPower,
+    /// A measured power sweep of the GPU's model does much more work per joule below its cap.
+    MeasuredCap,
     ThroughputDrop,
     /// One rank of a job of several holds the others back.
     Straggler,
@@ -346,6 +365,7 @@ pub fn advise(input: &AdvisorInput, th: &Thresholds) -> Vec<Hint> {
             hints.extend(rules::thermal_throttle(&w, gpu));
         }
         hints.extend(rules::idle_drawing_power(&w, gpu));
+        hints.extend(rules::measured_cap(&w, gpu));
     }
     hints
 }

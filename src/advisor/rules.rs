@@ -494,3 +494,70 @@ pub(super) fn idle_drawing_power(w: &Window, g: &GpuSeries) -> Option<Hint> {
         }),
     })
 }
+
+/// A busy GPU's cap against the power sweep kept for its model (see the module doc).
+pub(super) fn measured_cap(w: &Window, g: &GpuSeries) -> Option<Hint> {
+    let ps = w.recent_gpu(g);
+    let times: Vec<f64> = ps.iter().map(|p| p.t).collect();
+    if !w.enough(&times) {
+        return None;
+    }
+    let model = g.latest.as_ref()?.name.as_deref()?;
+    let curve = w.input.curves.iter().find(|c| c.model == model)?;
+    let cap = ps.last()?.power_limit_w?;
+    let util = mean(ps.iter().filter_map(|p| p.util_pct))?;
+    if util < 50.0 {
+        return None;
+    }
+    let per_joule = |&(_, work, power): &(f64, f64, f64)| work / power;
+    let usable: Vec<&(f64, f64, f64)> = curve
+        .points
+        .iter()
+        .filter(|p| p.1 > 0.0 && p.2 > 0.0)
+        .collect();
+    let best = usable
+        .iter()
+        .copied()
+        .max_by(|a, b| per_joule(a).total_cmp(&per_joule(b)))?;
+    // The curve's point nearest the GPU's own cap stands for what it does now.
+    let here = usable
+        .iter()
+        .copied()
+        .min_by(|a, b| (a.0 - cap).abs().total_cmp(&(b.0 - cap).abs()))?;
+    let gain = per_joule(best) / per_joule(here) - 1.0;
+    if cap < best.0 + MEASURED_CAP_MARGIN_W || gain < MEASURED_CAP_GAIN {
+        return None;
+    }
+    let speed = best.1 / here.1;
+    Some(Hint {
+        kind: HintKind::MeasuredCap,
+        gpu: Some(g.index),
+        run: None,
+        summary: format!(
+            "GPU {}: a {} power sweep of its model did {:.0}% more work per joule at {:.0} W than \
+             at its {cap:.0} W cap, at {:.0}% of the throughput; cap it there, or tune its run \
+             (`gpupilot tune energy RUN`)",
+            g.index,
+            curve.label,
+            100.0 * gain,
+            best.0,
+            100.0 * speed
+        ),
+        evidence: vec![
+            ev("power cap", cap, "W"),
+            ev("best cap of the sweep (work per joule)", best.0, "W"),
+            ev("more work per joule there", 100.0 * gain, "%"),
+            ev("throughput there, of the cap's", 100.0 * speed, "%"),
+            ev("utilization (mean)", util, "%"),
+        ],
+        action: Some(Suggestion::PowerCap {
+            gpu: g.index,
+            watts: best.0,
+        }),
+    })
+}
+
+/// A cap this far above the sweep's best, at least, to speak…
+const MEASURED_CAP_MARGIN_W: f64 = 25.0;
+/// …and this much more work per joule there.
+const MEASURED_CAP_GAIN: f64 = 0.10;

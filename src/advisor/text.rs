@@ -12,6 +12,7 @@ pub fn label(k: HintKind) -> &'static str {
         HintKind::PowerCapThrottle => "power-cap throttling",
         HintKind::ThermalThrottle => "thermal throttling",
         HintKind::IdleDrawingPower => "idle GPU drawing power",
+        HintKind::MeasuredCap => "measured power curve",
         HintKind::ThroughputDrop => "throughput drop",
         HintKind::Straggler => "straggler",
     }

@@ -5,6 +5,7 @@ use super::Client;
 use crate::advisor::{AdvisorInput, Thresholds, adapt};
 use crate::control::tuner::session::run_gpus;
 use crate::supervisor::RunStatus;
+use crate::telemetry::GpuSample;
 
 /// Reports asked for per run: as many as one `run_metrics` answer holds (the daemon's
 /// `MAX_METRICS`).
@@ -36,6 +37,7 @@ pub fn gather(client: &Client, th: &Thresholds) -> anyhow::Result<AdvisorInput> 
         }
         input.gpus.push(adapt::gpu_series(gpu, &series));
     }
+    input.curves = kept_curves(&status.daemon.state_dir, &snap.gpus);
     for run in client.runs()? {
         if !matches!(run.status, RunStatus::Running) {
             continue;
@@ -58,4 +60,29 @@ pub fn gather(client: &Client, th: &Thresholds) -> anyhow::Result<AdvisorInput> 
             .push(adapt::run_window(&run.id, gpus, &recent, &m.trainer, caps));
     }
     Ok(input)
+}
+
+/// The GEMM power-sweep curves kept under the daemon's state directory for the node's GPU
+/// models (`gpupilot bench power-sweep`); a model without one, or one that does not read, has
+/// none.
+fn kept_curves(state: &std::path::Path, gpus: &[GpuSample]) -> Vec<crate::advisor::CapCurve> {
+    use crate::control::bench::{Workload, curve};
+    let mut models: Vec<&str> = gpus.iter().filter_map(|g| g.name.as_deref()).collect();
+    models.sort_unstable();
+    models.dedup();
+    models
+        .into_iter()
+        .filter_map(|model| {
+            let kept = curve::load(state, model, Workload::Gemm).ok()?;
+            Some(crate::advisor::CapCurve {
+                model: model.to_string(),
+                label: kept.label.as_str().to_string(),
+                points: kept
+                    .points
+                    .iter()
+                    .map(|p| (p.cap_w, p.throughput_per_s, p.power_w))
+                    .collect(),
+            })
+        })
+        .collect()
 }

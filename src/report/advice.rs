@@ -166,6 +166,8 @@ pub fn whole_run(rec: &RunRecord<'_>) -> Vec<Hint> {
         now: rec.end_s,
         gpus,
         runs: vec![run],
+        // A report judges the run as it ran, not against sweeps made since.
+        curves: Vec::new(),
     };
     advisor::advise(&input, &thresholds(rec.span_s))
 }

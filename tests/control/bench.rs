@@ -220,3 +220,51 @@ fn a_cap_outside_the_range_or_an_unknown_gpu_is_refused_with_exit_2_and_nothing_
     assert!(sweep_events(&home).is_empty());
     assert_eq!(caps(&home.client()), [700.0, 700.0]);
 }
+
+#[test]
+fn the_advisor_tells_a_busy_gpu_the_best_cap_of_its_models_kept_sweep() {
+    let home = Home::new();
+    let _daemon = home.daemon(&[]);
+    let out = home.ok(&[
+        "bench",
+        "power-sweep",
+        "--gpu",
+        "0",
+        "--caps",
+        "700:300:100",
+        "--warmup",
+        "0.5s",
+        "--window",
+        "1s",
+        "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    // GPU 1, busy at its 700 W cap, is an H100 as GPU 0 is.
+    let best = v["best_perf_per_w_cap_w"].as_f64().unwrap();
+    let mut hint = serde_json::Value::Null;
+    wait_for(
+        "the advisor's measured-cap hint",
+        Duration::from_secs(40),
+        || {
+            let out = home.run(&["advise", "--json"], Duration::from_secs(20));
+            let hints: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+            hint = hints
+                .as_array()
+                .and_then(|a| {
+                    a.iter()
+                        .find(|h| h["kind"] == "measured_cap" && h["gpu"] == 1)
+                })
+                .cloned()
+                .unwrap_or_default();
+            !hint.is_null()
+        },
+    );
+    assert_eq!(hint["action"]["action"], "power_cap", "{hint}");
+    assert_eq!(hint["action"]["watts"], best, "{hint}");
+    assert!(
+        hint["summary"]
+            .as_str()
+            .is_some_and(|s| s.contains("a simulated power sweep of its model")),
+        "{hint}"
+    );
+}

@@ -120,6 +120,7 @@ impl Job {
                 &self.trainer(),
                 Vec::new(),
             )],
+            curves: Vec::new(),
         }
     }
 }

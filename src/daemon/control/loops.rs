@@ -188,6 +188,7 @@ impl Control {
                 .map(|g| adapt::gpu_series(g, &[]))
                 .collect(),
             runs: Vec::new(),
+            curves: Vec::new(),
         };
         for (info, trainer) in runs.live_trainers() {
             let (Some(last), true) = (&trainer.last, trainer.ranks.len() >= 2) else {
