@@ -594,3 +594,107 @@ fn the_console_shows_the_system_daemons_gpus_to_any_user() {
         "`--system` started no daemon of the user's own"
     );
 }
+
+#[test]
+fn a_tuning_job_on_a_users_daemon_sets_caps_through_the_system_daemon() {
+    if !can_run() {
+        return;
+    }
+    // The user's daemon on a node whose NVML refuses it every setter; the system daemon's
+    // GPUs take the caps instead, as `gpupilot --system power cap` would.
+    let node = FakeNode::new(
+        r#"
+model = "h100-sxm"
+count = 2
+[[faults]]
+kind = "no_permission"
+"#,
+    );
+    let home = Home::new();
+    let s = System::start(&[]);
+    let sys_dir = s.sys_dir();
+    let user_cmd = |args: &[&str]| {
+        let mut cmd = node.gpupilot(args);
+        cmd.env("GPUPILOT_HOME", home.root())
+            .env("GPUPILOT_SYSTEM_DIR", &sys_dir)
+            .env_remove("GPUPILOT_SYSTEM")
+            .env_remove("GPUPILOT_LOG")
+            .current_dir(home.dir.path())
+            .stdin(Stdio::null());
+        cmd
+    };
+    let user_daemon = user_cmd(&["daemon", "--rate", "10"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let _user_daemon = DaemonProc {
+        child: Some(user_daemon),
+    };
+    wait_for("the user's daemon", Duration::from_secs(20), || {
+        Client::connect(&home.paths).is_ok()
+    });
+    let ok = |args: &[&str]| {
+        let out = user_cmd(args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let profile = home.dir.path().join("synth.toml");
+    std::fs::write(
+        &profile,
+        format!(
+            "name = \"synth\"\n[run]\ncommand = [\"{}\", \"synthetic-train\", \"--speed\", \"4\"]\n",
+            env!("CARGO_BIN_EXE_gpupilot")
+        ),
+    )
+    .unwrap();
+    let run = ok(&["run", "--detach", &profile.display().to_string()])
+        .trim()
+        .to_string();
+    let c = Client::connect(&home.paths).unwrap();
+    wait_for("the trainer to report", Duration::from_secs(30), || {
+        c.run_metrics(&run, 0)
+            .is_ok_and(|m| m.trainer.attached && !m.points.is_empty())
+    });
+    let before = s.limits(As::Root);
+    ok(&[
+        "tune",
+        "energy",
+        &run,
+        "--detach",
+        "--seconds",
+        "2",
+        "--warmup",
+        "1",
+        "--step-w",
+        "250",
+    ]);
+    // The search's caps land on the system daemon's GPUs, with the job as the reason.
+    wait_for(
+        "a cap set through the system daemon",
+        Duration::from_secs(60),
+        || {
+            s.node_events().iter().any(|e| {
+                e["event"] == "gpu_changed"
+                    && e["what"] == "power_limit"
+                    && e["why"].as_str().is_some_and(|w| w.contains("tune"))
+            })
+        },
+    );
+    // The search starts at the default cap (the one set now); its next probe is below it.
+    wait_for(
+        "a probe below the default cap",
+        Duration::from_secs(60),
+        || s.limits(As::Root) != before,
+    );
+    // Stopping the job puts the system daemon's caps back.
+    ok(&["tune", "stop", &run]);
+    wait_for("the caps back", Duration::from_secs(30), || {
+        s.limits(As::Root) == before
+    });
+    ok(&["stop", &run, "--kill"]);
+}
