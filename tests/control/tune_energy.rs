@@ -647,8 +647,9 @@ fn a_daemon_killed_mid_joint_search_puts_the_caps_back_and_says_where_the_batch_
         (Some("running"), Some(128))
     );
     nv.restart(&[]);
-    // The synthetic trainer does not attach to a new daemon, so the batch cannot go back
-    // through it: the caps go back, and the record says why the batch could not.
+    // The synthetic trainer does not attach to a new daemon: the job waits for one that
+    // reconnects (as the Python SDK does) for a minute, then puts the caps back, and the record
+    // says why the batch could not go back and how to put it back.
     wait_for("the caps to be restored", Duration::from_secs(120), || {
         tune_changes(&nv.home).iter().any(|c| c == "restored")
     });
@@ -660,7 +661,11 @@ fn a_daemon_killed_mid_joint_search_puts_the_caps_back_and_says_where_the_batch_
     assert_eq!(j["state"], "cancelled", "{j}");
     let e = j["restored"]["Err"].as_str().unwrap_or_default();
     assert!(
-        e.contains("no trainer is attached") && e.contains("batch_size cannot reach it"),
+        e.contains("no trainer is attached to the run")
+            && e.contains("batch size 128 could not be put back")
+            && e.contains(&format!(
+                "`gpupilot set {run} batch-size 128` once it attaches"
+            )),
         "{j}"
     );
 }
