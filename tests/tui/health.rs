@@ -97,9 +97,11 @@ fn the_events_view_explains_an_xid() {
 
 #[test]
 fn an_xid_from_a_fake_nvml_scenario_reaches_the_console() {
-    // GPU 1 reports XID 94 (a contained ECC error) every second.
+    // GPU 1 reports XID 94 (a contained ECC error) every second, and its PCIe link trained at
+    // x8 (an H100 SXM can do Gen5 x16).
     let s = NvmlDaemon::new(
-        "model = \"h100-sxm\"\ncount = 2\n[[faults]]\nkind = \"xid\"\ngpu = 1\nxid = 94\nevery_s = 1\n",
+        "model = \"h100-sxm\"\ncount = 2\n[[faults]]\nkind = \"xid\"\ngpu = 1\nxid = 94\nevery_s = 1\n\
+         [[per_gpu]]\ngpu = 1\npcie_link_gen = 4\npcie_link_width = 8\n",
         &[],
     );
     let tmux = Tmux::start(&s.home.root());
@@ -116,6 +118,12 @@ fn an_xid_from_a_fake_nvml_scenario_reaches_the_console() {
         1,
         "GPU 0 has none:\n{screen}"
     );
+    // GPU 1's detail says its link runs below the board's best, and what to do.
+    tmux.keys(&["j", "2"]);
+    tmux.wait_screen("GPU 1's degraded link in its detail", |s| {
+        // Idle, the GPU has lowered its link's generation: the width is what says degraded.
+        s.contains(" GPU 1 ") && s.contains(" x8 of Gen5 x16 (reseat, check the riser)")
+    });
     tmux.keys(&["4"]);
     tmux.wait_screen("the XID in the Events view, explained", |s| {
         s.contains("GPU 1: XID 94")

@@ -165,6 +165,7 @@ fn info_line<'a>(g: &GpuSample, name: Option<&str>, t: &Theme) -> Line<'a> {
         }),
     ];
     spans.extend(memory_health(g, t));
+    spans.extend(link_health(g, t));
     if let Some(bits) = g.throttle_reasons.filter(|b| *b != 0) {
         spans.push(dim(" · held by "));
         spans.push(Span::styled(throttle_reason_names(bits).join(", "), t.warn));
@@ -187,6 +188,37 @@ fn memory_health<'a>(g: &GpuSample, t: &Theme) -> Vec<Span<'a>> {
             t.warn
         };
         spans.push(Span::styled(format!(" ({})", a.words(m.remapping)), style));
+    }
+    spans
+}
+
+/// A PCIe link below the board's best (narrower, or at a lower generation while the GPU works:
+/// an idle GPU lowers its generation to save power) and NVLink links down, with what to do;
+/// nothing where every link is at its best or the GPU does not say.
+fn link_health<'a>(g: &GpuSample, t: &Theme) -> Vec<Span<'a>> {
+    let mut spans = Vec::new();
+    if let (Some(generation), Some(width), Some(max_gen), Some(max_width)) =
+        (g.pcie_gen, g.pcie_width, g.pcie_gen_max, g.pcie_width_max)
+    {
+        let busy = g.pstate.is_some_and(|p| p <= 2) || g.util_gpu_pct.is_some_and(|u| u > 0.0);
+        if width < max_width || (busy && generation < max_gen) {
+            spans.push(Span::styled(" · ", t.dim));
+            spans.push(Span::styled(
+                format!(
+                    "PCIe Gen{generation} x{width} of Gen{max_gen} x{max_width} (reseat, check the riser)"
+                ),
+                t.warn,
+            ));
+        }
+    }
+    let down = g.nvlink.as_ref().map(|n| n.down()).unwrap_or_default();
+    if !down.is_empty() {
+        let list: Vec<String> = down.iter().map(u32::to_string).collect();
+        spans.push(Span::styled(" · ", t.dim));
+        spans.push(Span::styled(
+            format!("NVLink {} down (reset the GPU)", list.join(", ")),
+            t.warn,
+        ));
     }
     spans
 }
@@ -567,5 +599,54 @@ mod tests {
             failure: true,
         });
         assert_eq!(text(&g), " · 4 + 1 rows remapped (remap failed: replace)");
+    }
+
+    #[test]
+    fn link_health_says_a_degraded_pcie_link_and_nvlink_links_down() {
+        use crate::telemetry::nvlink::{LinkNow, NvLinkSample};
+        let t = Theme::default();
+        let text = |g: &GpuSample| -> String {
+            link_health(g, &t)
+                .iter()
+                .map(|s| s.content.to_string())
+                .collect()
+        };
+        let mut g = GpuSample {
+            pcie_gen: Some(1),
+            pcie_width: Some(16),
+            pcie_gen_max: Some(5),
+            pcie_width_max: Some(16),
+            util_gpu_pct: Some(0.0),
+            pstate: Some(8),
+            ..GpuSample::default()
+        };
+        assert_eq!(text(&g), "", "an idle GPU's link saves power");
+        g.util_gpu_pct = Some(90.0);
+        assert_eq!(
+            text(&g),
+            " · PCIe Gen1 x16 of Gen5 x16 (reseat, check the riser)"
+        );
+        g.pcie_gen = Some(5);
+        assert_eq!(text(&g), "");
+        g.pcie_width = Some(8);
+        g.util_gpu_pct = Some(0.0);
+        assert_eq!(
+            text(&g),
+            " · PCIe Gen5 x8 of Gen5 x16 (reseat, check the riser)"
+        );
+        g.pcie_width = Some(16);
+        let up = LinkNow {
+            up: Some(true),
+            ..LinkNow::default()
+        };
+        let down = LinkNow {
+            up: Some(false),
+            ..LinkNow::default()
+        };
+        g.nvlink = Some(NvLinkSample {
+            per_link: vec![up, down, up, down],
+            ..NvLinkSample::default()
+        });
+        assert_eq!(text(&g), " · NVLink 1, 3 down (reset the GPU)");
     }
 }
