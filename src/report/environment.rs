@@ -5,7 +5,6 @@
 //! the report; a value nobody said is absent, never guessed.
 
 use std::collections::BTreeMap;
-use std::fs::File;
 use std::io::{self, Read as _};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -282,7 +281,8 @@ pub fn write(dir: &Path, env: &Environment) -> io::Result<()> {
 /// The run directory's environment; `Ok(None)` when it has none (a run the daemon did not
 /// start, or one from before it was recorded).
 pub fn read(dir: &Path) -> io::Result<Option<Environment>> {
-    let f = match File::open(path(dir)) {
+    // Never through a link: the daemon reads it back before adding what a trainer said.
+    let f = match crate::config::safe_fs::open_read(&path(dir)) {
         Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e),

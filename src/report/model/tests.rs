@@ -551,6 +551,13 @@ fn an_environment_not_known_is_shown_absent_never_guessed() {
         "{:?}",
         r.missing
     );
+    // A link planted in its place is not followed.
+    std::fs::remove_file(&path).unwrap();
+    let elsewhere = dir.path().join("elsewhere.json");
+    std::fs::write(&elsewhere, b"{\"recorded_at\":\"x\"}").unwrap();
+    std::os::unix::fs::symlink(&elsewhere, &path).unwrap();
+    assert!(environment::read(dir.path()).is_err());
+    std::fs::remove_file(&path).unwrap();
     std::fs::write(&path, b"{\"recorded_at\":").unwrap();
     let r = gather(&dir, src()).unwrap();
     assert!(r.environment.is_none());
