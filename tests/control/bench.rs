@@ -26,20 +26,7 @@ fn a_simulated_sweep_measures_each_cap_puts_the_cap_back_and_keeps_the_curve() {
     let home = Home::new();
     let _daemon = home.daemon(&[]);
     home.ok(&["power", "cap", "650", "--gpu", "0"]);
-    let out = home.ok(&[
-        "bench",
-        "power-sweep",
-        "--gpu",
-        "0",
-        "--caps",
-        "700:500:100",
-        "--warmup",
-        "0.5s",
-        "--window",
-        "1s",
-        "--json",
-    ]);
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let v = home.power_sweep("700:500:100");
     assert_eq!(v["schema"], "gpupilot.bench.power-sweep/1");
     assert_eq!(v["label"], "simulated");
     assert_eq!(v["original_cap_w"], 650.0);
@@ -225,20 +212,7 @@ fn a_cap_outside_the_range_or_an_unknown_gpu_is_refused_with_exit_2_and_nothing_
 fn the_advisor_tells_a_busy_gpu_the_best_cap_of_its_models_kept_sweep() {
     let home = Home::new();
     let _daemon = home.daemon(&[]);
-    let out = home.ok(&[
-        "bench",
-        "power-sweep",
-        "--gpu",
-        "0",
-        "--caps",
-        "700:300:100",
-        "--warmup",
-        "0.5s",
-        "--window",
-        "1s",
-        "--json",
-    ]);
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let v = home.power_sweep("700:300:100");
     // GPU 1, busy at its 700 W cap, is an H100 as GPU 0 is.
     let best = v["best_perf_per_w_cap_w"].as_f64().unwrap();
     let mut hint = serde_json::Value::Null;

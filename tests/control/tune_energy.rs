@@ -674,20 +674,7 @@ fn a_daemon_killed_mid_joint_search_puts_the_caps_back_and_says_where_the_batch_
 fn a_search_with_no_result_of_its_profile_starts_from_a_kept_power_sweep() {
     let home = Home::new();
     let _daemon = home.daemon(&[]);
-    let out = home.ok(&[
-        "bench",
-        "power-sweep",
-        "--gpu",
-        "0",
-        "--caps",
-        "700:300:100",
-        "--warmup",
-        "0.5s",
-        "--window",
-        "1s",
-        "--json",
-    ]);
-    let sweep: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let sweep = home.power_sweep("700:300:100");
     // The cheapest cap at QUICK's eta (1: energy alone), worked out from the curve as kept:
     // energy per unit weighed by eta, time per unit at the H100's 700 W top cap by 1 - eta.
     let cheapest = sweep["points"]

@@ -506,44 +506,52 @@ fn without_a_system_daemon_clients_say_so_and_start_none() {
     assert!(home.socket().exists());
 }
 
+/// A node whose NVML refuses every setter, as it does to a daemon that is not root.
+const REFUSES_SETTERS: &str = r#"
+model = "h100-sxm"
+count = 2
+[[faults]]
+kind = "no_permission"
+"#;
+
+/// `gpupilot ARGS` on `node` as the user of `home`, with the system daemon in `sys_dir`.
+fn user_command(node: &FakeNode, home: &Home, sys_dir: &Path, args: &[&str]) -> Command {
+    let mut cmd = node.gpupilot(args);
+    cmd.env("GPUPILOT_HOME", home.root())
+        .env("GPUPILOT_SYSTEM_DIR", sys_dir)
+        .env_remove("GPUPILOT_SYSTEM")
+        .env_remove("GPUPILOT_LOG")
+        .current_dir(home.dir.path())
+        .stdin(Stdio::null());
+    cmd
+}
+
+/// The user's own daemon on `node`, once it answers.
+fn user_daemon(node: &FakeNode, home: &Home, sys_dir: &Path) -> DaemonProc {
+    let child = user_command(node, home, sys_dir, &["daemon", "--rate", "10"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let d = DaemonProc { child: Some(child) };
+    wait_for("the user's daemon", Duration::from_secs(20), || {
+        Client::connect(&home.paths).is_ok()
+    });
+    d
+}
+
 #[test]
 fn a_users_daemon_without_root_points_at_the_running_system_daemon() {
     if !can_run() {
         return;
     }
     // The user's own daemon on a node whose NVML refuses setters (as it does to non-root).
-    let node = FakeNode::new(
-        r#"
-model = "h100-sxm"
-count = 2
-[[faults]]
-kind = "no_permission"
-"#,
-    );
+    let node = FakeNode::new(REFUSES_SETTERS);
     let home = Home::new();
     let s = System::start(&[]);
     let sys_dir = s.sys_dir();
-    let user_cmd = |args: &[&str]| {
-        let mut cmd = node.gpupilot(args);
-        cmd.env("GPUPILOT_HOME", home.root())
-            .env("GPUPILOT_SYSTEM_DIR", &sys_dir)
-            .env_remove("GPUPILOT_SYSTEM")
-            .env_remove("GPUPILOT_LOG")
-            .current_dir(home.dir.path())
-            .stdin(Stdio::null());
-        cmd
-    };
-    let user_daemon = user_cmd(&["daemon", "--rate", "10"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let _user_daemon = DaemonProc {
-        child: Some(user_daemon),
-    };
-    wait_for("the user's daemon", Duration::from_secs(20), || {
-        Client::connect(&home.paths).is_ok()
-    });
+    let user_cmd = |args: &[&str]| user_command(&node, &home, &sys_dir, args);
+    let _user_daemon = user_daemon(&node, &home, &sys_dir);
     let out = user_cmd(&["power", "cap", "250", "--gpu", "1"])
         .output()
         .unwrap();
@@ -602,38 +610,12 @@ fn a_tuning_job_on_a_users_daemon_sets_caps_through_the_system_daemon() {
     }
     // The user's daemon on a node whose NVML refuses it every setter; the system daemon's
     // GPUs take the caps instead, as `gpupilot --system power cap` would.
-    let node = FakeNode::new(
-        r#"
-model = "h100-sxm"
-count = 2
-[[faults]]
-kind = "no_permission"
-"#,
-    );
+    let node = FakeNode::new(REFUSES_SETTERS);
     let home = Home::new();
     let s = System::start(&[]);
     let sys_dir = s.sys_dir();
-    let user_cmd = |args: &[&str]| {
-        let mut cmd = node.gpupilot(args);
-        cmd.env("GPUPILOT_HOME", home.root())
-            .env("GPUPILOT_SYSTEM_DIR", &sys_dir)
-            .env_remove("GPUPILOT_SYSTEM")
-            .env_remove("GPUPILOT_LOG")
-            .current_dir(home.dir.path())
-            .stdin(Stdio::null());
-        cmd
-    };
-    let user_daemon = user_cmd(&["daemon", "--rate", "10"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let _user_daemon = DaemonProc {
-        child: Some(user_daemon),
-    };
-    wait_for("the user's daemon", Duration::from_secs(20), || {
-        Client::connect(&home.paths).is_ok()
-    });
+    let user_cmd = |args: &[&str]| user_command(&node, &home, &sys_dir, args);
+    let _user_daemon = user_daemon(&node, &home, &sys_dir);
     let ok = |args: &[&str]| {
         let out = user_cmd(args).output().unwrap();
         assert!(

@@ -139,6 +139,25 @@ impl Home {
     }
 
     /// The node's events.jsonl, parsed.
+    /// `bench power-sweep` of GPU 0 over `caps` (`MAX:MIN:STEP`), 0.5 s of warm-up and a 1 s
+    /// window a cap: its JSON.
+    pub fn power_sweep(&self, caps: &str) -> serde_json::Value {
+        let out = self.ok(&[
+            "bench",
+            "power-sweep",
+            "--gpu",
+            "0",
+            "--caps",
+            caps,
+            "--warmup",
+            "0.5s",
+            "--window",
+            "1s",
+            "--json",
+        ]);
+        serde_json::from_str(&out).unwrap()
+    }
+
     pub fn node_events(&self) -> Vec<serde_json::Value> {
         node_events(&self.paths)
     }

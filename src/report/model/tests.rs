@@ -182,17 +182,19 @@ fn synthetic(status: RunStatus) -> (tempfile::TempDir, RunDir) {
     (tmp, dir)
 }
 
+/// A series holding `v` in every 10 s bucket of the synthetic run's 120 s.
+fn pts(v: f64) -> Vec<Point> {
+    (0..12)
+        .map(|i| Point {
+            t: T0 + i as f64 * 10.0,
+            min: v,
+            mean: v,
+            max: v,
+        })
+        .collect()
+}
+
 fn history() -> Vec<GpuSeries> {
-    let pts = |v: f64| -> Vec<Point> {
-        (0..12)
-            .map(|i| Point {
-                t: T0 + i as f64 * 10.0,
-                min: v,
-                mean: v,
-                max: v,
-            })
-            .collect()
-    };
     vec![GpuSeries {
         gpu: 0,
         series: vec![
@@ -665,16 +667,6 @@ fn the_advice_over_the_whole_run_is_in_every_form() {
         g.temp_slowdown_c = Some(87.0);
     }
     environment::write(dir.path(), &env).unwrap();
-    let pts = |v: f64| -> Vec<Point> {
-        (0..12)
-            .map(|i| Point {
-                t: T0 + i as f64 * 10.0,
-                min: v,
-                mean: v,
-                max: v,
-            })
-            .collect()
-    };
     let hot = vec![GpuSeries {
         gpu: 0,
         series: vec![
