@@ -54,15 +54,29 @@ pub struct NvmlSource {
     mig: super::mig::MigCache,
 }
 
-/// How often fields that change seldom or never are read again: the link's best generation
-/// and width, the lifetime ECC counts and the retired pages (which change only after an ECC
-/// error, whose event makes the next sample read them at once). Nine NVML calls a GPU saved
-/// on most samples.
+/// How often fields that change seldom or never are read again: the GPU's identity (name,
+/// UUID, PCI bus id) and rated figures (temperature thresholds, default and allowed power
+/// caps, best clocks), the persistence mode, the link's best generation and width, the
+/// lifetime ECC counts and the retired pages (which change only after an ECC error, whose
+/// event makes the next sample read them at once). Twenty NVML calls a GPU saved on most
+/// samples; a real driver spends microseconds in each.
 const SELDOM: Duration = Duration::from_secs(10);
 
 /// Fields read every [`SELDOM`].
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 struct Seldom {
+    name: Option<String>,
+    uuid: Option<String>,
+    pci_bus_id: Option<String>,
+    temp_slowdown_c: Option<f64>,
+    temp_shutdown_c: Option<f64>,
+    temp_gpu_max_c: Option<f64>,
+    power_default_w: Option<f64>,
+    power_min_w: Option<f64>,
+    power_max_w: Option<f64>,
+    sm_clock_max_mhz: Option<u32>,
+    mem_clock_max_mhz: Option<u32>,
+    persistence: Option<bool>,
     pcie_gen_max: Option<u32>,
     pcie_width_max: Option<u32>,
     ecc_corrected_total: Option<u64>,
@@ -170,12 +184,31 @@ impl NvmlSource {
         let mut slot = slot.lock().unwrap_or_else(|p| p.into_inner());
         // An ECC event makes the lifetime counts worth reading now.
         let ecc_event = self.xids.take_ecc_event(index);
-        if let Some((at, cached)) = *slot {
+        if let Some((at, cached)) = &*slot {
             if at.elapsed() < SELDOM && !ecc_event {
-                return cached;
+                return cached.clone();
             }
         }
+        let threshold = |r: &mut Reader, t| r.get(dev.temperature_threshold(t)).map(f64::from);
+        let constraints = r.get(dev.power_management_limit_constraints());
         let fresh = Seldom {
+            name: r.get(dev.name()),
+            uuid: r.get(dev.uuid()),
+            pci_bus_id: r.get(dev.pci_info()).map(|p| p.bus_id),
+            temp_slowdown_c: threshold(r, TemperatureThreshold::Slowdown),
+            temp_shutdown_c: threshold(r, TemperatureThreshold::Shutdown),
+            temp_gpu_max_c: threshold(r, TemperatureThreshold::GpuMax),
+            power_default_w: r
+                .get(dev.power_management_limit_default())
+                .map(milliwatts)
+                .and_then(nonzero),
+            power_min_w: constraints
+                .as_ref()
+                .and_then(|c| nonzero(milliwatts(c.min_limit))),
+            power_max_w: constraints.and_then(|c| nonzero(milliwatts(c.max_limit))),
+            sm_clock_max_mhz: r.get(dev.max_clock_info(Clock::SM)),
+            mem_clock_max_mhz: r.get(dev.max_clock_info(Clock::Memory)),
+            persistence: r.get(dev.is_in_persistent_mode()),
             pcie_gen_max: r.get(dev.max_pcie_link_gen()),
             pcie_width_max: r.get(dev.max_pcie_link_width()),
             ecc_corrected_total: r
@@ -184,9 +217,24 @@ impl NvmlSource {
                 .get(dev.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Aggregate)),
             retired_pages: retired_pages(dev, r),
         };
-        *slot = Some((Instant::now(), fresh));
+        if r.lost {
+            // Read from a GPU falling off: not to be kept for the next samples.
+            *slot = None;
+        } else {
+            *slot = Some((Instant::now(), fresh.clone()));
+        }
         fresh
     }
+}
+
+/// NVML speaks milliwatts (and millijoules).
+fn milliwatts(v: u32) -> f64 {
+    f64::from(v) / 1000.0
+}
+
+/// A limit of 0 W is a driver oddity, not a limit: unknown.
+fn nonzero(w: f64) -> Option<f64> {
+    (w > 0.0).then_some(w)
 }
 
 /// Page retirement: both causes' counts and the pending flag, or absent when any of the three
@@ -245,9 +293,24 @@ impl Source for NvmlSource {
             }
         };
         let mut r = Reader { lost: false };
-        s.name = r.get(dev.name());
-        s.uuid = r.get(dev.uuid());
-        s.pci_bus_id = r.get(dev.pci_info()).map(|p| p.bus_id);
+        let seldom = self.seldom(index, &dev, &mut r);
+        s.name = seldom.name;
+        s.uuid = seldom.uuid;
+        s.pci_bus_id = seldom.pci_bus_id;
+        s.temp_slowdown_c = seldom.temp_slowdown_c;
+        s.temp_shutdown_c = seldom.temp_shutdown_c;
+        s.temp_gpu_max_c = seldom.temp_gpu_max_c;
+        s.power_default_w = seldom.power_default_w;
+        s.power_min_w = seldom.power_min_w;
+        s.power_max_w = seldom.power_max_w;
+        s.sm_clock_max_mhz = seldom.sm_clock_max_mhz;
+        s.mem_clock_max_mhz = seldom.mem_clock_max_mhz;
+        s.persistence = seldom.persistence;
+        s.pcie_gen_max = seldom.pcie_gen_max;
+        s.pcie_width_max = seldom.pcie_width_max;
+        s.ecc_corrected_total = seldom.ecc_corrected_total;
+        s.ecc_uncorrected_total = seldom.ecc_uncorrected_total;
+        s.retired_pages = seldom.retired_pages;
         if let Some(u) = r.get(dev.utilization_rates()) {
             s.util_gpu_pct = Some(u.gpu as f64);
             s.util_mem_pct = Some(u.memory as f64);
@@ -260,40 +323,20 @@ impl Source for NvmlSource {
         s.temperature_c = r
             .get(dev.temperature(TemperatureSensor::Gpu))
             .map(f64::from);
-        s.temp_slowdown_c = r
-            .get(dev.temperature_threshold(TemperatureThreshold::Slowdown))
-            .map(f64::from);
-        s.temp_shutdown_c = r
-            .get(dev.temperature_threshold(TemperatureThreshold::Shutdown))
-            .map(f64::from);
-        s.temp_gpu_max_c = r
-            .get(dev.temperature_threshold(TemperatureThreshold::GpuMax))
-            .map(f64::from);
-        // NVML speaks milliwatts and millijoules.
-        let mw = |v: u32| v as f64 / 1000.0;
-        s.power_w = r.get(dev.power_usage()).map(mw);
-        // A limit of 0 W is a driver oddity, not a limit: treat it as unknown.
-        let nonzero = |w: f64| (w > 0.0).then_some(w);
+        s.power_w = r.get(dev.power_usage()).map(milliwatts);
         s.power_limit_w = r
             .get(dev.power_management_limit())
-            .map(mw)
+            .map(milliwatts)
             .and_then(nonzero);
-        s.power_enforced_w = r.get(dev.enforced_power_limit()).map(mw).and_then(nonzero);
-        s.power_default_w = r
-            .get(dev.power_management_limit_default())
-            .map(mw)
+        s.power_enforced_w = r
+            .get(dev.enforced_power_limit())
+            .map(milliwatts)
             .and_then(nonzero);
-        if let Some(c) = r.get(dev.power_management_limit_constraints()) {
-            s.power_min_w = nonzero(mw(c.min_limit));
-            s.power_max_w = nonzero(mw(c.max_limit));
-        }
         s.energy_j = r
             .get(dev.total_energy_consumption())
             .map(|mj| mj as f64 / 1000.0);
         s.sm_clock_mhz = r.get(dev.clock_info(Clock::SM));
-        s.sm_clock_max_mhz = r.get(dev.max_clock_info(Clock::SM));
         s.mem_clock_mhz = r.get(dev.clock_info(Clock::Memory));
-        s.mem_clock_max_mhz = r.get(dev.max_clock_info(Clock::Memory));
         s.fan_pct = r.get(dev.fan_speed(0)).map(f64::from);
         s.pstate = r.get(dev.performance_state()).map(|p| p.as_c());
         s.throttle_reasons = r.get(dev.current_throttle_reasons()).map(|t| t.bits());
@@ -308,12 +351,6 @@ impl Source for NvmlSource {
         s.ecc_corrected = r.get(dev.total_ecc_errors(MemoryError::Corrected, EccCounter::Volatile));
         s.ecc_uncorrected =
             r.get(dev.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile));
-        let seldom = self.seldom(index, &dev, &mut r);
-        s.pcie_gen_max = seldom.pcie_gen_max;
-        s.pcie_width_max = seldom.pcie_width_max;
-        s.ecc_corrected_total = seldom.ecc_corrected_total;
-        s.ecc_uncorrected_total = seldom.ecc_uncorrected_total;
-        s.retired_pages = seldom.retired_pages;
         if let Some(values) = r.get(dev.field_values_for(&FIELDS)) {
             let mut by_id = [None; FIELDS.len()];
             for v in values.into_iter().flatten() {
@@ -345,7 +382,6 @@ impl Source for NvmlSource {
         s.dec_util_pct = r
             .get(dev.decoder_utilization())
             .map(|u| f64::from(u.utilization));
-        s.persistence = r.get(dev.is_in_persistent_mode());
         s.nvlink = self.nvlinks.sample(index, &dev);
         let compute = r.get(dev.running_compute_processes());
         let graphics = r.get(dev.running_graphics_processes());
