@@ -114,6 +114,8 @@ pub struct Refusals {
     /// Refusals of a kind recorded one by one in a window before the rest are counted.
     each: u64,
     pending: Mutex<HashMap<(u32, String), Pending>>,
+    /// Told when a kind starts pending: whoever flushes need not look while none is.
+    started: tokio::sync::Notify,
 }
 
 #[derive(Debug)]
@@ -134,7 +136,23 @@ impl Refusals {
             window,
             each: each.max(1),
             pending: Mutex::default(),
+            started: tokio::sync::Notify::new(),
         }
+    }
+
+    /// Whether any kind waits for its window to end (a [`flush`](Self::flush) has work).
+    pub fn pending(&self) -> bool {
+        !self
+            .pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_empty()
+    }
+
+    /// Resolves when a kind starts pending after this is called (or had started since the
+    /// last wait: the permit is kept).
+    pub async fn started(&self) {
+        self.started.notified().await
     }
 
     /// Note that `uid` was refused for `reason` (a few words, the same for every refusal of the
@@ -151,14 +169,15 @@ impl Refusals {
     ) -> bool {
         {
             let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-            let p = pending
-                .entry((uid, reason.to_string()))
-                .or_insert_with(|| Pending {
+            let p = pending.entry((uid, reason.to_string())).or_insert_with(|| {
+                self.started.notify_one();
+                Pending {
                     since: Instant::now(),
                     seen: 0,
                     more: 0,
                     record,
-                });
+                }
+            });
             p.seen += 1;
             if p.seen > self.each {
                 p.more += 1;

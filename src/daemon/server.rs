@@ -74,12 +74,19 @@ pub async fn accept_loop(
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut conns = JoinSet::new();
     loop {
+        // The housekeeping tick runs only while it has work: refusals counted in a window, or
+        // a user gone whose allowance is to be forgotten. A daemon with only live connections
+        // sleeps until something happens.
+        let housekeeping = shared.refusals.pending() || shared.bounds.prunable();
         tokio::select! {
             _ = shutdown.cancelled() => break,
-            _ = tick.tick() => {
+            _ = tick.tick(), if housekeeping => {
                 shared.refusals.flush(daemon.events(), false);
                 shared.bounds.prune(Instant::now());
             }
+            // A refusal in a connection: look again (a connection that ends wakes the loop
+            // through `join_next`).
+            _ = shared.refusals.started(), if !housekeeping => {}
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
                     conns.spawn(connection(

@@ -234,6 +234,12 @@ impl Bounds {
 
     /// Forget users with no connection whose allowance has refilled (kept until then, so that
     /// closing every connection does not buy a new burst).
+    /// Whether [`prune`](Self::prune) may have work: a user with no connection left.
+    pub fn prunable(&self) -> bool {
+        let users = self.users.lock().unwrap_or_else(|e| e.into_inner());
+        users.by_uid.values().any(|u| u.conns == 0)
+    }
+
     pub fn prune(&self, now: Instant) {
         let mut users = self.users.lock().unwrap_or_else(|e| e.into_inner());
         let (rate, burst) = (self.limits.rate_per_s, self.limits.burst);
