@@ -8,7 +8,7 @@ use super::{Client, ClientError};
 use crate::control::PowerLimits;
 use crate::control::tuner::record::TuneJob;
 use crate::control::tuner::session::{Reports, RunSeen, TunerDaemon};
-use crate::protocol::{Request, Response, TargetGpus};
+use crate::protocol::{ErrorCode, Request, Response, TargetGpus};
 use crate::supervisor::RunStatus;
 use crate::telemetry::Snapshot;
 
@@ -65,9 +65,26 @@ impl TunerDaemon for Client {
         );
         match asked {
             Ok(_) => Ok(true),
-            Err(e) if e.code() == Some(crate::protocol::ErrorCode::RestartNeeded) => Ok(false),
+            Err(e) if no_trainer_now(&e) => Ok(false),
             Err(e) => Err(e.into()),
         }
+    }
+}
+
+/// The daemon's answer to a knob change on a run no trainer is attached to now: one restarting
+/// (after running out of memory), or one whose SDK has not reconnected to a daemon that just
+/// started. The tuner asks again later rather than giving up the search.
+fn no_trainer_now(e: &ClientError) -> bool {
+    match e {
+        ClientError::Daemon {
+            code: ErrorCode::RestartNeeded,
+            ..
+        } => true,
+        ClientError::Daemon {
+            code: ErrorCode::BadState,
+            message,
+        } => message.starts_with("no trainer is attached"),
+        _ => false,
     }
 }
 
@@ -102,5 +119,37 @@ impl Client {
                 })
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_run_without_a_trainer_now_is_asked_again_later() {
+        let daemon = |code, message: &str| ClientError::Daemon {
+            code,
+            message: message.into(),
+        };
+        // As the daemon words them (daemon::runs::trainers, knob_set).
+        assert!(no_trainer_now(&daemon(
+            ErrorCode::BadState,
+            "no trainer is attached to run r1 (it does not use the gpupilot SDK, or has not \
+             connected yet) and its command has no {batch_size} placeholder"
+        )));
+        assert!(no_trainer_now(&daemon(
+            ErrorCode::RestartNeeded,
+            "no trainer is attached to run r1, and its command takes {batch_size}"
+        )));
+        // A run that is over, or a value out of range, is an answer, not a wait.
+        assert!(!no_trainer_now(&daemon(
+            ErrorCode::BadState,
+            "run r1 is over; nothing changed"
+        )));
+        assert!(!no_trainer_now(&daemon(
+            ErrorCode::BadRequest,
+            "batch_size = 9 is outside run r1's allowed range"
+        )));
     }
 }

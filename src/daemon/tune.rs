@@ -657,18 +657,15 @@ fn restore(
     if let Some((run, b)) = batch {
         let running = d.run(run).is_ok_and(|r| r.running);
         if running {
-            let asked = d.set_batch(
-                run,
-                b,
-                "energy tuner: search interrupted, batch size restored",
-            );
-            let taken = match asked {
-                Ok(taken) => taken,
-                // No trainer attached yet (a daemon that just restarted): the caller waits for
-                // one that reconnects, as for a change that was not taken.
-                Err(e) if no_trainer_yet(&e) => false,
-                Err(e) => return Err(format!("{e:#}")),
-            };
+            // Not taken: no trainer attached yet (a daemon that just restarted); the caller
+            // waits for one that reconnects.
+            let taken = d
+                .set_batch(
+                    run,
+                    b,
+                    "energy tuner: search interrupted, batch size restored",
+                )
+                .map_err(|e| format!("{e:#}"))?;
             if !taken {
                 return Err(format!(
                     "{NO_TRAINER}: batch size {b} could not be put back (`gpupilot set {run} \
@@ -678,17 +675,6 @@ fn restore(
         }
     }
     Ok(())
-}
-
-/// The daemon's answer to a knob change on a run no trainer is attached to.
-fn no_trainer_yet(e: &anyhow::Error) -> bool {
-    matches!(
-        e.downcast_ref::<ClientError>(),
-        Some(ClientError::Daemon {
-            code: ErrorCode::BadState,
-            message,
-        }) if message.starts_with("no trainer is attached")
-    )
 }
 
 /// Every job record under `dir`, read bounded and without following links; a file that is

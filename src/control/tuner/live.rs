@@ -17,6 +17,11 @@ pub trait LiveRun {
     /// Change the run's batch size (a joint search): every rank at one step. The change lands
     /// when the reports show it ([`Observation::batch`]).
     fn set_batch(&mut self, batch: u32) -> Result<(), String>;
+    /// Whether the batch asked last has reached the run's trainer; one asked while no trainer
+    /// was attached (a trainer restarting after it ran out of memory) is asked again now.
+    fn batch_taken(&mut self) -> Result<bool, String> {
+        Ok(true)
+    }
     /// Put back each GPU's cap from before the search (and the batch, after a joint search
     /// that changed it).
     fn restore(&mut self) -> Result<(), String>;
@@ -117,8 +122,27 @@ pub fn drive(
                 run.set_cap(apply_w)
                     .map_err(|e| format!("setting the best cap {apply_w:.0} W: {e}"))?;
                 if let Some(b) = &result.batch {
-                    run.set_batch(b.best)
-                        .map_err(|e| format!("setting the best batch size {}: {e}", b.best))?;
+                    let failed = |e: String| {
+                        format!(
+                            "setting the best batch size {}: {e} (the best cap {apply_w:.0} W is set)",
+                            b.best
+                        )
+                    };
+                    run.set_batch(b.best).map_err(failed)?;
+                    // A trainer that ran out of memory at the last batch tried may still be
+                    // restarting: the best batch waits for it to attach, as long as a first
+                    // report would.
+                    let mut polls = 0;
+                    while !run.batch_taken().map_err(failed)? {
+                        polls += 1;
+                        if polls >= FIRST_OBSERVATION_POLLS
+                            || stop.load(Ordering::SeqCst)
+                            || !run.alive()?
+                        {
+                            return Err(failed("no trainer attached to the run to take it".into()));
+                        }
+                        wait();
+                    }
                 }
                 progress(&tuner.progress());
                 return Ok(Outcome::Done(result));
@@ -186,6 +210,9 @@ mod tests {
         life: u32,
         quiet_polls: u32,
         refuse_below: f64,
+        /// The batches asked, and how many more looks find the last one not yet taken.
+        batches: Vec<u32>,
+        untaken: u32,
     }
 
     impl Fake {
@@ -206,6 +233,8 @@ mod tests {
                 life: u32::MAX,
                 quiet_polls: 0,
                 refuse_below: 0.0,
+                batches: Vec::new(),
+                untaken: 0,
             }
         }
     }
@@ -231,8 +260,13 @@ mod tests {
             self.caps.push(w);
             Ok(())
         }
-        fn set_batch(&mut self, _: u32) -> Result<(), String> {
-            Err("the fake has no batch".into())
+        fn set_batch(&mut self, b: u32) -> Result<(), String> {
+            self.batches.push(b);
+            Ok(())
+        }
+        fn batch_taken(&mut self) -> Result<bool, String> {
+            self.untaken = self.untaken.saturating_sub(1);
+            Ok(self.untaken == 0)
         }
         fn restore(&mut self) -> Result<(), String> {
             self.restored += 1;
@@ -354,5 +388,68 @@ mod tests {
         let mut run = Fake::new();
         run.life = 0;
         assert!(drive(&mut tuner(), &mut run, &stop, || {}, |_| {}).is_err());
+    }
+
+    /// The cap search, its result given a batch dimension (best batch 128), as a joint
+    /// search's end is.
+    struct WithBatch(Tuner);
+
+    impl Search for WithBatch {
+        fn start(&mut self, now: &Observation) -> SearchStep {
+            self.0.start(now)
+        }
+        fn observe(&mut self, obs: &Observation) -> Option<SearchStep> {
+            match self.0.observe(obs)? {
+                SearchStep::Finish {
+                    apply_w,
+                    mut result,
+                } => {
+                    result.batch = Some(super::super::joint::BatchOutcome {
+                        start: 64,
+                        best: 128,
+                        planned: vec![64, 128, 256],
+                        searched: Vec::new(),
+                        oom: Some(256),
+                    });
+                    Some(SearchStep::Finish { apply_w, result })
+                }
+                other => Some(other),
+            }
+        }
+        fn cancel(&mut self) -> Option<SearchStep> {
+            self.0.cancel()
+        }
+        fn progress(&self) -> Progress {
+            self.0.progress()
+        }
+    }
+
+    #[test]
+    fn the_best_batch_waits_for_a_restarting_trainer_to_take_it() {
+        let mut run = Fake::new();
+        run.untaken = 5;
+        let stop = AtomicBool::new(false);
+        let waits = Cell::new(0);
+        let out = drive(
+            &mut WithBatch(tuner()),
+            &mut run,
+            &stop,
+            || waits.set(waits.get() + 1),
+            |_| {},
+        )
+        .unwrap();
+        assert!(matches!(out, Outcome::Done(_)), "{out:?}");
+        assert_eq!(run.batches, [128]);
+        assert_eq!(run.untaken, 0, "asked until taken");
+        // A trainer that never comes back: the search says the batch did not reach the run.
+        let mut run = Fake::new();
+        run.untaken = u32::MAX;
+        let err = drive(&mut WithBatch(tuner()), &mut run, &stop, || {}, |_| {}).unwrap_err();
+        assert!(
+            err.contains("setting the best batch size 128: no trainer attached")
+                && err.contains("the best cap 450 W is set"),
+            "{err}"
+        );
+        assert!(run.untaken < u32::MAX - 100, "waited, bounded");
     }
 }

@@ -348,6 +348,11 @@ impl<D: TunerDaemon> DaemonRun<D> {
         Ok(())
     }
 
+    /// Whether the batch asked last reached a trainer (true when none was asked).
+    fn batch_taken_now(&self) -> bool {
+        self.asked_batch.is_none_or(|(_, taken)| taken)
+    }
+
     /// The batch every rank reports (`None` while they differ), and whether the batch asked
     /// was refused (a rank that knows it would not fit) since the last look.
     fn batch_seen(&mut self, trainer: &TrainerInfo, points: &[MetricsPoint]) -> Option<u32> {
@@ -492,7 +497,17 @@ impl<D: TunerDaemon> LiveRun for DaemonRun<D> {
             )?;
         }
         if let (Some(b), true) = (self.start_batch, self.batch_changed) {
-            if let Err(e) = self.ask_batch(b, "energy tuner: search stopped, batch size restored") {
+            let missed = match self
+                .ask_batch(b, "energy tuner: search stopped, batch size restored")
+            {
+                Err(e) => Some(e),
+                Ok(()) if !self.batch_taken_now() => Some(format!(
+                    "no trainer is attached to take it (`gpupilot set {} batch-size {b}` once one is)",
+                    self.id
+                )),
+                Ok(()) => None,
+            };
+            if let Some(e) = missed {
                 // A run that ended has no batch to put back.
                 if self.daemon.run(&self.id).is_ok_and(|r| r.running) {
                     return Err(format!("putting batch size {b} back: {e}"));
@@ -500,6 +515,13 @@ impl<D: TunerDaemon> LiveRun for DaemonRun<D> {
             }
         }
         Ok(())
+    }
+
+    fn batch_taken(&mut self) -> Result<bool, String> {
+        if let Some((b, false)) = self.asked_batch {
+            self.ask_batch(b, "energy tuner: trying a batch size")?;
+        }
+        Ok(self.batch_taken_now())
     }
 
     fn alive(&mut self) -> Result<bool, String> {
