@@ -15,3 +15,4 @@ mod power_nvml;
 mod retired_pages;
 mod run_power_cap;
 mod tune_energy;
+mod tune_joint_e2e;

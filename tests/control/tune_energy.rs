@@ -14,7 +14,7 @@ use crate::support::wait::wait_for;
 use rustix::process::Signal;
 
 /// 700, 450, 200 W, 1 s warm-up and 2 s measured each: about ten seconds.
-const QUICK: [&str; 8] = [
+pub(crate) const QUICK: [&str; 8] = [
     "--seconds",
     "2",
     "--warmup",
@@ -26,7 +26,7 @@ const QUICK: [&str; 8] = [
 ];
 
 /// `gpupilot ARGS` within `secs`, which must succeed: its stdout and stderr.
-fn succeeded(home: &Home, args: &[&str], secs: u64) -> (String, String) {
+pub(crate) fn succeeded(home: &Home, args: &[&str], secs: u64) -> (String, String) {
     let out = home.run(args, Duration::from_secs(secs));
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
@@ -139,6 +139,13 @@ fn the_run_ending_mid_way_puts_the_starting_caps_back() {
     assert_eq!(caps(&c), [700.0, 700.0]);
 }
 
+/// `gpupilot run --detach PROFILE`: the run's id.
+pub(crate) fn run_detached(home: &Home, profile: &std::path::Path) -> String {
+    home.ok(&["run", "--detach", &profile.display().to_string()])
+        .trim()
+        .to_string()
+}
+
 /// A data-parallel job of `world` synthetic ranks on GPUs 0.. of the simulated node, of which
 /// ranks `started` run; its id once they all report.
 fn start_job(home: &Home, world: u32, started: &[u32]) -> String {
@@ -163,10 +170,7 @@ fn start_job_with(home: &Home, world: u32, started: &[u32], extra: &str) -> Stri
         ),
     )
     .unwrap();
-    let run = home
-        .ok(&["run", "--detach", &profile.display().to_string()])
-        .trim()
-        .to_string();
+    let run = run_detached(home, &profile);
     let c = home.client();
     wait_for("every rank to report", Duration::from_secs(30), || {
         c.run_metrics(&run, 0).is_ok_and(|m| {
@@ -227,14 +231,14 @@ fn a_job_whose_ranks_do_not_all_report_here_is_refused() {
 }
 
 /// The job on `run` as `tune status --json` shows it.
-fn job(home: &Home, run: &str) -> serde_json::Value {
+pub(crate) fn job(home: &Home, run: &str) -> serde_json::Value {
     let out = home.ok(&["tune", "status", run, "--json"]);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     v[0].clone()
 }
 
 /// The `change`s of the node's `tune` events, oldest first.
-fn tune_changes(home: &Home) -> Vec<String> {
+pub(crate) fn tune_changes(home: &Home) -> Vec<String> {
     home.events_named("tune")
         .iter()
         .map(|e| e["change"].as_str().unwrap().to_string())
@@ -330,10 +334,10 @@ fn tune_stop_puts_the_starting_caps_back() {
     assert_eq!(j["restored"], serde_json::json!({"Ok": null}), "{j}");
 }
 
-const TWO_H100: &str = "model = \"h100-sxm\"\ncount = 2\n";
+pub(crate) const TWO_H100: &str = "model = \"h100-sxm\"\ncount = 2\n";
 
 /// The last power limit NVML was asked for on each GPU, watts.
-fn last_limits(nv: &NvmlDaemon) -> std::collections::BTreeMap<u64, f64> {
+pub(crate) fn last_limits(nv: &NvmlDaemon) -> std::collections::BTreeMap<u64, f64> {
     nv.setter_calls()
         .iter()
         .filter(|c| c["function"] == "nvmlDeviceSetPowerManagementLimit" && c["result"] == 0)
@@ -415,7 +419,7 @@ fn a_daemon_killed_mid_search_restores_the_caps_of_a_run_that_ended_meanwhile() 
 const BATCH_KNOB: &str = "[knobs.batch_size]\ninitial = 128\nmin = 64\nmax = 512\n";
 
 /// `tune energy RUN` with the quick cap settings, searching the batch size too.
-fn joint_args(run: &str) -> Vec<&str> {
+pub(crate) fn joint_args(run: &str) -> Vec<&str> {
     let mut args = vec!["tune", "energy", run];
     args.extend(QUICK);
     args.extend(["--with", "batch-size"]);
@@ -423,7 +427,7 @@ fn joint_args(run: &str) -> Vec<&str> {
 }
 
 /// The batch size the daemon holds for `run` (what its trainer last took).
-fn batch_of(c: &gpupilot::client::Client, run: &str) -> Option<i64> {
+pub(crate) fn batch_of(c: &gpupilot::client::Client, run: &str) -> Option<i64> {
     let m = c.run_metrics(run, 0).ok()?;
     m.trainer
         .knobs
@@ -630,6 +634,20 @@ fn a_joint_search_on_a_job_of_several_ranks_changes_every_rank_at_one_step() {
     );
 }
 
+/// Kill the daemon with SIGKILL mid joint search on `run`: its record says it was running, from
+/// batch `start`.
+pub(crate) fn kill_mid_joint_search(nv: &mut NvmlDaemon, run: &str, start: i64) {
+    nv.daemon.take().unwrap().signal_and_wait(Signal::KILL);
+    let record = nv.home.paths.state.join(format!("tune/tune-{run}.json"));
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(record).unwrap()).unwrap();
+    assert_eq!(
+        (r["state"].as_str(), r["start_batch"].as_i64()),
+        (Some("running"), Some(start)),
+        "{r}"
+    );
+}
+
 #[test]
 fn a_daemon_killed_mid_joint_search_puts_the_caps_back_and_says_where_the_batch_is() {
     let mut nv = NvmlDaemon::new(TWO_H100, &[]);
@@ -638,14 +656,7 @@ fn a_daemon_killed_mid_joint_search_puts_the_caps_back_and_says_where_the_batch_
     args.push("--detach");
     nv.ok(&args);
     wait_for_another_batch(&nv.home.client(), &run);
-    nv.daemon.take().unwrap().signal_and_wait(Signal::KILL);
-    let record = nv.home.paths.state.join(format!("tune/tune-{run}.json"));
-    let r: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(record).unwrap()).unwrap();
-    assert_eq!(
-        (r["state"].as_str(), r["start_batch"].as_i64()),
-        (Some("running"), Some(128))
-    );
+    kill_mid_joint_search(&mut nv, &run, 128);
     nv.restart(&[]);
     // The synthetic trainer does not attach to a new daemon: the job waits for one that
     // reconnects (as the Python SDK does) for a minute, then puts the caps back, and the record
