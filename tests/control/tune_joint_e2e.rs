@@ -95,8 +95,10 @@ fn asked_with(home: &Home, why: &str) -> Vec<serde_json::Value> {
         .collect()
 }
 
-#[test]
-fn a_daemon_killed_mid_joint_search_resumes_it_once_the_sdk_trainer_reconnects() {
+/// A joint search on [`TRAINER`] on two fake H100s, its daemon killed with SIGKILL once the
+/// search has moved the batch off 64, and the next daemon's job resumed through the trainer
+/// that reconnected: the batch back at 64 first, then off it again.
+fn resumed_after_sigkill() -> (NvmlDaemon, String) {
     let mut nv = NvmlDaemon::new(TWO_H100, &[]);
     let run = start_sdk_trainer(&nv.home, "", "");
     let mut args = joint_args(&run);
@@ -135,6 +137,13 @@ fn a_daemon_killed_mid_joint_search_resumes_it_once_the_sdk_trainer_reconnects()
         Duration::from_secs(90),
         || reported_batch(&c, &run).is_some_and(|b| b != 64),
     );
+    (nv, run)
+}
+
+#[test]
+fn a_daemon_killed_mid_joint_search_resumes_it_once_the_sdk_trainer_reconnects() {
+    let (nv, run) = resumed_after_sigkill();
+    let c = nv.home.client();
     let out = nv.ok(&["tune", "stop", &run]);
     assert!(out.contains("cancelled"), "{out}");
     let j = job(&nv.home, &run);
@@ -160,9 +169,9 @@ fn a_daemon_killed_mid_joint_search_resumes_it_once_the_sdk_trainer_reconnects()
     nv.ok(&["stop", &run]);
 }
 
-/// A joint search on [`TRAINER`] that finishes: its result, checked against what the run ended
+/// A joint search on [`TRAINER`] that finishes, its result checked against what the run ended
 /// at (caps, batch) and the events it left; `oom_at` is the smallest batch that did not fit.
-fn finished_below(home: &Home, run: &str, oom_at: i64) -> serde_json::Value {
+fn finished_below(home: &Home, run: &str, oom_at: i64) {
     let (_, stderr) = succeeded(home, &joint_args(run), 300);
     assert!(
         stderr.contains("batch sizes to search: 32, 64, 128, 256"),
@@ -214,7 +223,6 @@ fn finished_below(home: &Home, run: &str, oom_at: i64) -> serde_json::Value {
         1,
         "{tried:?}"
     );
-    r
 }
 
 #[test]
@@ -268,4 +276,47 @@ fn a_joint_search_whose_sdk_trainer_refuses_a_batch_too_large_finishes_below_it(
         "{rejected:?}"
     );
     home.ok(&["stop", &run]);
+}
+
+#[test]
+fn a_joint_search_resumed_through_a_reconnected_sdk_trainer_runs_to_its_end() {
+    let (nv, run) = resumed_after_sigkill();
+    wait_for("the job to end", Duration::from_secs(240), || {
+        job(&nv.home, &run)["state"] != "running"
+    });
+    let j = job(&nv.home, &run);
+    assert_eq!(
+        (j["state"].as_str(), j["resumed"].as_i64()),
+        (Some("done"), Some(1)),
+        "{j}"
+    );
+    let r = &j["result"];
+    // The default cap measured at the starting batch before the kill is still the reference.
+    assert_eq!(
+        (
+            r["default"]["batch"].as_i64(),
+            r["default"]["cap_w"].as_f64()
+        ),
+        (Some(64), Some(700.0)),
+        "{r}"
+    );
+    assert!(r["energy_saving_pct"].as_f64().is_some(), "{r}");
+    let best_w = r["best"]["cap_w"].as_f64().unwrap();
+    let best = r["batch"]["best"].as_i64().unwrap();
+    assert_eq!(
+        last_limits(&nv).values().copied().collect::<Vec<_>>(),
+        [best_w, best_w]
+    );
+    let c = nv.home.client();
+    assert_eq!(caps(&c), [best_w, best_w]);
+    wait_for(
+        "the trainer at the best batch",
+        Duration::from_secs(20),
+        || reported_batch(&c, &run) == Some(best),
+    );
+    assert_eq!(
+        tune_changes(&nv.home).last().map(String::as_str),
+        Some("done")
+    );
+    nv.ok(&["stop", &run]);
 }
