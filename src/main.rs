@@ -14,6 +14,7 @@ use gpupilot::telemetry::open::open_source;
 use gpupilot::telemetry::{Sampler, SamplerConfig};
 use std::io::Write as _;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 fn main() -> ExitCode {
@@ -82,7 +83,7 @@ fn status(g: &GlobalArgs, args: &StatusArgs) -> anyhow::Result<ExitCode> {
         .context("no GPU telemetry source works")?;
     let mut config = SamplerConfig::every(Duration::from_secs_f64(args.timeout.clamp(0.1, 60.0)));
     config.host = false;
-    let mut snap = Sampler::start(source, config).latest();
+    let mut snap = Arc::unwrap_or_clone(Sampler::start(source, config).latest());
     // A one-shot read hears only the XIDs of its own moment; a running daemon has listened
     // since it started.
     if let Some(daemon) = commands::daemon_snapshot() {

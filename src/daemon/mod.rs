@@ -194,21 +194,14 @@ async fn serve(opts: DaemonOptions) -> Result<(), DaemonError> {
     if let Some(control) = opts.control {
         daemon.attach_control(control, opts.restore_on_exit)?;
     }
-    // Sampling runs on the sampler's own threads; one more thread feeds history and pushes.
+    // Sampling runs on the sampler's own threads; the one that assembles each snapshot also
+    // takes it into history, the control loops and the pushes (the first one before this
+    // goes on), so a sample wakes no thread of the daemon's own.
     let sampler = source.map(|s| {
-        let sampler = Sampler::start(s, SamplerConfig::every(period));
-        daemon.take_snapshot(sampler.latest());
-        let rx = sampler.subscribe();
         let d = Arc::clone(&daemon);
-        std::thread::Builder::new()
-            .name("daemon-history".into())
-            .spawn(move || {
-                for snap in rx.iter() {
-                    d.take_snapshot(snap);
-                }
-            })
-            .expect("spawning the history thread");
-        sampler
+        Sampler::start_with_sink(s, SamplerConfig::every(period), move |snap| {
+            d.take_snapshot(snap)
+        })
     });
     tracing::info!(
         pid = std::process::id(),

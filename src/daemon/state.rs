@@ -209,7 +209,8 @@ impl Daemon {
 
     /// A new snapshot from the sampler: into history, its new XIDs into the node's log, out to
     /// subscribers.
-    pub fn take_snapshot(&self, snap: Snapshot) {
+    pub fn take_snapshot(&self, snap: impl Into<Arc<Snapshot>>) {
+        let snap = snap.into();
         self.telemetry.record(&snap);
         for xid in self.telemetry.new_xids(&snap) {
             self.events.record(xid);

@@ -57,8 +57,8 @@ impl Telemetry {
     }
 
     /// A new snapshot out to subscribers: it is the newest from now on.
-    pub fn publish(&self, snap: Snapshot) {
-        self.newest.send_replace(Some(Arc::new(snap)));
+    pub fn publish(&self, snap: Arc<Snapshot>) {
+        self.newest.send_replace(Some(snap));
     }
 
     /// The newest snapshot, as a watch channel (for telemetry subscriptions).

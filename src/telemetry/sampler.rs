@@ -46,6 +46,9 @@ impl SamplerConfig {
 
 type Slots = Arc<Vec<Mutex<Option<GpuSample>>>>;
 
+/// What takes each snapshot on the coordinator's thread.
+type Sink = Box<dyn FnMut(Arc<Snapshot>) + Send>;
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -53,8 +56,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// A running sampler. Dropping it stops the lanes (a lane stuck in a call exits when the call
 /// returns).
 pub struct Sampler {
-    latest: Arc<Mutex<Snapshot>>,
-    subscribers: Arc<Mutex<Vec<Sender<Snapshot>>>>,
+    latest: Arc<Mutex<Arc<Snapshot>>>,
+    subscribers: Arc<Mutex<Vec<Sender<Arc<Snapshot>>>>>,
     stop: Arc<AtomicBool>,
     stop_tx: Sender<()>,
     _stop_rx: Receiver<()>,
@@ -65,6 +68,26 @@ impl Sampler {
     /// returns only when every GPU answers within one period; otherwise the slow GPUs appear
     /// as stale placeholders until they answer.
     pub fn start(source: Arc<dyn Source>, config: SamplerConfig) -> Sampler {
+        Sampler::start_inner(source, config, None)
+    }
+
+    /// [`start`](Self::start), with `sink` given every snapshot on the thread that assembles
+    /// it (the first one on the caller's, before this returns): no thread of the caller's is
+    /// woken to take it. A sink that takes longer than a period delays the snapshots after
+    /// it, never the readings.
+    pub fn start_with_sink(
+        source: Arc<dyn Source>,
+        config: SamplerConfig,
+        mut sink: impl FnMut(Arc<Snapshot>) + Send + 'static,
+    ) -> Sampler {
+        Sampler::start_inner(source, config, Some(Box::new(move |s| sink(s))))
+    }
+
+    fn start_inner(
+        source: Arc<dyn Source>,
+        config: SamplerConfig,
+        mut sink: Option<Sink>,
+    ) -> Sampler {
         let count = source.gpu_count();
         let slots: Slots = Arc::new((0..count).map(|_| Mutex::new(None)).collect());
         let stop = Arc::new(AtomicBool::new(false));
@@ -98,9 +121,12 @@ impl Sampler {
         lanes.merge_idle();
 
         let mut host = config.host.then(HostSampler::new);
-        let first = assemble(&node, &slots, host.as_mut(), &config);
+        let first = Arc::new(assemble(&node, &slots, host.as_mut(), &config));
+        if let Some(sink) = sink.as_mut() {
+            sink(Arc::clone(&first));
+        }
         let latest = Arc::new(Mutex::new(first));
-        let subscribers: Arc<Mutex<Vec<Sender<Snapshot>>>> = Arc::new(Mutex::new(Vec::new()));
+        let subscribers: Arc<Mutex<Vec<Sender<Arc<Snapshot>>>>> = Arc::new(Mutex::new(Vec::new()));
         {
             let latest = Arc::clone(&latest);
             let subscribers = Arc::clone(&subscribers);
@@ -130,17 +156,23 @@ impl Sampler {
                         // A lane still reading half a period after its readings began is
                         // held up by one GPU: the others go on without it.
                         lanes.split_held(config.period / 2);
-                        let snap = assemble(&node, &slots, host.as_mut(), &config);
-                        *lock(&latest) = snap.clone();
+                        // One copy of each snapshot, shared by the latest and every
+                        // subscriber.
+                        let snap = Arc::new(assemble(&node, &slots, host.as_mut(), &config));
+                        *lock(&latest) = Arc::clone(&snap);
                         let mut subs = lock(&subscribers);
                         // A subscriber that is behind skips a snapshot rather than stalling us;
                         // one that has gone away is dropped.
                         subs.retain(|tx| {
                             !matches!(
-                                tx.try_send(snap.clone()),
+                                tx.try_send(Arc::clone(&snap)),
                                 Err(crossbeam_channel::TrySendError::Disconnected(_))
                             )
                         });
+                        drop(subs);
+                        if let Some(sink) = sink.as_mut() {
+                            sink(snap);
+                        }
                     }
                 })
                 .expect("spawning the sampler coordinator");
@@ -155,13 +187,13 @@ impl Sampler {
     }
 
     /// The newest snapshot.
-    pub fn latest(&self) -> Snapshot {
-        lock(&self.latest).clone()
+    pub fn latest(&self) -> Arc<Snapshot> {
+        Arc::clone(&lock(&self.latest))
     }
 
     /// A channel that receives every new snapshot (a slow reader skips some; it never blocks
     /// the sampler).
-    pub fn subscribe(&self) -> Receiver<Snapshot> {
+    pub fn subscribe(&self) -> Receiver<Arc<Snapshot>> {
         let (tx, rx) = bounded(2);
         lock(&self.subscribers).push(tx);
         rx

@@ -30,13 +30,13 @@ pub fn start(source: Arc<dyn Source>, refresh: Duration) -> Feed {
             // console has drawn its first frame already.
             let sampler = Sampler::start(source, SamplerConfig::every(refresh));
             let snapshots = sampler.subscribe();
-            if tx.blocking_send(sampler.latest().into()).is_err() {
+            if tx.blocking_send(Arc::unwrap_or_clone(sampler.latest()).into()).is_err() {
                 return;
             }
             loop {
                 select! {
                     recv(snapshots) -> s => match s {
-                        Ok(s) => if tx.blocking_send(s.into()).is_err() { return },
+                        Ok(s) => if tx.blocking_send(Arc::unwrap_or_clone(s).into()).is_err() { return },
                         Err(_) => return,
                     },
                     recv(requests) -> r => match r {
