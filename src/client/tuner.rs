@@ -21,6 +21,7 @@ impl TunerDaemon for Client {
             dir: info.dir,
             gpus: info.gpus,
             running: matches!(info.status, RunStatus::Running),
+            restarting: matches!(info.status, RunStatus::Backoff),
             attempt: info.attempt,
         })
     }

@@ -540,7 +540,7 @@ fn resume_job(ctx: &Ctx, shared: &Mutex<TuneJob>, stop: &AtomicBool) {
         }
         let attempt = JobDaemon::connect(&ctx.paths).and_then(|d| {
             match d.run(&job.run) {
-                Ok(r) if !r.running => return Err("the run is not training any more".into()),
+                Ok(r) if !r.live() => return Err("the run is not training any more".into()),
                 Ok(_) => {}
                 Err(e) => return Err(format!("{e:#}")),
             }
@@ -655,7 +655,7 @@ fn restore(
         .map_err(|e| format!("{e:#}"))?;
     }
     if let Some((run, b)) = batch {
-        let running = d.run(run).is_ok_and(|r| r.running);
+        let running = d.run(run).is_ok_and(|r| r.live());
         if running {
             // Not taken: no trainer attached yet (a daemon that just restarted); the caller
             // waits for one that reconnects.

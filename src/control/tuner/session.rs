@@ -61,8 +61,23 @@ pub struct RunSeen {
     pub gpus: String,
     /// Whether it is training now.
     pub running: bool,
+    /// Whether its last attempt ended and the next is scheduled (its restart policy's backoff).
+    pub restarting: bool,
     /// Its attempt (one more per restart: an out-of-memory restarts it).
     pub attempt: u32,
+}
+
+impl RunSeen {
+    /// Training, or between two attempts: a search on it goes on.
+    pub fn live(&self) -> bool {
+        self.running || self.restarting
+    }
+
+    /// The attempt it trains in, or the one it starts next when between two: an attempt that
+    /// ends is counted once, whether the restart comes at once or after a backoff.
+    fn attempt_now(&self) -> u32 {
+        self.attempt + u32::from(self.restarting)
+    }
 }
 
 /// A run's metrics reports from some point on, and its trainer's side.
@@ -239,6 +254,7 @@ pub struct DaemonRun<D: TunerDaemon> {
 impl<D: TunerDaemon> DaemonRun<D> {
     fn open(daemon: D, spec: &str) -> anyhow::Result<DaemonRun<D>> {
         let info = daemon.run(spec)?;
+        let attempt = info.attempt_now();
         let snap = daemon.snapshot()?.context(
             "the daemon has no GPU telemetry: the tuner needs the GPUs' energy counters",
         )?;
@@ -311,7 +327,7 @@ impl<D: TunerDaemon> DaemonRun<D> {
             start_batch: None,
             asked_batch: None,
             batches: BTreeMap::new(),
-            attempt: Some(info.attempt),
+            attempt: Some(attempt),
             oom: false,
             batch_changed: false,
         })
@@ -346,6 +362,18 @@ impl<D: TunerDaemon> DaemonRun<D> {
         self.asked_batch = Some((batch, taken));
         self.batch_changed = true;
         Ok(())
+    }
+
+    /// An attempt of `run` ended while the joint search runs (restarted at once, or waiting to
+    /// be): the trainer ran out of memory (or crashed) at the batch being tried, and the next
+    /// one starts anew.
+    fn note_attempt(&mut self, run: &RunSeen) {
+        let attempt = run.attempt_now();
+        if self.attempt.is_some_and(|a| a != attempt) && self.start_batch.is_some() {
+            self.oom = true;
+            self.batches.clear();
+        }
+        self.attempt = Some(attempt);
     }
 
     /// Whether the batch asked last reached a trainer (true when none was asked).
@@ -442,6 +470,13 @@ impl<D: TunerDaemon> LiveRun for DaemonRun<D> {
             .reports(&self.id, self.since)
             .map_err(|e| e.to_string())?;
         self.since = m.next;
+        if self.start_batch.is_some() {
+            // A joint search looks for an attempt that ended here too, so that the batch to go
+            // back to is asked at once: while the run waits for its next attempt, that attempt
+            // starts with it.
+            let run = self.daemon.run(&self.id).map_err(|e| e.to_string())?;
+            self.note_attempt(&run);
+        }
         if let Some((b, false)) = self.asked_batch {
             // No trainer was attached to take it (a run restarting): ask again.
             self.ask_batch(b, "energy tuner: trying a batch size")?;
@@ -509,7 +544,7 @@ impl<D: TunerDaemon> LiveRun for DaemonRun<D> {
             };
             if let Some(e) = missed {
                 // A run that ended has no batch to put back.
-                if self.daemon.run(&self.id).is_ok_and(|r| r.running) {
+                if self.daemon.run(&self.id).is_ok_and(|r| r.live()) {
                     return Err(format!("putting batch size {b} back: {e}"));
                 }
             }
@@ -526,14 +561,10 @@ impl<D: TunerDaemon> LiveRun for DaemonRun<D> {
 
     fn alive(&mut self) -> Result<bool, String> {
         let run = self.daemon.run(&self.id).map_err(|e| e.to_string())?;
-        if self.attempt.is_some_and(|a| a != run.attempt) && self.start_batch.is_some() {
-            // A restart while the joint search runs: the trainer ran out of memory (or
-            // crashed) at the batch being tried, and the restarted one starts anew.
-            self.oom = true;
-            self.batches.clear();
-        }
-        self.attempt = Some(run.attempt);
-        Ok(run.running)
+        self.note_attempt(&run);
+        // Between two attempts the search waits for the next (bounded by the polls without
+        // reports); a batch asked meanwhile is the one the next attempt starts with.
+        Ok(run.live())
     }
 }
 

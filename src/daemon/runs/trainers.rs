@@ -732,8 +732,13 @@ impl Runs {
             staged = Some((apply_step, ranks));
             (seq, KnobVia::Trainer)
         } else {
+            // Ended and waiting to be restarted (its policy's backoff): no process to disturb,
+            // so the next attempt starts with the value, when the policy says.
+            let between_attempts = run.status() == RunStatus::Backoff;
             let via = if ch.ranks.any_attached() {
                 KnobVia::Trainer
+            } else if between_attempts {
+                KnobVia::Restart
             } else if run.plan().command_uses(knob.as_str()) {
                 if !restart {
                     return Err(RequestError::new(
@@ -782,7 +787,9 @@ impl Runs {
                     drop(channels);
                     let values = with_value(run.plan().knobs(), knob, value);
                     run.set_knobs(values)?;
-                    run.restart_now(DEFAULT_GRACE, &self.clock)?;
+                    if !between_attempts {
+                        run.restart_now(DEFAULT_GRACE, &self.clock)?;
+                    }
                     channels = self.channels();
                 }
             }
