@@ -32,6 +32,7 @@ def fits(new, old):
     if refuse_at and new >= refuse_at:
         raise ValueError("batch size %d would not fit in GPU memory" % new)
 
+print("start at batch %d" % gp.knob("batch_size"), flush=True)
 step = 0
 while True:
     batch = gp.knob("batch_size")
@@ -236,9 +237,41 @@ fn a_joint_search_whose_sdk_trainer_runs_out_of_memory_finishes_below_that_batch
     );
     finished_below(&home, &run, 256);
     // The trainer said so, ended, and was started again at half the batch.
-    let info = home.client().run(&run).unwrap();
-    assert_eq!((info.attempt, info.restarts), (1, 1), "{info:?}");
-    let events = std::fs::read_to_string(home.run_dir(&run).path().join("events.jsonl")).unwrap();
+    let events = restarted_once(&home, &run);
+    assert!(
+        events.iter().any(|e| e["event"] == "changed"
+            && e["what"] == "batch_size"
+            && e["new"] == "128"
+            && e["by"] == "daemon"),
+        "{events:?}"
+    );
+    home.ok(&["stop", &run]);
+}
+
+/// `run`'s events, once it trains in its second attempt, started at batch 128 after the first
+/// said it ran out of memory.
+fn restarted_once(home: &Home, run: &str) -> Vec<serde_json::Value> {
+    let c = home.client();
+    let stdout = home.run_dir(run).path().join("stdout.log");
+    wait_for(
+        "the second attempt to train",
+        Duration::from_secs(30),
+        || {
+            let starts = std::fs::read_to_string(&stdout).unwrap_or_default();
+            starts.lines().count() == 2 && c.run_metrics(run, 0).is_ok_and(|m| m.trainer.attached)
+        },
+    );
+    assert_eq!(
+        std::fs::read_to_string(&stdout).unwrap(),
+        "start at batch 64\nstart at batch 128\n"
+    );
+    let info = c.run(run).unwrap();
+    assert_eq!(
+        (info.attempt, info.restarts, info.status.as_str()),
+        (1, 1, "running"),
+        "{info:?}"
+    );
+    let events = std::fs::read_to_string(home.run_dir(run).path().join("events.jsonl")).unwrap();
     let events: Vec<serde_json::Value> = events
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
@@ -249,13 +282,40 @@ fn a_joint_search_whose_sdk_trainer_runs_out_of_memory_finishes_below_that_batch
             .any(|e| e["event"] == "trainer_error" && e["kind"] == "oom"),
         "{events:?}"
     );
-    assert!(
-        events.iter().any(|e| e["event"] == "changed"
+    events
+}
+
+#[test]
+fn a_joint_search_whose_sdk_trainer_dies_of_out_of_memory_under_a_restart_policy_finishes_below_it()
+{
+    let home = Home::new();
+    let _daemon = home.daemon(&[]);
+    // As profiles/base.toml has it: restarted on failure after a backoff, on_oom left alone.
+    let run = start_sdk_trainer(
+        &home,
+        ", OOM_AT = \"256\", STARTUP_S = \"2\"",
+        "[run.restart]\npolicy = \"on-failure\"\nmax_restarts = 3\nbackoff_s = 2\n",
+    );
+    finished_below(&home, &run, 256);
+    // The attempt after the out-of-memory started at the batch the search asked for while the
+    // run waited to restart, not at the batch it had taken live, which would fail again.
+    let events = restarted_once(&home, &run);
+    // Where each last happened (the search asked for 128 once before, going up).
+    let at = |what: &dyn Fn(&serde_json::Value) -> bool| {
+        events
+            .iter()
+            .rposition(what)
+            .unwrap_or_else(|| panic!("{events:?}"))
+    };
+    let scheduled = at(&|e| e["event"] == "restart_scheduled");
+    let asked = at(&|e| {
+        e["event"] == "changed"
             && e["what"] == "batch_size"
             && e["new"] == "128"
-            && e["by"] == "daemon"),
-        "{events:?}"
-    );
+            && e["why"] == "energy tuner: trying a batch size"
+    });
+    let restarted = at(&|e| e["event"] == "restarted");
+    assert!(scheduled < asked && asked < restarted, "{events:?}");
     home.ok(&["stop", &run]);
 }
 
