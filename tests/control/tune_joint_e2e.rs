@@ -380,3 +380,42 @@ fn a_joint_search_resumed_through_a_reconnected_sdk_trainer_runs_to_its_end() {
     );
     nv.ok(&["stop", &run]);
 }
+
+/// What the search relies on under a restart policy: a run waiting for its next attempt takes a
+/// batch size for that attempt (here from `gpupilot set`), without a question or a restart of
+/// its own.
+#[test]
+fn a_run_waiting_for_its_next_attempt_takes_a_batch_size_for_it() {
+    let home = Home::new();
+    let _daemon = home.daemon(&[]);
+    let profile = home.dir.path().join("fails.toml");
+    std::fs::write(
+        &profile,
+        "name = \"fails\"\n[run]\ncommand = [\"sh\", \"-c\", \"echo start $GPUPILOT_BATCH_SIZE; \
+         exit 1\"]\n[run.restart]\npolicy = \"on-failure\"\nmax_restarts = 1\nbackoff_s = 3\n\
+         [knobs.batch_size]\ninitial = 64\nmin = 8\nmax = 256\n",
+    )
+    .unwrap();
+    let run = run_detached(&home, &profile);
+    let c = home.client();
+    wait_for(
+        "the run to wait for a restart",
+        Duration::from_secs(20),
+        || {
+            c.run(&run)
+                .is_ok_and(|r| r.status.as_str() == "backoff" && r.attempt == 0)
+        },
+    );
+    let out = home.ok(&["set", &run, "batch-size", "32"]);
+    assert!(out.contains("64 → 32"), "{out}");
+    assert_eq!(
+        c.run(&run).unwrap().status.as_str(),
+        "backoff",
+        "no restart of its own"
+    );
+    wait_for("the run to end", Duration::from_secs(20), || {
+        c.run(&run).is_ok_and(|r| r.is_final())
+    });
+    let stdout = std::fs::read_to_string(home.run_dir(&run).path().join("stdout.log")).unwrap();
+    assert_eq!(stdout, "start 64\nstart 32\n");
+}
