@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
 
 use super::state::lock;
-use crate::history::{History, Metric, Point};
+use crate::history::{History, HistoryConfig, Metric, Point};
 use crate::protocol::{NodeEvent, TelemetryInfo};
 use crate::telemetry::Snapshot;
 
@@ -34,7 +34,9 @@ impl Telemetry {
     /// No snapshot yet, an empty history.
     pub fn new(info: TelemetryInfo) -> Telemetry {
         Telemetry {
-            history: Mutex::new(History::default()),
+            history: Mutex::new(History::new(HistoryConfig::for_period(
+                1.0 / info.rate_hz.clamp(0.01, 100.0),
+            ))),
             newest: watch::channel(None).0,
             info,
             xids: Mutex::default(),
