@@ -579,6 +579,101 @@ pub fn run_gpus(visible: &str, gpus: &[GpuSample]) -> anyhow::Result<Vec<u32>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::cell::RefCell;
+
+    /// A daemon whose run goes through `states` (running, restarting, attempt), one per look at
+    /// the run, the last one staying; one GPU, no reports.
+    struct Restarts {
+        states: RefCell<Vec<(bool, bool, u32)>>,
+    }
+
+    impl TunerDaemon for Restarts {
+        fn run(&self, spec: &str) -> anyhow::Result<RunSeen> {
+            let mut states = self.states.borrow_mut();
+            let (running, restarting, attempt) = if states.len() > 1 {
+                states.remove(0)
+            } else {
+                states[0]
+            };
+            Ok(RunSeen {
+                id: spec.into(),
+                name: "p".into(),
+                dir: std::path::PathBuf::new(),
+                gpus: "all".into(),
+                running,
+                restarting,
+                attempt,
+            })
+        }
+        fn snapshot(&self) -> anyhow::Result<Option<Snapshot>> {
+            Ok(Some(Snapshot {
+                gpus: vec![GpuSample::default()],
+                ..Default::default()
+            }))
+        }
+        fn reports(&self, _: &str, since: u64) -> anyhow::Result<Reports> {
+            Ok(Reports {
+                points: Vec::new(),
+                next: since,
+                trainer: TrainerInfo::default(),
+            })
+        }
+        fn power_limits(&self) -> anyhow::Result<Vec<(u32, Option<PowerLimits>)>> {
+            let l = PowerLimits {
+                current_w: 700.0,
+                enforced_w: None,
+                default_w: 700.0,
+                min_w: 200.0,
+                max_w: 700.0,
+            };
+            Ok(vec![(0, Some(l))])
+        }
+        fn set_cap(&self, _: Vec<u32>, _: f64, _: &str) -> anyhow::Result<()> {
+            Ok(())
+        }
+        fn set_batch(&self, _: &str, _: u32, _: &str) -> anyhow::Result<bool> {
+            Ok(true)
+        }
+    }
+
+    #[test]
+    fn an_attempt_that_ends_mid_joint_search_is_one_out_of_memory() {
+        // Attempt 0 trains, ends and waits for its restart (two looks), attempt 1 trains, then
+        // attempt 2 comes at once (on_oom = "halve_batch": no backoff to see).
+        let states = vec![
+            (true, false, 0),
+            (true, false, 0),
+            (false, true, 0),
+            (false, true, 0),
+            (true, false, 1),
+            (true, false, 2),
+            (false, false, 2),
+        ];
+        let daemon = Restarts {
+            states: RefCell::new(states),
+        };
+        let mut run = DaemonRun::open(daemon, "r1").unwrap();
+        run.start_batch = Some(64);
+        let mut looks = Vec::new();
+        for _ in 0..6 {
+            let live = run.alive().unwrap();
+            looks.push((live, std::mem::take(&mut run.oom)));
+        }
+        assert_eq!(
+            looks,
+            [
+                (true, false),
+                // Waiting for its next attempt: live, and the attempt's end is counted now...
+                (true, true),
+                (true, false),
+                // ...not again when the attempt waited for starts.
+                (true, false),
+                (true, true),
+                // Ended for good.
+                (false, false),
+            ]
+        );
+    }
 
     #[test]
     fn visible_devices_name_gpus_by_index_or_uuid() {
