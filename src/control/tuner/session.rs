@@ -366,11 +366,12 @@ impl<D: TunerDaemon> DaemonRun<D> {
 
     /// An attempt of `run` ended while the joint search runs (restarted at once, or waiting to
     /// be): the trainer ran out of memory (or crashed) at the batch being tried, and the next
-    /// one starts anew.
+    /// one starts anew. Not when the batch asked last never reached a trainer: that attempt
+    /// ended at another batch (one a restart carried over, before the search could ask).
     fn note_attempt(&mut self, run: &RunSeen) {
         let attempt = run.attempt_now();
         if self.attempt.is_some_and(|a| a != attempt) && self.start_batch.is_some() {
-            self.oom = true;
+            self.oom |= self.batch_taken_now();
             self.batches.clear();
         }
         self.attempt = Some(attempt);
@@ -673,6 +674,18 @@ mod tests {
                 (false, false),
             ]
         );
+        // An attempt that ends before the batch asked last reached a trainer ended at another.
+        let daemon = Restarts {
+            states: RefCell::new(vec![(true, false, 0), (false, true, 0), (true, false, 1)]),
+        };
+        let mut run = DaemonRun::open(daemon, "r1").unwrap();
+        run.start_batch = Some(64);
+        run.asked_batch = Some((128, false));
+        assert!(run.alive().unwrap());
+        assert!(!run.oom);
+        run.asked_batch = Some((128, true));
+        assert!(run.alive().unwrap());
+        assert!(!run.oom, "the same attempt, started");
     }
 
     #[test]
