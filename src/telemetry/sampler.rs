@@ -78,9 +78,9 @@ impl Sampler {
     pub fn start_with_sink(
         source: Arc<dyn Source>,
         config: SamplerConfig,
-        mut sink: impl FnMut(Arc<Snapshot>) + Send + 'static,
+        sink: impl FnMut(Arc<Snapshot>) + Send + 'static,
     ) -> Sampler {
-        Sampler::start_inner(source, config, Some(Box::new(move |s| sink(s))))
+        Sampler::start_inner(source, config, Some(Box::new(sink)))
     }
 
     fn start_inner(
