@@ -1,13 +1,16 @@
 //! Knob change → the trainer's acknowledgement, over N changes (BENCHMARKS.md, "knobs").
 //!
-//! Starts a daemon (`--source sim`) in a temporary GPUPILOT_HOME and a run of a trainer that
-//! uses the channel (default: the stdlib SDK example, `python3 examples/train_stdlib.py`; set
-//! KNOB_TRAINER=synthetic for the built-in synthetic trainer), then asks `knob_set` N times
-//! (KNOB_CHANGES, default 1000), alternating two batch sizes, each after the last was
-//! answered. Reports the daemon's round trip (request taken → `knob_ack` read, the `rtt_ms` of
-//! `knob_applied`) and the client's (request sent → `knob_applied` event received), p50/p99.
+//! Starts a daemon on the fake NVML library's busy node (8 × H100 whose load moves every
+//! second, `crates/fake-nvml/scenarios/8xh100.toml`) in a temporary GPUPILOT_HOME and a run of
+//! a trainer that uses the channel (default: the stdlib SDK example, `python3
+//! examples/train_stdlib.py`; set KNOB_TRAINER=synthetic for the built-in synthetic trainer),
+//! then asks `knob_set` N times (KNOB_CHANGES, default 1000), alternating two batch sizes, each
+//! after the last was answered. Reports the daemon's round trip (request taken → `knob_ack`
+//! read, the `rtt_ms` of `knob_applied`) and the client's (request sent → `knob_applied` event
+//! received), p50/p99.
 //!
-//! `cargo bench --bench knob_rtt` (release build of the binary first: `cargo build --release`).
+//! `cargo build --release -p gpupilot -p fake-nvml && cargo bench --bench knob_rtt` (with the
+//! same CARGO_TARGET_DIR, if any; GPUPILOT_BENCH_BIN=PATH measures another gpupilot binary).
 
 use std::time::{Duration, Instant};
 
@@ -20,7 +23,7 @@ mod common;
 use common::{BenchDaemon, percentile};
 
 fn main() -> anyhow::Result<()> {
-    let bench = BenchDaemon::start(1)?;
+    let bench = BenchDaemon::start()?;
     let (root, exe, client) = (&bench.root, &bench.exe, &bench.client);
     let n: usize = std::env::var("KNOB_CHANGES")
         .ok()
@@ -80,7 +83,7 @@ fn main() -> anyhow::Result<()> {
             }
         }
     }
-    bench.stop(&run)?;
+    bench.stop(Some(&run))?;
     for v in [&mut daemon_ms, &mut client_ms] {
         v.sort_by(f64::total_cmp);
     }

@@ -1,17 +1,19 @@
 //! A knob change to a run of 8 ranks (BENCHMARKS.md, "A change to 8 ranks").
 //!
-//! Starts a daemon (`--source sim`) in a temporary GPUPILOT_HOME and a run of RANKS (default 8)
-//! processes, each a rank of the Python SDK (stdlib only) that steps every STEP_MS (default 20)
-//! milliseconds and reports every step, then asks `knob_set` N times (RANK_CHANGES, default 200),
-//! alternating two batch sizes, each once the last has been applied on every rank. Reports, p50
-//! and p99:
+//! Starts a daemon on the fake NVML library's busy node (8 × H100 whose load moves every
+//! second, `crates/fake-nvml/scenarios/8xh100.toml`) in a temporary GPUPILOT_HOME and a run of
+//! RANKS (default 8) processes, each a rank of the Python SDK (stdlib only) that steps every
+//! STEP_MS (default 20) milliseconds and reports every step, then asks `knob_set` N times
+//! (RANK_CHANGES, default 200), alternating two batch sizes, each once the last has been
+//! applied on every rank. Reports, p50 and p99:
 //! - request → every rank agreed (the daemon's `rtt_ms` of `knob_staged`, request taken → the
 //!   last vote read; and the client's, request sent → the `knob_staged` event);
 //! - the lead the daemon chose: apply step − the newest step reported when it was asked, in
 //!   steps, and the time from the commit to the last rank's acknowledgement (`knob_applied`);
 //! - request → every rank applied it at the step (the client's, → `knob_applied`).
 //!
-//! `cargo build --release && cargo bench --bench rank_change`.
+//! `cargo build --release -p gpupilot -p fake-nvml && cargo bench --bench rank_change` (with the
+//! same CARGO_TARGET_DIR, if any; GPUPILOT_BENCH_BIN=PATH measures another gpupilot binary).
 
 use std::time::{Duration, Instant};
 
@@ -48,7 +50,7 @@ fn main() -> anyhow::Result<()> {
     let n: usize = env_or("RANK_CHANGES", 200);
     let ranks: u32 = env_or("RANKS", 8);
     let step_ms: u32 = env_or("STEP_MS", 20);
-    let bench = BenchDaemon::start(8)?;
+    let bench = BenchDaemon::start()?;
     let (root, client) = (&bench.root, &bench.client);
     let home = tempfile::tempdir()?;
     let script = home.path().join("rank.py");
@@ -144,7 +146,7 @@ fn main() -> anyhow::Result<()> {
             }
         }
     }
-    bench.stop(&run)?;
+    bench.stop(Some(&run))?;
     for v in [
         &mut agreed_daemon,
         &mut agreed_client,
