@@ -2,14 +2,16 @@
 //!
 //! A daemon on the fake NVML library's busy node (8 × H100 whose load moves every second,
 //! `crates/fake-nvml/scenarios/8xh100.toml`) in a temporary home; N `power_cap` requests
-//! (POWER_CHANGES, default 1000) on GPU 1, alternating 300 W and 650 W. The daemon answers once
-//! the NVML setter has returned, so the request's round trip bounds "request → NVML call"; the
-//! fake library's setter log confirms every call arrived, in milliwatts.
+//! (POWER_CHANGES, default 1000) on GPU 1, alternating 300 W and 650 W, each sent once the last
+//! was answered and POWER_PACE_MS (default 0) later: a pace of 10 ms spreads the requests over
+//! ten of the daemon's 1 Hz samples of the moving GPUs. The daemon answers once the NVML setter
+//! has returned, so the request's round trip bounds "request → NVML call"; the fake library's
+//! setter log confirms every call arrived, in milliwatts.
 //!
 //! `cargo build --release -p gpupilot -p fake-nvml && cargo bench --bench power_rtt` (with the
 //! same CARGO_TARGET_DIR, if any; GPUPILOT_BENCH_BIN=PATH measures another gpupilot binary).
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use gpupilot::protocol::{Request, Response, TargetGpus};
 
@@ -21,10 +23,17 @@ fn main() -> anyhow::Result<()> {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1000);
+    let pace = Duration::from_millis(
+        std::env::var("POWER_PACE_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0),
+    );
     let bench = BenchDaemon::start()?;
     let client = &bench.client;
     let mut ms = Vec::with_capacity(n);
     for i in 0..n {
+        std::thread::sleep(pace);
         let watts = if i % 2 == 0 { 300.0 } else { 650.0 };
         let sent = Instant::now();
         let answer = client.request(Request::PowerCap {
@@ -49,7 +58,8 @@ fn main() -> anyhow::Result<()> {
     bench.stop(None)?;
     ms.sort_by(f64::total_cmp);
     println!(
-        "power_cap request → answer (after the NVML call), {n} requests, {calls} NVML setter calls logged"
+        "power_cap request → answer (after the NVML call), {n} requests {} ms apart, {calls} NVML setter calls logged",
+        pace.as_millis()
     );
     println!("| p50 ms | p99 ms | max ms |");
     println!("|---:|---:|---:|");
