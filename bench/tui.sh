@@ -36,6 +36,17 @@ sock=gpupilot-bench-$$
 
 cleanup() {
     tmux -L "$sock" kill-server 2>/dev/null || true
+    # The daemon the console started outlives its terminal (by design): stop it, or it goes on
+    # sampling and loads the next run's measurements.
+    local lock=$work/home/run/daemon.lock d
+    if [[ -s $lock ]]; then
+        d=$(head -1 "$lock")
+        kill "$d" 2>/dev/null || true
+        for _ in $(seq 50); do
+            kill -0 "$d" 2>/dev/null || break
+            sleep 0.1
+        done
+    fi
     rm -rf "$work"
 }
 trap cleanup EXIT
