@@ -5,6 +5,7 @@
 //! answers); quitting it detaches, and the daemon and its runs go on. The demo samples a
 //! simulated node in-process and leaves nothing running when it quits.
 
+use std::io::Write as _;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -228,16 +229,19 @@ pub fn attach(g: &GlobalArgs, client: Client, id: &str) -> anyhow::Result<ExitCo
     let origin = client.origin().clone();
     tui::run(options(g, DataSource::Daemon(client), Some(id.to_string())))?;
     let name = format!("gpupilot-cli {}", env!("CARGO_PKG_VERSION"));
-    match origin.connect(&name).and_then(|c| c.run(id)) {
-        Ok(info) if info.is_final() => eprintln!(
+    let said = match origin.connect(&name).and_then(|c| c.run(id)) {
+        Ok(info) if info.is_final() => format!(
             "gpupilot: run {id} has ended: {}",
             info.description.as_deref().unwrap_or(info.status.as_str())
         ),
-        Ok(_) => eprintln!(
-            "gpupilot: detached; run {id} goes on (`gpupilot attach {id}` shows it again)"
-        ),
-        Err(e) => eprintln!("gpupilot: detached from run {id} ({e})"),
-    }
+        Ok(_) => {
+            format!("gpupilot: detached; run {id} goes on (`gpupilot attach {id}` shows it again)")
+        }
+        Err(e) => format!("gpupilot: detached from run {id} ({e})"),
+    };
+    // Not `eprintln!`: after a dropped SSH session stderr is a terminal that has gone, and a
+    // write that fails is no reason to panic.
+    let _ = writeln!(std::io::stderr(), "{said}");
     Ok(ExitCode::SUCCESS)
 }
 

@@ -151,11 +151,14 @@ pub fn run(opts: TuiOptions) -> anyhow::Result<()> {
         .build()
         .context("starting the console's event loop")?;
 
-    // ratatui sets the terminal up (raw mode, the alternate screen, a panic hook that undoes
-    // both); the console draws through a backend that learns the size from resize events.
+    // What prints a panic, before ratatui puts its own hook in front of it.
+    let print_panic = std::panic::take_hook();
+    // ratatui sets the terminal up (raw mode, the alternate screen); the console draws through
+    // a backend that learns the size from resize events.
     if let Err(e) = ratatui::try_init() {
         // Raw mode may be on already: give the shell its terminal back before saying why.
-        ratatui::restore();
+        let _ = ratatui::try_restore();
+        std::panic::set_hook(print_panic);
         return Err(e).context("taking over the terminal");
     }
     let size = tty::KnownSize::default();
@@ -164,12 +167,15 @@ pub fn run(opts: TuiOptions) -> anyhow::Result<()> {
     let out = std::io::BufWriter::with_capacity(64 << 10, std::io::stdout());
     let backend = tty::SizedBackend::new(ansi::AnsiBackend::new(out, size.clone()), size.clone());
     let mut terminal = screen::Screen::new(backend);
-    // ratatui's hook restores raw mode and the screen; mouse reporting must go too, or the
-    // shell is flooded with escape codes after a panic.
-    let restore_hook = std::panic::take_hook();
+    // A panic gives the terminal back (mouse reporting too, or the shell is flooded with
+    // escape codes), then is printed. Not through ratatui's own hook: it says a restore that
+    // failed with `eprintln!`, which panics when the terminal has gone (a dropped SSH
+    // session), and a panic in a panic hook aborts, skipping every clean-up on the way out.
+    drop(std::panic::take_hook());
     std::panic::set_hook(Box::new(move |info| {
         let _ = execute!(std::io::stdout(), DisableMouseCapture);
-        restore_hook(info);
+        let _ = ratatui::try_restore();
+        print_panic(info);
     }));
     let _ = execute!(std::io::stdout(), EnableMouseCapture);
 
@@ -194,8 +200,10 @@ pub fn run(opts: TuiOptions) -> anyhow::Result<()> {
         Ok(())
     })();
 
+    // Quietly: when the terminal has gone there is nothing to restore and no one to tell, and
+    // the way out must go on (the demo stops its node, a tuner puts its caps back).
     let _ = execute!(std::io::stdout(), DisableMouseCapture);
-    ratatui::restore();
+    let _ = ratatui::try_restore();
     result
 }
 

@@ -167,3 +167,36 @@ fn demo_in_tmux() {
         demo_dir.display()
     );
 }
+
+/// A terminal that goes away (a dropped SSH session: the pty hangs up under the console) ends
+/// the demo as quitting does: its daemon, its run and their directory go with it. The console
+/// is the pane's own process, so its stderr is the terminal that has gone: a message written
+/// there on the way out must not turn into a panic (which, inside the panic hook, aborts and
+/// skips every clean-up).
+#[test]
+fn a_demo_whose_terminal_goes_away_leaves_nothing_behind() {
+    let home = tempfile::tempdir().unwrap();
+    let tmux = Tmux::start(home.path());
+    tmux.wait_text(PROMPT);
+    let bin = env!("CARGO_BIN_EXE_gpupilot");
+    tmux.keys(&["-l", &format!("exec '{bin}' demo")]);
+    tmux.keys(&["Enter"]);
+    tmux.keys(&["3"]);
+    let run = tmux.wait_screen("the demo's run", |s| {
+        s.contains("demo-train") && s.contains("running")
+    });
+    let demo_dir = run
+        .split_whitespace()
+        .find(|w| w.contains("gpupilot-demo-"))
+        .map(|w| std::path::PathBuf::from(w.trim_end_matches(['│', ' '])))
+        .expect("the run's directory on screen");
+    assert!(demo_dir.is_dir(), "{}", demo_dir.display());
+
+    // The terminal goes: tmux closes the pty, and the console gets SIGHUP.
+    tmux.run(&["kill-server"]);
+    crate::support::wait::wait_for(
+        "the demo to stop its node and remove its directory",
+        std::time::Duration::from_secs(20),
+        || !demo_dir.exists(),
+    );
+}
