@@ -25,6 +25,17 @@ fn readings(screen: &str, label: &str, unit: &str) -> Vec<f64> {
         .collect()
 }
 
+/// The demo run's directory, as the Run view shows it; it exists.
+fn demo_dir(run_view: &str) -> std::path::PathBuf {
+    let dir = run_view
+        .split_whitespace()
+        .find(|w| w.contains("gpupilot-demo-"))
+        .map(|w| std::path::PathBuf::from(w.trim_end_matches(['│', ' '])))
+        .expect("the run's directory on screen");
+    assert!(dir.is_dir(), "{}", dir.display());
+    dir
+}
+
 /// The screen below the header and host lines (the CPU figure there changes on its own).
 fn body(screen: &str) -> String {
     screen.lines().skip(3).collect::<Vec<_>>().join("\n")
@@ -95,12 +106,7 @@ fn demo_in_tmux() {
     let run = tmux.wait_screen("the demo's run", |s| {
         s.contains("demo-train") && s.contains("running") && s.contains("samples_per_s")
     });
-    let demo_dir = run
-        .split_whitespace()
-        .find(|w| w.contains("gpupilot-demo-"))
-        .map(|w| std::path::PathBuf::from(w.trim_end_matches(['│', ' '])))
-        .expect("the run's directory on screen");
-    assert!(demo_dir.is_dir(), "{}", demo_dir.display());
+    let demo_dir = demo_dir(&run);
     tmux.keys(&["4"]);
     tmux.wait_screen("the run's start in the events", |s| {
         s.contains("demo-train") && s.contains("→ running")
@@ -185,12 +191,7 @@ fn a_demo_whose_terminal_goes_away_leaves_nothing_behind() {
     let run = tmux.wait_screen("the demo's run", |s| {
         s.contains("demo-train") && s.contains("running")
     });
-    let demo_dir = run
-        .split_whitespace()
-        .find(|w| w.contains("gpupilot-demo-"))
-        .map(|w| std::path::PathBuf::from(w.trim_end_matches(['│', ' '])))
-        .expect("the run's directory on screen");
-    assert!(demo_dir.is_dir(), "{}", demo_dir.display());
+    let demo_dir = demo_dir(&run);
 
     // The terminal goes: tmux closes the pty, and the console gets SIGHUP.
     tmux.run(&["kill-server"]);
