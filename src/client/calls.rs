@@ -18,8 +18,14 @@ impl Client {
     }
 
     /// Start (or stop) pushes of telemetry snapshots and node events to [`Client::updates`].
+    /// Snapshots come as their changes to the one before (smaller on the wire) and reach
+    /// [`Client::updates`] whole.
     pub fn subscribe(&self, telemetry: bool, events: bool) -> Result<(), ClientError> {
-        match self.request(Request::Subscribe { telemetry, events })? {
+        match self.request(Request::Subscribe {
+            telemetry,
+            events,
+            delta: true,
+        })? {
             Response::Subscribed { .. } => Ok(()),
             other => Err(unexpected("subscribe", other)),
         }

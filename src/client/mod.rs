@@ -21,6 +21,7 @@ use crossbeam_channel::{Receiver, Sender, TrySendError, bounded};
 
 use crate::config::Paths;
 use crate::ipc::{Peer, log_path, peer_allowed, socket_path};
+use crate::protocol::delta::SnapshotStream;
 use crate::protocol::{
     self, ClientFrame, ErrorCode, MAX_REPLY_FRAME, NodeEventRecord, Request, Response, ServerFrame,
 };
@@ -233,7 +234,7 @@ impl Client {
             }
             wrote => wrote,
         };
-        let frame = match read_frame(&mut reader) {
+        let frame = match read_frame(&mut reader, &mut SnapshotStream::default()) {
             Ok(Some(f)) => f,
             Ok(None) => {
                 return Err(match wrote {
@@ -424,8 +425,12 @@ fn is_timeout(e: &std::io::Error) -> bool {
     )
 }
 
-/// One frame, or None at the end of the stream. Lines over [`MAX_REPLY_FRAME`] are errors.
-fn read_frame(reader: &mut impl BufRead) -> std::io::Result<Option<ServerFrame>> {
+/// One frame, or None at the end of the stream, with snapshot deltas applied through
+/// `snapshots` (the connection's). Lines over [`MAX_REPLY_FRAME`] are errors.
+fn read_frame(
+    reader: &mut impl BufRead,
+    snapshots: &mut SnapshotStream,
+) -> std::io::Result<Option<ServerFrame>> {
     let mut buf = Vec::new();
     let n = reader
         .take(MAX_REPLY_FRAME as u64 + 1)
@@ -434,16 +439,24 @@ fn read_frame(reader: &mut impl BufRead) -> std::io::Result<Option<ServerFrame>>
         return Ok(None);
     }
     let text = std::str::from_utf8(&buf).map_err(std::io::Error::other)?;
-    protocol::decode_server_frame(text, MAX_REPLY_FRAME)
+    snapshots
+        .decode(text, MAX_REPLY_FRAME)
         .map(Some)
         .map_err(std::io::Error::other)
 }
 
 fn read_loop(mut reader: BufReader<UnixStream>, pending: Pending, tap: Tap, updates: Sender<Push>) {
+    let mut snapshots = SnapshotStream::default();
     loop {
-        let frame = match read_frame(&mut reader) {
+        let frame = match read_frame(&mut reader, &mut snapshots) {
             Ok(Some(f)) => f,
             Ok(None) => break,
+            // A delta that cannot be applied is skipped (the next whole snapshot mends it);
+            // anything else unreadable ends the connection.
+            Err(e) if is_delta_error(&e) => {
+                tracing::debug!("reading from the daemon: {e}");
+                continue;
+            }
             Err(e) => {
                 tracing::debug!("reading from the daemon: {e}");
                 break;
@@ -521,6 +534,13 @@ fn read_loop(mut reader: BufReader<UnixStream>, pending: Pending, tap: Tap, upda
     // Requests still waiting get `Closed` (their senders drop here).
     lock(&pending).clear();
     let _ = updates.try_send(Push::Closed);
+}
+
+/// Whether `e` (from [`read_frame`]) is a snapshot delta that could not be applied.
+fn is_delta_error(e: &std::io::Error) -> bool {
+    e.get_ref()
+        .and_then(|e| e.downcast_ref::<protocol::FrameError>())
+        .is_some_and(|e| matches!(e, protocol::FrameError::Delta(_)))
 }
 
 /// Run `exe daemon --detach ARGS` and wait for it (it returns once the daemon answers).

@@ -7,6 +7,7 @@ use std::os::unix::net::UnixStream;
 use std::path::Path;
 
 use super::{ClientError, DEFAULT_TIMEOUT, connect_checked, is_timeout, read_frame};
+use crate::protocol::delta::SnapshotStream;
 use crate::protocol::{self, ClientFrame, Request, Response};
 
 /// A connection subscribed to telemetry alone, ready to be read from.
@@ -15,11 +16,15 @@ pub struct PushStream {
     pub stream: UnixStream,
     /// What was read past the subscription's answer: the start of the first pushes.
     pub buffered: Vec<u8>,
+    /// Read its pushes through this: snapshots come as changes to the one before, and one
+    /// may have come before the subscription's answer.
+    pub snapshots: SnapshotStream,
 }
 
 /// Connect to the daemon at `socket` as `client_name` (the same checks as
-/// [`super::Client::connect_to`]) and subscribe to its snapshots. Snapshots pushed before the
-/// subscription's answer are dropped: the next one comes within a period.
+/// [`super::Client::connect_to`]) and subscribe to its snapshots. A snapshot pushed before the
+/// subscription's answer is not passed on (the next one comes within a period), but it is the
+/// base of the changes that follow it: read on through [`PushStream::snapshots`].
 pub fn telemetry_stream(socket: &Path, client_name: &str) -> Result<PushStream, ClientError> {
     let stream = connect_checked(socket)?;
     stream.set_read_timeout(Some(DEFAULT_TIMEOUT))?;
@@ -32,6 +37,7 @@ pub fn telemetry_stream(socket: &Path, client_name: &str) -> Result<PushStream, 
         Request::Subscribe {
             telemetry: true,
             events: false,
+            delta: true,
         },
     ];
     for (id, request) in frames.into_iter().enumerate() {
@@ -48,8 +54,9 @@ pub fn telemetry_stream(socket: &Path, client_name: &str) -> Result<PushStream, 
         what,
         timeout: DEFAULT_TIMEOUT,
     };
+    let mut snapshots = SnapshotStream::default();
     loop {
-        let frame = match read_frame(&mut reader) {
+        let frame = match read_frame(&mut reader, &mut snapshots) {
             Ok(Some(f)) => f,
             Ok(None) => return Err(ClientError::Closed { log: None }),
             Err(e) if is_timeout(&e) => return Err(timeout("subscribe")),
@@ -73,5 +80,9 @@ pub fn telemetry_stream(socket: &Path, client_name: &str) -> Result<PushStream, 
     let buffered = reader.buffer().to_vec();
     let stream = reader.into_inner();
     stream.set_read_timeout(None)?;
-    Ok(PushStream { stream, buffered })
+    Ok(PushStream {
+        stream,
+        buffered,
+        snapshots,
+    })
 }

@@ -102,6 +102,7 @@ mod tests {
             Request::Subscribe {
                 telemetry: true,
                 events: true,
+                delta: false,
             },
             Request::History {
                 gpu: 0,

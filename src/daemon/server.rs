@@ -18,7 +18,7 @@
 //! also written to the log); a request of a known type with a field that does not fit is
 //! answered `bad_request` and the connection stays.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use tokio::io::AsyncWriteExt;
@@ -36,6 +36,7 @@ use super::state::Daemon;
 use crate::ipc::Peer;
 use crate::protocol::{
     self, ClientFrame, ErrorCode, FrameError, MAX_REQUEST_FRAME, Request, Response, ServerFrame,
+    delta,
 };
 use crate::telemetry::Snapshot;
 
@@ -373,8 +374,24 @@ struct Outbox {
     /// Bytes of answers that may wait (answers are the frames with an id).
     room: Semaphore,
     cap: usize,
-    snapshot: Mutex<Option<Arc<str>>>,
+    snapshot: Mutex<SnapshotSlot>,
     ready: Notify,
+}
+
+/// The connection's telemetry: the push waiting to be written, and what it last got.
+#[derive(Default)]
+struct SnapshotSlot {
+    waiting: Option<Waiting>,
+    /// The last snapshot written: the base of the next delta (None: the next goes whole).
+    sent: Option<Arc<Snapshot>>,
+    /// Deltas written since the last whole snapshot.
+    deltas: u32,
+}
+
+struct Waiting {
+    snap: Arc<Snapshot>,
+    line: Arc<str>,
+    delta: bool,
 }
 
 impl Outbox {
@@ -383,7 +400,7 @@ impl Outbox {
         Outbox {
             room: Semaphore::new(cap),
             cap,
-            snapshot: Mutex::new(None),
+            snapshot: Mutex::new(SnapshotSlot::default()),
             ready: Notify::new(),
         }
     }
@@ -418,16 +435,59 @@ impl Outbox {
         }
     }
 
-    fn put_snapshot(&self, line: Arc<str>) {
-        *self.snapshot.lock().unwrap_or_else(|e| e.into_inner()) = Some(line);
+    fn slot(&self) -> MutexGuard<'_, SnapshotSlot> {
+        self.snapshot.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Queue `snap` in place of the one waiting: with `delta`, as its changes to the last
+    /// snapshot written (whole every [`delta::KEYFRAME_EVERY`] pushes), else whole. `frames`
+    /// encodes it against a base (or none).
+    fn put_snapshot(
+        &self,
+        snap: &Arc<Snapshot>,
+        delta: bool,
+        frames: impl Fn(&Arc<Snapshot>, Option<&Arc<Snapshot>>) -> (Arc<str>, bool),
+    ) {
+        loop {
+            let base = {
+                let slot = self.slot();
+                (delta && slot.deltas + 1 < delta::KEYFRAME_EVERY)
+                    .then(|| slot.sent.clone())
+                    .flatten()
+            };
+            // Encoded without the lock: the writer may take the waiting one meanwhile.
+            let (line, is_delta) = frames(snap, base.as_ref());
+            let mut slot = self.slot();
+            let same_base = match (&slot.sent, &base) {
+                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                _ => !is_delta,
+            };
+            if !same_base {
+                // A delta against a snapshot that is no longer the last written.
+                continue;
+            }
+            slot.waiting = Some(Waiting {
+                snap: Arc::clone(snap),
+                line,
+                delta: is_delta,
+            });
+            break;
+        }
         self.ready.notify_one();
     }
 
+    /// The push to write now, if one waits; it becomes the base of the next delta.
     fn take_snapshot(&self) -> Option<Arc<str>> {
-        self.snapshot
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
+        let mut slot = self.slot();
+        let w = slot.waiting.take()?;
+        slot.deltas = if w.delta { slot.deltas + 1 } else { 0 };
+        slot.sent = Some(w.snap);
+        Some(w.line)
+    }
+
+    /// Telemetry stopped: nothing waits, and the next push goes whole.
+    fn forget_snapshots(&self) {
+        *self.slot() = SnapshotSlot::default();
     }
 }
 
@@ -741,8 +801,12 @@ impl Conn {
                 self.send(reply(id, response)).await;
                 true
             }
-            Request::Subscribe { telemetry, events } => {
-                self.subscribe(telemetry, events);
+            Request::Subscribe {
+                telemetry,
+                events,
+                delta,
+            } => {
+                self.subscribe(telemetry, events, delta);
                 self.send(reply(id, Response::Subscribed { telemetry, events }))
                     .await;
                 true
@@ -773,7 +837,7 @@ impl Conn {
         }
     }
 
-    fn subscribe(&mut self, telemetry: bool, events: bool) {
+    fn subscribe(&mut self, telemetry: bool, events: bool, delta: bool) {
         match (telemetry, &self.telemetry) {
             (true, None) => {
                 let mut rx = self.daemon.telemetry();
@@ -786,7 +850,7 @@ impl Conn {
                     loop {
                         let snap = rx.borrow_and_update().clone();
                         if let Some(s) = snap {
-                            out.put_snapshot(shared.telemetry.line(&s));
+                            out.put_snapshot(&s, delta, |s, base| shared.telemetry.line(s, base));
                         }
                         if rx.changed().await.is_err() {
                             break;
@@ -798,7 +862,7 @@ impl Conn {
                 if let Some(t) = self.telemetry.take() {
                     t.abort();
                 }
-                self.out.take_snapshot();
+                self.out.forget_snapshots();
             }
             _ => {}
         }
@@ -843,26 +907,50 @@ impl Conn {
     }
 }
 
-/// The newest snapshot's push frame, shared by every subscribed connection: each snapshot is
-/// encoded once, however many consoles watch.
+/// The newest snapshot's push frames, shared by every subscribed connection: each snapshot is
+/// encoded once whole and once as changes to the one before, however many consoles watch
+/// (connections that keep up all have the same base).
 #[derive(Default)]
 struct TelemetryFrames {
-    newest: std::sync::Mutex<Option<(Arc<Snapshot>, Arc<str>)>>,
+    newest: std::sync::Mutex<Option<NewestFrames>>,
+}
+
+struct NewestFrames {
+    snap: Arc<Snapshot>,
+    whole: Option<Arc<str>>,
+    /// Its changes to `.0`.
+    delta: Option<(Arc<Snapshot>, Arc<str>)>,
 }
 
 impl TelemetryFrames {
-    /// The push frame of `snap` (a `telemetry` response with no id), shared: every
-    /// subscriber holds the same bytes.
-    fn line(&self, snap: &Arc<Snapshot>) -> Arc<str> {
+    /// The push frame of `snap`, shared (every subscriber holds the same bytes): its changes
+    /// to `base` when there is one and the GPUs are the same (then true), else `snap` whole.
+    fn line(&self, snap: &Arc<Snapshot>, base: Option<&Arc<Snapshot>>) -> (Arc<str>, bool) {
         let mut newest = self.newest.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((s, line)) = newest.as_ref() {
-            if Arc::ptr_eq(s, snap) {
-                return Arc::clone(line);
+        let frames = match newest.as_mut() {
+            Some(f) if Arc::ptr_eq(&f.snap, snap) => f,
+            _ => newest.insert(NewestFrames {
+                snap: Arc::clone(snap),
+                whole: None,
+                delta: None,
+            }),
+        };
+        if let Some(base) = base {
+            if let Some((b, line)) = &frames.delta {
+                if Arc::ptr_eq(b, base) {
+                    return (Arc::clone(line), true);
+                }
+            }
+            if let Some(line) = delta::encode_delta(base, snap) {
+                let line: Arc<str> = Arc::from(line);
+                frames.delta = Some((Arc::clone(base), Arc::clone(&line)));
+                return (line, true);
             }
         }
-        let line: Arc<str> = Arc::from(telemetry_push(snap));
-        *newest = Some((Arc::clone(snap), Arc::clone(&line)));
-        line
+        let whole = frames
+            .whole
+            .get_or_insert_with(|| Arc::from(telemetry_push(snap)));
+        (Arc::clone(whole), false)
     }
 }
 
@@ -921,21 +1009,81 @@ mod tests {
     #[test]
     fn each_snapshot_is_encoded_once_and_a_new_one_replaces_it() {
         let frames = TelemetryFrames::default();
-        let newest = |f: &TelemetryFrames| f.newest.lock().unwrap().clone().unwrap();
         let a = Arc::new(snapshot(300.0));
-        let first = frames.line(&a);
+        let (first, delta) = frames.line(&a, None);
+        assert!(!delta);
         assert_eq!(*first, telemetry_push(&a));
-        let (kept, cached) = newest(&frames);
-        assert!(Arc::ptr_eq(&kept, &a) && Arc::ptr_eq(&cached, &first));
         assert!(
-            Arc::ptr_eq(&frames.line(&a), &first),
+            Arc::ptr_eq(&frames.line(&a, None).0, &first),
             "the same snapshot: the same bytes, not encoded again"
         );
         let b = Arc::new(snapshot(310.0));
-        let second = frames.line(&b);
-        assert_eq!(*second, telemetry_push(&b));
-        assert_ne!(second, first);
-        assert!(Arc::ptr_eq(&newest(&frames).0, &b));
+        let (changes, delta) = frames.line(&b, Some(&a));
+        assert!(delta);
+        assert_eq!(*changes, delta::encode_delta(&a, &b).unwrap());
+        assert!(
+            Arc::ptr_eq(&frames.line(&b, Some(&a)).0, &changes),
+            "the same changes for every subscriber with the same base"
+        );
+        let (whole, delta) = frames.line(&b, None);
+        assert!(!delta);
+        assert_eq!(*whole, telemetry_push(&b));
+        // Other GPUs: whole, even against a base.
+        let mut fewer = snapshot(320.0);
+        fewer.gpus.pop();
+        let fewer = Arc::new(fewer);
+        assert_eq!(
+            frames.line(&fewer, Some(&b)),
+            (Arc::from(telemetry_push(&fewer)), false)
+        );
+    }
+
+    #[test]
+    fn a_subscriber_gets_changes_to_what_it_was_last_written() {
+        let frames = TelemetryFrames::default();
+        let out = Outbox::new(1000);
+        let put = |s: &Arc<Snapshot>| out.put_snapshot(s, true, |s, b| frames.line(s, b));
+        let mut stream = delta::SnapshotStream::default();
+        let mut read = |line: Arc<str>| match stream.decode(&line, usize::MAX).unwrap().response {
+            Response::Telemetry { snapshot } => (*snapshot, line.contains("telemetry_delta")),
+            other => panic!("{other:?}"),
+        };
+        let snaps: Vec<Arc<Snapshot>> = (0..5)
+            .map(|i| Arc::new(snapshot(300.0 + f64::from(i))))
+            .collect();
+        put(&snaps[0]);
+        assert_eq!(
+            read(out.take_snapshot().unwrap()),
+            ((*snaps[0]).clone(), false)
+        );
+        put(&snaps[1]);
+        assert_eq!(
+            read(out.take_snapshot().unwrap()),
+            ((*snaps[1]).clone(), true)
+        );
+        // A slow reader: 2 is replaced before it is written; 3 comes as changes to 1.
+        put(&snaps[2]);
+        put(&snaps[3]);
+        assert_eq!(
+            read(out.take_snapshot().unwrap()),
+            ((*snaps[3]).clone(), true)
+        );
+        // Whole again after a keyframe's worth of pushes (one whole, then deltas; two so far).
+        for i in 0..delta::KEYFRAME_EVERY {
+            let s = Arc::new(snapshot(400.0 + f64::from(i)));
+            put(&s);
+            let (got, was_delta) = read(out.take_snapshot().unwrap());
+            assert_eq!(got, *s);
+            // The 60th push since the last whole one goes whole; changes to it follow.
+            assert_eq!(was_delta, i + 3 != delta::KEYFRAME_EVERY, "push {i}");
+        }
+        // Telemetry stopped and started again: whole first.
+        out.forget_snapshots();
+        put(&snaps[4]);
+        assert_eq!(
+            read(out.take_snapshot().unwrap()),
+            ((*snaps[4]).clone(), false)
+        );
     }
 
     #[test]
@@ -988,9 +1136,17 @@ mod tests {
     #[test]
     fn the_newest_snapshot_replaces_the_one_waiting() {
         let out = Outbox::new(1000);
-        out.put_snapshot(Arc::from("old\n"));
-        out.put_snapshot(Arc::from("new\n"));
-        assert_eq!(out.take_snapshot().as_deref(), Some("new\n"));
+        let old = Arc::new(snapshot(500.0));
+        let new = Arc::new(snapshot(510.0));
+        let whole = |s: &Arc<Snapshot>, _: Option<&Arc<Snapshot>>| {
+            (
+                Arc::from(format!("{}\n", s.gpus[0].power_w.unwrap())),
+                false,
+            )
+        };
+        out.put_snapshot(&old, false, whole);
+        out.put_snapshot(&new, false, whole);
+        assert_eq!(out.take_snapshot().as_deref(), Some("510\n"));
         assert_eq!(out.take_snapshot(), None);
     }
 }

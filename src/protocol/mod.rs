@@ -15,6 +15,7 @@
 //! This module only defines messages and their encoding; it does no I/O.
 
 mod control;
+pub mod delta;
 mod types;
 
 use std::collections::BTreeMap;
@@ -85,12 +86,15 @@ pub enum Request {
     },
     /// The daemon, its telemetry and the newest snapshot.
     Status {},
-    /// Start (or, with false, stop) pushing telemetry snapshots and node events.
+    /// Start (or, with false, stop) pushing telemetry snapshots and node events. With `delta`,
+    /// snapshots after the first come as their changes ([`delta`]).
     Subscribe {
         #[serde(default)]
         telemetry: bool,
         #[serde(default)]
         events: bool,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        delta: bool,
     },
     /// At most `max_points` points of one GPU's series over `[from, to)` (Unix seconds).
     History {
@@ -571,6 +575,9 @@ pub enum FrameError {
     TooLong { max: usize },
     #[error("not a valid frame: {0}")]
     Json(#[from] serde_json::Error),
+    /// A `telemetry_delta` push that cannot be applied (see [`delta`]).
+    #[error("{0}")]
+    Delta(&'static str),
 }
 
 /// One frame as a line: JSON and a newline.

@@ -87,7 +87,8 @@ fn defaults_and_unknown_fields() {
         f.request,
         Request::Subscribe {
             telemetry: true,
-            events: false
+            events: false,
+            delta: false,
         }
     );
     let f: ClientFrame = decode(
@@ -259,8 +260,13 @@ fn request() -> impl Strategy<Value = Request> {
     prop_oneof![
         (any::<u32>(), text()).prop_map(|(version, client)| Request::Hello { version, client }),
         Just(Request::Status {}),
-        (any::<bool>(), any::<bool>())
-            .prop_map(|(telemetry, events)| Request::Subscribe { telemetry, events }),
+        (any::<bool>(), any::<bool>(), any::<bool>()).prop_map(|(telemetry, events, delta)| {
+            Request::Subscribe {
+                telemetry,
+                events,
+                delta,
+            }
+        }),
         (
             any::<u32>(),
             0..Metric::ALL.len(),

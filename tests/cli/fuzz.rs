@@ -36,6 +36,7 @@ fn client_seeds() -> Vec<String> {
         Request::Subscribe {
             telemetry: true,
             events: true,
+            delta: true,
         },
         Request::KnobSet {
             run: "last".into(),

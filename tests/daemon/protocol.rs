@@ -100,6 +100,104 @@ fn subscriptions_push_snapshots_and_events() {
     }
 }
 
+/// The next telemetry push on `r` as its line (other frames skipped).
+fn next_push(r: &mut Raw) -> String {
+    use std::io::BufRead;
+    loop {
+        let mut line = String::new();
+        assert!(
+            r.reader.read_line(&mut line).unwrap() > 0,
+            "the daemon closed"
+        );
+        if line.starts_with("{\"type\":\"telemetry") {
+            return line;
+        }
+    }
+}
+
+#[test]
+fn a_subscriber_that_asks_for_deltas_rebuilds_every_snapshot_a_whole_subscriber_gets() {
+    use gpupilot::protocol::Response;
+    use gpupilot::protocol::delta::SnapshotStream;
+    use gpupilot::telemetry::Snapshot;
+    use std::collections::HashMap;
+
+    let home = Home::new();
+    let _d = home.daemon(&[]);
+    let subscribe = |delta: bool| {
+        let mut r = Raw::connect(&home.socket());
+        assert_eq!(r.hello()["type"], "welcome");
+        r.send(
+            format!("{{\"id\":2,\"type\":\"subscribe\",\"telemetry\":true,\"delta\":{delta}}}\n")
+                .as_bytes(),
+        )
+        .unwrap();
+        r
+    };
+    // The whole subscriber reads all along, on a thread, until the other has done.
+    let mut whole = subscribe(false);
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = {
+        let done = std::sync::Arc::clone(&done);
+        std::thread::spawn(move || {
+            let mut seen: HashMap<u64, (Snapshot, usize)> = HashMap::new();
+            while !done.load(std::sync::atomic::Ordering::Relaxed) && seen.len() < 400 {
+                let line = next_push(&mut whole);
+                let f: gpupilot::protocol::ServerFrame =
+                    gpupilot::protocol::decode(&line, usize::MAX).unwrap();
+                let Response::Telemetry { snapshot } = f.response else {
+                    panic!("{line}")
+                };
+                seen.insert(snapshot.time_s.to_bits(), (*snapshot, line.len()));
+            }
+            seen
+        })
+    };
+    let mut changes = subscribe(true);
+    let mut stream = SnapshotStream::default();
+    let mut rebuilt: Vec<(Snapshot, usize)> = Vec::new();
+    let mut kinds = Vec::new();
+    let mut read_changes = |r: &mut Raw, n: usize| {
+        for _ in 0..n {
+            let line = next_push(r);
+            kinds.push(line.starts_with("{\"type\":\"telemetry_delta\""));
+            match stream.decode(&line, usize::MAX).unwrap().response {
+                Response::Telemetry { snapshot } => rebuilt.push((*snapshot, line.len())),
+                other => panic!("{other:?}"),
+            }
+        }
+    };
+    // 10 Hz: twenty pushes, a pause of two seconds (the daemon skips the snapshots this
+    // connection does not read), twenty more.
+    read_changes(&mut changes, 20);
+    std::thread::sleep(Duration::from_secs(2));
+    read_changes(&mut changes, 20);
+    assert!(!kinds[0], "the first push is whole");
+    assert!(kinds[1..].iter().all(|&d| d), "then changes: {kinds:?}");
+    // One more period, so the whole subscriber has the last one too.
+    std::thread::sleep(Duration::from_millis(300));
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let seen = reader.join().unwrap();
+
+    let mut matched = 0;
+    let (mut delta_bytes, mut whole_bytes) = (0, 0);
+    for (i, (s, len)) in rebuilt.iter().enumerate() {
+        if let Some((w, wlen)) = seen.get(&s.time_s.to_bits()) {
+            assert_eq!(s, w, "push {i} rebuilt differs from the whole snapshot");
+            matched += 1;
+            if i > 0 {
+                delta_bytes += len;
+                whole_bytes += wlen;
+            }
+        }
+    }
+    assert!(matched >= 30, "only {matched} snapshots seen by both");
+    assert!(
+        delta_bytes * 2 < whole_bytes,
+        "changes took {delta_bytes} bytes against {whole_bytes} whole"
+    );
+}
+
 #[test]
 fn version_mismatch_and_missing_hello_close_the_connection() {
     let home = Home::new();

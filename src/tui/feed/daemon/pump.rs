@@ -8,7 +8,8 @@
 
 use super::pass::{Offer, Pass, Via};
 use crate::client::PushStream;
-use crate::protocol::{self, MAX_REPLY_FRAME, Response};
+use crate::protocol::delta::SnapshotStream;
+use crate::protocol::{MAX_REPLY_FRAME, Response};
 use crate::telemetry::Snapshot;
 use std::sync::Arc;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
@@ -42,6 +43,7 @@ async fn run(
     let mut next = conns.recv().await;
     let mut line = Vec::new();
     while let Some(conn) = next.take() {
+        let mut snapshots = conn.snapshots;
         let Ok(stream) = conn
             .stream
             .set_nonblocking(true)
@@ -68,7 +70,7 @@ async fn run(
                         break;
                     }
                     Ok(_) => {
-                        if !take(&line, &pass, &to_feed) {
+                        if !take(&line, &mut snapshots, &pass, &to_feed) {
                             return;
                         }
                     }
@@ -78,12 +80,18 @@ async fn run(
     }
 }
 
-/// Pass a pushed snapshot on; false once the console is gone.
-fn take(line: &[u8], pass: &Pass, to_feed: &crossbeam_channel::Sender<Box<Snapshot>>) -> bool {
+/// Pass a pushed snapshot on (whole: `snapshots` applies the connection's deltas); false once
+/// the console is gone.
+fn take(
+    line: &[u8],
+    snapshots: &mut SnapshotStream,
+    pass: &Pass,
+    to_feed: &crossbeam_channel::Sender<Box<Snapshot>>,
+) -> bool {
     let Ok(text) = std::str::from_utf8(line) else {
         return true;
     };
-    let snapshot = match protocol::decode_server_frame(text, MAX_REPLY_FRAME) {
+    let snapshot = match snapshots.decode(text, MAX_REPLY_FRAME) {
         Ok(f) => match f.response {
             Response::Telemetry { snapshot } => snapshot,
             _ => return true,
