@@ -234,11 +234,10 @@ impl SnapshotStream {
             return Err(FrameError::TooLong { max });
         }
         if text.starts_with(DELTA_PREFIX) {
-            let next = self.apply(text)?;
-            self.last = Some(next.clone());
+            let snapshot = self.apply(text)?;
             return Ok(ServerFrame {
                 id: None,
-                response: Response::Telemetry { snapshot: next },
+                response: Response::Telemetry { snapshot },
             });
         }
         let frame = super::decode_server_frame(text, max)?;
@@ -248,46 +247,49 @@ impl SnapshotStream {
         Ok(frame)
     }
 
-    /// The snapshot `text` (a delta push) makes of the last one.
+    /// Apply `text` (a delta push) to the last snapshot, in place, and return a copy of it.
+    /// Whatever fails forgets the last snapshot (it may be half changed): the next whole one
+    /// is the next base.
     fn apply(&mut self, text: &str) -> Result<Box<Snapshot>, FrameError> {
-        let Some(last) = self.last.as_deref() else {
-            // Read it through, so a delta that is not even JSON says so first.
-            let mut de = serde_json::Deserializer::from_str(text);
-            de.deserialize_map(DeltaVisitor { next: None })?;
-            return Err(FrameError::Delta("a delta came before any whole snapshot"));
-        };
-        let mut next = Box::new(last.clone());
         let mut de = serde_json::Deserializer::from_str(text);
-        let base = de.deserialize_map(DeltaVisitor {
-            next: Some(&mut next),
-        })?;
-        de.end()?;
-        // Exact: the daemon writes the base's own time, and JSON numbers round-trip.
-        if base != Some(last.time_s) {
-            self.last = None;
-            return Err(FrameError::Delta(
-                "a delta for a snapshot this connection did not get",
-            ));
+        let mut verdict = None;
+        let applied = de
+            .deserialize_map(DeltaVisitor {
+                last: self.last.as_deref_mut(),
+                verdict: &mut verdict,
+            })
+            .and_then(|()| de.end());
+        match (applied, verdict) {
+            (Ok(()), _) => self.last.clone().ok_or(FrameError::Delta(NO_BASE)),
+            (Err(e), why) => {
+                self.last = None;
+                Err(why.map_or(FrameError::Json(e), FrameError::Delta))
+            }
         }
-        Ok(next)
     }
 }
 
-/// The delta frame: its `base`, with its changes applied to `next` (None: only read through).
+const NO_BASE: &str = "a delta came before any whole snapshot";
+const WRONG_BASE: &str = "a delta for a snapshot this connection did not get";
+
+/// A delta frame applied to `last` once its `base` is checked against it (the daemon writes
+/// `base` before `snapshot`). A base that is not `last` is said in `verdict`.
 struct DeltaVisitor<'a> {
-    next: Option<&'a mut Snapshot>,
+    last: Option<&'a mut Snapshot>,
+    verdict: &'a mut Option<&'static str>,
 }
 
 impl<'de> Visitor<'de> for DeltaVisitor<'_> {
-    type Value = Option<f64>;
+    type Value = ();
 
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("a telemetry_delta push")
     }
 
-    fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<Option<f64>, A::Error> {
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
         let mut base = None;
         let mut tagged = false;
+        let mut last = self.last;
         while let Some(key) = map.next_key::<&str>()? {
             match key {
                 "type" => {
@@ -298,12 +300,21 @@ impl<'de> Visitor<'de> for DeltaVisitor<'_> {
                     tagged = true;
                 }
                 "base" => base = Some(map.next_value::<f64>()?),
-                "snapshot" => match self.next.as_deref_mut() {
-                    Some(next) => map.next_value_seed(SnapshotPatch(next))?,
-                    None => {
-                        map.next_value::<IgnoredAny>()?;
+                "snapshot" => {
+                    let Some(base) = base else {
+                        return Err(de::Error::custom("a delta's base must come before it"));
+                    };
+                    let Some(last) = last.as_deref_mut() else {
+                        *self.verdict = Some(NO_BASE);
+                        return Err(de::Error::custom(NO_BASE));
+                    };
+                    // Exact: the daemon writes the base's own time; JSON numbers round-trip.
+                    if base != last.time_s {
+                        *self.verdict = Some(WRONG_BASE);
+                        return Err(de::Error::custom(WRONG_BASE));
                     }
-                },
+                    map.next_value_seed(SnapshotPatch(last))?;
+                }
                 _ => {
                     map.next_value::<IgnoredAny>()?;
                 }
@@ -312,8 +323,10 @@ impl<'de> Visitor<'de> for DeltaVisitor<'_> {
         if !tagged {
             return Err(de::Error::missing_field("type"));
         }
-        base.map(Some)
-            .ok_or_else(|| de::Error::missing_field("base"))
+        if base.is_none() {
+            return Err(de::Error::missing_field("base"));
+        }
+        Ok(())
     }
 }
 
@@ -608,7 +621,6 @@ mod tests {
     fn bad_deltas_are_refused_and_the_stream_goes_on() {
         let a = snapshot(100.0, 600.0);
         let mut stream = SnapshotStream::default();
-        stream.decode(&full_push(&a), MAX_REPLY_FRAME).unwrap();
         for bad in [
             // Not JSON, a GPU the snapshot lacks, the index not first, a value of the wrong
             // type, no base, too long.
@@ -618,6 +630,7 @@ mod tests {
             "{\"type\":\"telemetry_delta\",\"base\":100.0,\"snapshot\":{\"gpus\":[{\"index\":0,\"power_w\":\"x\"}]}}",
             "{\"type\":\"telemetry_delta\",\"snapshot\":{\"time_s\":101.0}}",
         ] {
+            stream.decode(&full_push(&a), MAX_REPLY_FRAME).unwrap();
             assert!(stream.decode(bad, MAX_REPLY_FRAME).is_err(), "{bad}");
         }
         let long = format!(
@@ -628,6 +641,14 @@ mod tests {
             stream.decode(&long, 64),
             Err(FrameError::TooLong { max: 64 })
         ));
+        // A delta that failed may have been half applied: the base is forgotten until the
+        // next whole snapshot.
+        let mut good = a.clone();
+        good.time_s = 101.0;
+        let good = encode_delta(&a, &good).unwrap();
+        let e = stream.decode(&good, MAX_REPLY_FRAME).unwrap_err();
+        assert!(e.to_string().contains("before any whole snapshot"), "{e}");
+        stream.decode(&full_push(&a), MAX_REPLY_FRAME).unwrap();
         // A field this build does not know (a newer daemon's) is skipped.
         let mut b = a.clone();
         b.time_s = 101.0;
