@@ -63,6 +63,7 @@ use crossterm::execute;
 use data::Level;
 pub use feed::DataSource;
 use std::io::IsTerminal;
+use std::os::fd::AsFd;
 use std::time::Duration;
 use views::run::state::RunState;
 
@@ -151,6 +152,11 @@ pub fn run(opts: TuiOptions) -> anyhow::Result<()> {
         .build()
         .context("starting the console's event loop")?;
 
+    // The console's own copy of the terminal's output, for its frames (see `out` below).
+    let tty_out = std::io::stdout()
+        .as_fd()
+        .try_clone_to_owned()
+        .context("the terminal's output")?;
     // What prints a panic, before ratatui puts its own hook in front of it.
     let print_panic = std::panic::take_hook();
     // ratatui sets the terminal up (raw mode, the alternate screen); the console draws through
@@ -163,8 +169,10 @@ pub fn run(opts: TuiOptions) -> anyhow::Result<()> {
     }
     let size = tty::KnownSize::default();
     // Each frame goes out in one write: stdout's own buffer holds 1 KiB, and a frame drawn
-    // whole is ten times that. (The backend flushes at the end of every frame.)
-    let out = std::io::BufWriter::with_capacity(64 << 10, std::io::stdout());
+    // whole is ten times that. (The backend flushes at the end of every frame.) Through a copy
+    // of its descriptor, not `Stdout`, whose line buffer writes a frame up to its last line
+    // feed and then the rest: two writes a frame, as the backend moves down with a line feed.
+    let out = std::io::BufWriter::with_capacity(64 << 10, std::fs::File::from(tty_out));
     let backend = tty::SizedBackend::new(ansi::AnsiBackend::new(out, size.clone()), size.clone());
     let mut terminal = screen::Screen::new(backend);
     // A panic gives the terminal back (mouse reporting too, or the shell is flooded with
