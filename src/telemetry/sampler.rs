@@ -7,7 +7,9 @@
 //! assembles the snapshot as it ends its round, so the readings are in it at once. A GPU whose
 //! call holds its lane past half a period (a hung or very slow driver call) keeps that lane to
 //! itself: the lane's other GPUs move to a new lane at once, and from then on the coordinator
-//! assembles each snapshot half a period after the readings began. So a worker that hangs
+//! assembles each snapshot half a period after the readings began. While one lane reads every
+//! GPU, the coordinator sleeps on a timer that lane sets for half a period at the start of each
+//! round and clears at its end ([`Watchdog`]): it wakes only for a round that overran. So a worker that hangs
 //! inside a driver call holds only its own GPU: the coordinator keeps publishing, with that
 //! GPU's last reading marked `stale`, and the other GPUs keep updating. At worst (every GPU
 //! slow) each GPU has a lane of its own. Nothing here blocks a reader of [`Sampler::latest`]
@@ -80,6 +82,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// returns).
 pub struct Sampler {
     publisher: Arc<Publisher>,
+    watchdog: Arc<Watchdog>,
     stop: Arc<AtomicBool>,
     stop_tx: Sender<()>,
     _stop_rx: Receiver<()>,
@@ -132,6 +135,8 @@ impl Sampler {
             }),
         });
 
+        let watchdog = Arc::new(Watchdog::new(Arc::clone(&stop)));
+
         let mut lanes = Lanes {
             lanes: Vec::new(),
             ctx: Arc::new(LaneContext {
@@ -142,6 +147,7 @@ impl Sampler {
                 started,
                 period,
                 publisher: Arc::clone(&publisher),
+                watchdog: Arc::clone(&watchdog),
             }),
         };
         // The first readings in parallel, one lane per GPU: the first snapshot waits for the
@@ -159,27 +165,33 @@ impl Sampler {
         publisher.first(config.host.then(HostSampler::new));
         {
             let publisher = Arc::clone(&publisher);
+            let watchdog = Arc::clone(&watchdog);
             let stop = Arc::clone(&stop);
             let stop_rx = stop_rx.clone();
             thread::Builder::new()
                 .name("sample-coord".into())
                 .spawn(move || {
-                    // The watchdog: half a period after each round of readings began, a lane
-                    // still in a call is held up by one GPU and the others go on without it,
-                    // and the round's snapshot is assembled here if no lane did (a lane that
-                    // reads every GPU assembles it as it ends the round). Lanes read at
-                    // start + k·period, so each snapshot is between two readings.
+                    // Half a period after a round of readings began, a lane still in a call
+                    // is held up by one GPU and the others go on without it, and the round's
+                    // snapshot is assembled here if no lane did (a lane that reads every GPU
+                    // assembles it as it ends the round). Lanes read at start + k·period, so
+                    // each snapshot is between two readings.
                     let half = period / 2;
                     loop {
-                        let since = started.elapsed();
-                        let wait = match since.checked_sub(half) {
-                            Some(e) => until_next_reading(e, period),
-                            None => half - since,
-                        };
-                        match stop_rx.recv_timeout(wait) {
-                            Err(RecvTimeoutError::Timeout) => {}
-                            // Disconnected: the sampler stopped (nobody ever sends).
-                            _ => break,
+                        if lanes.solo() && watchdog.armed_by_lane() {
+                            // Only a round that overran wakes us (or the sampler's stop).
+                            watchdog.wait();
+                        } else {
+                            let since = started.elapsed();
+                            let wait = match since.checked_sub(half) {
+                                Some(e) => until_next_reading(e, period),
+                                None => half - since,
+                            };
+                            match stop_rx.recv_timeout(wait) {
+                                Err(RecvTimeoutError::Timeout) => {}
+                                // Disconnected: the sampler stopped (nobody ever sends).
+                                _ => break,
+                            }
                         }
                         if stop.load(Ordering::Relaxed) {
                             break;
@@ -193,6 +205,7 @@ impl Sampler {
         }
         Sampler {
             publisher,
+            watchdog,
             stop,
             stop_tx,
             _stop_rx: stop_rx,
@@ -292,6 +305,7 @@ fn round_of(elapsed: Duration, period: Duration) -> u64 {
 impl Drop for Sampler {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
+        self.watchdog.ring();
         // Replace our sender so the real one drops now and disconnects the stop channel.
         let (dead, _) = bounded(0);
         drop(std::mem::replace(&mut self.stop_tx, dead));
@@ -309,6 +323,89 @@ struct LaneContext {
     period: Duration,
     /// A lane that reads every GPU publishes each round's snapshot as it ends the round.
     publisher: Arc<Publisher>,
+    /// … and sets this for half a period while its round lasts.
+    watchdog: Arc<Watchdog>,
+}
+
+/// The coordinator's alarm while one lane reads every GPU: a timer (timerfd) the lane sets for
+/// half a period as each round begins and clears as it ends, so that the coordinator, blocked
+/// on it, wakes only when a round overran (or the sampler stops), not once a period to find
+/// nothing to do. Setting and clearing it are system calls on the lane's thread; no thread is
+/// woken by them.
+struct Watchdog {
+    /// None where no timer could be had: the coordinator then wakes every period.
+    timer: Option<rustix::fd::OwnedFd>,
+    /// Held to set or clear the timer with `stop` read under it, so that the alarm a stop
+    /// rings is never cleared by a lane.
+    guard: Mutex<()>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Watchdog {
+    fn new(stop: Arc<AtomicBool>) -> Watchdog {
+        use rustix::time::{TimerfdClockId, TimerfdFlags, timerfd_create};
+        let timer = timerfd_create(TimerfdClockId::Monotonic, TimerfdFlags::CLOEXEC);
+        if let Err(e) = &timer {
+            tracing::debug!("no timerfd for the sampler's watchdog ({e}): it wakes every period");
+        }
+        Watchdog {
+            timer: timer.ok(),
+            guard: Mutex::new(()),
+            stop,
+        }
+    }
+
+    /// Whether the lanes set the timer (else the coordinator wakes every period).
+    fn armed_by_lane(&self) -> bool {
+        self.timer.is_some()
+    }
+
+    /// Fire in `after` (zero: never), unless the sampler stopped.
+    fn set(&self, after: Duration) {
+        let Some(timer) = &self.timer else { return };
+        let _g = lock(&self.guard);
+        if self.stop.load(Ordering::Relaxed) {
+            return;
+        }
+        arm(timer, after);
+    }
+
+    /// The sampler stops: wake the coordinator now.
+    fn ring(&self) {
+        let Some(timer) = &self.timer else { return };
+        let _g = lock(&self.guard);
+        arm(timer, Duration::from_nanos(1));
+    }
+
+    /// Until the timer fires.
+    fn wait(&self) {
+        let Some(timer) = &self.timer else { return };
+        let mut expirations = [0u8; 8];
+        loop {
+            match rustix::io::read(timer, &mut expirations) {
+                Err(rustix::io::Errno::INTR) => continue,
+                // A read that fails (it should not) must not spin: as a tick.
+                Err(_) => thread::sleep(Duration::from_millis(100)),
+                Ok(_) => {}
+            }
+            return;
+        }
+    }
+}
+
+fn arm(timer: &rustix::fd::OwnedFd, after: Duration) {
+    use rustix::time::{Itimerspec, TimerfdTimerFlags, Timespec, timerfd_settime};
+    let zero = Timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    let spec = Itimerspec {
+        it_interval: zero,
+        it_value: Timespec::try_from(after).unwrap_or(zero),
+    };
+    if let Err(e) = timerfd_settime(timer, TimerfdTimerFlags::empty(), &spec) {
+        tracing::debug!("setting the sampler's watchdog: {e}");
+    }
 }
 
 /// One lane: the GPUs it reads in turn, and where its current round of readings is.
@@ -342,6 +439,14 @@ impl Lanes {
             .name("sample-gpus".into())
             .spawn(move || run_lane(&lane, &ctx))
             .expect("spawning a sampler thread");
+    }
+
+    /// One lane reads every GPU.
+    fn solo(&self) -> bool {
+        match self.lanes.as_slice() {
+            [one] => lock(one).gpus.len() == self.ctx.slots.len(),
+            _ => false,
+        }
     }
 
     /// Move the GPUs of every lane that is not in a call onto one lane; the lanes left with
@@ -396,13 +501,17 @@ impl Lanes {
 /// Read the lane's GPUs in turn at `started + k·period` until the sampler stops.
 fn run_lane(lane: &Mutex<Lane>, ctx: &LaneContext) {
     loop {
-        {
+        let solo = {
             let mut l = lock(lane);
             if l.gpus.is_empty() {
                 // Its GPUs went to another lane (see `Lanes::merge_idle`).
                 return;
             }
             l.round = Instant::now();
+            l.gpus.len() == ctx.slots.len()
+        };
+        if solo {
+            ctx.watchdog.set(ctx.period / 2);
         }
         let round = round_of(ctx.started.elapsed(), ctx.period);
         let mut next = 0;
@@ -428,6 +537,9 @@ fn run_lane(lane: &Mutex<Lane>, ctx: &LaneContext) {
             slot.answered = true;
             slot.fresh = Some(sample);
             next = gpu + 1;
+        }
+        if solo {
+            ctx.watchdog.set(Duration::ZERO);
         }
         // Every GPU's reading is in: the round's snapshot needs no other thread.
         if lock(lane).gpus.len() == ctx.slots.len() {
@@ -811,6 +923,24 @@ mod tests {
         assert_eq!(g.name.as_deref(), Some("NVIDIA H100 80GB HBM3"));
         assert_eq!(g.pci_bus_id.as_deref(), Some("00000000:18:00.0"));
         assert_eq!(g.power_w, None, "only the identity is carried over");
+    }
+
+    #[test]
+    fn a_stopped_sampler_lets_go_of_its_sink() {
+        // One lane reads both GPUs, so the coordinator sleeps on the lane's timer: the stop
+        // must wake it too, or it holds the sink forever.
+        let (src, _release) = Counting::new(2, None);
+        let (tx, rx) = bounded::<()>(0);
+        let sampler = Sampler::start_with_sink(src, config(50), move |_| {
+            let _ = &tx;
+        });
+        thread::sleep(Duration::from_millis(200));
+        drop(sampler);
+        assert_eq!(
+            rx.recv_timeout(Duration::from_secs(2)),
+            Err(RecvTimeoutError::Disconnected),
+            "the sink is dropped once the sampler's threads have stopped"
+        );
     }
 
     #[test]
