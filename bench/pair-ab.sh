@@ -12,11 +12,15 @@
 # process's CPU (schedstat of all its threads) over SECONDS (default 60), in microseconds per
 # second, and prints one line. Run it twice with the binaries swapped.
 #
+# With GPUPILOT_BENCH_THREADS=1 it also prints each daemon's threads over the same window: µs
+# of CPU per second and runs per second (a run is a wake-up, or a return after preemption),
+# from each thread's schedstat; a thread that ends in between is left out.
+#
 # Needs: tmux, nvtop, and a release build of fake-nvml (built here if missing).
 set -euo pipefail
 
 [[ $# -ge 2 ]] || {
-    sed -n '2,15p' "$0" >&2
+    sed -n '2,19p' "$0" >&2
     exit 2
 }
 a=$(realpath "$1")
@@ -72,9 +76,26 @@ nv=$(pane n)
 da=$(daemon_of a) || { echo "console A started no daemon" >&2; exit 1; }
 db=$(daemon_of b) || { echo "console B started no daemon" >&2; exit 1; }
 cpu_ns() { cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{ s += $1 } END { printf "%.0f", s }'; }
+# One line per thread of daemons A and B: "A|B:tid:name cpu_ns runs".
+threads() {
+    local who p t ns runs name
+    for who in A B; do
+        p=$da
+        [[ $who == B ]] && p=$db
+        for t in /proc/"$p"/task/*; do
+            # A thread may end while it is read: left out.
+            { read -r ns _ runs <"$t/schedstat" && name=$(tr ' ' _ <"$t/comm"); } 2>/dev/null ||
+                continue
+            echo "$who:${t##*/}:$name $ns $runs"
+        done
+    done | sort
+}
+per_thread=${GPUPILOT_BENCH_THREADS:-}
+[[ -z $per_thread ]] || threads >"$work/threads-before"
 declare -A before
 for p in "$ca" "$da" "$cb" "$db" "$nv"; do before[$p]=$(cpu_ns "$p"); done
 sleep "$secs"
+[[ -z $per_thread ]] || threads >"$work/threads-after"
 us() { echo $((($(cpu_ns "$1") - before[$1]) / secs / 1000)); }
 ua=$(us "$ca") uda=$(us "$da") ub=$(us "$cb") udb=$(us "$db") un=$(us "$nv")
 echo "A $a: console $ua, daemon $uda, together $((ua + uda)) us/s"
@@ -82,3 +103,10 @@ echo "B $b: console $ub, daemon $udb, together $((ub + udb)) us/s"
 echo "nvtop: $un us/s"
 awk -v a=$((ua + uda)) -v b=$((ub + udb)) -v n="$un" \
     'BEGIN { printf "against nvtop: A %.2f, B %.2f; B/A %.2f\n", a / n, b / n, b / a }'
+[[ -z $per_thread ]] && exit 0
+echo "the daemons' threads over $secs s:"
+join "$work/threads-before" "$work/threads-after" | awk -v s="$secs" '{
+    split($1, k, ":"); us = ($4 - $2) / s / 1000; runs = ($5 - $3) / s
+    printf "%s %-18s %8.1f us/s %6.2f runs/s\n", k[1], k[3], us, runs
+    tot[k[1]] += us; wk[k[1]] += runs
+} END { for (w in tot) printf "%s daemon total      %8.1f us/s %6.2f runs/s\n", w, tot[w], wk[w] }' | sort -s -k1,1

@@ -1,21 +1,26 @@
-//! Sampling off the caller's thread: GPUs read on sampling threads ("lanes"), one coordinator
-//! that assembles snapshots at the configured rate.
+//! Sampling off the caller's thread: GPUs read on sampling threads ("lanes"), snapshots at the
+//! configured rate, and a coordinator that watches the lanes.
 //!
 //! The first readings are taken in parallel (a lane per GPU, so the first snapshot waits for
 //! the slowest GPU only); after them, while every GPU answers promptly, one lane reads them all
-//! in turn each period: one thread wake-up per period instead of one per GPU. A GPU whose call holds its lane past half a
-//! period (a hung or very slow driver call) keeps that lane to itself: the lane's other GPUs
-//! move to a new lane at once. So a worker that hangs inside a driver call holds only its own
-//! GPU: the coordinator keeps publishing, with that GPU's last reading marked `stale`, and the
-//! other GPUs keep updating. At worst (every GPU slow) each GPU has a lane of its own. Nothing
-//! here blocks a reader of [`Sampler::latest`] for longer than a mutex swap.
+//! in turn each period: one thread wake-up per period instead of one per GPU, and that lane
+//! assembles the snapshot as it ends its round, so the readings are in it at once. A GPU whose
+//! call holds its lane past half a period (a hung or very slow driver call) keeps that lane to
+//! itself: the lane's other GPUs move to a new lane at once, and from then on the coordinator
+//! assembles each snapshot half a period after the readings began. While one lane reads every
+//! GPU, the coordinator sleeps on a timer that lane sets for half a period at the start of each
+//! round and clears at its end ([`Watchdog`]): it wakes only for a round that overran. So a worker that hangs
+//! inside a driver call holds only its own GPU: the coordinator keeps publishing, with that
+//! GPU's last reading marked `stale`, and the other GPUs keep updating. At worst (every GPU
+//! slow) each GPU has a lane of its own. Nothing here blocks a reader of [`Sampler::latest`]
+//! for longer than a mutex swap.
 //!
 //! A stale GPU keeps its last reading; a lost one keeps its last known identity (name, UUID,
 //! PCI bus id), so that it is still named, and found by UUID, after it fell off the bus.
 
 use super::host::HostSampler;
 use super::{GpuSample, NodeInfo, Snapshot, Source, now_s};
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, bounded, select, tick};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, bounded};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread;
@@ -44,9 +49,29 @@ impl SamplerConfig {
     }
 }
 
-type Slots = Arc<Vec<Mutex<Option<GpuSample>>>>;
+type Slots = Arc<Vec<Mutex<Slot>>>;
 
-/// What takes each snapshot on the coordinator's thread.
+/// One GPU's place between its lane and the snapshots.
+#[derive(Default)]
+struct Slot {
+    /// Its newest reading, until a snapshot takes it (moved, not copied: the snapshot after
+    /// that copies it from the one before while no newer reading came).
+    fresh: Option<GpuSample>,
+    /// It has answered at least once.
+    answered: bool,
+    /// The identity its last reading had (see [`keep_identity`]).
+    known: Identity,
+}
+
+/// A GPU's name, UUID and PCI bus id, as its last reading had them.
+#[derive(Default)]
+struct Identity {
+    uuid: Option<String>,
+    name: Option<String>,
+    pci_bus_id: Option<String>,
+}
+
+/// What takes each snapshot on the thread that assembles it.
 type Sink = Box<dyn FnMut(Arc<Snapshot>) + Send>;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -56,8 +81,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// A running sampler. Dropping it stops the lanes (a lane stuck in a call exits when the call
 /// returns).
 pub struct Sampler {
-    latest: Arc<Mutex<Arc<Snapshot>>>,
-    subscribers: Arc<Mutex<Vec<Sender<Arc<Snapshot>>>>>,
+    publisher: Arc<Publisher>,
+    watchdog: Arc<Watchdog>,
     stop: Arc<AtomicBool>,
     stop_tx: Sender<()>,
     _stop_rx: Receiver<()>,
@@ -74,7 +99,8 @@ impl Sampler {
     /// [`start`](Self::start), with `sink` given every snapshot on the thread that assembles
     /// it (the first one on the caller's, before this returns): no thread of the caller's is
     /// woken to take it. A sink that takes longer than a period delays the snapshots after
-    /// it, never the readings.
+    /// it, and, while one lane reads every GPU (it assembles the snapshots then), that lane's
+    /// next readings.
     pub fn start_with_sink(
         source: Arc<dyn Source>,
         config: SamplerConfig,
@@ -83,19 +109,33 @@ impl Sampler {
         Sampler::start_inner(source, config, Some(Box::new(sink)))
     }
 
-    fn start_inner(
-        source: Arc<dyn Source>,
-        config: SamplerConfig,
-        mut sink: Option<Sink>,
-    ) -> Sampler {
+    fn start_inner(source: Arc<dyn Source>, config: SamplerConfig, sink: Option<Sink>) -> Sampler {
         let count = source.gpu_count();
-        let slots: Slots = Arc::new((0..count).map(|_| Mutex::new(None)).collect());
+        let slots: Slots = Arc::new((0..count).map(|_| Mutex::default()).collect());
         let stop = Arc::new(AtomicBool::new(false));
         // Nobody sends on this channel: dropping the sender (in Drop) disconnects it, which
         // wakes every lane and the coordinator at once.
         let (stop_tx, stop_rx) = bounded::<()>(0);
-        let node = source.node_info();
         let started = Instant::now();
+        let period = config.period;
+        let publisher = Arc::new(Publisher {
+            node: source.node_info(),
+            stale_after: config.stale_after,
+            period,
+            started,
+            slots: Arc::clone(&slots),
+            stop: Arc::clone(&stop),
+            latest: Mutex::default(),
+            subscribers: Mutex::default(),
+            assembly: Mutex::new(Assembly {
+                host: None,
+                sink,
+                prev: Arc::default(),
+                published: None,
+            }),
+        });
+
+        let watchdog = Arc::new(Watchdog::new(Arc::clone(&stop)));
 
         let mut lanes = Lanes {
             lanes: Vec::new(),
@@ -105,7 +145,9 @@ impl Sampler {
                 stop: Arc::clone(&stop),
                 stop_rx: stop_rx.clone(),
                 started,
-                period: config.period,
+                period,
+                publisher: Arc::clone(&publisher),
+                watchdog: Arc::clone(&watchdog),
             }),
         };
         // The first readings in parallel, one lane per GPU: the first snapshot waits for the
@@ -115,71 +157,55 @@ impl Sampler {
         }
         // Give the lanes one period to fill their slots, so the first snapshot is complete
         // when the driver is healthy.
-        wait_for_slots(&slots, config.period.max(Duration::from_millis(200)));
+        wait_for_slots(&slots, period.max(Duration::from_millis(200)));
         // From now on one lane reads every GPU that answered; one still in a call keeps its
         // lane to itself.
         lanes.merge_idle();
 
-        let mut host = config.host.then(HostSampler::new);
-        let first = Arc::new(assemble(&node, &slots, host.as_mut(), &config));
-        if let Some(sink) = sink.as_mut() {
-            sink(Arc::clone(&first));
-        }
-        let latest = Arc::new(Mutex::new(first));
-        let subscribers: Arc<Mutex<Vec<Sender<Arc<Snapshot>>>>> = Arc::new(Mutex::new(Vec::new()));
+        publisher.first(config.host.then(HostSampler::new));
         {
-            let latest = Arc::clone(&latest);
-            let subscribers = Arc::clone(&subscribers);
+            let publisher = Arc::clone(&publisher);
+            let watchdog = Arc::clone(&watchdog);
             let stop = Arc::clone(&stop);
             let stop_rx = stop_rx.clone();
             thread::Builder::new()
                 .name("sample-coord".into())
                 .spawn(move || {
-                    // Lanes read at start + k·period; assembling half a period later keeps
-                    // each snapshot between two readings, so none is taken twice or skipped.
-                    let p = config.period.as_secs_f64();
-                    let since = started.elapsed().as_secs_f64();
-                    let next = p / 2.0 + ((since - p / 2.0) / p).ceil().max(0.0) * p;
-                    select! {
-                        recv(stop_rx) -> _ => return,
-                        recv(crossbeam_channel::after(Duration::from_secs_f64(next - since))) -> _ => {}
-                    }
-                    let ticker = tick(config.period);
+                    // Half a period after a round of readings began, a lane still in a call
+                    // is held up by one GPU and the others go on without it, and the round's
+                    // snapshot is assembled here if no lane did (a lane that reads every GPU
+                    // assembles it as it ends the round). Lanes read at start + k·period, so
+                    // each snapshot is between two readings.
+                    let half = period / 2;
                     loop {
-                        select! {
-                            recv(stop_rx) -> _ => break,
-                            recv(ticker) -> _ => {}
+                        if lanes.solo() && watchdog.armed_by_lane() {
+                            // Only a round that overran wakes us (or the sampler's stop).
+                            watchdog.wait();
+                        } else {
+                            let since = started.elapsed();
+                            let wait = match since.checked_sub(half) {
+                                Some(e) => until_next_reading(e, period),
+                                None => half - since,
+                            };
+                            match stop_rx.recv_timeout(wait) {
+                                Err(RecvTimeoutError::Timeout) => {}
+                                // Disconnected: the sampler stopped (nobody ever sends).
+                                _ => break,
+                            }
                         }
                         if stop.load(Ordering::Relaxed) {
                             break;
                         }
-                        // A lane still reading half a period after its readings began is
-                        // held up by one GPU: the others go on without it.
-                        lanes.split_held(config.period / 2);
-                        // One copy of each snapshot, shared by the latest and every
-                        // subscriber.
-                        let snap = Arc::new(assemble(&node, &slots, host.as_mut(), &config));
-                        *lock(&latest) = Arc::clone(&snap);
-                        let mut subs = lock(&subscribers);
-                        // A subscriber that is behind skips a snapshot rather than stalling us;
-                        // one that has gone away is dropped.
-                        subs.retain(|tx| {
-                            !matches!(
-                                tx.try_send(Arc::clone(&snap)),
-                                Err(crossbeam_channel::TrySendError::Disconnected(_))
-                            )
-                        });
-                        drop(subs);
-                        if let Some(sink) = sink.as_mut() {
-                            sink(snap);
-                        }
+                        lanes.split_held(half);
+                        let round = round_of(started.elapsed().saturating_sub(half), period);
+                        publisher.publish(round);
                     }
                 })
                 .expect("spawning the sampler coordinator");
         }
         Sampler {
-            latest,
-            subscribers,
+            publisher,
+            watchdog,
             stop,
             stop_tx,
             _stop_rx: stop_rx,
@@ -188,21 +214,98 @@ impl Sampler {
 
     /// The newest snapshot.
     pub fn latest(&self) -> Arc<Snapshot> {
-        Arc::clone(&lock(&self.latest))
+        Arc::clone(&lock(&self.publisher.latest))
     }
 
     /// A channel that receives every new snapshot (a slow reader skips some; it never blocks
     /// the sampler).
     pub fn subscribe(&self) -> Receiver<Arc<Snapshot>> {
         let (tx, rx) = bounded(2);
-        lock(&self.subscribers).push(tx);
+        lock(&self.publisher.subscribers).push(tx);
         rx
     }
+}
+
+/// Where snapshots are assembled and published, by the lane that reads every GPU or by the
+/// coordinator.
+struct Publisher {
+    node: NodeInfo,
+    stale_after: Duration,
+    period: Duration,
+    started: Instant,
+    slots: Slots,
+    stop: Arc<AtomicBool>,
+    latest: Mutex<Arc<Snapshot>>,
+    subscribers: Mutex<Vec<Sender<Arc<Snapshot>>>>,
+    /// Held while one snapshot is assembled and handed out: one at a time, in order.
+    assembly: Mutex<Assembly>,
+}
+
+struct Assembly {
+    host: Option<HostSampler>,
+    sink: Option<Sink>,
+    /// The snapshot published last: a GPU with no new reading is copied from it.
+    prev: Arc<Snapshot>,
+    /// The round of readings (`started + k·period`) the last snapshot was for; None before
+    /// the first.
+    published: Option<u64>,
+}
+
+impl Publisher {
+    /// The first snapshot, on the caller's thread (its sink sees it before any other).
+    fn first(&self, host: Option<HostSampler>) {
+        let mut a = lock(&self.assembly);
+        a.host = host;
+        let round = round_of(self.started.elapsed(), self.period);
+        self.hand_out(&mut a, round);
+    }
+
+    /// The snapshot of round `round`, unless one was published for it (or a later one).
+    fn publish(&self, round: u64) {
+        let mut a = lock(&self.assembly);
+        if a.published.is_none_or(|p| p >= round) || self.stop.load(Ordering::Relaxed) {
+            return;
+        }
+        self.hand_out(&mut a, round);
+    }
+
+    fn hand_out(&self, a: &mut Assembly, round: u64) {
+        // One copy of each snapshot, shared by the latest and every subscriber.
+        let snap = Arc::new(assemble(
+            &self.node,
+            &self.slots,
+            &a.prev,
+            a.host.as_mut(),
+            self.stale_after,
+        ));
+        a.published = Some(round);
+        a.prev = Arc::clone(&snap);
+        *lock(&self.latest) = Arc::clone(&snap);
+        let mut subs = lock(&self.subscribers);
+        // A subscriber that is behind skips a snapshot rather than stalling us; one that has
+        // gone away is dropped.
+        subs.retain(|tx| {
+            !matches!(
+                tx.try_send(Arc::clone(&snap)),
+                Err(crossbeam_channel::TrySendError::Disconnected(_))
+            )
+        });
+        drop(subs);
+        if let Some(sink) = a.sink.as_mut() {
+            sink(snap);
+        }
+    }
+}
+
+/// The round of readings (`k` of `started + k·period`) under way `elapsed` after the start.
+fn round_of(elapsed: Duration, period: Duration) -> u64 {
+    u64::try_from(elapsed.as_nanos() / period.as_nanos().max(1)).unwrap_or(u64::MAX)
 }
 
 impl Drop for Sampler {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
+        self.watchdog.ring();
         // Replace our sender so the real one drops now and disconnects the stop channel.
         let (dead, _) = bounded(0);
         drop(std::mem::replace(&mut self.stop_tx, dead));
@@ -218,6 +321,91 @@ struct LaneContext {
     /// Readings are taken at `started + k·period`.
     started: Instant,
     period: Duration,
+    /// A lane that reads every GPU publishes each round's snapshot as it ends the round.
+    publisher: Arc<Publisher>,
+    /// … and sets this for half a period while its round lasts.
+    watchdog: Arc<Watchdog>,
+}
+
+/// The coordinator's alarm while one lane reads every GPU: a timer (timerfd) the lane sets for
+/// half a period as each round begins and clears as it ends, so that the coordinator, blocked
+/// on it, wakes only when a round overran (or the sampler stops), not once a period to find
+/// nothing to do. Setting and clearing it are system calls on the lane's thread; no thread is
+/// woken by them.
+struct Watchdog {
+    /// None where no timer could be had: the coordinator then wakes every period.
+    timer: Option<rustix::fd::OwnedFd>,
+    /// Held to set or clear the timer with `stop` read under it, so that the alarm a stop
+    /// rings is never cleared by a lane.
+    guard: Mutex<()>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Watchdog {
+    fn new(stop: Arc<AtomicBool>) -> Watchdog {
+        use rustix::time::{TimerfdClockId, TimerfdFlags, timerfd_create};
+        let timer = timerfd_create(TimerfdClockId::Monotonic, TimerfdFlags::CLOEXEC);
+        if let Err(e) = &timer {
+            tracing::debug!("no timerfd for the sampler's watchdog ({e}): it wakes every period");
+        }
+        Watchdog {
+            timer: timer.ok(),
+            guard: Mutex::new(()),
+            stop,
+        }
+    }
+
+    /// Whether the lanes set the timer (else the coordinator wakes every period).
+    fn armed_by_lane(&self) -> bool {
+        self.timer.is_some()
+    }
+
+    /// Fire in `after` (zero: never), unless the sampler stopped.
+    fn set(&self, after: Duration) {
+        let Some(timer) = &self.timer else { return };
+        let _g = lock(&self.guard);
+        if self.stop.load(Ordering::Relaxed) {
+            return;
+        }
+        arm(timer, after);
+    }
+
+    /// The sampler stops: wake the coordinator now.
+    fn ring(&self) {
+        let Some(timer) = &self.timer else { return };
+        let _g = lock(&self.guard);
+        arm(timer, Duration::from_nanos(1));
+    }
+
+    /// Until the timer fires.
+    fn wait(&self) {
+        let Some(timer) = &self.timer else { return };
+        let mut expirations = [0u8; 8];
+        loop {
+            match rustix::io::read(timer, &mut expirations) {
+                Err(rustix::io::Errno::INTR) => continue,
+                // A read that fails (it should not) must not spin: as a tick.
+                Err(_) => thread::sleep(Duration::from_millis(100)),
+                Ok(_) => {}
+            }
+            return;
+        }
+    }
+}
+
+fn arm(timer: &rustix::fd::OwnedFd, after: Duration) {
+    use rustix::time::{Itimerspec, TimerfdTimerFlags, Timespec, timerfd_settime};
+    let zero = Timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    let spec = Itimerspec {
+        it_interval: zero,
+        it_value: Timespec::try_from(after).unwrap_or(zero),
+    };
+    if let Err(e) = timerfd_settime(timer, TimerfdTimerFlags::empty(), &spec) {
+        tracing::debug!("setting the sampler's watchdog: {e}");
+    }
 }
 
 /// One lane: the GPUs it reads in turn, and where its current round of readings is.
@@ -251,6 +439,14 @@ impl Lanes {
             .name("sample-gpus".into())
             .spawn(move || run_lane(&lane, &ctx))
             .expect("spawning a sampler thread");
+    }
+
+    /// One lane reads every GPU.
+    fn solo(&self) -> bool {
+        match self.lanes.as_slice() {
+            [one] => lock(one).gpus.len() == self.ctx.slots.len(),
+            _ => false,
+        }
     }
 
     /// Move the GPUs of every lane that is not in a call onto one lane; the lanes left with
@@ -305,14 +501,19 @@ impl Lanes {
 /// Read the lane's GPUs in turn at `started + k·period` until the sampler stops.
 fn run_lane(lane: &Mutex<Lane>, ctx: &LaneContext) {
     loop {
-        {
+        let solo = {
             let mut l = lock(lane);
             if l.gpus.is_empty() {
                 // Its GPUs went to another lane (see `Lanes::merge_idle`).
                 return;
             }
             l.round = Instant::now();
+            l.gpus.len() == ctx.slots.len()
+        };
+        if solo {
+            ctx.watchdog.set(ctx.period / 2);
         }
+        let round = round_of(ctx.started.elapsed(), ctx.period);
         let mut next = 0;
         loop {
             // The lane's GPUs may change between two calls (see `Lanes::split_held`).
@@ -330,9 +531,19 @@ fn run_lane(lane: &Mutex<Lane>, ctx: &LaneContext) {
                 return;
             }
             let mut slot = lock(&ctx.slots[gpu]);
-            let sample = keep_identity(slot.as_ref(), sample);
-            *slot = Some(sample);
+            let slot = &mut *slot;
+            let sample = keep_identity(slot.answered.then_some(&slot.known), sample);
+            slot.known.remember(&sample);
+            slot.answered = true;
+            slot.fresh = Some(sample);
             next = gpu + 1;
+        }
+        if solo {
+            ctx.watchdog.set(Duration::ZERO);
+        }
+        // Every GPU's reading is in: the round's snapshot needs no other thread.
+        if lock(lane).gpus.len() == ctx.slots.len() {
+            ctx.publisher.publish(round);
         }
         let wait = until_next_reading(ctx.started.elapsed(), ctx.period);
         match ctx.stop_rx.recv_timeout(wait) {
@@ -354,9 +565,10 @@ fn until_next_reading(elapsed: Duration, period: Duration) -> Duration {
 
 /// A GPU that fell off the bus is still the GPU it was: where a reading lacks its name, UUID or
 /// PCI bus id (NVML answers GPU_IS_LOST even to those), they are carried over from the last one
-/// that had them, so `status`, alerts and `/metrics` series keyed on the UUID follow the GPU.
-fn keep_identity(prev: Option<&GpuSample>, mut s: GpuSample) -> GpuSample {
-    if let Some(p) = prev.filter(|p| p.index == s.index) {
+/// that had them (`prev`, what the GPU's last reading was known as), so `status`, alerts and
+/// `/metrics` series keyed on the UUID follow the GPU.
+fn keep_identity(prev: Option<&Identity>, mut s: GpuSample) -> GpuSample {
+    if let Some(p) = prev {
         if s.uuid.is_none() {
             s.uuid.clone_from(&p.uuid);
         }
@@ -373,29 +585,49 @@ fn keep_identity(prev: Option<&GpuSample>, mut s: GpuSample) -> GpuSample {
     s
 }
 
+impl Identity {
+    /// Take `s`'s identity (into the strings already here: no allocation while it is the same).
+    fn remember(&mut self, s: &GpuSample) {
+        self.uuid.clone_from(&s.uuid);
+        self.name.clone_from(&s.name);
+        self.pci_bus_id.clone_from(&s.pci_bus_id);
+    }
+}
+
 fn wait_for_slots(slots: &Slots, limit: Duration) {
     let deadline = Instant::now() + limit;
     while Instant::now() < deadline {
-        if slots.iter().all(|s| lock(s).is_some()) {
+        if slots.iter().all(|s| lock(s).answered) {
             return;
         }
         thread::sleep(Duration::from_millis(5));
     }
 }
 
+/// The snapshot now: each GPU's new reading (taken out of its slot), else its last one again
+/// (from `prev`), marked stale when it is older than `stale_after`.
 fn assemble(
     node: &NodeInfo,
     slots: &Slots,
+    prev: &Snapshot,
     host: Option<&mut HostSampler>,
-    config: &SamplerConfig,
+    stale_after: Duration,
 ) -> Snapshot {
     let now = now_s();
-    let stale_s = config.stale_after.as_secs_f64();
+    let stale_s = stale_after.as_secs_f64();
     let gpus = slots
         .iter()
         .enumerate()
         .map(|(i, slot)| {
-            match lock(slot).clone() {
+            let last = {
+                let mut slot = lock(slot);
+                match slot.fresh.take() {
+                    Some(s) => Some(s),
+                    None if slot.answered => prev.gpus.get(i).cloned(),
+                    None => None,
+                }
+            };
+            match last {
                 Some(mut s) => {
                     s.stale = now - s.time_s > stale_s;
                     s
@@ -691,6 +923,24 @@ mod tests {
         assert_eq!(g.name.as_deref(), Some("NVIDIA H100 80GB HBM3"));
         assert_eq!(g.pci_bus_id.as_deref(), Some("00000000:18:00.0"));
         assert_eq!(g.power_w, None, "only the identity is carried over");
+    }
+
+    #[test]
+    fn a_stopped_sampler_lets_go_of_its_sink() {
+        // One lane reads both GPUs, so the coordinator sleeps on the lane's timer: the stop
+        // must wake it too, or it holds the sink forever.
+        let (src, _release) = Counting::new(2, None);
+        let (tx, rx) = bounded::<()>(0);
+        let sampler = Sampler::start_with_sink(src, config(50), move |_| {
+            let _ = &tx;
+        });
+        thread::sleep(Duration::from_millis(200));
+        drop(sampler);
+        assert_eq!(
+            rx.recv_timeout(Duration::from_secs(2)),
+            Err(RecvTimeoutError::Disconnected),
+            "the sink is dropped once the sampler's threads have stopped"
+        );
     }
 
     #[test]

@@ -107,10 +107,11 @@ impl Control {
         } else {
             self.control_parts()
         };
-        let node = self.node.clone();
+        let node = &self.node;
         let findings = self.straggler_findings(snap, runs);
         let out = self.with_loops(|inner| {
-            inner.gpus = snap.gpus.iter().map(|g| g.index).collect();
+            inner.gpus.clear();
+            inner.gpus.extend(snap.gpus.iter().map(|g| g.index));
             inner.node.set_job_findings(findings);
             let dev = parts.map(|(dev, originals, _)| Recording {
                 dev: dev.as_ref(),
@@ -118,7 +119,7 @@ impl Control {
             });
             let out = inner
                 .node
-                .step(snap, &views, &load_rules, dev.as_ref(), &node);
+                .step(snap, &views, &load_rules, dev.as_ref(), node);
             if let Some(dev) = &dev {
                 dev.forget_restored(&out.events);
             }
@@ -180,16 +181,7 @@ impl Control {
     /// rank's last [`STRAGGLER_REPORTS`] reports against the snapshot's GPUs.
     fn straggler_findings(&self, snap: &Snapshot, runs: &Runs) -> Vec<Observation> {
         use crate::advisor::{self, AdvisorInput, Thresholds, adapt};
-        let mut input = AdvisorInput {
-            now: crate::telemetry::now_s().max(snap.time_s),
-            gpus: snap
-                .gpus
-                .iter()
-                .map(|g| adapt::gpu_series(g, &[]))
-                .collect(),
-            runs: Vec::new(),
-            curves: Vec::new(),
-        };
+        let mut jobs = Vec::new();
         for (info, trainer) in runs.live_trainers() {
             let (Some(last), true) = (&trainer.last, trainer.ranks.len() >= 2) else {
                 continue;
@@ -200,9 +192,23 @@ impl Control {
             }) = runs.run_metrics(&info.id, since, None)
             {
                 let w = adapt::run_window(&info.id, Vec::new(), &points, &trainer, Vec::new());
-                input.runs.push(w);
+                jobs.push(w);
             }
         }
+        // No job of several ranks: no verdict, and no GPU series to build (at every snapshot).
+        if jobs.is_empty() {
+            return Vec::new();
+        }
+        let input = AdvisorInput {
+            now: crate::telemetry::now_s().max(snap.time_s),
+            gpus: snap
+                .gpus
+                .iter()
+                .map(|g| adapt::gpu_series(g, &[]))
+                .collect(),
+            runs: jobs,
+            curves: Vec::new(),
+        };
         let th = Thresholds::default();
         advisor::stragglers(&input, &th)
             .into_iter()
