@@ -442,6 +442,37 @@ impl BlockModel {
     }
 }
 
+impl BlockModel {
+    /// What [`Self::draw_part`] draws for `part` on `area` (the block's), cell by cell, where
+    /// that is a meter's sparkline: the bars, their area (right of the part's blank first
+    /// column) and style. None for any other part.
+    pub fn part_bars(&self, area: Rect, part: Part) -> Option<(&Bars, Rect, Style)> {
+        let (
+            BlockBody::Meters {
+                density,
+                meter_rows,
+                meters,
+                ..
+            },
+            Part::Meter(i, MeterPart::Trend),
+        ) = (&self.body, part)
+        else {
+            return None;
+        };
+        let a = BlockAreas::of(area, *density, *meter_rows)
+            .meter_areas(i)
+            .trend;
+        let m = meters.get(i)?;
+        (!a.is_empty()).then(|| {
+            (
+                &m.bars,
+                Rect::new(a.x + 1, a.y, a.width - 1, a.height),
+                m.trend_style,
+            )
+        })
+    }
+}
+
 /// A part of a GPU block that can be redrawn alone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Part {
