@@ -188,7 +188,15 @@ impl<B: Backend> Screen<B> {
         if let Some(style) = ui::base_style(app) {
             blank.set_style(style);
         }
-        for (pos, rect, model) in block_models(app.ctx(), app.selected, a.body) {
+        let pieces = &self.pieces;
+        let last = |pos: usize| match pieces.get(CHROME + pos) {
+            Some(Some(Piece {
+                model: Some(Model::Block(m)),
+                ..
+            })) => Some(m),
+            _ => None,
+        };
+        for (pos, rect, model) in block_models(app.ctx(), app.selected, a.body, last) {
             let i = CHROME + pos;
             if self.shows(i, rect, |m| matches!(m, Model::Block(b) if *b == model)) {
                 continue;
