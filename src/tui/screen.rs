@@ -14,9 +14,11 @@ use super::layout::Areas;
 use super::theme::Theme;
 use super::ui;
 use super::views::overview::{BlockModel, block_models};
+use super::widgets::{Bars, eighths_symbol};
 use ratatui::backend::Backend;
 use ratatui::buffer::{Buffer, Cell, CellDiffOption};
 use ratatui::layout::Rect;
+use ratatui::style::Style;
 use ratatui::widgets::Widget;
 
 /// A terminal for the console (see the module doc).
@@ -181,7 +183,20 @@ impl<B: Backend> Screen<B> {
                 }
             });
         }
-        for (pos, rect, model) in block_models(app.ctx(), app.selected, a.body) {
+        // A cell of a piece where nothing is drawn over the base.
+        let mut blank = Cell::EMPTY;
+        if let Some(style) = ui::base_style(app) {
+            blank.set_style(style);
+        }
+        let pieces = &self.pieces;
+        let last = |pos: usize| match pieces.get(CHROME + pos) {
+            Some(Some(Piece {
+                model: Some(Model::Block(m)),
+                ..
+            })) => Some(m),
+            _ => None,
+        };
+        for (pos, rect, model) in block_models(app.ctx(), app.selected, a.body, last) {
             let i = CHROME + pos;
             if self.shows(i, rect, |m| matches!(m, Model::Block(b) if *b == model)) {
                 continue;
@@ -198,6 +213,20 @@ impl<B: Backend> Screen<B> {
                         self.last.blocks += 1;
                         let [next, was] = &mut self.scratch;
                         for (r, part) in parts {
+                            // A sparkline is compared cell by cell with what the piece shows,
+                            // without drawing it into a buffer first.
+                            if let Some((bars, at, style)) = model.part_bars(rect, part) {
+                                let taken = take_bars(
+                                    &mut self.changed,
+                                    &mut p.shown,
+                                    r,
+                                    &blank,
+                                    (bars, at, style),
+                                );
+                                if taken {
+                                    continue;
+                                }
+                            }
                             next.resize(r);
                             next.reset();
                             ui::base(app, r, next);
@@ -223,7 +252,8 @@ impl<B: Backend> Screen<B> {
             });
         }
         // In screen order, so that the cursor moves as little as it can.
-        self.changed.sort_unstable_by_key(|(x, y, _)| (*y, *x));
+        // Each part's changes come in screen order: a stable sort merges those runs.
+        self.changed.sort_by_key(|(x, y, _)| (*y, *x));
         self.last.cells = self.changed.len();
         if !self.changed.is_empty() {
             self.backend
@@ -314,6 +344,78 @@ fn take_changes(changed: &mut Vec<(u16, u16, Cell)>, shown: &mut Buffer, next: &
         if !plain {
             changed.truncate(from);
             return false;
+        }
+    }
+    for (x, y, c) in &changed[from..] {
+        let i = shown.index_of(*x, *y);
+        shown.content[i].clone_from(c);
+    }
+    true
+}
+
+/// [`take_changes`] for a sparkline part `r`: `bars` drawn on `at` (the part less its blank
+/// first column) in `style`, over `blank` (an empty cell in the base style). Its cells are
+/// compared with `shown` where they are made, with no buffer drawn.
+fn take_bars(
+    changed: &mut Vec<(u16, u16, Cell)>,
+    shown: &mut Buffer,
+    r: Rect,
+    blank: &Cell,
+    (bars, at, style): (&Bars, Rect, Style),
+) -> bool {
+    // The cells a sparkline is made of: blank, then 0 to 8 eighths filled.
+    let palette: [Cell; 10] = std::array::from_fn(|i| {
+        let mut c = blank.clone();
+        if let Some(e) = i.checked_sub(1) {
+            c.set_symbol(eighths_symbol(e as u16)).set_style(style);
+        }
+        c
+    });
+    take_cells(changed, shown, r, &palette, |x, y| {
+        x.checked_sub(at.x)
+            .and_then(|x| bars.eighths_at(at, x, y - at.y))
+            .map_or(0, |e| usize::from(e) + 1)
+    })
+}
+
+/// [`take_changes`] for a part on `r` drawn with a few cells, given cell by cell: `cell(x, y)`
+/// is the one of `palette` drawn at (x, y). Where a cell of the palette is not narrow, or
+/// plain, nothing is done; false.
+fn take_cells(
+    changed: &mut Vec<(u16, u16, Cell)>,
+    shown: &mut Buffer,
+    r: Rect,
+    palette: &[Cell],
+    cell: impl Fn(u16, u16) -> usize,
+) -> bool {
+    if r.is_empty()
+        || shown.area.intersection(r) != r
+        || !palette.iter().all(|c| plain_option(c) && narrow_cell(c))
+    {
+        return false;
+    }
+    let from = changed.len();
+    for y in r.top()..r.bottom() {
+        let start = shown.index_of(r.x, y);
+        // Left of the part, the piece shows what stays.
+        let left_of_part = &shown.content[shown.index_of(shown.area.x, y)..start];
+        for x in r.left()..r.right() {
+            let i = usize::from(x - r.x);
+            let (Some(next), Some(was)) = (palette.get(cell(x, y)), shown.content.get(start + i))
+            else {
+                changed.truncate(from);
+                return false;
+            };
+            if was == next {
+                continue;
+            }
+            // Every cell drawn is narrow: only those left of the part can reach a change.
+            let reach = REACH.saturating_sub(i);
+            if !(narrow_cell(was) && left_of_part.iter().rev().take(reach).all(narrow_cell)) {
+                changed.truncate(from);
+                return false;
+            }
+            changed.push((x, y, next.clone()));
         }
     }
     for (x, y, c) in &changed[from..] {
@@ -493,6 +595,52 @@ mod tests {
                 prop_assert!(taken, "narrow glyphs only: taken in place");
             }
             if taken {
+                prop_assert_eq!(got, want);
+                prop_assert_eq!(got_shown, want_shown);
+            } else {
+                prop_assert!(got.is_empty());
+                prop_assert_eq!(got_shown, shown);
+            }
+        }
+    }
+
+    proptest! {
+        /// A sparkline compared cell by cell changes the same cells, and leaves the same piece,
+        /// as the sparkline drawn into a buffer and taken in place; it is taken wherever the
+        /// glyphs it replaces, and those left of it, are narrow.
+        #[test]
+        fn bars_taken_cell_by_cell_are_bars_drawn_and_taken(
+            a in proptest::collection::vec((0u16..19, 0u16..6, 0usize..10, any::<bool>()), 0..40),
+            ticks in proptest::collection::vec(proptest::option::of(0u16..40), 0..16),
+            (x, y, w, h) in (0u16..10, 0u16..3, 2u16..10, 1u16..4),
+            (red, based) in (any::<bool>(), any::<bool>()),
+        ) {
+            let shown = buffer(&a);
+            let part = Rect::new(3 + x, 2 + y, w, h);
+            let at = Rect::new(part.x + 1, part.y, w - 1, h);
+            let bars = crate::tui::widgets::Bars { ticks, rows: h };
+            let style = Style::new().fg(if red { Color::Red } else { Color::Green });
+            let base = based.then(|| Style::new().bg(Color::Blue));
+
+            let mut next = Buffer::empty(part);
+            if let Some(b) = base {
+                next.set_style(part, b);
+            }
+            bars.render(at, &mut next, style);
+            let (mut want, mut want_shown) = (Vec::new(), shown.clone());
+            let drawn = take_changes(&mut want, &mut want_shown, &next);
+
+            let (mut got, mut got_shown) = (Vec::new(), shown.clone());
+            let mut blank = Cell::EMPTY;
+            if let Some(b) = base {
+                blank.set_style(b);
+            }
+            let taken = take_bars(&mut got, &mut got_shown, part, &blank, (&bars, at, style));
+            if all_narrow(&shown) {
+                prop_assert!(taken, "narrow glyphs only: taken");
+            }
+            if taken {
+                prop_assert!(drawn);
                 prop_assert_eq!(got, want);
                 prop_assert_eq!(got_shown, want_shown);
             } else {

@@ -29,12 +29,17 @@ pub const MIN_HEIGHT: u16 = 12;
 
 /// The theme's text style over `area`: what every frame starts from.
 pub fn base(app: &App, area: Rect, buf: &mut Buffer) {
-    let t = &app.theme;
-    // Painting 10,000 cells with the terminal's own default is a waste of a frame.
-    let plain = |c: Option<Color>| c.is_none_or(|c| c == Color::Reset);
-    if !(plain(t.text.fg) && plain(t.text.bg) && t.text.add_modifier.is_empty()) {
-        buf.set_style(area, t.text);
+    if let Some(style) = base_style(app) {
+        buf.set_style(area, style);
     }
+}
+
+/// The style [`base`] paints, or None where it paints nothing: painting 10,000 cells with the
+/// terminal's own default is a waste of a frame.
+pub fn base_style(app: &App) -> Option<Style> {
+    let t = &app.theme;
+    let plain = |c: Option<Color>| c.is_none_or(|c| c == Color::Reset);
+    (!(plain(t.text.fg) && plain(t.text.bg) && t.text.add_modifier.is_empty())).then_some(t.text)
 }
 
 /// A row of the frame around the view, and what it shows there.

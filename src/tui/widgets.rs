@@ -212,24 +212,33 @@ impl Bars {
     pub fn render(&self, area: Rect, buf: &mut Buffer, style: Style) {
         let area = area.intersection(buf.area);
         let n = area.width as usize;
-        let skip = self.ticks.len().saturating_sub(n);
-        for (i, t) in self.ticks[skip..].iter().enumerate() {
-            let x = area.x + i as u16;
-            let mut left = t.unwrap_or(0);
-            for j in (0..area.height).rev() {
-                let symbol = match t {
-                    None => " ",
-                    Some(_) => eighths_symbol(left),
-                };
-                left = left.saturating_sub(8);
-                buf[(x, area.y + j)].set_symbol(symbol).set_style(style);
+        let drawn = self.ticks.len().min(n) as u16;
+        for x in 0..drawn {
+            for y in 0..area.height {
+                if let Some(eighths) = self.eighths_at(area, x, y) {
+                    buf[(area.x + x, area.y + y)]
+                        .set_symbol(eighths_symbol(eighths))
+                        .set_style(style);
+                }
             }
         }
+    }
+
+    /// What [`Bars::render`] draws on `area` at column `x` and row `y` of it (counted from
+    /// its top left): the eighths of the cell its bar fills, 0 to 8 ([`eighths_symbol`]), or
+    /// None where it draws nothing (columns right of the data).
+    pub fn eighths_at(&self, area: Rect, x: u16, y: u16) -> Option<u16> {
+        let skip = self.ticks.len().saturating_sub(usize::from(area.width));
+        let t = self.ticks.get(skip + usize::from(x))?;
+        // Each row up from the bottom one shows eight eighths less of the bar; a column with
+        // no value is blank.
+        let below = area.height.saturating_sub(y + 1);
+        Some(t.map_or(0, |t| t.saturating_sub(8 * below).min(8)))
     }
 }
 
 /// A sparkline cell `eighths` of a row high (a full block from 8 up).
-fn eighths_symbol(eighths: u16) -> &'static str {
+pub fn eighths_symbol(eighths: u16) -> &'static str {
     use ratatui::symbols::bar;
     match eighths {
         0 => " ",

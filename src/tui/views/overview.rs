@@ -18,6 +18,7 @@ use ratatui::layout::{Margin, Position, Rect};
 use ratatui::style::Style;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Paragraph, Widget, Wrap};
+use std::sync::Arc;
 
 const FULL_HEIGHT: u16 = 7;
 const COMPACT_HEIGHT: u16 = 4;
@@ -177,8 +178,14 @@ impl Widget for OverviewView<'_> {
 }
 
 /// Each GPU block of the overview of `body` with GPU `selected` selected: its position, its
-/// area and its model.
-pub fn block_models(ctx: Ctx, selected: usize, body: Rect) -> Vec<(usize, Rect, BlockModel)> {
+/// area and its model. `prev` gives the model each GPU's block had on the last frame, if any:
+/// its texts are taken over where what they were made from did not change.
+pub fn block_models<'p>(
+    ctx: Ctx,
+    selected: usize,
+    body: Rect,
+    prev: impl Fn(usize) -> Option<&'p BlockModel>,
+) -> Vec<(usize, Rect, BlockModel)> {
     let gpus = ctx.data.gpus();
     let layout = Layout::new(body, gpus.len(), selected);
     layout
@@ -193,7 +200,8 @@ pub fn block_models(ctx: Ctx, selected: usize, body: Rect) -> Vec<(usize, Rect, 
                 density: layout.density,
                 meter_rows: layout.meter_rows,
             };
-            (cell.gpu, cell.area, BlockModel::of(&block, cell.area))
+            let model = BlockModel::of(&block, cell.area, prev(cell.gpu));
+            (cell.gpu, cell.area, model)
         })
         .collect()
 }
@@ -210,7 +218,7 @@ struct GpuBlock<'a> {
 
 impl Widget for GpuBlock<'_> {
     fn render(self, area: Rect, buf: &mut Buffer) {
-        BlockModel::of(&self, area).draw(self.ctx.theme, area, buf);
+        BlockModel::of(&self, area, None).draw(self.ctx.theme, area, buf);
     }
 }
 
@@ -222,9 +230,39 @@ impl Widget for GpuBlock<'_> {
 #[derive(Debug, Clone, PartialEq)]
 pub struct BlockModel {
     border: Style,
-    title: Line<'static>,
-    badges: Line<'static>,
+    title: Made<(u32, Style), Arc<Line<'static>>>,
+    badges: Made<BadgeKey, Arc<Line<'static>>>,
     body: BlockBody,
+}
+
+/// What a block's badges are made from (see [`badges`]): the newest recent XID, lost, stale,
+/// the throttle reasons.
+type BadgeKey = (Option<u64>, bool, bool, Option<u64>);
+
+/// A text of a block and what it was made from: the next frame's block takes it over where
+/// that did not change, rather than formatting it again (most of a busy node's figures stay
+/// the same from one second to the next). Equal where the texts are: what is drawn.
+#[derive(Debug, Clone)]
+struct Made<K, T> {
+    from: K,
+    text: T,
+}
+
+impl<K, T: PartialEq> PartialEq for Made<K, T> {
+    fn eq(&self, other: &Self) -> bool {
+        self.text == other.text
+    }
+}
+
+impl<K: PartialEq, T: Clone> Made<K, T> {
+    /// The text `make` makes `from` these inputs, or `prev`'s where it was made from the same.
+    fn of(prev: Option<&Made<K, T>>, from: K, make: impl FnOnce() -> T) -> Made<K, T> {
+        let text = match prev {
+            Some(p) if p.from == from => p.text.clone(),
+            _ => make(),
+        };
+        Made { from, text }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -236,7 +274,7 @@ enum BlockBody {
         meter_rows: u16,
         meters: Box<[MeterSpec; 4]>,
         /// The clocks, P-state, fan and PCIe line of a full block.
-        info: Option<Line<'static>>,
+        info: Option<Made<Option<InfoKey>, Arc<Line<'static>>>>,
     },
 }
 
@@ -297,7 +335,9 @@ impl BlockAreas {
 }
 
 impl BlockModel {
-    fn of(b: &GpuBlock, area: Rect) -> BlockModel {
+    /// The model of block `b` on `area`, with the texts of `prev` (the block's last model)
+    /// that were made from what `b` still shows.
+    fn of(b: &GpuBlock, area: Rect, prev: Option<&BlockModel>) -> BlockModel {
         let t = b.ctx.theme;
         let g = b.g;
         let name = b.ctx.data.name(b.pos).unwrap_or(format::NA);
@@ -306,11 +346,33 @@ impl BlockModel {
         } else {
             t.border
         };
-        let title = Line::from(vec![
-            Span::styled(format!(" {} ", g.index), border),
-            Span::styled(format!("{name} "), t.title),
-        ]);
-        let badges = Line::from(badges(g, t)).right_aligned();
+        // The name is in the title: taken over only where it reads the same.
+        let same_name = |m: &&BlockModel| {
+            let shown = m.title.text.spans.get(1);
+            shown.and_then(|s| s.content.strip_suffix(' ')) == Some(name)
+        };
+        let title = Made::of(
+            prev.filter(same_name).map(|m| &m.title),
+            (g.index, border),
+            || {
+                Arc::new(Line::from(vec![
+                    Span::styled(format!(" {} ", g.index), border),
+                    Span::styled(format!("{name} "), t.title),
+                ]))
+            },
+        );
+        let xid = g
+            .recent_xid(g.time_s, crate::telemetry::xid::XID_RECENT_S)
+            .map(|x| x.xid);
+        let badges = Made::of(
+            prev.map(|m| &m.badges),
+            (xid, g.lost, g.stale, g.throttle_reasons),
+            || Arc::new(Line::from(badges(g, t)).right_aligned()),
+        );
+        let prev_body = prev.and_then(|m| match &m.body {
+            BlockBody::Meters { meters, info, .. } => Some((&**meters, info.as_ref())),
+            BlockBody::Lost(_) => None,
+        });
         let body = if g.lost {
             BlockBody::Lost(g.last_xid().map(|x| {
                 let info = crate::telemetry::xid::explain(x.xid);
@@ -318,12 +380,18 @@ impl BlockModel {
             }))
         } else {
             let a = BlockAreas::of(area, b.density, b.meter_rows);
-            let meters = meters(b.ctx, g, b.pos, &a);
+            let meters = meters(b.ctx, g, b.pos, &a, prev_body.map(|(m, _)| m));
+            let info = (b.density == Density::Full).then(|| {
+                // A GPU in MIG mode: its line is made on every frame (see `info_line`).
+                let from = g.mig.is_none().then(|| InfoKey::of(g));
+                let prev = prev_body.and_then(|(_, i)| i).filter(|_| from.is_some());
+                Made::of(prev, from, || Arc::new(info_line(g, t)))
+            });
             BlockBody::Meters {
                 density: b.density,
                 meter_rows: b.meter_rows,
                 meters: Box::new(meters),
-                info: (b.density == Density::Full).then(|| info_line(g, t)),
+                info,
             }
         };
         BlockModel {
@@ -340,8 +408,8 @@ impl BlockModel {
             area,
             buf,
             self.border,
-            self.title.clone(),
-            self.badges.clone(),
+            (*self.title.text).clone(),
+            (*self.badges.text).clone(),
         );
         match &self.body {
             BlockBody::Lost(xid) => {
@@ -365,7 +433,9 @@ impl BlockModel {
                     m.meter(t, a.label, a.gauge, a.value).render(r, buf);
                 }
                 if let Some(info) = info {
-                    info.clone().render(rows(a.inner, 4 * meter_rows, 1), buf);
+                    info.text
+                        .as_ref()
+                        .render(rows(a.inner, 4 * meter_rows, 1), buf);
                 }
             }
         }
@@ -435,10 +505,43 @@ impl BlockModel {
             }
             Part::Info => {
                 if let Some(info) = info {
-                    info.clone().render(rows(a.inner, 4 * meter_rows, 1), buf);
+                    info.text
+                        .as_ref()
+                        .render(rows(a.inner, 4 * meter_rows, 1), buf);
                 }
             }
         }
+    }
+}
+
+impl BlockModel {
+    /// What [`Self::draw_part`] draws for `part` on `area` (the block's), cell by cell, where
+    /// that is a meter's sparkline: the bars, their area (right of the part's blank first
+    /// column) and style. None for any other part.
+    pub fn part_bars(&self, area: Rect, part: Part) -> Option<(&Bars, Rect, Style)> {
+        let (
+            BlockBody::Meters {
+                density,
+                meter_rows,
+                meters,
+                ..
+            },
+            Part::Meter(i, MeterPart::Trend),
+        ) = (&self.body, part)
+        else {
+            return None;
+        };
+        let a = BlockAreas::of(area, *density, *meter_rows)
+            .meter_areas(i)
+            .trend;
+        let m = meters.get(i)?;
+        (!a.is_empty()).then(|| {
+            (
+                &m.bars,
+                Rect::new(a.x + 1, a.y, a.width - 1, a.height),
+                m.trend_style,
+            )
+        })
     }
 }
 
@@ -466,7 +569,8 @@ struct MeterSpec {
     label: &'static str,
     /// Rounded to the gauge's eighths of a cell.
     ratio: Option<f64>,
-    value: String,
+    /// Made from the one or two figures it shows (as bits).
+    value: Made<[Option<u64>; 2], Arc<str>>,
     fill: Style,
     bars: Bars,
     trend_style: Style,
@@ -503,7 +607,7 @@ impl MeterSpec {
             label_width,
             ratio: self.ratio,
             gauge_width,
-            value: &self.value,
+            value: &self.value.text,
             value_width,
             fill: self.fill,
             value_style: theme.text,
@@ -521,9 +625,16 @@ fn ratio(v: Option<f64>, of: Option<f64>) -> Option<f64> {
     }
 }
 
-/// Util, memory, temperature, power: the four meters of a GPU block, for its areas `a`. Their
+/// Util, memory, temperature, power: the four meters of a GPU block, for its areas `a`, with
+/// the values of `prev` (the block's last meters) where they show the same figures. Their
 /// sparklines are one column per sampling interval.
-fn meters(ctx: Ctx, g: &GpuSample, pos: usize, a: &BlockAreas) -> [MeterSpec; 4] {
+fn meters(
+    ctx: Ctx,
+    g: &GpuSample,
+    pos: usize,
+    a: &BlockAreas,
+    prev: Option<&[MeterSpec; 4]>,
+) -> [MeterSpec; 4] {
     let t = ctx.theme;
     let d = ctx.data;
     let w = a.spark as usize;
@@ -536,17 +647,18 @@ fn meters(ctx: Ctx, g: &GpuSample, pos: usize, a: &BlockAreas) -> [MeterSpec; 4]
     } else {
         t.memory
     };
+    let bits = |v: Option<f64>| v.map(f64::to_bits);
     let spec = |i: usize,
                 label: &'static str,
                 r: Option<f64>,
-                value: String,
+                (from, value): ([Option<u64>; 2], &dyn Fn() -> String),
                 fill: Style,
                 metric: Metric,
                 max: f64,
                 trend_style: Style| MeterSpec {
         label,
         ratio: gauge_ratio(r, a.gauge),
-        value,
+        value: Made::of(prev.map(|m| &m[i].value), from, || value().into()),
         fill,
         bars: Trend::recent(d, pos, metric, w, max).bars(a.meters[i].height),
         trend_style,
@@ -556,7 +668,9 @@ fn meters(ctx: Ctx, g: &GpuSample, pos: usize, a: &BlockAreas) -> [MeterSpec; 4]
             0,
             "util",
             g.util_gpu_pct.map(|u| u / 100.0),
-            format::pct(g.util_gpu_pct),
+            ([bits(g.util_gpu_pct), None], &|| {
+                format::pct(g.util_gpu_pct)
+            }),
             t.util,
             Metric::UtilGpu,
             100.0,
@@ -566,7 +680,9 @@ fn meters(ctx: Ctx, g: &GpuSample, pos: usize, a: &BlockAreas) -> [MeterSpec; 4]
             1,
             "mem",
             ratio(used, total),
-            format::memory(g.memory_used_bytes, g.memory_total_bytes),
+            ([g.memory_used_bytes, g.memory_total_bytes], &|| {
+                format::memory(g.memory_used_bytes, g.memory_total_bytes)
+            }),
             mem_fill,
             Metric::MemoryUsed,
             total.unwrap_or(1.0),
@@ -576,7 +692,9 @@ fn meters(ctx: Ctx, g: &GpuSample, pos: usize, a: &BlockAreas) -> [MeterSpec; 4]
             2,
             "temp",
             ratio(g.temperature_c, temp_ref.or(Some(100.0))),
-            format::temperature(g.temperature_c, g.temp_slowdown_c),
+            ([bits(g.temperature_c), bits(g.temp_slowdown_c)], &|| {
+                format::temperature(g.temperature_c, g.temp_slowdown_c)
+            }),
             level(t, g.temperature_c, temp_ref, 0.9, 1.0),
             Metric::Temperature,
             temp_ref.unwrap_or(100.0),
@@ -586,13 +704,40 @@ fn meters(ctx: Ctx, g: &GpuSample, pos: usize, a: &BlockAreas) -> [MeterSpec; 4]
             3,
             "power",
             ratio(g.power_w, cap),
-            format::power(g.power_w, cap),
+            ([bits(g.power_w), bits(cap)], &|| {
+                format::power(g.power_w, cap)
+            }),
             level(t, g.power_w, cap, 0.9, 1.0),
             Metric::Power,
             g.power_max_w.or(cap).unwrap_or(1.0),
             t.power,
         ),
     ]
+}
+
+/// What [`info_line`] is made from, for a GPU not in MIG mode.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct InfoKey {
+    clocks: [Option<u32>; 4],
+    fan: Option<u64>,
+    pcie: [Option<u64>; 2],
+    processes: Option<usize>,
+}
+
+impl InfoKey {
+    fn of(g: &GpuSample) -> InfoKey {
+        InfoKey {
+            clocks: [
+                g.sm_clock_mhz,
+                g.sm_clock_max_mhz,
+                g.mem_clock_mhz,
+                g.pstate,
+            ],
+            fan: g.fan_pct.map(f64::to_bits),
+            pcie: [g.pcie_rx_kbps, g.pcie_tx_kbps],
+            processes: g.processes.as_ref().map(Vec::len),
+        }
+    }
 }
 
 /// `SM 1980/1980 MHz · mem 2619 MHz · P0 · fan N/A · PCIe ↓12.3 MB/s ↑4.5 MB/s · 1 process`
@@ -635,6 +780,67 @@ fn info_line(g: &GpuSample, t: &Theme) -> Line<'static> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::telemetry::Snapshot;
+    use crate::tui::data::Data;
+    use crate::tui::keymap::Keymap;
+    use std::time::Duration;
+
+    #[test]
+    fn a_block_made_with_the_last_frame_s_texts_is_the_block_made_afresh() {
+        let (theme, keymap) = (Theme::default(), Keymap::defaults());
+        let gpu = |s: usize| GpuSample {
+            index: 3,
+            time_s: 100.0 + s as f64,
+            name: (s < 4).then(|| format!("H100 rev {}", s / 2)),
+            util_gpu_pct: Some([97.0, 97.0, 98.2, 98.4, 99.0, 99.0][s]),
+            memory_used_bytes: Some(30 << 30),
+            memory_total_bytes: Some(80 << 30),
+            temperature_c: Some([44.0, 45.0, 45.0, 45.0, 45.0, 46.0][s]),
+            temp_slowdown_c: Some(89.0),
+            power_w: Some(600.0 + s as f64),
+            power_limit_w: Some(700.0),
+            throttle_reasons: Some(if s % 2 == 0 { 0 } else { 4 }),
+            sm_clock_mhz: Some(1980 - s as u32 % 2),
+            sm_clock_max_mhz: Some(1980),
+            pcie_rx_kbps: Some(3300 + s as u64 / 3),
+            processes: (s % 3 != 1).then(Vec::new),
+            lost: s == 3,
+            ..Default::default()
+        };
+        let area = Rect::new(0, 3, 100, 11);
+        let mut data = Data::new(Duration::from_secs(1));
+        let mut last: Option<BlockModel> = None;
+        for s in 0..6 {
+            data.on_snapshot(Snapshot {
+                time_s: 100.0 + s as f64,
+                gpus: vec![gpu(s)],
+                ..Default::default()
+            });
+            let ctx = Ctx {
+                data: &data,
+                theme: &theme,
+                keymap: &keymap,
+            };
+            let block = GpuBlock {
+                ctx,
+                g: &data.gpus()[0],
+                pos: 0,
+                selected: s != 2,
+                density: Density::Full,
+                meter_rows: 2,
+            };
+            let fresh = BlockModel::of(&block, area, None);
+            let made = BlockModel::of(&block, area, last.as_ref());
+            assert_eq!(made, fresh, "second {s}");
+            let text = |m: &BlockModel| {
+                let mut buf = Buffer::empty(area);
+                m.draw(&theme, area, &mut buf);
+                buf
+            };
+            assert_eq!(text(&made), text(&fresh), "second {s}");
+            last = Some(made);
+        }
+    }
 
     #[test]
     fn layout_prefers_full_blocks_then_columns_then_compact_then_pages() {
