@@ -865,10 +865,10 @@ impl Runs {
     pub(in crate::daemon) fn live_trainers(&self) -> Vec<(protocol::RunInfo, TrainerInfo)> {
         let table = self.table();
         let mut channels = self.channels();
+        // The live runs only: a node keeps every ended run, and this runs at each snapshot.
         table
-            .list(std::time::SystemTime::now())
+            .list_live(std::time::SystemTime::now())
             .into_iter()
-            .filter(|info| !info.is_final())
             .filter_map(|info| {
                 let run = &table.get(&info.id)?.run;
                 let ch = channels.get(&info.id, run.dir().path());
