@@ -12,9 +12,9 @@
 # process's CPU (schedstat of all its threads) over SECONDS (default 60), in microseconds per
 # second, and prints one line. Run it twice with the binaries swapped.
 #
-# With GPUPILOT_BENCH_THREADS=1 it also prints each daemon's threads over the same window: µs
-# of CPU per second and runs per second (a run is a wake-up, or a return after preemption),
-# from each thread's schedstat; a thread that ends in between is left out.
+# With GPUPILOT_BENCH_THREADS=1 it also prints each console's and daemon's threads over the
+# same window: µs of CPU per second and runs per second (a run is a wake-up, or a return after
+# preemption), from each thread's schedstat; a thread that ends in between is left out.
 #
 # Needs: tmux, nvtop, and a release build of fake-nvml (built here if missing).
 set -euo pipefail
@@ -79,9 +79,9 @@ cpu_ns() { cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{ s += $1 } END { 
 # One line per thread of daemons A and B: "A|B:tid:name cpu_ns runs".
 threads() {
     local who p t ns runs name
-    for who in A B; do
-        p=$da
-        [[ $who == B ]] && p=$db
+    for who in A-console:$ca A-daemon:$da B-console:$cb B-daemon:$db; do
+        p=${who#*:}
+        who=${who%%:*}
         for t in /proc/"$p"/task/*; do
             # A thread may end while it is read: left out.
             { read -r ns _ runs <"$t/schedstat" && name=$(tr ' ' _ <"$t/comm"); } 2>/dev/null ||
@@ -104,9 +104,9 @@ echo "nvtop: $un us/s"
 awk -v a=$((ua + uda)) -v b=$((ub + udb)) -v n="$un" \
     'BEGIN { printf "against nvtop: A %.2f, B %.2f; B/A %.2f\n", a / n, b / n, b / a }'
 [[ -z $per_thread ]] && exit 0
-echo "the daemons' threads over $secs s:"
+echo "each process's threads over $secs s:"
 join "$work/threads-before" "$work/threads-after" | awk -v s="$secs" '{
     split($1, k, ":"); us = ($4 - $2) / s / 1000; runs = ($5 - $3) / s
-    printf "%s %-18s %8.1f us/s %6.2f runs/s\n", k[1], k[3], us, runs
+    printf "%-9s %-18s %8.1f us/s %6.2f runs/s\n", k[1], k[3], us, runs
     tot[k[1]] += us; wk[k[1]] += runs
-} END { for (w in tot) printf "%s daemon total      %8.1f us/s %6.2f runs/s\n", w, tot[w], wk[w] }' | sort -s -k1,1
+} END { for (w in tot) printf "%-9s total              %8.1f us/s %6.2f runs/s\n", w, tot[w], wk[w] }' | sort -s -k1,1
