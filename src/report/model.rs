@@ -100,8 +100,8 @@ pub struct TimeLost {
     pub straggler: Option<Straggler>,
 }
 
-/// How long a run of several ranks waited for its slowest: at each step that two ranks or
-/// more reported with a step time, the slowest rank's time less the median rank's.
+/// How long a run of several ranks waited for its slowest: at each step that two ranks'
+/// reports or more cover with a step time, the slowest rank's time less the median rank's.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Straggler {
     /// Seconds waited for the slowest rank, summed over the steps compared.
@@ -479,37 +479,74 @@ fn median(v: &mut [f64]) -> f64 {
 }
 
 /// The wait for the slowest rank (see [`Straggler`]); None for a run of one rank, or when no
-/// step was reported by two ranks with a step time. A step reported again (after a restart)
-/// counts with the rank's last report of it.
+/// step was covered by two ranks' reports with a step time.
+///
+/// Ranks report on their own clocks, so two ranks seldom report the same step: a report
+/// stands for the steps since the rank's previous one, `(previous, step]`, at its mean step
+/// time (a rank's first report for its own step only). Ranks are compared over every range
+/// of steps two or more of them cover, weighted by its length. A step reported again (after
+/// a restart) counts with the rank's last report of it.
 pub fn straggler(points: &[MetricsPoint]) -> Option<Straggler> {
-    use std::collections::BTreeMap;
-    let mut steps: BTreeMap<u64, BTreeMap<u32, f64>> = BTreeMap::new();
-    let mut ranks = std::collections::BTreeSet::new();
+    use std::collections::{BTreeMap, BTreeSet};
+    let mut by_rank: BTreeMap<u32, BTreeMap<u64, f64>> = BTreeMap::new();
     for p in points {
         let (Some(rank), Some(step), Some(t)) = (p.rank, p.report.step, p.report.step_time_s)
         else {
             continue;
         };
-        if !t.is_finite() || t < 0.0 {
-            continue;
+        if t.is_finite() && t >= 0.0 {
+            // One up, so that the step before step 0 is a step too.
+            by_rank
+                .entry(rank)
+                .or_default()
+                .insert(step.saturating_add(1), t);
         }
-        ranks.insert(rank);
-        steps.entry(step).or_default().insert(rank, t);
     }
-    if ranks.len() < 2 {
+    if by_rank.len() < 2 {
         return None;
     }
-    let (mut wait, mut total, mut compared) = (0.0, 0.0, 0usize);
-    let mut slowest: BTreeMap<u32, usize> = BTreeMap::new();
-    for times in steps.values().filter(|t| t.len() >= 2) {
-        let (&rank, &max) = times
+    // Every range's upper end is some rank's reported step.
+    let ends: BTreeSet<u64> = by_rank.values().flat_map(|s| s.keys().copied()).collect();
+    let (mut wait, mut total, mut compared) = (0.0, 0.0, 0u64);
+    let mut slowest: BTreeMap<u32, u64> = BTreeMap::new();
+    let mut times: Vec<(u32, f64)> = Vec::with_capacity(by_rank.len());
+    let mut all: Vec<f64> = Vec::with_capacity(by_rank.len());
+    let mut lower: Option<u64> = None;
+    for &end in &ends {
+        // The range (lower, end]; the first is one step long.
+        let width = end - lower.unwrap_or(end - 1);
+        lower = Some(end);
+        times.clear();
+        for (&rank, steps) in &by_rank {
+            // The rank's report that covers `end`: its first at or after it, whose range
+            // starts below it.
+            let Some((&step, &t)) = steps.range(end..).next() else {
+                continue;
+            };
+            let start = match steps.range(..step).next_back() {
+                Some((&before, _)) => before,
+                None => step - 1,
+            };
+            if start < end {
+                times.push((rank, t));
+            }
+        }
+        if times.len() < 2 {
+            continue;
+        }
+        let Some(&(rank, max)) = times
             .iter()
-            .max_by(|a, b| a.1.total_cmp(b.1).then(b.0.cmp(a.0)))?;
-        let mut all: Vec<f64> = times.values().copied().collect();
-        wait += max - median(&mut all);
-        total += max;
-        compared += 1;
-        *slowest.entry(rank).or_default() += 1;
+            .max_by(|a, b| a.1.total_cmp(&b.1).then(b.0.cmp(&a.0)))
+        else {
+            continue;
+        };
+        all.clear();
+        all.extend(times.iter().map(|(_, t)| *t));
+        let w = width as f64;
+        wait += (max - median(&mut all)) * w;
+        total += max * w;
+        compared += width;
+        *slowest.entry(rank).or_default() += width;
     }
     let (&slowest_rank, &slowest_steps) = slowest
         .iter()
@@ -521,10 +558,10 @@ pub fn straggler(points: &[MetricsPoint]) -> Option<Straggler> {
         } else {
             0.0
         },
-        steps: compared,
-        ranks: ranks.len(),
+        steps: compared as usize,
+        ranks: by_rank.len(),
         slowest_rank,
-        slowest_steps,
+        slowest_steps: slowest_steps as usize,
     })
 }
 

@@ -239,7 +239,8 @@ fn an_ended_run_has_its_figures_and_says_what_it_skipped() {
     assert_eq!(r.time_lost.throttled[0].thermal_s, Some(0.0));
     // Two ranks of equal step times: nobody waited.
     let st = r.time_lost.straggler.as_ref().unwrap();
-    assert_eq!((st.ranks, st.steps, st.wait_s), (2, 12, 0.0));
+    // Both report every tenth step: the first report stands for its own step alone.
+    assert_eq!((st.ranks, st.steps, st.wait_s), (2, 1 + 11 * 10, 0.0));
     assert_eq!(
         r.unreadable,
         Unreadable {
@@ -396,6 +397,45 @@ fn the_straggler_share_is_the_wait_for_the_slowest_rank_over_the_jobs_step_time(
     let a = straggler(&again).unwrap();
     assert!((a.wait_s - 0.9).abs() < 1e-9, "{a:?}");
     assert_eq!((a.slowest_rank, a.slowest_steps), (2, 5));
+}
+
+/// Ranks that never report the same step, as ranks on their own clocks do: each report stands
+/// for the steps since the rank's last, so all four are compared over nearly every step.
+#[test]
+fn ranks_that_report_at_different_steps_are_compared_over_the_steps_they_cover() {
+    let mut points = Vec::new();
+    let mut n = 0;
+    for round in 0..25u64 {
+        for rank in 0..4u32 {
+            let t = if rank == 2 { 0.2 } else { 0.1 };
+            // Rank r reports steps r+3, r+7, ...: never the same step as another rank.
+            points.push(rank_point(
+                n,
+                Some(rank),
+                round * 4 + u64::from(rank) + 3,
+                t,
+            ));
+            n += 1;
+        }
+    }
+    let s = straggler(&points).unwrap();
+    assert_eq!(s.ranks, 4);
+    assert_eq!(s.slowest_rank, 2, "{s:?}");
+    // Of steps 3..=102, the first and the last are one rank's alone.
+    assert_eq!(s.steps, 98, "{s:?}");
+    // Step 4 is covered by ranks 0 and 1 only (rank 2's first report is step 5).
+    assert_eq!(s.slowest_steps, 97, "{s:?}");
+    // Where all four ranks compare, the median is 0.1 s and half the job's time is the wait;
+    // steps 4, 5 and 101 wait less.
+    assert!((s.wait_s - 9.65).abs() < 1e-9, "{s:?}");
+    assert!((s.share - 9.65 / 19.5).abs() < 1e-9, "{s:?}");
+
+    // Where only the two quick ranks cover a range, the slower of them is not the straggler
+    // of the run: rank 2's slowness over the rest of the steps outweighs it.
+    let mut quick_first = points.clone();
+    quick_first.push(rank_point(n, Some(1), 0, 0.11));
+    quick_first.push(rank_point(n + 1, Some(0), 0, 0.1));
+    assert_eq!(straggler(&quick_first).unwrap().slowest_rank, 2);
 }
 
 #[test]
