@@ -170,21 +170,117 @@ impl Tier {
     }
 }
 
+/// The raw rings of one GPU's series in one buffer, interleaved: slot `k` of the series of
+/// metric slot `m` is at `k * SERIES + m`. A GPU's series are pushed together, one reading at
+/// a time, so they advance together: a snapshot writes a line or two of one page per GPU,
+/// where a ring of its own per series wrote a line on a page of its own for each (96 pages a
+/// second for 8 GPUs, every one of them out of the TLB and the caches a second later). The
+/// buffers are zeroed by the allocator, so a page is resident only once a sample is written
+/// to it.
+#[derive(Debug, Clone)]
+struct RawRows {
+    capacity: usize,
+    t: Vec<f64>,
+    v: Vec<f32>,
+}
+
+/// Series a GPU has: one per [`Metric`].
+const SERIES: usize = Metric::ALL.len();
+
+impl RawRows {
+    fn new(capacity: usize) -> RawRows {
+        RawRows {
+            capacity,
+            t: vec![0.0; capacity * SERIES],
+            v: vec![0.0; capacity * SERIES],
+        }
+    }
+
+    fn bytes(capacity: usize) -> usize {
+        capacity * SERIES * (std::mem::size_of::<f64>() + std::mem::size_of::<f32>())
+    }
+}
+
+/// Where one series' raw ring lies in its GPU's [`RawRows`]: its oldest slot and how many.
+#[derive(Debug, Clone, Copy, Default)]
+struct Ring {
+    head: usize,
+    len: usize,
+}
+
+/// One series' raw ring, to read: samples `0..len`, oldest first.
+#[derive(Clone, Copy)]
+struct Raw<'a> {
+    rows: &'a RawRows,
+    slot: usize,
+    ring: Ring,
+}
+
+impl<'a> Raw<'a> {
+    fn len(&self) -> usize {
+        self.ring.len
+    }
+
+    fn index(&self, i: usize) -> usize {
+        let k = self.ring.head + i;
+        let k = if k >= self.rows.capacity {
+            k - self.rows.capacity
+        } else {
+            k
+        };
+        k * SERIES + self.slot
+    }
+
+    fn time(&self, i: usize) -> f64 {
+        self.rows.t[self.index(i)]
+    }
+
+    fn get(&self, i: usize) -> (f64, f32) {
+        let j = self.index(i);
+        (self.rows.t[j], self.rows.v[j])
+    }
+
+    fn front(&self) -> Option<(f64, f32)> {
+        (self.ring.len > 0).then(|| self.get(0))
+    }
+
+    fn back(&self) -> Option<(f64, f32)> {
+        (self.ring.len > 0).then(|| self.get(self.ring.len - 1))
+    }
+
+    /// The first sample whose time fails `before` (the times are sorted).
+    fn partition_point(&self, before: impl Fn(f64) -> bool) -> usize {
+        let (mut lo, mut hi) = (0, self.ring.len);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if before(self.time(mid)) {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        lo
+    }
+
+    fn range(self, lo: usize, hi: usize) -> impl Iterator<Item = (f64, f32)> + 'a {
+        (lo..hi.max(lo)).map(move |i| self.get(i))
+    }
+}
+
 #[derive(Debug, Clone)]
 struct Series {
-    raw: VecDeque<(f64, f32)>,
-    raw_capacity: usize,
+    /// In the GPU's [`RawRows`], at this series' metric slot.
+    ring: Ring,
     tiers: Vec<Tier>,
 }
 
 impl Series {
     fn new(config: &HistoryConfig) -> Series {
-        // Each ring is allocated at its full capacity once, so it never reallocates (a growing
-        // VecDeque doubles: up to twice the budget). Pages the rings have not written yet are
-        // not resident, so a young series costs little real memory.
+        // Each tier ring is allocated at its full capacity once, so it never reallocates (a
+        // growing VecDeque doubles: up to twice the budget). Pages the rings have not written
+        // yet are not resident, so a young series costs little real memory.
         Series {
-            raw: VecDeque::with_capacity(config.raw_capacity),
-            raw_capacity: config.raw_capacity,
+            ring: Ring::default(),
             tiers: config
                 .tiers
                 .iter()
@@ -198,57 +294,85 @@ impl Series {
         }
     }
 
-    fn push(&mut self, t: f64, v: f32) {
+    fn raw<'a>(&self, rows: &'a RawRows, slot: usize) -> Raw<'a> {
+        Raw {
+            rows,
+            slot,
+            ring: self.ring,
+        }
+    }
+
+    fn push(&mut self, rows: &mut RawRows, slot: usize, t: f64, v: f32) {
         // A reading already recorded (a snapshot that repeats a GPU's last reading) or an older
         // one adds nothing: counting it twice would weigh it double in bucket means.
-        if self.raw.back().is_some_and(|&(last, _)| t <= last) {
+        if self
+            .raw(rows, slot)
+            .back()
+            .is_some_and(|(last, _)| t <= last)
+        {
             return;
         }
-        if self.raw.len() == self.raw_capacity {
-            self.raw.pop_front();
+        let capacity = rows.capacity;
+        if capacity == 0 {
+            return;
         }
-        self.raw.push_back((t, v));
+        let at = if self.ring.len == capacity {
+            // Full: the newest takes the oldest's slot.
+            let at = self.raw(rows, slot).index(0);
+            self.ring.head = (self.ring.head + 1) % capacity;
+            at
+        } else {
+            self.ring.len += 1;
+            self.raw(rows, slot).index(self.ring.len - 1)
+        };
+        rows.t[at] = t;
+        rows.v[at] = v;
         for tier in &mut self.tiers {
             tier.push(t, v);
         }
     }
 
-    /// Fixed-capacity memory of this series once its rings are full, in bytes.
+    /// Fixed-capacity memory of this series' tiers once their rings are full, in bytes (the
+    /// raw ring is its GPU's: [`RawRows::bytes`]).
     fn budget_bytes(&self) -> usize {
-        self.raw_capacity * std::mem::size_of::<(f64, f32)>()
-            + self
-                .tiers
-                .iter()
-                .map(|t| (t.capacity + 1) * std::mem::size_of::<Bucket>())
-                .sum::<usize>()
+        self.tiers
+            .iter()
+            .map(|t| (t.capacity + 1) * std::mem::size_of::<Bucket>())
+            .sum::<usize>()
     }
 
     fn allocated_bytes(&self) -> usize {
-        self.raw.capacity() * std::mem::size_of::<(f64, f32)>()
-            + self
-                .tiers
-                .iter()
-                .map(|t| t.done.capacity() * std::mem::size_of::<Bucket>())
-                .sum::<usize>()
+        self.tiers
+            .iter()
+            .map(|t| t.done.capacity() * std::mem::size_of::<Bucket>())
+            .sum::<usize>()
             + std::mem::size_of::<Series>()
     }
 
     /// Each point of [`History::window`] on this series, oldest first, to `f`.
-    fn window_each(&self, from: f64, to: f64, max_points: usize, f: impl FnMut(Point)) {
+    fn window_each(
+        &self,
+        raw: Raw<'_>,
+        from: f64,
+        to: f64,
+        max_points: usize,
+        f: impl FnMut(Point),
+    ) {
         thread_local! {
             /// Bins kept between windows: the console asks for dozens every frame.
             static BINS: RefCell<Vec<Option<Bucket>>> = const { RefCell::new(Vec::new()) };
         }
         BINS.with(|bins| match bins.try_borrow_mut() {
-            Ok(mut bins) => self.window_in(from, to, max_points, &mut bins, f),
+            Ok(mut bins) => self.window_in(raw, from, to, max_points, &mut bins, f),
             // A window asked for while visiting another's points.
-            Err(_) => self.window_in(from, to, max_points, &mut Vec::new(), f),
+            Err(_) => self.window_in(raw, from, to, max_points, &mut Vec::new(), f),
         });
     }
 
     /// [`Series::window_each`] with `bins` to work in.
     fn window_in(
         &self,
+        raw: Raw<'_>,
         from: f64,
         to: f64,
         max_points: usize,
@@ -280,10 +404,10 @@ impl Series {
         // The finest level that still reaches back to `from`; else the one reaching furthest.
         // A ring that has never dropped a sample holds the whole series, however young: a
         // coarse tier would place its one open bucket at a centre that may lie past `to`.
-        let raw_oldest = || self.raw.front().map(|&(t, _)| t);
-        let raw_complete = self.raw.len() < self.raw_capacity;
+        let raw_oldest = || raw.front().map(|(t, _)| t);
+        let raw_complete = raw.len() < raw.rows.capacity;
         if raw_complete || self.tiers.is_empty() || raw_oldest().is_some_and(|o| o <= from) {
-            for &(t, v) in self.raw_between(from, to) {
+            for (t, v) in raw_between(raw, from, to) {
                 put(bins, t, Bucket::new(t, v));
             }
         } else {
@@ -308,7 +432,7 @@ impl Series {
                 {
                     *bin = None;
                 }
-                for &(t, v) in self.raw_between(cut, to) {
+                for (t, v) in raw_between(raw, cut, to) {
                     put(bins, t, Bucket::new(t, v));
                 }
             }
@@ -324,44 +448,55 @@ impl Series {
             }
         }
     }
+}
 
-    /// Raw samples with `from <= t < to`: the ring is sorted by time, and a chart asks for a
-    /// few hundred of its thousands of samples every frame. Most ask for the newest ones (the
-    /// console's sparklines, every second): those are found by walking back from the end,
-    /// over memory the newest samples share, where a binary search over the whole ring would
-    /// touch a line of memory per step (most of them cold by the next frame). Anything
-    /// further back is found by binary search.
-    fn raw_between(&self, from: f64, to: f64) -> impl Iterator<Item = &(f64, f32)> {
-        /// How many samples back from the end the walk goes before it searches instead.
-        const WALK: usize = 128;
-        let raw = &self.raw;
-        let hi = if raw.back().is_none_or(|&(t, _)| t < to) {
-            raw.len()
-        } else {
-            raw.partition_point(|&(t, _)| t < to)
-        };
-        let floor = hi.saturating_sub(WALK);
-        let mut lo = hi;
-        while lo > floor && raw[lo - 1].0 >= from {
-            lo -= 1;
-        }
-        if lo == floor && lo > 0 && raw[lo - 1].0 >= from {
-            lo = raw.partition_point(|&(t, _)| t < from);
-        }
-        raw.range(lo..hi)
+/// Raw samples with `from <= t < to`: the ring is sorted by time, and a chart asks for a
+/// few hundred of its thousands of samples every frame. Most ask for the newest ones (the
+/// console's sparklines, every second): those are found by walking back from the end,
+/// over memory the newest samples share, where a binary search over the whole ring would
+/// touch a line of memory per step (most of them cold by the next frame). Anything
+/// further back is found by binary search.
+fn raw_between(raw: Raw<'_>, from: f64, to: f64) -> impl Iterator<Item = (f64, f32)> + '_ {
+    /// How many samples back from the end the walk goes before it searches instead.
+    const WALK: usize = 128;
+    let hi = if raw.back().is_none_or(|(t, _)| t < to) {
+        raw.len()
+    } else {
+        raw.partition_point(|t| t < to)
+    };
+    let floor = hi.saturating_sub(WALK);
+    let mut lo = hi;
+    while lo > floor && raw.time(lo - 1) >= from {
+        lo -= 1;
     }
-
-    fn last(&self) -> Option<(f64, f64)> {
-        self.raw.back().map(|&(t, v)| (t, v as f64))
+    if lo == floor && lo > 0 && raw.time(lo - 1) >= from {
+        lo = raw.partition_point(|t| t < from);
     }
+    raw.range(lo, hi)
 }
 
 /// All series of a node.
 #[derive(Debug, Clone)]
 pub struct History {
     config: HistoryConfig,
-    /// gpus[index][metric.slot()]
-    gpus: Vec<Vec<Option<Series>>>,
+    /// By GPU index.
+    gpus: Vec<GpuSeries>,
+}
+
+/// One GPU's series: their raw rings together, their tiers each its own.
+#[derive(Debug, Clone, Default)]
+struct GpuSeries {
+    /// Made with the GPU's first sample.
+    raw: Option<RawRows>,
+    /// By [`Metric::slot`].
+    series: [Option<Series>; SERIES],
+}
+
+impl GpuSeries {
+    fn get(&self, metric: Metric) -> Option<(&Series, Raw<'_>)> {
+        let s = self.series[metric.slot()].as_ref()?;
+        Some((s, s.raw(self.raw.as_ref()?, metric.slot())))
+    }
 }
 
 impl History {
@@ -372,6 +507,16 @@ impl History {
         }
     }
 
+    /// The rings' sizes it was made with.
+    pub fn config(&self) -> &HistoryConfig {
+        &self.config
+    }
+
+    /// No sample recorded yet.
+    pub fn is_empty(&self) -> bool {
+        self.all_series().next().is_none()
+    }
+
     /// Append one value. A sample no newer than the series' newest is dropped (time only runs
     /// forward in a series, and a repeated reading must not count twice).
     pub fn push(&mut self, gpu: usize, metric: Metric, t: f64, value: f64) {
@@ -379,12 +524,15 @@ impl History {
             return;
         }
         if self.gpus.len() <= gpu {
-            self.gpus
-                .resize_with(gpu + 1, || vec![None; Metric::ALL.len()]);
+            self.gpus.resize_with(gpu + 1, GpuSeries::default);
         }
-        self.gpus[gpu][metric.slot()]
+        let g = &mut self.gpus[gpu];
+        let rows = g
+            .raw
+            .get_or_insert_with(|| RawRows::new(self.config.raw_capacity));
+        g.series[metric.slot()]
             .get_or_insert_with(|| Series::new(&self.config))
-            .push(t, value as f32);
+            .push(rows, metric.slot(), t, value as f32);
     }
 
     /// Record every metric the snapshot has; absent metrics, lost and stale GPUs add nothing.
@@ -450,8 +598,8 @@ impl History {
         max_points: usize,
         f: impl FnMut(Point),
     ) {
-        if let Some(s) = self.series(gpu, metric) {
-            s.window_each(from, to, max_points, f);
+        if let Some((s, raw)) = self.gpus.get(gpu).and_then(|g| g.get(metric)) {
+            s.window_each(raw, from, to, max_points, f);
         }
     }
 
@@ -478,25 +626,38 @@ impl History {
 
     /// The newest value of a series and its time.
     pub fn last(&self, gpu: usize, metric: Metric) -> Option<(f64, f64)> {
-        self.series(gpu, metric).and_then(Series::last)
+        let (_, raw) = self.gpus.get(gpu)?.get(metric)?;
+        raw.back().map(|(t, v)| (t, f64::from(v)))
     }
 
     /// Memory the series would hold with every ring full: the fixed budget.
     pub fn budget_bytes(&self) -> usize {
-        self.all_series().map(Series::budget_bytes).sum()
+        self.gpus
+            .iter()
+            .filter_map(|g| g.raw.as_ref())
+            .map(|r| RawRows::bytes(r.capacity))
+            .sum::<usize>()
+            + self.all_series().map(Series::budget_bytes).sum::<usize>()
     }
 
     /// Memory the series hold now (ring buffers as allocated).
     pub fn allocated_bytes(&self) -> usize {
-        self.all_series().map(Series::allocated_bytes).sum()
-    }
-
-    fn series(&self, gpu: usize, metric: Metric) -> Option<&Series> {
-        self.gpus.get(gpu)?.get(metric.slot())?.as_ref()
+        self.gpus
+            .iter()
+            .filter_map(|g| g.raw.as_ref())
+            .map(|r| {
+                r.t.capacity() * std::mem::size_of::<f64>()
+                    + r.v.capacity() * std::mem::size_of::<f32>()
+            })
+            .sum::<usize>()
+            + self
+                .all_series()
+                .map(Series::allocated_bytes)
+                .sum::<usize>()
     }
 
     fn all_series(&self) -> impl Iterator<Item = &Series> {
-        self.gpus.iter().flatten().flatten()
+        self.gpus.iter().flat_map(|g| g.series.iter().flatten())
     }
 }
 
@@ -512,15 +673,25 @@ mod tests {
 
     #[test]
     fn raw_samples_between_two_times_are_those_a_search_finds() {
-        let config = HistoryConfig::default();
-        let mut s = Series::new(&config);
+        let mut h = History::new(HistoryConfig {
+            raw_capacity: 400,
+            tiers: Vec::new(),
+        });
+        // A full ring that has wrapped: its oldest sample is not in slot 0.
         for i in 0..500 {
-            s.push(1000.0 + i as f64 * 0.5, i as f32);
+            h.push(3, Metric::Power, 1000.0 + i as f64 * 0.5, i as f32 as f64);
         }
+        let (_, raw) = h.gpus[3].get(Metric::Power).unwrap();
+        assert_eq!(raw.len(), 400);
+        let all: Vec<(f64, f32)> = (0..500)
+            .map(|i| (1000.0 + i as f64 * 0.5, i as f32))
+            .skip(100)
+            .collect();
         let search = |from: f64, to: f64| -> Vec<(f64, f32)> {
-            let lo = s.raw.partition_point(|&(t, _)| t < from);
-            let hi = s.raw.partition_point(|&(t, _)| t < to);
-            s.raw.range(lo..hi.max(lo)).copied().collect()
+            all.iter()
+                .copied()
+                .filter(|&(t, _)| t >= from && t < to)
+                .collect()
         };
         // Windows at the end (walked), far back (searched), across the walk's reach, empty,
         // reversed, before and after every sample.
@@ -528,6 +699,8 @@ mod tests {
             (1240.0, 1250.0),
             (1200.0, 1300.0),
             (1000.0, 1010.3),
+            (1040.0, 1070.0),
+            (1050.0, 1050.5),
             (1100.0, 1240.0),
             (1185.75, 1249.6),
             (1300.0, 1310.0),
@@ -536,9 +709,57 @@ mod tests {
             (0.0, 1e12),
             (1249.5, 1249.5),
         ] {
-            let got: Vec<_> = s.raw_between(from, to).copied().collect();
+            let got: Vec<_> = raw_between(raw, from, to).collect();
             assert_eq!(got, search(from, to), "[{from}, {to})");
         }
+    }
+
+    /// A GPU's series share their raw buffer, slot by slot, yet each is a ring of its own: one
+    /// pushed at other times, less often, or first filled with an older stretch (a console's
+    /// backfill from the daemon) keeps exactly its own samples.
+    #[test]
+    fn a_gpus_series_keep_their_own_samples_in_the_shared_rows() {
+        let mut h = History::new(HistoryConfig {
+            raw_capacity: 10,
+            tiers: vec![(5.0, 4)],
+        });
+        for i in 0..25 {
+            let t = 100.0 + f64::from(i);
+            h.push(0, Metric::Power, t, f64::from(i));
+            if i % 3 == 0 {
+                h.push(0, Metric::Temperature, t + 0.5, f64::from(-i));
+            }
+        }
+        // Backfill of another series, older than all the others.
+        for i in 0..4 {
+            h.push(
+                0,
+                Metric::SmClock,
+                50.0 + f64::from(i),
+                1000.0 + f64::from(i),
+            );
+        }
+        h.push(1, Metric::Power, 7.0, 1.0);
+        let raw = |m| -> Vec<(f64, f32)> {
+            let (_, r) = h.gpus[0].get(m).unwrap();
+            r.range(0, r.len()).collect()
+        };
+        let power: Vec<(f64, f32)> = (15..25).map(|i| (100.0 + i as f64, i as f32)).collect();
+        assert_eq!(raw(Metric::Power), power);
+        let temp: Vec<(f64, f32)> = (0..25)
+            .filter(|i| i % 3 == 0)
+            .map(|i| (100.5 + i as f64, -i as f32))
+            .collect();
+        assert_eq!(raw(Metric::Temperature), temp);
+        assert_eq!(raw(Metric::SmClock).len(), 4);
+        assert_eq!(h.last(0, Metric::SmClock), Some((53.0, 1003.0)));
+        assert_eq!(h.last(1, Metric::Power), Some((7.0, 1.0)));
+        assert_eq!(h.last(0, Metric::Fan), None);
+        assert_eq!(h.last(2, Metric::Power), None);
+        // A window holds its own series' samples only.
+        let old = h.window(0, Metric::Temperature, 100.0, 110.0, 2);
+        assert_eq!(old.len(), 2, "{old:?}");
+        assert_eq!((old[0].max, old[0].min), (0.0, -3.0));
     }
 
     #[test]
@@ -812,8 +1033,8 @@ mod tests {
             for i in 0..n {
                 h.push(0, Metric::Fan, i as f64 * step, 1.0);
             }
-            let s = h.series(0, Metric::Fan).unwrap();
-            prop_assert!(s.raw.len() <= 50);
+            let (s, raw) = h.gpus[0].get(Metric::Fan).unwrap();
+            prop_assert!(raw.len() <= 50);
             prop_assert!(s.tiers.iter().all(|t| t.done.len() <= t.capacity));
         }
     }

@@ -7,7 +7,7 @@
 use super::feed::{Link, Update};
 use super::log::LogBuffer;
 use super::metrics::RunMetrics;
-use crate::history::History;
+use crate::history::{History, HistoryConfig};
 use crate::protocol::{LogStream, NodeEventRecord, RunInfo};
 use crate::telemetry::{GpuSample, Snapshot};
 use std::collections::VecDeque;
@@ -109,7 +109,7 @@ impl Data {
     pub fn new(refresh: Duration) -> Data {
         Data {
             snapshot: None,
-            history: History::default(),
+            history: History::new(HistoryConfig::for_period(refresh.as_secs_f64())),
             now: 0.0,
             refresh,
             status: None,
@@ -146,6 +146,13 @@ impl Data {
                     // otherwise every snapshot would look late.
                     if rate_hz > 0.0 {
                         self.refresh = self.refresh.max(Duration::from_secs_f64(1.0 / rate_hz));
+                        // Snapshots come at the daemon's rate: rings for that rate, without
+                        // a tier its raw ring outreaches (written every second, never read).
+                        // A history already begun keeps its rings.
+                        let config = HistoryConfig::for_period(1.0 / rate_hz);
+                        if self.history.is_empty() && *self.history.config() != config {
+                            self.history = History::new(config);
+                        }
                     }
                 }
                 self.link = link;
@@ -192,7 +199,7 @@ impl Data {
             Update::Advice(_) | Update::Tuner(_) => {}
             Update::Rewind => {
                 self.snapshot = None;
-                self.history = History::default();
+                self.history = History::new(self.history.config().clone());
                 self.since = None;
                 self.runs = None;
                 self.events.clear();
@@ -354,5 +361,41 @@ mod tests {
         d.set_status(Level::Error, "bad theme");
         d.now = 160.0;
         assert!(d.visible_status().is_some());
+    }
+
+    /// The console's rings follow the rate snapshots come at: the daemon's, once it says.
+    #[test]
+    fn the_history_has_the_rings_of_the_daemons_rate() {
+        let daemon = |rate_hz| {
+            Update::Link(Link::Daemon {
+                pid: 1,
+                readonly: false,
+                telemetry_error: None,
+                rate_hz,
+            })
+        };
+        let mut d = Data::new(Duration::from_secs(1));
+        assert_eq!(*d.history.config(), HistoryConfig::for_period(1.0));
+        d.on_update(daemon(10.0));
+        assert_eq!(*d.history.config(), HistoryConfig::for_period(0.1));
+        assert_eq!(d.history.config().tiers.len(), 3, "10 Hz: the 1 s tier too");
+        // Begun: a daemon of another rate (a reconnect) leaves it as it is.
+        d.on_snapshot(Snapshot {
+            time_s: 100.0,
+            gpus: vec![GpuSample {
+                index: 0,
+                time_s: 100.0,
+                power_w: Some(300.0),
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        d.on_update(daemon(1.0));
+        assert_eq!(*d.history.config(), HistoryConfig::for_period(0.1));
+        assert!(d.history.last(0, crate::history::Metric::Power).is_some());
+        // A rewind empties it with the same rings.
+        d.on_update(Update::Rewind);
+        assert!(d.history.is_empty());
+        assert_eq!(*d.history.config(), HistoryConfig::for_period(0.1));
     }
 }
