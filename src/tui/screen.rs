@@ -14,7 +14,7 @@ use super::layout::Areas;
 use super::theme::Theme;
 use super::ui;
 use super::views::overview::{BlockModel, block_models};
-use super::widgets::{Bars, eighths_symbol};
+use super::widgets::{Bars, eighths_symbol, narrow_char};
 use ratatui::backend::Backend;
 use ratatui::buffer::{Buffer, Cell, CellDiffOption};
 use ratatui::layout::Rect;
@@ -488,29 +488,15 @@ fn all_narrow(buf: &Buffer) -> bool {
         .all(|c| plain_option(c) && narrow_cell(c))
 }
 
-/// Whether `c` is one plain column wide: one ASCII character or one character from the blocks
-/// the console draws with (Latin-1 signs, punctuation, arrows, box drawing, block elements,
-/// braille: one column each).
+/// Whether `c` is one plain column wide: one [`narrow_char`] (ASCII, or a character of the
+/// blocks the console draws with).
 fn narrow_cell(c: &Cell) -> bool {
     let s = c.symbol();
     match s.as_bytes() {
         [b] => b.is_ascii() && !b.is_ascii_control(),
         _ => {
             let mut chars = s.chars();
-            matches!(
-                (chars.next(), chars.next()),
-                (
-                    Some(
-                        '\u{A1}'..='\u{AC}' // Latin-1 signs (°, ±, µ, …) and letters,
-                            | '\u{AE}'..='\u{FF}' // not the soft hyphen
-                            | '\u{2010}'..='\u{2027}' // dashes, quotes, bullet, ellipsis
-                            | '\u{2190}'..='\u{21FF}' // arrows
-                            | '\u{2500}'..='\u{259F}' // box drawing, block elements
-                            | '\u{2800}'..='\u{28FF}' // braille
-                    ),
-                    None
-                )
-            )
+            matches!((chars.next(), chars.next()), (Some(c), None) if narrow_char(c))
         }
     }
 }

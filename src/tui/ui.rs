@@ -16,7 +16,7 @@ use super::views::topology::TopologyView;
 use super::views::{
     detail::DetailView, events::EventsView, help::HelpView, overview::OverviewView, run::RunView,
 };
-use super::widgets::bar;
+use super::widgets::{bar, draw_line};
 use ratatui::buffer::Buffer;
 use ratatui::layout::{Alignment, Rect};
 use ratatui::style::{Color, Style};
@@ -143,10 +143,10 @@ impl Row {
                 .render(area, buf);
             return;
         }
-        (&self.left).render(area, buf);
+        draw_line(&self.left, area, buf);
         if let Some(right) = &self.right {
             if self.right_first || self.left.width() + right.width() < area.width as usize {
-                right.render(area, buf);
+                draw_line(right, area, buf);
             }
         }
     }

@@ -51,6 +51,74 @@ pub fn draw_bar(ratio: Option<f64>, area: Rect, buf: &mut Buffer, fill: Style, e
     }
 }
 
+/// Whether `c` takes one plain terminal column as a grapheme of its own: printable ASCII, and
+/// the characters the console draws with (Latin-1 signs and letters but the soft hyphen,
+/// dashes, quotes, bullet and ellipsis, arrows, box drawing, block elements, braille). None of
+/// them joins its neighbours into a grapheme.
+pub fn narrow_char(c: char) -> bool {
+    matches!(
+        c,
+        ' '..='~'
+            | '\u{A1}'..='\u{AC}'
+            | '\u{AE}'..='\u{FF}'
+            | '\u{2010}'..='\u{2027}'
+            | '\u{2190}'..='\u{21FF}'
+            | '\u{2500}'..='\u{259F}'
+            | '\u{2800}'..='\u{28FF}'
+    )
+}
+
+/// Draw `line` on the first row of `area`, as `line.render(area, buf)` draws it: the same
+/// cells, the same styles. A line of [`narrow_char`]s only (the console's numbers, units and
+/// signs) is drawn a character a cell, without the grapheme segmentation and width lookups
+/// ratatui does for every character, which made a GPU's info line cost about as much as the
+/// rest of its block; any other line is left to ratatui.
+pub fn draw_line(line: &Line, area: Rect, buf: &mut Buffer) {
+    let narrow = line
+        .spans
+        .iter()
+        .all(|s| s.content.chars().all(narrow_char));
+    if !narrow {
+        line.render(area, buf);
+        return;
+    }
+    let area = area.intersection(buf.area);
+    if area.is_empty() {
+        return;
+    }
+    let area = Rect { height: 1, ..area };
+    let width: usize = line.spans.iter().map(|s| s.content.chars().count()).sum();
+    if width == 0 {
+        return;
+    }
+    buf.set_style(area, line.style);
+    let room = usize::from(area.width);
+    // Room to spare: the line moves right by its alignment. Too little: its left end is cut
+    // by its alignment, its right end by the area.
+    let spare = room.saturating_sub(width);
+    let over = width.saturating_sub(room);
+    let (indent, mut skip) = match line.alignment {
+        Some(ratatui::layout::Alignment::Center) => (spare / 2, over / 2),
+        Some(ratatui::layout::Alignment::Right) => (spare, over),
+        Some(ratatui::layout::Alignment::Left) | None => (0, 0),
+    };
+    let mut x = area.x + indent as u16;
+    let y = area.y;
+    for span in &line.spans {
+        for c in span.content.chars() {
+            if skip > 0 {
+                skip -= 1;
+                continue;
+            }
+            if x >= area.right() {
+                return;
+            }
+            buf[(x, y)].set_char(c).set_style(span.style);
+            x += 1;
+        }
+    }
+}
+
 /// A plain box border around `area` in `style`, with `left` and `right` titles on its top
 /// edge, as `Block::bordered()` draws them, without restyling every cell inside the box
 /// first (which `Block` does, and which is most of its cost for a block per GPU per frame).
@@ -78,7 +146,8 @@ pub fn draw_frame(area: Rect, buf: &mut Buffer, style: Style, left: Line, right:
     // The titles sit between the corners; the right one is drawn last and wins an overlap.
     let titles = Rect::new(l + 1, t, area.width - 2, 1);
     let lw = (left.width() as u16).min(titles.width);
-    left.render(
+    draw_line(
+        &left,
         Rect {
             width: lw,
             ..titles
@@ -87,7 +156,8 @@ pub fn draw_frame(area: Rect, buf: &mut Buffer, style: Style, left: Line, right:
     );
     let rw = (right.width() as u16).min(titles.width);
     let rx = titles.right().saturating_sub(rw).max(titles.left());
-    right.render(
+    draw_line(
+        &right,
         Rect {
             x: rx,
             width: rw,
@@ -484,6 +554,73 @@ pub fn centered(area: Rect, w: u16, h: u16) -> Rect {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    /// Characters for lines: narrow ones of every kind, and some that are not (wide, zero
+    /// width, combining, a control, the soft hyphen) to send a line to ratatui.
+    const CHARS: [char; 16] = [
+        'a', '7', ' ', '%', '°', '·', '↓', '─', '▇', '⣿', '—', '漢', '\u{301}', '\u{200B}', '\t',
+        '\u{AD}',
+    ];
+
+    fn any_style() -> impl proptest::strategy::Strategy<Value = Style> {
+        use proptest::prelude::*;
+        use ratatui::style::{Color, Modifier};
+        let colour = prop_oneof![Just(None), Just(Some(Color::Red)), Just(Some(Color::Reset))];
+        (colour.clone(), colour, 0u16..4, 0u16..4).prop_map(|(fg, bg, add, sub)| {
+            let mut st = Style::new()
+                .add_modifier(Modifier::from_bits_truncate(add))
+                .remove_modifier(Modifier::from_bits_truncate(sub));
+            st.fg = fg;
+            st.bg = bg;
+            st
+        })
+    }
+
+    proptest::proptest! {
+        /// A line drawn by `draw_line` leaves the buffer as ratatui's `Line::render` does,
+        /// narrow or not, aligned any way, in an area wider or narrower than it, over cells
+        /// already drawn.
+        #[test]
+        fn lines_draw_as_ratatui_draws_them(
+            spans in proptest::collection::vec(
+                (proptest::collection::vec(0usize..16, 0..12), any_style()),
+                0..5,
+            ),
+            narrow_only in proptest::prelude::any::<bool>(),
+            line_style in any_style(),
+            align in 0u8..4,
+            (x, w) in (0u16..6, 0u16..40),
+            under in proptest::collection::vec(0usize..11, 48),
+        ) {
+            use ratatui::layout::Alignment;
+            let spans: Vec<Span> = spans
+                .into_iter()
+                .map(|(chars, st)| {
+                    let text: String = chars
+                        .into_iter()
+                        .map(|i| CHARS[if narrow_only { i % 11 } else { i }])
+                        .collect();
+                    Span::styled(text, st)
+                })
+                .collect();
+            let mut line = Line::from(spans).style(line_style);
+            line.alignment = match align {
+                0 => None,
+                1 => Some(Alignment::Left),
+                2 => Some(Alignment::Center),
+                _ => Some(Alignment::Right),
+            };
+            let mut want = Buffer::empty(Rect::new(0, 0, 48, 2));
+            for (i, g) in under.iter().enumerate() {
+                want[(i as u16, 0)].set_char(CHARS[*g]).set_style(Style::new().fg(ratatui::style::Color::Blue));
+            }
+            let mut got = want.clone();
+            let area = Rect::new(x, 0, w, 2);
+            (&line).render(area, &mut want);
+            draw_line(&line, area, &mut got);
+            proptest::prop_assert_eq!(got, want);
+        }
+    }
 
     #[test]
     fn bars_draw_as_ratatuis_sparkline() {

@@ -11,7 +11,7 @@ use crate::telemetry::GpuSample;
 use crate::tui::format;
 use crate::tui::theme::Theme;
 use crate::tui::widgets::{
-    Bars, Meter, MeterAreas, MeterPart, Trend, badges, draw_frame, gauge_ratio, level,
+    Bars, Meter, MeterAreas, MeterPart, Trend, badges, draw_frame, draw_line, gauge_ratio, level,
 };
 use ratatui::buffer::Buffer;
 use ratatui::layout::{Margin, Position, Rect};
@@ -433,9 +433,7 @@ impl BlockModel {
                     m.meter(t, a.label, a.gauge, a.value).render(r, buf);
                 }
                 if let Some(info) = info {
-                    info.text
-                        .as_ref()
-                        .render(rows(a.inner, 4 * meter_rows, 1), buf);
+                    draw_line(&info.text, rows(a.inner, 4 * meter_rows, 1), buf);
                 }
             }
         }
@@ -505,9 +503,7 @@ impl BlockModel {
             }
             Part::Info => {
                 if let Some(info) = info {
-                    info.text
-                        .as_ref()
-                        .render(rows(a.inner, 4 * meter_rows, 1), buf);
+                    draw_line(&info.text, rows(a.inner, 4 * meter_rows, 1), buf);
                 }
             }
         }
