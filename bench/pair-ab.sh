@@ -76,7 +76,7 @@ nv=$(pane n)
 da=$(daemon_of a) || { echo "console A started no daemon" >&2; exit 1; }
 db=$(daemon_of b) || { echo "console B started no daemon" >&2; exit 1; }
 cpu_ns() { cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{ s += $1 } END { printf "%.0f", s }'; }
-# One line per thread of daemons A and B: "A|B:tid:name cpu_ns runs".
+# One line per thread of consoles and daemons A and B: "A-console|…:tid:name cpu_ns runs".
 threads() {
     local who p t ns runs name
     for who in A-console:$ca A-daemon:$da B-console:$cb B-daemon:$db; do

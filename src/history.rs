@@ -679,7 +679,7 @@ mod tests {
         });
         // A full ring that has wrapped: its oldest sample is not in slot 0.
         for i in 0..500 {
-            h.push(3, Metric::Power, 1000.0 + i as f64 * 0.5, i as f32 as f64);
+            h.push(3, Metric::Power, 1000.0 + i as f64 * 0.5, i as f64);
         }
         let (_, raw) = h.gpus[3].get(Metric::Power).unwrap();
         assert_eq!(raw.len(), 400);

@@ -534,12 +534,10 @@ pub fn straggler(points: &[MetricsPoint]) -> Option<Straggler> {
         if times.len() < 2 {
             continue;
         }
-        let Some(&(rank, max)) = times
+        let &(rank, max) = times
             .iter()
             .max_by(|a, b| a.1.total_cmp(&b.1).then(b.0.cmp(&a.0)))
-        else {
-            continue;
-        };
+            .expect("two ranks or more");
         all.clear();
         all.extend(times.iter().map(|(_, t)| *t));
         let w = width as f64;

@@ -74,20 +74,21 @@ pub fn narrow_char(c: char) -> bool {
 /// ratatui does for every character, which made a GPU's info line cost about as much as the
 /// rest of its block; any other line is left to ratatui.
 pub fn draw_line(line: &Line, area: Rect, buf: &mut Buffer) {
-    let narrow = line
-        .spans
-        .iter()
-        .all(|s| s.content.chars().all(narrow_char));
-    if !narrow {
+    // Its width, a column a character, where every character is narrow.
+    let width = line.spans.iter().try_fold(0usize, |n, s| {
+        s.content
+            .chars()
+            .try_fold(n, |n, c| narrow_char(c).then_some(n + 1))
+    });
+    let Some(width) = width else {
         line.render(area, buf);
         return;
-    }
+    };
     let area = area.intersection(buf.area);
     if area.is_empty() {
         return;
     }
     let area = Rect { height: 1, ..area };
-    let width: usize = line.spans.iter().map(|s| s.content.chars().count()).sum();
     if width == 0 {
         return;
     }
