@@ -87,12 +87,30 @@ pub fn encode<'a>(
     }
 }
 
+/// Whether `c` takes one plain terminal column as a grapheme of its own: printable ASCII, and
+/// the characters the console draws with (Latin-1 signs and letters but the soft hyphen,
+/// dashes, quotes, bullet and ellipsis, arrows, box drawing, block elements, braille). None of
+/// them joins its neighbours into a grapheme.
+pub fn narrow_char(c: char) -> bool {
+    matches!(
+        c,
+        ' '..='~'
+            | '\u{A1}'..='\u{AC}'
+            | '\u{AE}'..='\u{FF}'
+            | '\u{2010}'..='\u{2027}'
+            | '\u{2190}'..='\u{21FF}'
+            | '\u{2500}'..='\u{259F}'
+            | '\u{2800}'..='\u{28FF}'
+    )
+}
+
 /// Columns a cell's symbol takes: 1 for the ASCII the console is mostly made of, else what
 /// Unicode says, counted as at least 1 (as ratatui's own backend does: it moves the cursor
 /// unless the cell is the one right after the last).
 fn symbol_width(symbol: &str) -> u16 {
-    match symbol.as_bytes() {
-        [b] if b.is_ascii() => 1,
+    let mut chars = symbol.chars();
+    match (chars.next(), chars.next()) {
+        (Some(c), None) if c.is_ascii() || narrow_char(c) => 1,
         _ => symbol.width().clamp(1, 2) as u16,
     }
 }
@@ -194,12 +212,13 @@ fn set_style(out: &mut Vec<u8>, pen: &mut Pen, cell: &Cell) {
     if (pen.fg, pen.bg, pen.modifier) == (cell.fg, cell.bg, cell.modifier) {
         return;
     }
-    let mut params: Vec<u8> = Vec::with_capacity(24);
-    let mut param = |p: &[u8]| {
-        if !params.is_empty() {
-            params.push(b';');
+    out.extend_from_slice(b"\x1b[");
+    let open = out.len();
+    let param = |out: &mut Vec<u8>, p: &[u8]| {
+        if out.len() > open {
+            out.push(b';');
         }
-        params.extend_from_slice(p);
+        out.extend_from_slice(p);
     };
     let (mut fg, mut bg) = (pen.fg, pen.bg);
     let removed = pen.modifier - cell.modifier;
@@ -208,29 +227,31 @@ fn set_style(out: &mut Vec<u8>, pen: &mut Pen, cell: &Cell) {
     } else {
         // Taking attributes off one by one has a code per attribute (and bold and dim share
         // one); a reset and the ones that stay is as short and cannot go wrong.
-        param(b"0");
+        param(out, b"0");
         fg = Color::Reset;
         bg = Color::Reset;
         cell.modifier
     };
     for (m, code) in MODIFIERS {
         if added.contains(m) {
-            param(code);
+            param(out, code);
         }
     }
     // Bold with one of the eight basic colours is drawn bright by some terminals only in the
     // short form: bold cells keep the 256-colour form.
     let bold = cell.modifier.contains(Modifier::BOLD);
     if cell.fg != fg {
-        param(&colour(cell.fg, false, bold));
+        param(out, &[]);
+        colour(out, cell.fg, false, bold);
     }
     if cell.bg != bg {
-        param(&colour(cell.bg, true, bold));
+        param(out, &[]);
+        colour(out, cell.bg, true, bold);
     }
-    if !params.is_empty() {
-        out.extend_from_slice(b"\x1b[");
-        out.extend_from_slice(&params);
+    if out.len() > open {
         out.push(b'm');
+    } else {
+        out.truncate(open - 2);
     }
     pen.fg = cell.fg;
     pen.bg = cell.bg;
@@ -249,16 +270,12 @@ const MODIFIERS: [(Modifier, &[u8]); 9] = [
     (Modifier::CROSSED_OUT, b"9"),
 ];
 
-/// The SGR parameters of a colour, foreground or background.
-fn colour(c: Color, background: bool, bold: bool) -> Vec<u8> {
-    let mut p = Vec::with_capacity(16);
+/// The SGR parameters of a colour, foreground or background, onto `out`.
+fn colour(out: &mut Vec<u8>, c: Color, background: bool, bold: bool) {
     let basic = match c {
         Color::Reset => {
-            return if background {
-                b"49".to_vec()
-            } else {
-                b"39".to_vec()
-            };
+            out.extend_from_slice(if background { b"49" } else { b"39" });
+            return;
         }
         Color::Black => 0,
         Color::Red => 1,
@@ -278,25 +295,24 @@ fn colour(c: Color, background: bool, bold: bool) -> Vec<u8> {
         Color::White => 15,
         Color::Indexed(i) => u32::from(i),
         Color::Rgb(r, g, b) => {
-            p.extend_from_slice(if background { b"48;2;" } else { b"38;2;" });
+            out.extend_from_slice(if background { b"48;2;" } else { b"38;2;" });
             for (i, v) in [r, g, b].into_iter().enumerate() {
                 if i > 0 {
-                    p.push(b';');
+                    out.push(b';');
                 }
-                push_num(&mut p, u32::from(v));
+                push_num(out, u32::from(v));
             }
-            return p;
+            return;
         }
     };
     match basic {
-        0..=7 if !bold => push_num(&mut p, basic + if background { 40 } else { 30 }),
-        8..=15 if !bold => push_num(&mut p, basic - 8 + if background { 100 } else { 90 }),
+        0..=7 if !bold => push_num(out, basic + if background { 40 } else { 30 }),
+        8..=15 if !bold => push_num(out, basic - 8 + if background { 100 } else { 90 }),
         _ => {
-            p.extend_from_slice(if background { b"48;5;" } else { b"38;5;" });
-            push_num(&mut p, basic);
+            out.extend_from_slice(if background { b"48;5;" } else { b"38;5;" });
+            push_num(out, basic);
         }
     }
-    p
 }
 
 impl<W: Write> Backend for AnsiBackend<W> {

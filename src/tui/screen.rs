@@ -9,12 +9,13 @@
 //! changed, and each GPU block only when its [`BlockModel`] changed (most frames, one or two
 //! of them, or none). Only what was drawn is compared with what the terminal shows.
 
+use super::ansi::narrow_char;
 use super::app::App;
 use super::layout::Areas;
 use super::theme::Theme;
 use super::ui;
 use super::views::overview::{BlockModel, block_models};
-use super::widgets::{Bars, eighths_symbol, narrow_char};
+use super::widgets::{Bars, eighths_symbol};
 use ratatui::backend::Backend;
 use ratatui::buffer::{Buffer, Cell, CellDiffOption};
 use ratatui::layout::Rect;

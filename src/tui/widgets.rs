@@ -3,6 +3,7 @@
 //! bars and chart segments, and [`centered`] for boxes drawn over the body. All of them only
 //! read.
 
+use super::ansi::narrow_char;
 use super::data::Data;
 use super::format;
 use super::theme::Theme;
@@ -49,23 +50,6 @@ pub fn draw_bar(ratio: Option<f64>, area: Rect, buf: &mut Buffer, fill: Style, e
             .set_symbol(symbol)
             .set_style(style);
     }
-}
-
-/// Whether `c` takes one plain terminal column as a grapheme of its own: printable ASCII, and
-/// the characters the console draws with (Latin-1 signs and letters but the soft hyphen,
-/// dashes, quotes, bullet and ellipsis, arrows, box drawing, block elements, braille). None of
-/// them joins its neighbours into a grapheme.
-pub fn narrow_char(c: char) -> bool {
-    matches!(
-        c,
-        ' '..='~'
-            | '\u{A1}'..='\u{AC}'
-            | '\u{AE}'..='\u{FF}'
-            | '\u{2010}'..='\u{2027}'
-            | '\u{2190}'..='\u{21FF}'
-            | '\u{2500}'..='\u{259F}'
-            | '\u{2800}'..='\u{28FF}'
-    )
 }
 
 /// Draw `line` on the first row of `area`, as `line.render(area, buf)` draws it: the same
