@@ -216,13 +216,20 @@ impl<B: Backend> Screen<B> {
                         for (r, part) in parts {
                             // A sparkline is compared cell by cell with what the piece shows,
                             // without drawing it into a buffer first.
-                            if let Some((bars, at, style)) = model.part_bars(rect, part) {
+                            if let Some(now) = model.part_bars(rect, part) {
+                                // What the piece shows there: the bars of the model it was
+                                // drawn from.
+                                let before = match &p.model {
+                                    Some(Model::Block(m)) => m.part_bars(rect, part),
+                                    _ => None,
+                                };
                                 let taken = take_bars(
                                     &mut self.changed,
                                     &mut p.shown,
                                     r,
                                     &blank,
-                                    (bars, at, style),
+                                    now,
+                                    before,
                                 );
                                 if taken {
                                     continue;
@@ -356,14 +363,21 @@ fn take_changes(changed: &mut Vec<(u16, u16, Cell)>, shown: &mut Buffer, next: &
 
 /// [`take_changes`] for a sparkline part `r`: `bars` drawn on `at` (the part less its blank
 /// first column) in `style`, over `blank` (an empty cell in the base style). Its cells are
-/// compared with `shown` where they are made, with no buffer drawn.
+/// compared with `shown` where they are made, with no buffer drawn. `before`, the bars `shown`
+/// has on the part (drawn the same way over the same `blank`), spares the comparison of the
+/// cells whose bar height did not change: on a sparkline that moved on by a column, most.
+/// Where a cell it replaces is not narrow, nothing is done; false.
 fn take_bars(
     changed: &mut Vec<(u16, u16, Cell)>,
     shown: &mut Buffer,
     r: Rect,
     blank: &Cell,
     (bars, at, style): (&Bars, Rect, Style),
+    before: Option<(&Bars, Rect, Style)>,
 ) -> bool {
+    if r.is_empty() || shown.area.intersection(r) != r {
+        return false;
+    }
     // The cells a sparkline is made of: blank, then 0 to 8 eighths filled.
     let palette: [Cell; 10] = std::array::from_fn(|i| {
         let mut c = blank.clone();
@@ -372,47 +386,61 @@ fn take_bars(
         }
         c
     });
-    take_cells(changed, shown, r, &palette, |x, y| {
-        x.checked_sub(at.x)
-            .and_then(|x| bars.eighths_at(at, x, y - at.y))
-            .map_or(0, |e| usize::from(e) + 1)
-    })
-}
-
-/// [`take_changes`] for a part on `r` drawn with a few cells, given cell by cell: `cell(x, y)`
-/// is the one of `palette` drawn at (x, y). Where a cell of the palette is not narrow, or
-/// plain, nothing is done; false.
-fn take_cells(
-    changed: &mut Vec<(u16, u16, Cell)>,
-    shown: &mut Buffer,
-    r: Rect,
-    palette: &[Cell],
-    cell: impl Fn(u16, u16) -> usize,
-) -> bool {
-    if r.is_empty()
-        || shown.area.intersection(r) != r
-        || !palette.iter().all(|c| plain_option(c) && narrow_cell(c))
-    {
+    if !palette.iter().all(|c| plain_option(c) && narrow_cell(c)) {
         return false;
     }
+    // Each column's bar, as `Bars::eighths_at` finds it: the newest `at.width` of them.
+    fn columns(b: &Bars, at: Rect) -> &[Option<u16>] {
+        &b.ticks[b.ticks.len().saturating_sub(usize::from(at.width))..]
+    }
+    let now = columns(bars, at);
+    let was = before
+        .filter(|&(_, was_at, was_style)| (was_at, was_style) == (at, style))
+        .map(|(b, ..)| columns(b, at));
+    // The cell of the palette a column's bar draws `below` rows above the bottom one: blank
+    // for a column with nothing drawn (left of `at`, or right of the data).
+    let cell = |bar: Option<Option<u16>>, below: u16| {
+        bar.map_or(0, |t| {
+            usize::from(t.map_or(0, |t| t.saturating_sub(8 * below).min(8))) + 1
+        })
+    };
+    let bar_at = |ticks: &[Option<u16>], x: u16| {
+        x.checked_sub(at.x)
+            .and_then(|x| ticks.get(usize::from(x)).copied())
+    };
     let from = changed.len();
     for y in r.top()..r.bottom() {
+        let below = at.height.saturating_sub(y.saturating_sub(at.y) + 1);
         let start = shown.index_of(r.x, y);
         // Left of the part, the piece shows what stays.
         let left_of_part = &shown.content[shown.index_of(shown.area.x, y)..start];
         for x in r.left()..r.right() {
             let i = usize::from(x - r.x);
-            let (Some(next), Some(was)) = (palette.get(cell(x, y)), shown.content.get(start + i))
-            else {
-                changed.truncate(from);
-                return false;
-            };
-            if was == next {
+            let bar = bar_at(now, x);
+            // A column whose bar is the one shown shows the same cells.
+            if was.is_some_and(|was| bar_at(was, x) == bar) {
+                debug_assert_eq!(
+                    shown.content[start + i],
+                    palette[cell(bar, below)],
+                    "the piece shows other bars than it was drawn with"
+                );
+                continue;
+            }
+            let k = cell(bar, below);
+            let (next, was_cell) = (&palette[k], &shown.content[start + i]);
+            if was.is_some_and(|was| cell(bar_at(was, x), below) == k) {
+                debug_assert_eq!(
+                    was_cell, next,
+                    "the piece shows other bars than it was drawn with"
+                );
+                continue;
+            }
+            if was_cell == next {
                 continue;
             }
             // Every cell drawn is narrow: only those left of the part can reach a change.
             let reach = REACH.saturating_sub(i);
-            if !(narrow_cell(was) && left_of_part.iter().rev().take(reach).all(narrow_cell)) {
+            if !(narrow_cell(was_cell) && left_of_part.iter().rev().take(reach).all(narrow_cell)) {
                 changed.truncate(from);
                 return false;
             }
@@ -622,7 +650,8 @@ mod tests {
             if let Some(b) = base {
                 blank.set_style(b);
             }
-            let taken = take_bars(&mut got, &mut got_shown, part, &blank, (&bars, at, style));
+            let taken =
+                take_bars(&mut got, &mut got_shown, part, &blank, (&bars, at, style), None);
             if all_narrow(&shown) {
                 prop_assert!(taken, "narrow glyphs only: taken");
             }
@@ -634,6 +663,43 @@ mod tests {
                 prop_assert!(got.is_empty());
                 prop_assert_eq!(got_shown, shown);
             }
+        }
+    }
+
+    proptest! {
+        /// Bars compared against the bars the piece was drawn with change the same cells, and
+        /// leave the same piece, as bars compared with every cell.
+        #[test]
+        fn bars_compared_with_the_bars_shown_are_bars_compared_cell_by_cell(
+            a in proptest::collection::vec((0u16..19, 0u16..6, 0usize..10, any::<bool>()), 0..40),
+            was in proptest::collection::vec(proptest::option::of(0u16..40), 0..16),
+            now in proptest::collection::vec(proptest::option::of(0u16..40), 0..16),
+            (x, y, w, h) in (0u16..10, 0u16..3, 2u16..10, 1u16..4),
+            (red, based, restyled) in (any::<bool>(), any::<bool>(), any::<bool>()),
+        ) {
+            let part = Rect::new(3 + x, 2 + y, w, h);
+            let at = Rect::new(part.x + 1, part.y, w - 1, h);
+            let style = Style::new().fg(if red { Color::Red } else { Color::Green });
+            let was_style = if restyled { style.bg(Color::Black) } else { style };
+            let mut blank = Cell::EMPTY;
+            if based {
+                blank.set_style(Style::new().bg(Color::Blue));
+            }
+            // A piece that shows `was` on the part, drawn as the console draws it.
+            let (was, now) = (Bars { ticks: was, rows: h }, Bars { ticks: now, rows: h });
+            let mut shown = buffer(&a);
+            let mut first = Vec::new();
+            let put = take_bars(&mut first, &mut shown, part, &blank, (&was, at, was_style), None);
+            prop_assume!(put, "a wide glyph beside the part: the bars went another way");
+
+            let (mut want, mut want_shown) = (Vec::new(), shown.clone());
+            let drawn = take_bars(&mut want, &mut want_shown, part, &blank, (&now, at, style), None);
+            let (mut got, mut got_shown) = (Vec::new(), shown.clone());
+            let before = Some((&was, at, was_style));
+            let taken = take_bars(&mut got, &mut got_shown, part, &blank, (&now, at, style), before);
+            prop_assert_eq!(taken, drawn);
+            prop_assert_eq!(got, want);
+            prop_assert_eq!(got_shown, want_shown);
         }
     }
 
