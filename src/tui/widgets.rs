@@ -112,21 +112,33 @@ pub fn draw_frame(area: Rect, buf: &mut Buffer, style: Style, left: Line, right:
     if area.width < 2 || area.height < 2 {
         return;
     }
-    let (l, r, t, b) = (area.left(), area.right() - 1, area.top(), area.bottom() - 1);
+    draw_frame_top(area, buf, style, left, right);
+    let (l, r, b) = (area.left(), area.right() - 1, area.bottom() - 1);
     let mut put = |x: u16, y: u16, symbol: &str| {
         buf[(x, y)].set_symbol(symbol).set_style(style);
     };
-    put(l, t, "┌");
-    put(r, t, "┐");
     put(l, b, "└");
     put(r, b, "┘");
     for x in l + 1..r {
-        put(x, t, "─");
         put(x, b, "─");
     }
-    for y in t + 1..b {
+    for y in area.top() + 1..b {
         put(l, y, "│");
         put(r, y, "│");
+    }
+}
+
+/// The top edge of [`draw_frame`]'s border around `area` (at least 2×2), titles included:
+/// the same cells, on `buf`, which need hold no more than that row.
+pub fn draw_frame_top(area: Rect, buf: &mut Buffer, style: Style, left: Line, right: Line) {
+    let (l, r, t) = (area.left(), area.right() - 1, area.top());
+    let mut put = |x: u16, symbol: &str| {
+        buf[(x, t)].set_symbol(symbol).set_style(style);
+    };
+    put(l, "┌");
+    put(r, "┐");
+    for x in l + 1..r {
+        put(x, "─");
     }
     // The titles sit between the corners; the right one is drawn last and wins an overlap.
     let titles = Rect::new(l + 1, t, area.width - 2, 1);

@@ -5,7 +5,7 @@
 //! theme change, Ctrl-L.
 
 use crate::support::tui::{SECONDS, T0, app, snapshot_at, terminal};
-use gpupilot::telemetry::Snapshot;
+use gpupilot::telemetry::{Snapshot, throttle};
 use gpupilot::tui::data::Level;
 use gpupilot::tui::screen::Screen;
 use gpupilot::tui::theme;
@@ -38,7 +38,15 @@ fn frames_drawn_piecewise_are_the_whole_frames() {
         let s = SECONDS + k;
         // Two GPUs gone for two seconds, then back: the blocks move.
         let n = if (80..82).contains(&k) { 6 } else { 8 };
-        a.on_snapshot(snapshot_at(n, s));
+        let mut snap = snapshot_at(n, s);
+        // Throttle badges that come and go on a GPU's top edge, as on a node at its caps.
+        for (i, g) in snap.gpus.iter_mut().enumerate() {
+            if (k + i) % 3 == 0 {
+                g.throttle_reasons =
+                    Some(throttle::SW_POWER_CAP | ((i as u64 % 2) * throttle::HW_SLOWDOWN));
+            }
+        }
+        a.on_snapshot(snap);
         a.data.now = T0 + s as f64 + 0.5;
         match k {
             10 => a.selected = 5,

@@ -11,7 +11,8 @@ use crate::telemetry::GpuSample;
 use crate::tui::format;
 use crate::tui::theme::Theme;
 use crate::tui::widgets::{
-    Bars, Meter, MeterAreas, MeterPart, Trend, badges, draw_frame, draw_line, gauge_ratio, level,
+    Bars, Meter, MeterAreas, MeterPart, Trend, badges, draw_frame, draw_frame_top, draw_line,
+    gauge_ratio, level,
 };
 use ratatui::buffer::Buffer;
 use ratatui::layout::{Margin, Position, Rect};
@@ -439,13 +440,18 @@ impl BlockModel {
         }
     }
 
-    /// Where this block (on `area`) and `next` (on the same area) differ, when only parts of
-    /// meters (a gauge, a value, a sparkline) or the info line do: those parts' areas, each
-    /// drawn by [`Self::draw_part`] alike. `None` when the border, the titles or the layout
-    /// differ (the whole block is redrawn then).
+    /// Where this block (on `area`) and `next` (on the same area) differ, when only the top
+    /// edge (the title and badges), parts of meters (a gauge, a value, a sparkline) or the
+    /// info line do: those parts' areas, each drawn by [`Self::draw_part`] alike. `None` when
+    /// the border's style or the layout differ (the whole block is redrawn then).
     pub fn changed_parts(&self, next: &BlockModel, area: Rect) -> Option<Vec<(Rect, Part)>> {
-        if (self.border, &self.title, &self.badges) != (next.border, &next.title, &next.badges) {
+        if self.border != next.border || area.width < 2 || area.height < 2 {
             return None;
+        }
+        let mut parts: Vec<(Rect, Part)> = Vec::new();
+        if (&self.title, &self.badges) != (&next.title, &next.badges) {
+            // A badge that comes or goes (a throttle reason, most often) redraws the top edge.
+            parts.push((Rect { height: 1, ..area }, Part::Top));
         }
         match (&self.body, &next.body) {
             (
@@ -463,7 +469,6 @@ impl BlockModel {
                 },
             ) if (density, meter_rows) == (d2, r2) => {
                 let a = BlockAreas::of(area, *density, *meter_rows);
-                let mut parts: Vec<(Rect, Part)> = Vec::new();
                 for (i, (m, n)) in meters.iter().zip(m2.iter()).enumerate() {
                     let at = a.meter_areas(i);
                     for part in m.changed(n) {
@@ -485,6 +490,11 @@ impl BlockModel {
     /// Draw one part of the block on `area` (the block's area) into `buf`, whose area is the
     /// part's: the same cells [`Self::draw`] draws there.
     pub fn draw_part(&self, t: &Theme, area: Rect, part: Part, buf: &mut Buffer) {
+        if part == Part::Top {
+            let (title, badges) = ((*self.title.text).clone(), (*self.badges.text).clone());
+            draw_frame_top(area, buf, self.border, title, badges);
+            return;
+        }
         let BlockBody::Meters {
             density,
             meter_rows,
@@ -506,6 +516,7 @@ impl BlockModel {
                     draw_line(&info.text, rows(a.inner, 4 * meter_rows, 1), buf);
                 }
             }
+            Part::Top => {}
         }
     }
 }
@@ -544,6 +555,8 @@ impl BlockModel {
 /// A part of a GPU block that can be redrawn alone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Part {
+    /// The top edge of the border, with the title and the badges.
+    Top,
     /// A part of meter 0–3 (utilization, memory, temperature, power).
     Meter(usize, MeterPart),
     /// The clocks, P-state, fan and PCIe line.
