@@ -104,9 +104,10 @@ pub fn narrow_char(c: char) -> bool {
     )
 }
 
-/// Columns a cell's symbol takes: 1 for the ASCII the console is mostly made of, else what
-/// Unicode says, counted as at least 1 (as ratatui's own backend does: it moves the cursor
-/// unless the cell is the one right after the last).
+/// Columns a cell's symbol takes: 1 for a [`narrow_char`] (ASCII, and the signs, borders and
+/// bars the console is made of) without asking Unicode, else what Unicode says, counted as at
+/// least 1 (as ratatui's own backend does: it moves the cursor unless the cell is the one
+/// right after the last).
 fn symbol_width(symbol: &str) -> u16 {
     let mut chars = symbol.chars();
     match (chars.next(), chars.next()) {
