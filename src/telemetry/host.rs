@@ -23,7 +23,8 @@ pub struct HostSampler {
     stat: Option<File>,
     meminfo: Option<File>,
     loadavg: Option<File>,
-    /// The last read of a file.
+    /// Where each file is read: zeroed once, at its length (only a file longer than it grows
+    /// it), so that a read writes the file's bytes and nothing else.
     buf: Vec<u8>,
     cpu: CpuUsage,
     /// `cpuN` lines in /proc/stat at the first reading.
@@ -51,7 +52,7 @@ impl HostSampler {
             stat: open("/proc/stat"),
             meminfo: open("/proc/meminfo"),
             loadavg: open("/proc/loadavg"),
-            buf: Vec::with_capacity(8192),
+            buf: vec![0; 8192],
             cpu: CpuUsage::default(),
             cpu_count: 0,
             cpu_read: None,
@@ -77,7 +78,7 @@ impl HostSampler {
         let cpu_pct = (self.primed && self.stat.is_some()).then_some(f64::from(self.cpu.percent));
         self.primed = true;
         let load = read_all(self.loadavg.as_ref(), &mut self.buf)
-            .then(|| parse_loadavg(&String::from_utf8_lossy(&self.buf)));
+            .map(|n| parse_loadavg(&String::from_utf8_lossy(&self.buf[..n])));
         let total = self.memory.total;
         HostSample {
             cpu_pct,
@@ -92,10 +93,10 @@ impl HostSampler {
 
     fn read_cpu(&mut self) {
         self.cpu_read = Some(Instant::now());
-        if !read_all(self.stat.as_ref(), &mut self.buf) {
+        let Some(n) = read_all(self.stat.as_ref(), &mut self.buf) else {
             return;
-        }
-        if let Some((times, cpus)) = parse_stat(&self.buf) {
+        };
+        if let Some((times, cpus)) = parse_stat(&self.buf[..n]) {
             self.cpu.set(times);
             if self.cpu_count == 0 {
                 self.cpu_count = cpus;
@@ -104,8 +105,8 @@ impl HostSampler {
     }
 
     fn read_memory(&mut self) {
-        if read_all(self.meminfo.as_ref(), &mut self.buf) {
-            self.memory.parse(&String::from_utf8_lossy(&self.buf));
+        if let Some(n) = read_all(self.meminfo.as_ref(), &mut self.buf) {
+            self.memory.parse(&String::from_utf8_lossy(&self.buf[..n]));
         }
     }
 
@@ -152,34 +153,29 @@ pub fn hostname() -> String {
     System::host_name().unwrap_or_else(|_| "localhost".into())
 }
 
-/// Read all of `file` from its start into `buf`; false when there is no file or it fails.
+/// Read all of `file` from its start into the start of `buf`: its length, or None when there
+/// is no file or it fails. `buf` keeps its length (and grows only for a longer file), so the
+/// bytes past the file's are left as they were.
 ///
 /// A /proc file fills a read as far as it has data (the kernel's seq_file goes on until the
 /// buffer is full or the file ends), so a read that leaves room is the end: no second read,
 /// which would make the kernel generate the file again only to say so.
-fn read_all(file: Option<&File>, buf: &mut Vec<u8>) -> bool {
-    let Some(file) = file else {
-        return false;
-    };
-    buf.clear();
+fn read_all(file: Option<&File>, buf: &mut Vec<u8>) -> Option<usize> {
+    let file = file?;
+    let mut len = 0;
     loop {
-        if buf.len() == buf.capacity() {
-            buf.reserve(4096);
+        if len == buf.len() {
+            buf.resize(buf.len() + 4096, 0);
         }
-        let len = buf.len();
-        buf.resize(buf.capacity(), 0);
         match file.read_at(&mut buf[len..], len as u64) {
             Ok(n) => {
-                buf.truncate(len + n);
-                if buf.len() < buf.capacity() {
-                    return true;
+                len += n;
+                if len < buf.len() {
+                    return Some(len);
                 }
             }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => buf.truncate(len),
-            Err(_) => {
-                buf.clear();
-                return false;
-            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return None,
         }
     }
 }
@@ -446,6 +442,28 @@ mod tests {
         m.parse(&old);
         let avail = 1201432 + 774920 + 17339420 + 1320704 - 712068;
         assert_eq!(m.used(), (32780440 - avail) * 1024);
+    }
+
+    #[test]
+    fn a_file_is_read_whole_and_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let long: Vec<u8> = (0..20_000u32).map(|i| b'a' + (i % 26) as u8).collect();
+        std::fs::write(dir.path().join("long"), &long).unwrap();
+        std::fs::write(dir.path().join("short"), b"0.52 1.07 1.30 2/611 1\n").unwrap();
+        let open = |name: &str| File::open(dir.path().join(name)).unwrap();
+        let mut buf = vec![0; 8192];
+        // Longer than the buffer: it grows, and holds all of it.
+        let n = read_all(Some(&open("long")), &mut buf).unwrap();
+        assert_eq!(&buf[..n], &long[..]);
+        // Then a short one: its bytes, none of the long one's after them.
+        let n = read_all(Some(&open("short")), &mut buf).unwrap();
+        assert_eq!(&buf[..n], b"0.52 1.07 1.30 2/611 1\n");
+        // Exactly the buffer's length: read to its end, not cut at the buffer.
+        let exact = vec![b'x'; buf.len()];
+        std::fs::write(dir.path().join("exact"), &exact).unwrap();
+        let n = read_all(Some(&open("exact")), &mut buf).unwrap();
+        assert_eq!(&buf[..n], &exact[..]);
+        assert_eq!(read_all(None, &mut buf), None);
     }
 
     #[test]
