@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Instruction profile of the console and its daemon (BENCHMARKS.md, "Where the console's CPU
-# goes"): both under valgrind's callgrind for SECONDS (default 60) on 8 fake H100s, the console
-# in a 200x50 tmux pane. Writes bench/out/prof/{console,daemon}.cg; read them with
+# Instruction profile of the console and its daemon (BENCHMARKS.md, "The console against nvtop
+# and nvitop on a busy node"): both under valgrind's callgrind for SECONDS (default 60) on 8
+# fake H100s, the console in a 200x50 tmux pane. Writes bench/out/prof/{console,daemon}.cg; read them with
 # `callgrind_annotate --inclusive=yes FILE`. GPUPILOT_BENCH_BIN=PATH profiles another gpupilot
 # binary (built here otherwise). Last, the console's instructions per sparkline drawn: 32 a
 # frame on this node (8 GPUs, 4 meters each), so a figure per frame that does not depend on

@@ -215,10 +215,14 @@ fn set_style(out: &mut Vec<u8>, pen: &mut Pen, cell: &Cell) {
     }
     out.extend_from_slice(b"\x1b[");
     let open = out.len();
-    let param = |out: &mut Vec<u8>, p: &[u8]| {
+    // Before each parameter but the first.
+    let sep = |out: &mut Vec<u8>| {
         if out.len() > open {
             out.push(b';');
         }
+    };
+    let param = |out: &mut Vec<u8>, p: &[u8]| {
+        sep(out);
         out.extend_from_slice(p);
     };
     let (mut fg, mut bg) = (pen.fg, pen.bg);
@@ -242,11 +246,11 @@ fn set_style(out: &mut Vec<u8>, pen: &mut Pen, cell: &Cell) {
     // short form: bold cells keep the 256-colour form.
     let bold = cell.modifier.contains(Modifier::BOLD);
     if cell.fg != fg {
-        param(out, &[]);
+        sep(out);
         colour(out, cell.fg, false, bold);
     }
     if cell.bg != bg {
-        param(out, &[]);
+        sep(out);
         colour(out, cell.bg, true, bold);
     }
     if out.len() > open {

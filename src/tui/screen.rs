@@ -416,18 +416,9 @@ fn take_bars(
         let left_of_part = &shown.content[shown.index_of(shown.area.x, y)..start];
         for x in r.left()..r.right() {
             let i = usize::from(x - r.x);
-            let bar = bar_at(now, x);
-            // A column whose bar is the one shown shows the same cells.
-            if was.is_some_and(|was| bar_at(was, x) == bar) {
-                debug_assert_eq!(
-                    shown.content[start + i],
-                    palette[cell(bar, below)],
-                    "the piece shows other bars than it was drawn with"
-                );
-                continue;
-            }
-            let k = cell(bar, below);
+            let k = cell(bar_at(now, x), below);
             let (next, was_cell) = (&palette[k], &shown.content[start + i]);
+            // A cell whose bar fills as much of it as the bar shown there shows the same.
             if was.is_some_and(|was| cell(bar_at(was, x), below) == k) {
                 debug_assert_eq!(
                     was_cell, next,
