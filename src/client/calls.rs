@@ -25,6 +25,7 @@ impl Client {
             telemetry,
             events,
             delta: true,
+            dedicated: false,
         })? {
             Response::Subscribed { .. } => Ok(()),
             other => Err(unexpected("subscribe", other)),

@@ -38,6 +38,7 @@ pub fn telemetry_stream(socket: &Path, client_name: &str) -> Result<PushStream, 
             telemetry: true,
             events: false,
             delta: true,
+            dedicated: true,
         },
     ];
     for (id, request) in frames.into_iter().enumerate() {

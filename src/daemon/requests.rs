@@ -103,6 +103,7 @@ mod tests {
                 telemetry: true,
                 events: true,
                 delta: false,
+                dedicated: false,
             },
             Request::History {
                 gpu: 0,

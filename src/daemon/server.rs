@@ -40,9 +40,11 @@ use crate::protocol::{
 };
 use crate::telemetry::Snapshot;
 
+mod direct;
 mod frames;
 pub mod limits;
 
+use direct::{Direct, Held};
 use frames::{Frames, Read};
 use limits::{Bounds, Full, Limits, SUBSCRIBER_SEND_BUFFER};
 
@@ -50,11 +52,13 @@ use limits::{Bounds, Full, Limits, SUBSCRIBER_SEND_BUFFER};
 /// ([`limits::QUEUED_ANSWER_BYTES`]); snapshots are not queued at all (the newest waits alone).
 const QUEUE: usize = 64;
 
-/// What every connection shares: the bounds, the refusals being counted, the encoded snapshot.
+/// What every connection shares: the bounds, the refusals being counted, the encoded snapshot,
+/// the dedicated subscribers.
 struct Shared {
     bounds: Arc<Bounds>,
     refusals: Refusals,
-    telemetry: TelemetryFrames,
+    telemetry: Arc<TelemetryFrames>,
+    direct: Arc<Direct>,
 }
 
 /// Accept connections until `shutdown`; then tell every client and wait (briefly) for them.
@@ -66,10 +70,15 @@ pub async fn accept_loop(
 ) {
     let limits = Limits::from_env();
     let every = limits.audit_window.min(Duration::from_secs(1));
+    let frames = Arc::new(TelemetryFrames::default());
+    let direct = Arc::new(Direct::new(Arc::clone(&frames)));
+    let sink: Arc<dyn super::telemetry::Sink> = direct.clone();
+    daemon.telemetry_sink(Arc::downgrade(&sink));
     let shared = Arc::new(Shared {
         refusals: Refusals::new(limits.audit_window, limits::AUDIT_EACH),
         bounds: Arc::new(Bounds::new(limits)),
-        telemetry: TelemetryFrames::default(),
+        telemetry: frames,
+        direct,
     });
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -108,6 +117,9 @@ pub async fn accept_loop(
         }
     }
     drop(listener);
+    shared.direct.close(&push(Response::Shutdown {
+        reason: "the daemon is stopping".into(),
+    }));
     let _ = tokio::time::timeout(Duration::from_secs(2), async {
         while conns.join_next().await.is_some() {}
     })
@@ -221,6 +233,7 @@ async fn connection(
         trainer_of: None,
         trainer_rank: None,
         greeted: false,
+        dedicated: None,
         telemetry: None,
         events: None,
         shared: Arc::clone(&shared),
@@ -333,6 +346,36 @@ async fn connection(
         }
         if !conn.handle(frame).await {
             break;
+        }
+        if let Some(delta) = conn.dedicated {
+            // Nothing more is read: the subscription's answer is written, then the socket
+            // leaves the runtime for the sampler's thread (see `direct`).
+            let who = conn.peer.describe();
+            conn.close();
+            drop(conn);
+            let wr = match tokio::time::timeout(Duration::from_secs(2), writer).await {
+                Ok(Ok(Some(wr))) => wr,
+                _ => {
+                    daemon.client(false);
+                    return;
+                }
+            };
+            let std = frames
+                .into_inner()
+                .reunite(wr)
+                .map_err(|e| e.to_string())
+                .and_then(|s| s.into_std().map_err(|e| e.to_string()));
+            match std {
+                Ok(stream) => {
+                    let held = Held::new(admitted, Arc::clone(&daemon));
+                    shared.direct.add(stream, delta, held, who);
+                }
+                Err(e) => {
+                    tracing::debug!("{who}: handing a dedicated subscriber over: {e}");
+                    daemon.client(false);
+                }
+            }
+            return;
         }
     }
     conn.close();
@@ -491,13 +534,22 @@ impl Outbox {
     }
 }
 
-/// Write what the connection queues until every sender is gone (or the client is).
-async fn write_loop(mut wr: OwnedWriteHalf, mut rx: mpsc::Receiver<String>, out: Arc<Outbox>) {
+/// Write what the connection queues until every sender is gone (then the write half comes
+/// back, for the connection to close or hand over) or the client is.
+async fn write_loop(
+    mut wr: OwnedWriteHalf,
+    mut rx: mpsc::Receiver<String>,
+    out: Arc<Outbox>,
+) -> Option<OwnedWriteHalf> {
+    let mut ended = false;
     loop {
         tokio::select! {
             biased;
             line = rx.recv() => {
-                let Some(line) = line else { break };
+                let Some(line) = line else {
+                    ended = true;
+                    break;
+                };
                 let wrote = wr.write_all(line.as_bytes()).await;
                 out.written(&line);
                 if wrote.is_err() {
@@ -515,7 +567,11 @@ async fn write_loop(mut wr: OwnedWriteHalf, mut rx: mpsc::Receiver<String>, out:
     }
     // Whoever waits for room gives up.
     out.room.close();
+    if ended {
+        return Some(wr);
+    }
     let _ = wr.shutdown().await;
+    None
 }
 
 /// The id of a frame that is JSON but not a valid request, so its error can carry it.
@@ -540,6 +596,9 @@ struct Conn {
     /// Which rank of that run, where the trainer said.
     trainer_rank: Option<u32>,
     greeted: bool,
+    /// Subscribed as a dedicated telemetry subscriber (with `delta` or not): the connection
+    /// goes to [`Direct`] once its answer is written.
+    dedicated: Option<bool>,
     telemetry: Option<JoinHandle<()>>,
     events: Option<JoinHandle<()>>,
     /// Where the newest snapshot waits, and the room answers may take.
@@ -805,7 +864,31 @@ impl Conn {
                 telemetry,
                 events,
                 delta,
+                dedicated,
             } => {
+                if dedicated && (!telemetry || events) {
+                    self.send(error(
+                        Some(id),
+                        ErrorCode::BadRequest,
+                        "`dedicated` is for a connection subscribed to telemetry alone \
+                         (`\"telemetry\":true`, no `events`)",
+                    ))
+                    .await;
+                    return true;
+                }
+                // Handed over only where snapshots come, and nothing else is pushed here; else
+                // served as any subscription (the connection is read on).
+                if dedicated
+                    && self.daemon.samples()
+                    && self.telemetry.is_none()
+                    && self.events.is_none()
+                    && self.trainer_of.is_none()
+                {
+                    self.dedicated = Some(delta);
+                    self.send(reply(id, Response::Subscribed { telemetry, events }))
+                        .await;
+                    return true;
+                }
                 self.subscribe(telemetry, events, delta);
                 self.send(reply(id, Response::Subscribed { telemetry, events }))
                     .await;

@@ -193,12 +193,27 @@ impl Daemon {
     pub fn telemetry(&self) -> watch::Receiver<Option<Arc<Snapshot>>> {
         self.telemetry.subscribe()
     }
+    /// Hand each new snapshot to `sink` too, on the thread that takes it (see
+    /// [`super::telemetry::Sink`]).
+    pub fn telemetry_sink(&self, sink: std::sync::Weak<dyn super::telemetry::Sink>) {
+        self.telemetry.set_sink(sink);
+    }
+    /// Whether snapshots come (a telemetry source was opened).
+    pub fn samples(&self) -> bool {
+        self.telemetry.info().source.is_some()
+    }
     /// A number for a new connection (to know a trainer's connection when it closes).
     pub fn conn_id(&self) -> u64 {
         self.next_conn.fetch_add(1, Ordering::Relaxed)
     }
 
     /// Count a connection in (true) or out (false).
+    /// Clients connected now (as `status` says).
+    #[cfg(test)]
+    pub fn clients(&self) -> usize {
+        self.clients.load(Ordering::Relaxed)
+    }
+
     pub fn client(&self, connected: bool) {
         if connected {
             self.clients.fetch_add(1, Ordering::Relaxed);

@@ -12,7 +12,7 @@
 
 mod xids;
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 use tokio::sync::watch;
 
@@ -21,10 +21,18 @@ use crate::history::{History, HistoryConfig, Metric, Point};
 use crate::protocol::{NodeEvent, TelemetryInfo};
 use crate::telemetry::Snapshot;
 
+/// Where each new snapshot also goes, on the thread that takes it, before the watch channel:
+/// the server's dedicated subscribers (`server::direct`), written without waking the runtime.
+pub trait Sink: Send + Sync {
+    fn put(&self, snap: &Arc<Snapshot>);
+}
+
 /// The newest snapshot, the history and the source. See the module doc.
 pub struct Telemetry {
     history: Mutex<History>,
     newest: watch::Sender<Option<Arc<Snapshot>>>,
+    /// Weak: the server owns it, and it goes when the server does.
+    sink: Mutex<Option<Weak<dyn Sink>>>,
     info: TelemetryInfo,
     /// Which XIDs became node events.
     xids: Mutex<xids::XidLog>,
@@ -38,6 +46,7 @@ impl Telemetry {
                 1.0 / info.rate_hz.clamp(0.01, 100.0),
             ))),
             newest: watch::channel(None).0,
+            sink: Mutex::new(None),
             info,
             xids: Mutex::default(),
         }
@@ -58,9 +67,18 @@ impl Telemetry {
         lock(&self.xids).take(snap)
     }
 
-    /// A new snapshot out to subscribers: it is the newest from now on.
+    /// A new snapshot out to subscribers (the sink's first): it is the newest from now on.
     pub fn publish(&self, snap: Arc<Snapshot>) {
+        let sink = lock(&self.sink).as_ref().and_then(Weak::upgrade);
+        if let Some(sink) = sink {
+            sink.put(&snap);
+        }
         self.newest.send_replace(Some(snap));
+    }
+
+    /// Hand each new snapshot to `sink` too (in place of any before).
+    pub fn set_sink(&self, sink: Weak<dyn Sink>) {
+        *lock(&self.sink) = Some(sink);
     }
 
     /// The newest snapshot, as a watch channel (for telemetry subscriptions).

@@ -87,7 +87,9 @@ pub enum Request {
     /// The daemon, its telemetry and the newest snapshot.
     Status {},
     /// Start (or, with false, stop) pushing telemetry snapshots and node events. With `delta`,
-    /// snapshots after the first come as their changes ([`delta`]).
+    /// snapshots after the first come as their changes ([`delta`]). With `dedicated` (telemetry
+    /// alone), the client sends nothing more on this connection: the daemon may stop reading it
+    /// and write each snapshot from the thread that takes it (docs/protocol.md).
     Subscribe {
         #[serde(default)]
         telemetry: bool,
@@ -95,6 +97,8 @@ pub enum Request {
         events: bool,
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         delta: bool,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        dedicated: bool,
     },
     /// At most `max_points` points of one GPU's series over `[from, to)` (Unix seconds).
     History {

@@ -89,6 +89,7 @@ fn defaults_and_unknown_fields() {
             telemetry: true,
             events: false,
             delta: false,
+            dedicated: false,
         }
     );
     let f: ClientFrame = decode(
@@ -260,13 +261,14 @@ fn request() -> impl Strategy<Value = Request> {
     prop_oneof![
         (any::<u32>(), text()).prop_map(|(version, client)| Request::Hello { version, client }),
         Just(Request::Status {}),
-        (any::<bool>(), any::<bool>(), any::<bool>()).prop_map(|(telemetry, events, delta)| {
-            Request::Subscribe {
+        (any::<bool>(), any::<bool>(), any::<bool>(), any::<bool>()).prop_map(
+            |(telemetry, events, delta, dedicated)| Request::Subscribe {
                 telemetry,
                 events,
                 delta,
+                dedicated,
             }
-        }),
+        ),
         (
             any::<u32>(),
             0..Metric::ALL.len(),

@@ -37,6 +37,7 @@ fn client_seeds() -> Vec<String> {
             telemetry: true,
             events: true,
             delta: true,
+            dedicated: false,
         },
         Request::KnobSet {
             run: "last".into(),

@@ -223,12 +223,27 @@ fn a_wrongly_typed_field_is_a_bad_request_and_the_connection_stays() {
 
 #[test]
 fn a_subscriber_that_pauses_gets_a_fresh_snapshot_not_a_backlog() {
+    pauses_and_gets_a_fresh_snapshot(false);
+}
+
+/// The same for a dedicated subscriber, written by the sampler's thread.
+#[test]
+fn a_dedicated_subscriber_that_pauses_gets_a_fresh_snapshot_not_a_backlog() {
+    pauses_and_gets_a_fresh_snapshot(true);
+}
+
+fn pauses_and_gets_a_fresh_snapshot(dedicated: bool) {
     let home = Home::new();
     let _d = daemon_with(&home, "");
     let mut r = raw(&home.socket(), Duration::from_secs(5));
     assert_eq!(r.hello()["type"], "welcome");
-    r.send(b"{\"id\":2,\"type\":\"subscribe\",\"telemetry\":true}\n")
-        .unwrap();
+    r.send(
+        format!(
+            "{{\"id\":2,\"type\":\"subscribe\",\"telemetry\":true,\"dedicated\":{dedicated}}}\n"
+        )
+        .as_bytes(),
+    )
+    .unwrap();
     let mut first_push = false;
     while !first_push {
         first_push = recv(&mut r, "the first snapshot").unwrap()["type"] == "telemetry";

@@ -117,6 +117,16 @@ fn next_push(r: &mut Raw) -> String {
 
 #[test]
 fn a_subscriber_that_asks_for_deltas_rebuilds_every_snapshot_a_whole_subscriber_gets() {
+    rebuilds_every_snapshot(false);
+}
+
+/// The same through a dedicated subscription, which the sampler's thread writes to itself.
+#[test]
+fn a_dedicated_subscriber_rebuilds_every_snapshot_a_whole_subscriber_gets() {
+    rebuilds_every_snapshot(true);
+}
+
+fn rebuilds_every_snapshot(dedicated: bool) {
     use gpupilot::protocol::Response;
     use gpupilot::protocol::delta::SnapshotStream;
     use gpupilot::telemetry::Snapshot;
@@ -127,9 +137,13 @@ fn a_subscriber_that_asks_for_deltas_rebuilds_every_snapshot_a_whole_subscriber_
     let subscribe = |delta: bool| {
         let mut r = Raw::connect(&home.socket());
         assert_eq!(r.hello()["type"], "welcome");
+        let dedicated = delta && dedicated;
         r.send(
-            format!("{{\"id\":2,\"type\":\"subscribe\",\"telemetry\":true,\"delta\":{delta}}}\n")
-                .as_bytes(),
+            format!(
+                "{{\"id\":2,\"type\":\"subscribe\",\"telemetry\":true,\"delta\":{delta},\
+                 \"dedicated\":{dedicated}}}\n"
+            )
+            .as_bytes(),
         )
         .unwrap();
         r
@@ -398,4 +412,78 @@ fn sigterm_is_a_clean_exit_that_leaves_runs_running() {
     let last = home.node_events().pop().unwrap();
     assert_eq!(last["event"], "daemon_stopped");
     assert_eq!(last["reason"], "SIGTERM");
+}
+
+/// A dedicated subscriber is not read after its subscription (a request gets no answer, the
+/// pushes go on), counts as a client until it closes, and is told when the daemon stops.
+#[test]
+fn a_dedicated_subscriber_is_read_no_more_is_counted_while_open_and_told_at_shutdown() {
+    let home = Home::new();
+    let mut d = home.daemon(&[]);
+    let client = home.client();
+    let clients = || client.status().unwrap().daemon.clients;
+    let alone = clients();
+
+    // Only for telemetry alone.
+    let mut r = Raw::connect(&home.socket());
+    assert_eq!(r.hello()["type"], "welcome");
+    r.send(b"{\"id\":2,\"type\":\"subscribe\",\"telemetry\":true,\"events\":true,\"dedicated\":true}\n")
+        .unwrap();
+    let err = r.recv().unwrap();
+    assert_eq!(
+        (err["id"].as_u64(), err["code"].as_str()),
+        (Some(2), Some("bad_request"))
+    );
+    drop(r);
+
+    let mut r = Raw::connect(&home.socket());
+    assert_eq!(r.hello()["type"], "welcome");
+    r.send(
+        b"{\"id\":2,\"type\":\"subscribe\",\"telemetry\":true,\"delta\":true,\"dedicated\":true}\n",
+    )
+    .unwrap();
+    let mut answered = false;
+    let mut pushes = 0;
+    while pushes < 3 {
+        let f = r.recv().expect("pushes");
+        match f["type"].as_str() {
+            Some("subscribed") => answered = true,
+            Some("telemetry" | "telemetry_delta") => pushes += 1,
+            other => panic!("{other:?}: {f}"),
+        }
+    }
+    assert!(answered);
+    wait_for("the subscriber counted", Duration::from_secs(5), || {
+        clients() == alone + 1
+    });
+    // Not read: no answer comes, only pushes (10 Hz: a second is ten of them).
+    r.send(b"{\"id\":3,\"type\":\"runs\"}\n").unwrap();
+    let until = std::time::Instant::now() + Duration::from_secs(1);
+    while std::time::Instant::now() < until {
+        let f = r.recv().expect("pushes");
+        assert!(f["type"].as_str().unwrap().starts_with("telemetry"), "{f}");
+    }
+
+    // Closed: counted out at the next push.
+    drop(r);
+    wait_for("the subscriber counted out", Duration::from_secs(5), || {
+        clients() == alone
+    });
+
+    // At shutdown it is told, as any client is.
+    let mut r = Raw::connect(&home.socket());
+    assert_eq!(r.hello()["type"], "welcome");
+    r.send(b"{\"id\":2,\"type\":\"subscribe\",\"telemetry\":true,\"dedicated\":true}\n")
+        .unwrap();
+    assert_eq!(r.recv().unwrap()["type"], "subscribed");
+    assert_eq!(r.recv().unwrap()["type"], "telemetry");
+    drop(client);
+    let (status, _) = d.signal_and_wait(Signal::TERM);
+    assert!(status.success(), "{status}");
+    let mut last = None;
+    while let Some(f) = r.recv() {
+        last = Some(f);
+    }
+    let last = last.expect("frames before the end");
+    assert_eq!(last["type"], "shutdown", "{last}");
 }

@@ -222,6 +222,12 @@ impl Frames {
         }
     }
 
+    /// The read half, for a connection that is read no more (a dedicated subscriber: what it
+    /// sent past its subscription is not read).
+    pub fn into_inner(self) -> OwnedReadHalf {
+        self.rd
+    }
+
     /// The reader as the relay takes it (`relay::Relay::serve`), with what is buffered. The
     /// relay starts after a `trainer_attach` whose answer the trainer waits for, so at most an
     /// unfinished frame is buffered here, which the codec's first read completes.

@@ -50,6 +50,13 @@ pub const QUEUED_ANSWER_BYTES: usize = 256 * 1024;
 /// the socket, not seconds of them (the newest waits in the daemon); its large answers just
 /// take more wakeups. Other connections keep the kernel's default.
 pub const SUBSCRIBER_SEND_BUFFER: usize = 4 * 1024;
+/// The send buffer of a dedicated subscriber (`server::direct`; the kernel doubles it): a whole
+/// snapshot (10 KB for eight busy GPUs) is written at once, and pushes are skipped once a
+/// quarter of it waits unread (the kernel's rule for writable, 8 KiB counted as the kernel
+/// holds it: one push of a busy node, a few of a small one).
+/// Larger than [`SUBSCRIBER_SEND_BUFFER`] because nothing waits in the daemon to finish a frame
+/// the socket did not take whole: its end goes at the next push.
+pub const DEDICATED_SEND_BUFFER: usize = 16 * 1024;
 /// Refusals of one kind from one user are written to the log and to `events.jsonl` one by one
 /// [`AUDIT_EACH`] times in this window; the rest are counted: one more line with the count when
 /// the window ends.
