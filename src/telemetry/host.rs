@@ -1,10 +1,16 @@
 //! The host around the GPUs: CPU, memory and load from /proc, and per-process CPU and RSS
 //! (sysinfo).
 //!
-//! The host is sampled with every snapshot, so its three /proc files are opened once and read
-//! again from the start each time (no open, no close, no allocation per sample), and parsed
-//! here. The figures are computed as sysinfo computes them (the same fields, the same
-//! arithmetic), so they match what `sysinfo::System` reports for the same readings.
+//! The host goes with every snapshot, so its three /proc files are opened once and read again
+//! from the start each time (no open, no close, no allocation per sample), and parsed here. They
+//! are read at their own pace, whatever the sampling rate: the CPU times every [`HOST_PERIOD`],
+//! the memory and the load every [`HOST_PERIOD`] half a period later, so that a sample at 1 Hz
+//! reads one of the two, and the figures between are the last ones read. /proc/stat and
+//! /proc/meminfo are the costliest reads of a sample on a quiet machine (the kernel writes every
+//! CPU's and every interrupt's counts; the more of them, the costlier), and the host figures
+//! move slowly enough for top's 3 s and htop's 1.5 s. The figures are computed as sysinfo
+//! computes them (the same fields, the same arithmetic), so they match what `sysinfo::System`
+//! reports for the same readings.
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -13,12 +19,11 @@ use std::time::{Duration, Instant};
 use super::HostSample;
 use sysinfo::{Pid, ProcessRefreshKind, ProcessesToUpdate, System};
 
-/// CPU times closer together than this are not re-read (as sysinfo: a shorter window says
-/// little); the previous percentage is reported again.
-const MIN_CPU_INTERVAL: Duration = Duration::from_millis(200);
+/// How often each /proc file is read (see the module doc).
+pub const HOST_PERIOD: Duration = Duration::from_secs(2);
 
-/// Samples the host. CPU percentages need two readings apart in time; the first sample after
-/// `new` reports CPU as absent rather than a meaningless zero.
+/// Samples the host. CPU percentages need two readings apart in time; until the second, CPU is
+/// absent rather than a meaningless zero.
 pub struct HostSampler {
     stat: Option<File>,
     meminfo: Option<File>,
@@ -29,10 +34,15 @@ pub struct HostSampler {
     cpu: CpuUsage,
     /// `cpuN` lines in /proc/stat at the first reading.
     cpu_count: usize,
-    /// When /proc/stat was last read.
+    /// When /proc/stat was last read, and whether twice (a percentage is there).
     cpu_read: Option<Instant>,
+    cpu_ready: bool,
+    /// When /proc/meminfo and /proc/loadavg were last read (as if half a period earlier at the
+    /// start, so that the two take turns).
+    memory_read: Option<Instant>,
     memory: Memory,
-    primed: bool,
+    load: Option<[f64; 3]>,
+    period: Duration,
     /// For [`HostSampler::processes`] only, made at its first call.
     procs: Option<System>,
 }
@@ -47,6 +57,11 @@ pub struct ProcessStat {
 
 impl HostSampler {
     pub fn new() -> HostSampler {
+        HostSampler::every(HOST_PERIOD)
+    }
+
+    /// Reading each file every `period` (see the module doc); the first readings now.
+    pub fn every(period: Duration) -> HostSampler {
         let open = |path: &str| File::open(path).ok();
         let mut h = HostSampler {
             stat: open("/proc/stat"),
@@ -56,30 +71,35 @@ impl HostSampler {
             cpu: CpuUsage::default(),
             cpu_count: 0,
             cpu_read: None,
+            cpu_ready: false,
+            memory_read: None,
             memory: Memory::default(),
-            primed: false,
+            load: None,
+            period,
             procs: None,
         };
-        // The first CPU reading, for the next sample's percentage.
-        h.read_cpu();
-        h.read_memory();
+        let now = Instant::now();
+        // The first CPU reading, for the percentage from the next.
+        h.read_cpu(now);
+        h.read_memory(now.checked_sub(period / 2).unwrap_or(now));
         h
     }
 
-    /// Read and report CPU, memory and load.
+    /// Report CPU, memory and load, reading what is due (see the module doc).
     pub fn sample(&mut self) -> HostSample {
-        if self
-            .cpu_read
-            .is_none_or(|at| at.elapsed() >= MIN_CPU_INTERVAL)
-        {
-            self.read_cpu();
+        self.sample_at(Instant::now())
+    }
+
+    fn sample_at(&mut self, now: Instant) -> HostSample {
+        if self.due(self.cpu_read, now) {
+            self.read_cpu(now);
+        } else if self.due(self.memory_read, now) {
+            self.read_memory(now);
         }
-        self.read_memory();
-        let cpu_pct = (self.primed && self.stat.is_some()).then_some(f64::from(self.cpu.percent));
-        self.primed = true;
-        let load = read_all(self.loadavg.as_ref(), &mut self.buf)
-            .map(|n| parse_loadavg(&String::from_utf8_lossy(&self.buf[..n])));
+        let cpu_pct =
+            (self.cpu_ready && self.stat.is_some()).then_some(f64::from(self.cpu.percent));
         let total = self.memory.total;
+        let load = self.load;
         HostSample {
             cpu_pct,
             cpu_count: Some(self.cpu_count).filter(|&n| n > 0),
@@ -91,8 +111,16 @@ impl HostSampler {
         }
     }
 
-    fn read_cpu(&mut self) {
-        self.cpu_read = Some(Instant::now());
+    /// Whether a file last read at `last` is due at `now`: a period on, less an eighth of one,
+    /// as sample times jitter by a few milliseconds and a reading a whole period late would
+    /// make the figures twice as old.
+    fn due(&self, last: Option<Instant>, now: Instant) -> bool {
+        last.is_none_or(|at| now.saturating_duration_since(at) >= self.period - self.period / 8)
+    }
+
+    fn read_cpu(&mut self, now: Instant) {
+        self.cpu_ready = self.cpu_read.is_some();
+        self.cpu_read = Some(now);
         let Some(n) = read_all(self.stat.as_ref(), &mut self.buf) else {
             return;
         };
@@ -104,10 +132,14 @@ impl HostSampler {
         }
     }
 
-    fn read_memory(&mut self) {
+    /// /proc/meminfo and /proc/loadavg; `at` is taken as when.
+    fn read_memory(&mut self, at: Instant) {
+        self.memory_read = Some(at);
         if let Some(n) = read_all(self.meminfo.as_ref(), &mut self.buf) {
             self.memory.parse(&String::from_utf8_lossy(&self.buf[..n]));
         }
+        self.load = read_all(self.loadavg.as_ref(), &mut self.buf)
+            .map(|n| parse_loadavg(&String::from_utf8_lossy(&self.buf[..n])));
     }
 
     /// CPU and RSS of the given processes (those that exist). CPU is measured since the
@@ -498,17 +530,54 @@ mod tests {
 
     #[test]
     fn host_sample_reads_memory_and_primes_cpu() {
-        let mut h = HostSampler::new();
+        let mut h = HostSampler::every(Duration::from_millis(200));
         let first = h.sample();
         assert_eq!(first.cpu_pct, None, "first CPU reading has no interval yet");
         let total = first.memory_total_bytes.expect("total memory");
         assert!(total > 64 << 20);
         assert!(first.memory_used_bytes.unwrap() <= total);
-        std::thread::sleep(std::time::Duration::from_millis(250));
+        assert!(first.load_1m.is_some());
+        std::thread::sleep(Duration::from_millis(250));
         let second = h.sample();
         let cpu = second.cpu_pct.expect("cpu after two refreshes");
         assert!((0.0..=100.0).contains(&cpu), "{cpu}");
-        assert!(second.load_1m.is_some());
+    }
+
+    #[test]
+    fn each_file_is_read_once_a_period_and_the_two_take_turns() {
+        let period = Duration::from_secs(2);
+        let mut h = HostSampler::every(period);
+        let t0 = h.cpu_read.unwrap();
+        assert_eq!(
+            t0 - h.memory_read.unwrap(),
+            period / 2,
+            "memory as if read a second before"
+        );
+        // What each sample reads, at `at` (ms after the start).
+        let mut reads = |at: &[u64]| -> String {
+            at.iter()
+                .map(|&ms| {
+                    let before = (h.cpu_read, h.memory_read);
+                    h.sample_at(t0 + Duration::from_millis(ms));
+                    match (h.cpu_read != before.0, h.memory_read != before.1) {
+                        (true, false) => 'c',
+                        (false, true) => 'm',
+                        (false, false) => '-',
+                        (true, true) => panic!("both read at {ms} ms"),
+                    }
+                })
+                .collect()
+        };
+        // Once a second, with a few milliseconds of jitter either way: one file each time, in
+        // turn, each every two seconds.
+        assert_eq!(reads(&[1_003, 1_998, 3_001, 3_996, 5_002, 6_000]), "mcmcmc");
+        // Ten times a second: each file every two seconds, a second apart, nothing between.
+        let at: Vec<u64> = (61..=100).map(|i| i * 100).collect();
+        let got = reads(&at);
+        assert_eq!(got.matches('c').count(), 2, "{got}");
+        assert_eq!(got.matches('m').count(), 2, "{got}");
+        let first = |c| got.find(c).unwrap();
+        assert_eq!(first('c').abs_diff(first('m')), 10, "{got}");
     }
 
     #[test]
