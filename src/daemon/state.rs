@@ -207,13 +207,13 @@ impl Daemon {
         self.next_conn.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// Count a connection in (true) or out (false).
     /// Clients connected now (as `status` says).
     #[cfg(test)]
     pub fn clients(&self) -> usize {
         self.clients.load(Ordering::Relaxed)
     }
 
+    /// Count a connection in (true) or out (false).
     pub fn client(&self, connected: bool) {
         if connected {
             self.clients.fetch_add(1, Ordering::Relaxed);

@@ -7,11 +7,12 @@
 //!
 //! The rules are the runtime's: each push is the snapshot's changes to the last one written to
 //! that connection (whole every [`delta::KEYFRAME_EVERY`] pushes, or without `delta`); a client
-//! that has not read what was written before skips snapshots rather than be given a backlog
-//! (pushes wait while what it holds unread is under a quarter of [`DEDICATED_SEND_BUFFER`]'s
-//! room, the kernel's rule for writable: one push of a busy node, a few small ones); a frame the
-//! socket took only in part is finished before anything else is written. A client that closed
-//! is dropped at the next push; at shutdown each is told, as other connections are.
+//! that has not read what was written before skips snapshots rather than be given a backlog (a
+//! push is skipped while a quarter of the socket's send buffer, [`DEDICATED_SEND_BUFFER`]
+//! doubled by the kernel, waits unread: the kernel's rule for writable, one push of a busy node
+//! or a few small ones); a frame the socket took only in part is finished before anything else
+//! is written. A client that closed is dropped at the next push; at shutdown each is told, as
+//! other connections are.
 
 use std::os::unix::net::UnixStream;
 use std::sync::{Arc, Mutex, MutexGuard};
