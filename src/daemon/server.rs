@@ -425,10 +425,32 @@ struct Outbox {
 #[derive(Default)]
 struct SnapshotSlot {
     waiting: Option<Waiting>,
+    sent: Sent,
+}
+
+/// What a subscriber was last written, for the next push's base (here and in `direct`).
+#[derive(Default)]
+struct Sent {
     /// The last snapshot written: the base of the next delta (None: the next goes whole).
-    sent: Option<Arc<Snapshot>>,
+    snap: Option<Arc<Snapshot>>,
     /// Deltas written since the last whole snapshot.
     deltas: u32,
+}
+
+impl Sent {
+    /// The base of the next push: the last snapshot written, unless it goes whole (no deltas
+    /// asked, nothing written yet, or [`delta::KEYFRAME_EVERY`] pushes since the last whole).
+    fn base(&self, delta: bool) -> Option<Arc<Snapshot>> {
+        (delta && self.deltas + 1 < delta::KEYFRAME_EVERY)
+            .then(|| self.snap.clone())
+            .flatten()
+    }
+
+    /// `snap` was written (as changes where `is_delta`).
+    fn wrote(&mut self, snap: Arc<Snapshot>, is_delta: bool) {
+        self.deltas = if is_delta { self.deltas + 1 } else { 0 };
+        self.snap = Some(snap);
+    }
 }
 
 struct Waiting {
@@ -492,16 +514,11 @@ impl Outbox {
         frames: impl Fn(&Arc<Snapshot>, Option<&Arc<Snapshot>>) -> (Arc<str>, bool),
     ) {
         loop {
-            let base = {
-                let slot = self.slot();
-                (delta && slot.deltas + 1 < delta::KEYFRAME_EVERY)
-                    .then(|| slot.sent.clone())
-                    .flatten()
-            };
+            let base = self.slot().sent.base(delta);
             // Encoded without the lock: the writer may take the waiting one meanwhile.
             let (line, is_delta) = frames(snap, base.as_ref());
             let mut slot = self.slot();
-            let same_base = match (&slot.sent, &base) {
+            let same_base = match (&slot.sent.snap, &base) {
                 (Some(a), Some(b)) => Arc::ptr_eq(a, b),
                 _ => !is_delta,
             };
@@ -523,8 +540,7 @@ impl Outbox {
     fn take_snapshot(&self) -> Option<Arc<str>> {
         let mut slot = self.slot();
         let w = slot.waiting.take()?;
-        slot.deltas = if w.delta { slot.deltas + 1 } else { 0 };
-        slot.sent = Some(w.snap);
+        slot.sent.wrote(w.snap, w.delta);
         Some(w.line)
     }
 

@@ -35,11 +35,11 @@ pub struct HostSampler {
     /// `cpuN` lines in /proc/stat at the first reading.
     cpu_count: usize,
     /// When /proc/stat was last read, and whether twice (a percentage is there).
-    cpu_read: Option<Instant>,
+    cpu_read: Instant,
     cpu_ready: bool,
     /// When /proc/meminfo and /proc/loadavg were last read (as if half a period earlier at the
     /// start, so that the two take turns).
-    memory_read: Option<Instant>,
+    memory_read: Instant,
     memory: Memory,
     load: Option<[f64; 3]>,
     period: Duration,
@@ -63,6 +63,7 @@ impl HostSampler {
     /// Reading each file every `period` (see the module doc); the first readings now.
     pub fn every(period: Duration) -> HostSampler {
         let open = |path: &str| File::open(path).ok();
+        let now = Instant::now();
         let mut h = HostSampler {
             stat: open("/proc/stat"),
             meminfo: open("/proc/meminfo"),
@@ -70,18 +71,17 @@ impl HostSampler {
             buf: vec![0; 8192],
             cpu: CpuUsage::default(),
             cpu_count: 0,
-            cpu_read: None,
+            cpu_read: now,
             cpu_ready: false,
-            memory_read: None,
+            memory_read: now.checked_sub(period / 2).unwrap_or(now),
             memory: Memory::default(),
             load: None,
             period,
             procs: None,
         };
-        let now = Instant::now();
         // The first CPU reading, for the percentage from the next.
-        h.read_cpu(now);
-        h.read_memory(now.checked_sub(period / 2).unwrap_or(now));
+        h.read_cpu();
+        h.read_memory();
         h
     }
 
@@ -92,9 +92,12 @@ impl HostSampler {
 
     fn sample_at(&mut self, now: Instant) -> HostSample {
         if self.due(self.cpu_read, now) {
-            self.read_cpu(now);
+            self.read_cpu();
+            self.cpu_read = now;
+            self.cpu_ready = true;
         } else if self.due(self.memory_read, now) {
-            self.read_memory(now);
+            self.read_memory();
+            self.memory_read = now;
         }
         let cpu_pct =
             (self.cpu_ready && self.stat.is_some()).then_some(f64::from(self.cpu.percent));
@@ -114,13 +117,11 @@ impl HostSampler {
     /// Whether a file last read at `last` is due at `now`: a period on, less an eighth of one,
     /// as sample times jitter by a few milliseconds and a reading a whole period late would
     /// make the figures twice as old.
-    fn due(&self, last: Option<Instant>, now: Instant) -> bool {
-        last.is_none_or(|at| now.saturating_duration_since(at) >= self.period - self.period / 8)
+    fn due(&self, last: Instant, now: Instant) -> bool {
+        now.saturating_duration_since(last) >= self.period - self.period / 8
     }
 
-    fn read_cpu(&mut self, now: Instant) {
-        self.cpu_ready = self.cpu_read.is_some();
-        self.cpu_read = Some(now);
+    fn read_cpu(&mut self) {
         let Some(n) = read_all(self.stat.as_ref(), &mut self.buf) else {
             return;
         };
@@ -132,9 +133,8 @@ impl HostSampler {
         }
     }
 
-    /// /proc/meminfo and /proc/loadavg; `at` is taken as when.
-    fn read_memory(&mut self, at: Instant) {
-        self.memory_read = Some(at);
+    /// /proc/meminfo and /proc/loadavg.
+    fn read_memory(&mut self) {
         if let Some(n) = read_all(self.meminfo.as_ref(), &mut self.buf) {
             self.memory.parse(&String::from_utf8_lossy(&self.buf[..n]));
         }
@@ -547,9 +547,9 @@ mod tests {
     fn each_file_is_read_once_a_period_and_the_two_take_turns() {
         let period = Duration::from_secs(2);
         let mut h = HostSampler::every(period);
-        let t0 = h.cpu_read.unwrap();
+        let t0 = h.cpu_read;
         assert_eq!(
-            t0 - h.memory_read.unwrap(),
+            t0 - h.memory_read,
             period / 2,
             "memory as if read a second before"
         );

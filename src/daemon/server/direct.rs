@@ -5,12 +5,12 @@
 //! runtime, a push woke its worker twice: for the snapshot, and for the socket's room once the
 //! client had read it).
 //!
-//! The rules are the runtime's: each push is the snapshot's changes to the last one written to
-//! that connection (whole every [`delta::KEYFRAME_EVERY`] pushes, or without `delta`); a client
-//! that has not read what was written before skips snapshots rather than be given a backlog (a
-//! push is skipped while a quarter of the socket's send buffer, [`DEDICATED_SEND_BUFFER`]
-//! doubled by the kernel, waits unread: the kernel's rule for writable, one push of a busy node
-//! or a few small ones); a frame the socket took only in part is finished before anything else
+//! The rules are the runtime's (`Sent`): each push is the snapshot's changes to the last one
+//! written to that connection (whole every [`crate::protocol::delta::KEYFRAME_EVERY`] pushes,
+//! or without `delta`); a client that has not read what was written before skips snapshots
+//! rather than be given a backlog (a push is skipped while a quarter of the socket's send
+//! buffer, [`DEDICATED_SEND_BUFFER`] doubled by the kernel, waits unread: the kernel's rule for
+//! writable, one push of a busy node or a few small ones); a frame the socket took only in part is finished before anything else
 //! is written. A client that closed is dropped at the next push; at shutdown each is told, as
 //! other connections are.
 
@@ -21,11 +21,10 @@ use rustix::event::{PollFd, PollFlags};
 use rustix::io::Errno;
 use rustix::net::SendFlags;
 
-use super::TelemetryFrames;
 use super::limits::{Admitted, DEDICATED_SEND_BUFFER};
+use super::{Sent, TelemetryFrames};
 use crate::daemon::state::Daemon;
 use crate::daemon::telemetry::Sink;
-use crate::protocol::delta;
 use crate::telemetry::Snapshot;
 
 /// Every dedicated subscriber, and the newest snapshot (what a new one gets first).
@@ -47,10 +46,8 @@ struct Subscriber {
     stream: UnixStream,
     /// Pushes as changes to the last snapshot written.
     delta: bool,
-    /// The last snapshot written (or begun): the base of the next delta.
-    sent: Option<Arc<Snapshot>>,
-    /// Deltas written since the last whole snapshot.
-    deltas: u32,
+    /// The last snapshot written (or begun).
+    sent: Sent,
     /// The end of a frame the socket did not take whole, and where it stands.
     rest: Option<(Arc<str>, usize)>,
     /// Its place in the connection bounds, and in the daemon's count of clients.
@@ -80,19 +77,6 @@ impl Drop for Held {
     }
 }
 
-/// What one push did to a subscriber.
-#[derive(Debug, PartialEq, Eq)]
-enum Pushed {
-    /// Written whole.
-    Whole,
-    /// Begun: the socket took part of it; the rest goes first next time.
-    Begun,
-    /// Skipped: the client has not read what came before (or a frame's end still waits).
-    Skipped,
-    /// The client is gone.
-    Gone,
-}
-
 impl Direct {
     pub(super) fn new(frames: Arc<TelemetryFrames>) -> Direct {
         Direct {
@@ -120,8 +104,7 @@ impl Direct {
         let mut sub = Subscriber {
             stream,
             delta,
-            sent: None,
-            deltas: 0,
+            sent: Sent::default(),
             rest: None,
             _held: held,
             who,
@@ -131,7 +114,7 @@ impl Direct {
             return;
         }
         if let Some(newest) = inner.newest.clone() {
-            if sub.push(&newest, &self.frames) == Pushed::Gone {
+            if !sub.push(&newest, &self.frames) {
                 return;
             }
         }
@@ -148,7 +131,7 @@ impl Direct {
             std::mem::take(&mut inner.conns)
         };
         for mut sub in conns {
-            if sub.finish() {
+            if sub.finish() == Room::Yes {
                 let _ = send(&sub.stream, line.as_bytes());
             }
         }
@@ -169,71 +152,60 @@ impl Sink for Direct {
         }
         inner.newest = Some(Arc::clone(snap));
         inner.conns.retain_mut(|sub| {
-            let gone = sub.push(snap, &self.frames) == Pushed::Gone;
-            if gone {
+            let there = sub.push(snap, &self.frames);
+            if !there {
                 tracing::debug!("{}: dedicated telemetry subscriber gone", sub.who);
             }
-            !gone
+            there
         });
     }
 }
 
 impl Subscriber {
-    /// Write `snap` to this subscriber (see the module doc).
-    fn push(&mut self, snap: &Arc<Snapshot>, frames: &TelemetryFrames) -> Pushed {
-        if !self.finish() {
-            return if self.rest.is_some() {
-                Pushed::Skipped
-            } else {
-                Pushed::Gone
-            };
+    /// Write `snap` to this subscriber, or skip it (see the module doc); false once the
+    /// client is gone.
+    fn push(&mut self, snap: &Arc<Snapshot>, frames: &TelemetryFrames) -> bool {
+        match self.finish() {
+            Room::Yes => {}
+            Room::No => return true,
+            Room::Gone => return false,
         }
         match room(&self.stream) {
             Room::Yes => {}
-            Room::No => return Pushed::Skipped,
-            Room::Gone => return Pushed::Gone,
+            Room::No => return true,
+            Room::Gone => return false,
         }
-        let base = (self.delta && self.deltas + 1 < delta::KEYFRAME_EVERY)
-            .then(|| self.sent.clone())
-            .flatten();
-        let (line, is_delta) = frames.line(snap, base.as_ref());
+        let (line, is_delta) = frames.line(snap, self.sent.base(self.delta).as_ref());
         let wrote = match send(&self.stream, line.as_bytes()) {
             Ok(n) => n,
-            Err(Errno::AGAIN) => return Pushed::Skipped,
-            Err(_) => return Pushed::Gone,
+            Err(Errno::AGAIN) => return true,
+            Err(_) => return false,
         };
-        self.sent = Some(Arc::clone(snap));
-        self.deltas = if is_delta { self.deltas + 1 } else { 0 };
+        self.sent.wrote(Arc::clone(snap), is_delta);
         if wrote < line.len() {
+            // The rest goes first next time.
             self.rest = Some((line, wrote));
-            Pushed::Begun
-        } else {
-            Pushed::Whole
         }
+        true
     }
 
-    /// Write the rest of a frame begun before, as far as the socket takes it: true when none
-    /// is left (the next may be written), false when some still is or the client is gone
-    /// (then `rest` is None).
-    fn finish(&mut self) -> bool {
+    /// Write the rest of a frame begun before, as far as the socket takes it: whether the
+    /// next may be written (none is left), not yet, or the client is gone.
+    fn finish(&mut self) -> Room {
         let Some((line, at)) = self.rest.as_mut() else {
-            return true;
+            return Room::Yes;
         };
         match send(&self.stream, &line.as_bytes()[*at..]) {
             Ok(n) => {
                 *at += n;
-                if *at == line.len() {
-                    self.rest = None;
-                    true
-                } else {
-                    false
+                if *at < line.len() {
+                    return Room::No;
                 }
-            }
-            Err(Errno::AGAIN) => false,
-            Err(_) => {
                 self.rest = None;
-                false
+                Room::Yes
             }
+            Err(Errno::AGAIN) => Room::No,
+            Err(_) => Room::Gone,
         }
     }
 }
@@ -242,6 +214,8 @@ fn send(stream: &UnixStream, bytes: &[u8]) -> Result<usize, Errno> {
     rustix::net::send(stream, bytes, SendFlags::NOSIGNAL | SendFlags::DONTWAIT)
 }
 
+/// Whether something may be written to a subscriber now.
+#[derive(Debug, PartialEq, Eq)]
 enum Room {
     Yes,
     No,
