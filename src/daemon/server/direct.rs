@@ -10,9 +10,9 @@
 //! or without `delta`); a client that has not read what was written before skips snapshots
 //! rather than be given a backlog (a push is skipped while a quarter of the socket's send
 //! buffer, [`DEDICATED_SEND_BUFFER`] doubled by the kernel, waits unread: the kernel's rule for
-//! writable, one push of a busy node or a few small ones); a frame the socket took only in part is finished before anything else
-//! is written. A client that closed is dropped at the next push; at shutdown each is told, as
-//! other connections are.
+//! writable, one push of a busy node or a few small ones); a frame the socket took only in part
+//! is finished before anything else is written. A client that closed is dropped at the next
+//! push; at shutdown each is told, as other connections are.
 
 use std::os::unix::net::UnixStream;
 use std::sync::{Arc, Mutex, MutexGuard};
