@@ -364,8 +364,8 @@ fn take_changes(changed: &mut Vec<(u16, u16, Cell)>, shown: &mut Buffer, next: &
 /// [`take_changes`] for a sparkline part `r`: `bars` drawn on `at` (the part less its blank
 /// first column) in `style`, over `blank` (an empty cell in the base style). Its cells are
 /// compared with `shown` where they are made, with no buffer drawn. `before`, the bars `shown`
-/// has on the part (drawn the same way over the same `blank`), spares the comparison of the
-/// cells whose bar height did not change: on a sparkline that moved on by a column, most.
+/// has on the part (drawn the same way over the same `blank`), says which cell of the palette
+/// each shown cell is, so that no cell of `shown` is read to compare it.
 /// Where a cell it replaces is not narrow, nothing is done; false.
 fn take_bars(
     changed: &mut Vec<(u16, u16, Cell)>,
@@ -389,6 +389,10 @@ fn take_bars(
     if !palette.iter().all(|c| plain_option(c) && narrow_cell(c)) {
         return false;
     }
+    // Cells of the palette differ where their indices do, but for a blank and an empty bar
+    // in the base style (every bar's symbol is its own: see `eighths_symbol`).
+    let empty_is_blank = palette[1] == palette[0];
+    let same = |k: usize| if k == 1 && empty_is_blank { 0 } else { k };
     // Each column's bar, as `Bars::eighths_at` finds it: the newest `at.width` of them.
     fn columns(b: &Bars, at: Rect) -> &[Option<u16>] {
         &b.ticks[b.ticks.len().saturating_sub(usize::from(at.width))..]
@@ -418,20 +422,27 @@ fn take_bars(
             let i = usize::from(x - r.x);
             let k = cell(bar_at(now, x), below);
             let (next, was_cell) = (&palette[k], &shown.content[start + i]);
-            // A cell whose bar fills as much of it as the bar shown there shows the same.
-            if was.is_some_and(|was| cell(bar_at(was, x), below) == k) {
-                debug_assert_eq!(
-                    was_cell, next,
-                    "the piece shows other bars than it was drawn with"
-                );
-                continue;
-            }
-            if was_cell == next {
-                continue;
+            match was.map(|was| same(cell(bar_at(was, x), below))) {
+                // What the piece shows there is the palette's cell of the bar it was drawn
+                // with: the same cell, or another (narrow, as every cell of the palette).
+                Some(w) => {
+                    debug_assert_eq!(
+                        was_cell, &palette[w],
+                        "the piece shows other bars than it was drawn with"
+                    );
+                    if w == same(k) {
+                        continue;
+                    }
+                }
+                None if was_cell == next => continue,
+                None if !narrow_cell(was_cell) => {
+                    changed.truncate(from);
+                    return false;
+                }
+                None => {}
             }
             // Every cell drawn is narrow: only those left of the part can reach a change.
-            let reach = REACH.saturating_sub(i);
-            if !(narrow_cell(was_cell) && left_of_part.iter().rev().take(reach).all(narrow_cell)) {
+            if i < REACH && !left_of_part.iter().rev().take(REACH - i).all(narrow_cell) {
                 changed.truncate(from);
                 return false;
             }
@@ -692,6 +703,20 @@ mod tests {
             prop_assert_eq!(got, want);
             prop_assert_eq!(got_shown, want_shown);
         }
+    }
+
+    #[test]
+    fn every_bar_height_has_a_symbol_of_its_own() {
+        // `take_bars` tells the cells of its palette apart by index alone.
+        let symbols: Vec<&str> = (0..=8).map(eighths_symbol).collect();
+        for (i, a) in symbols.iter().enumerate() {
+            assert!(!symbols[i + 1..].contains(a), "{a:?} twice");
+        }
+        assert_eq!(
+            eighths_symbol(9),
+            eighths_symbol(8),
+            "a full block from 8 up"
+        );
     }
 
     #[test]
