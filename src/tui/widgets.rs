@@ -222,7 +222,9 @@ impl Trend {
         let from_q = from + skip as f64 * period;
         data.history
             .window_each(gpu, metric, from_q, to, width - skip, |p| {
-                let i = ((p.t - from) / period).floor() as usize;
+                // Truncation is the floor here: nothing lies before `from` (and a float that
+                // does converts to 0 either way).
+                let i = ((p.t - from) / period) as usize;
                 if let Some(v) = values.get_mut(i) {
                     *v = Some(p.mean);
                 }
@@ -255,12 +257,24 @@ impl Trend {
             .iter()
             .map(|v| {
                 v.map(|v| {
-                    let u = (v.max(0.0) * scale).round() as u64;
+                    let u = round_up_from_half(v.max(0.0) * scale);
                     (u128::from(u) * u128::from(max_ticks) / 1000).min(u128::from(max_ticks)) as u16
                 })
             })
             .collect();
         Bars { ticks, rows }
+    }
+}
+
+/// `x.round() as u64` for `x` from 0 up (NaN is 0), without the call `round` is on a
+/// baseline x86-64: the part below the point is exact to compute (below 2^52; above it there
+/// is none), so a half or more rounds up, as `round` does.
+fn round_up_from_half(x: f64) -> u64 {
+    let whole = x as u64;
+    if x - whole as f64 >= 0.5 {
+        whole.saturating_add(1)
+    } else {
+        whole
     }
 }
 
@@ -734,6 +748,37 @@ mod tests {
                 .map(|s| s.content.to_string())
                 .collect();
             assert_eq!(drawn, text, "{r:?}");
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn rounding_up_from_a_half_is_round(bits in proptest::num::u64::ANY, small in 0f64..2e3) {
+            let any = f64::from_bits(bits).abs();
+            for x in [any, small, small.floor() + 0.5, (small.floor() + 0.5).next_down()] {
+                proptest::prop_assert_eq!(round_up_from_half(x), x.round() as u64, "{:e}", x);
+            }
+        }
+    }
+
+    #[test]
+    fn rounding_up_from_a_half_at_the_edges() {
+        for x in [
+            0.0,
+            0.5,
+            0.49999999999999994,
+            1.5,
+            2.5,
+            4503599627370495.5,
+            4503599627370496.0,
+            9007199254740993.0,
+            1.8446744073709552e19,
+            1e30,
+            f64::MAX,
+            f64::INFINITY,
+            f64::NAN,
+        ] {
+            assert_eq!(round_up_from_half(x), x.round() as u64, "{x:e}");
         }
     }
 
