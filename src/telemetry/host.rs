@@ -136,7 +136,7 @@ impl HostSampler {
     /// /proc/meminfo and /proc/loadavg.
     fn read_memory(&mut self) {
         if let Some(n) = read_all(self.meminfo.as_ref(), &mut self.buf) {
-            self.memory.parse(&String::from_utf8_lossy(&self.buf[..n]));
+            self.memory.parse(&self.buf[..n]);
         }
         self.load = read_all(self.loadavg.as_ref(), &mut self.buf)
             .map(|n| parse_loadavg(&String::from_utf8_lossy(&self.buf[..n])));
@@ -339,27 +339,50 @@ struct Memory {
 }
 
 impl Memory {
-    fn parse(&mut self, text: &str) {
+    /// Reads the fields from the text of /proc/meminfo (all near its top: the lines after
+    /// the last of them are not looked at).
+    fn parse(&mut self, text: &[u8]) {
+        const KEYS: [&[u8]; 7] = [
+            b"MemTotal",
+            b"MemFree",
+            b"MemAvailable",
+            b"Buffers",
+            b"Cached",
+            b"Shmem",
+            b"SReclaimable",
+        ];
         let mut available = None;
-        for line in text.split('\n') {
-            let mut parts = line.split(':');
-            let (Some(key), Some(value)) = (parts.next(), parts.next()) else {
+        let mut seen = 0u8;
+        for line in text.split(|&b| b == b'\n') {
+            let Some(colon) = line.iter().position(|&b| b == b':') else {
                 continue;
             };
-            let Some(Ok(kib)) = value.trim_start().split(' ').next().map(str::parse::<u64>) else {
+            let (key, value) = (&line[..colon], &line[colon + 1..]);
+            let Some(k) = KEYS.iter().position(|&w| w == key) else {
+                continue;
+            };
+            let value = value.trim_ascii_start();
+            let digits = &value[..value.iter().position(|&b| b == b' ').unwrap_or(value.len())];
+            let Some(kib) = std::str::from_utf8(digits)
+                .ok()
+                .and_then(|d| d.parse::<u64>().ok())
+            else {
                 continue;
             };
             // "kB" in the file, KiB in fact.
             let bytes = kib.saturating_mul(1024);
-            match key {
-                "MemTotal" => self.total = bytes,
-                "MemFree" => self.free = bytes,
-                "MemAvailable" => available = Some(bytes),
-                "Buffers" => self.buffers = bytes,
-                "Cached" => self.cached = bytes,
-                "Shmem" => self.shmem = bytes,
-                "SReclaimable" => self.reclaimable = bytes,
-                _ => {}
+            match k {
+                0 => self.total = bytes,
+                1 => self.free = bytes,
+                2 => available = Some(bytes),
+                3 => self.buffers = bytes,
+                4 => self.cached = bytes,
+                5 => self.shmem = bytes,
+                _ => self.reclaimable = bytes,
+            }
+            seen |= 1 << k;
+            if seen == 0x7f {
+                break;
             }
         }
         // Kernels before 3.14 have no MemAvailable: estimated from the rest.
@@ -461,7 +484,7 @@ mod tests {
     #[test]
     fn memory_used_is_total_less_available() {
         let mut m = Memory::default();
-        m.parse(MEMINFO);
+        m.parse(MEMINFO.as_bytes());
         assert_eq!(m.total, 32780440 * 1024);
         assert_eq!(m.used(), (32780440 - 20418300) * 1024);
         // Without MemAvailable: free + buffers + cached + reclaimable - shmem.
@@ -471,7 +494,7 @@ mod tests {
             .map(|l| format!("{l}\n"))
             .collect();
         let mut m = Memory::default();
-        m.parse(&old);
+        m.parse(old.as_bytes());
         let avail = 1201432 + 774920 + 17339420 + 1320704 - 712068;
         assert_eq!(m.used(), (32780440 - avail) * 1024);
     }
