@@ -486,3 +486,93 @@ fn a_rank_that_missed_the_step_is_brought_to_the_job_value() {
         );
     }
 }
+
+/// Two SDK ranks whose first attempt runs out of memory at batch 64; the second prints what
+/// it trains with, tagged by attempt.
+const OOM_SCRIPT: &str = r#"
+import json, os, sys, time
+sys.path.insert(0, os.environ["SDK_DIR"])
+import gpupilot
+rank = int(os.environ["RANK"])
+seen = os.path.join(os.environ["MARK_DIR"], "rank%d" % rank)
+attempt = 1 if os.path.exists(seen) else 0
+gp = gpupilot.connect(knobs={"batch_size": 100})
+deadline = time.monotonic() + 20
+while not gp.connected and time.monotonic() < deadline:
+    time.sleep(0.01)
+for step in range(5 if attempt == 0 else 15):
+    bs = gp.knob("batch_size")
+    # One write a line: two ranks' lines are not run together.
+    sys.stdout.write(json.dumps({"attempt": attempt, "rank": rank, "step": step, "bs": bs}) + "\n")
+    sys.stdout.flush()
+    time.sleep(0.02)
+    gp.report(step=step, samples_per_s=bs / 0.02, step_time_s=0.02)
+if attempt == 0:
+    open(seen, "w").close()
+    if rank == 0:
+        gp.error("oom", "CUDA out of memory at batch %d" % bs)
+    gp.close()
+    sys.stderr.write("torch.OutOfMemoryError: CUDA out of memory (rank %d)\n" % rank)
+    sys.exit(1)
+gp.close()
+"#;
+
+#[test]
+fn after_running_out_of_memory_every_rank_starts_again_with_the_halved_batch() {
+    let home = Home::new();
+    let _daemon = home.daemon(&[]);
+    let script = home.dir.path().join("oom.py");
+    std::fs::write(&script, OOM_SCRIPT).unwrap();
+    let marks = home.dir.path().join("marks");
+    std::fs::create_dir(&marks).unwrap();
+    let rank = |r: u32| {
+        format!(
+            "RANK={r} LOCAL_RANK={r} WORLD_SIZE=2 python3 {}",
+            script.display()
+        )
+    };
+    // Either rank failing fails the job, as a launcher's would.
+    let command = format!(
+        "{} & a=$!; {}; b=$?; wait $a; exit $(( $? | b ))",
+        rank(0),
+        rank(1)
+    );
+    let profile = home.dir.path().join("oom.toml");
+    std::fs::write(
+        &profile,
+        format!(
+            "name = \"oom\"\n[run]\ncommand = [\"sh\", \"-c\", {command:?}]\n\
+             env = {{ SDK_DIR = \"{}\", MARK_DIR = \"{}\" }}\n\
+             [run.restart]\non_oom = \"halve_batch\"\nmax_restarts = 2\nbackoff_s = 0\n\
+             [knobs.batch_size]\ninitial = 64\nmin = 1\nmax = 1024\n",
+            sdk_dir().display(),
+            marks.display()
+        ),
+    )
+    .unwrap();
+    let run = home
+        .ok(&["run", "--detach", &profile.display().to_string()])
+        .trim()
+        .to_string();
+    let c = home.client();
+    wait_for("the second attempt to end", Duration::from_secs(60), || {
+        c.run(&run).is_ok_and(|r| r.status.as_str() == "succeeded")
+    });
+    assert_eq!(c.run(&run).unwrap().restarts, 1);
+
+    let text = std::fs::read_to_string(home.run_dir(&run).path().join("stdout.log")).unwrap();
+    let mut used: BTreeMap<(u64, u64), Vec<i64>> = BTreeMap::new();
+    for line in text.lines().filter(|l| l.starts_with('{')) {
+        let v: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        used.entry((v["attempt"].as_u64().unwrap(), v["rank"].as_u64().unwrap()))
+            .or_default()
+            .push(v["bs"].as_i64().unwrap());
+    }
+    for rank in 0..2 {
+        assert_eq!(used[&(0, rank)], [64; 5], "attempt 0, rank {rank}");
+        // Not the 64 the last attempt's ranks agreed on: that ran out of memory.
+        assert_eq!(used[&(1, rank)], [32; 15], "attempt 1, rank {rank}");
+    }
+    let events = std::fs::read_to_string(home.run_dir(&run).path().join("events.jsonl")).unwrap();
+    assert!(events.contains(r#""old":"64","new":"32""#), "{events}");
+}

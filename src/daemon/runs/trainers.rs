@@ -77,6 +77,9 @@ pub(in crate::daemon) struct Channel {
     pub(in crate::daemon) ranks: Ranks,
     /// The values the run uses; for a run of several ranks, the values the job agreed on.
     pub(in crate::daemon) values: BTreeMap<KnobName, i64>,
+    /// The run's attempt those values belong to (`None` until the channel is first looked at
+    /// with its run).
+    attempt: Option<u32>,
     /// Changes pushed to a single-process trainer, not yet acknowledged.
     pending: BTreeMap<u64, Pending>,
     /// A change to several ranks in flight.
@@ -132,6 +135,7 @@ impl Channel {
             dir: dir.to_path_buf(),
             ranks: Ranks::default(),
             values,
+            attempt: None,
             pending: BTreeMap::new(),
             staged: None,
             staged_repair: false,
@@ -149,6 +153,25 @@ impl Channel {
                 ..OutputParser::default()
             },
             used: 0,
+        }
+    }
+
+    /// The run is at attempt `attempt`, started with `plan`'s values. A new attempt starts
+    /// from its plan: what the last one applied (kept in the plan as it was applied) and what
+    /// its restart policy changed, such as a batch halved after running out of memory. What
+    /// the last attempt's ranks used is not the run's value any more, and is neither told to
+    /// the new ranks nor shown as the value a change replaces.
+    fn follow_attempt(&mut self, attempt: u32, plan: KnobValues) {
+        match self.attempt.replace(attempt) {
+            Some(seen) if seen != attempt => {
+                for knob in KnobName::ALL {
+                    match planned(plan, knob) {
+                        Some(v) => self.values.insert(knob, v),
+                        None => self.values.remove(&knob),
+                    };
+                }
+            }
+            _ => {}
         }
     }
 
@@ -327,6 +350,13 @@ impl Channels {
         ch
     }
 
+    /// `run`'s channel, its values those of the run's current attempt.
+    pub(in crate::daemon) fn of(&mut self, run: &Run) -> &mut Channel {
+        let ch = self.get(run.id(), run.dir().path());
+        ch.follow_attempt(run.attempt(), run.plan().knobs());
+        ch
+    }
+
     /// Drop the least recently used channel that holds nothing the files do not (no trainer
     /// attached, no change in flight): a daemon that lives for months and is shown many runs
     /// keeps a bounded number in memory, and reads the others back from their files.
@@ -439,7 +469,7 @@ impl Runs {
             ));
         }
         let mut channels = self.channels();
-        let ch = channels.get(&id, entry.run.dir().path());
+        let ch = channels.of(&entry.run);
         let dir = entry.run.dir().path().to_path_buf();
         drop(table);
         let (rank_no, world) = (who.rank, who.world_size);
@@ -701,7 +731,7 @@ impl Runs {
             ));
         }
         let mut channels = self.channels();
-        let ch = channels.get(&id, run.dir().path());
+        let ch = channels.of(run);
         let Some(range) = ch.range(knob, profile_knob(run, knob)) else {
             return Err(RequestError::new(
                 ErrorCode::BadRequest,
@@ -842,7 +872,7 @@ impl Runs {
         let ranges = run.knob_ranges().clone();
         let plan = run.plan().knobs();
         let mut channels = self.channels();
-        let ch = channels.get(&id, run.dir().path());
+        let ch = channels.of(run);
         drop(table);
         let max = max.unwrap_or(MAX_METRICS).min(MAX_METRICS) as usize;
         let points: Vec<MetricsPoint> = ch
@@ -871,7 +901,7 @@ impl Runs {
             .into_iter()
             .filter_map(|info| {
                 let run = &table.get(&info.id)?.run;
-                let ch = channels.get(&info.id, run.dir().path());
+                let ch = channels.of(run);
                 let trainer = ch.info(run.knob_ranges(), run.plan().knobs());
                 Some((info, trainer))
             })
@@ -944,6 +974,32 @@ mod tests {
         assert_eq!(again.next_n, 3);
         let steps: Vec<_> = again.points.iter().map(|p| p.report.step).collect();
         assert_eq!(steps, [Some(0), Some(1), Some(2)]);
+    }
+
+    #[test]
+    fn a_new_attempt_starts_from_its_plan_not_from_what_the_last_one_used() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut ch = Channel::load(tmp.path());
+        let plan = |batch_size, prefetch| KnobValues {
+            batch_size,
+            prefetch,
+        };
+        ch.follow_attempt(0, plan(Some(64), None));
+        // The trainer of attempt 0 says what it uses; the same attempt keeps it.
+        ch.values.insert(KnobName::BatchSize, 64);
+        ch.values.insert(KnobName::Prefetch, 4);
+        ch.follow_attempt(0, plan(Some(64), None));
+        assert_eq!(ch.values.get(&KnobName::Prefetch), Some(&4));
+        // It ran out of memory and the policy halved the batch: attempt 1 starts with 32, and
+        // a prefetch the plan never set is not known until a trainer says it.
+        ch.follow_attempt(1, plan(Some(32), None));
+        assert_eq!(ch.values.get(&KnobName::BatchSize), Some(&32));
+        assert_eq!(ch.values.get(&KnobName::Prefetch), None);
+        // A channel first looked at during a later attempt keeps what it loaded.
+        let mut later = Channel::load(tmp.path());
+        later.values.insert(KnobName::BatchSize, 48);
+        later.follow_attempt(3, plan(Some(32), None));
+        assert_eq!(later.values.get(&KnobName::BatchSize), Some(&48));
     }
 
     #[test]
