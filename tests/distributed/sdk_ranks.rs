@@ -487,9 +487,9 @@ fn a_rank_that_missed_the_step_is_brought_to_the_job_value() {
     }
 }
 
-/// Two SDK ranks whose first attempt runs out of memory at batch 64; the second prints what
-/// it trains with, tagged by attempt.
-const OOM_SCRIPT: &str = r#"
+/// Two SDK ranks whose first attempt fails after five steps (FAIL: "oom", out of memory at
+/// its batch; "crash", another error); each prints what it trains with, tagged by attempt.
+const TWO_ATTEMPTS: &str = r#"
 import json, os, sys, time
 sys.path.insert(0, os.environ["SDK_DIR"])
 import gpupilot
@@ -509,20 +509,21 @@ for step in range(5 if attempt == 0 else 15):
     gp.report(step=step, samples_per_s=bs / 0.02, step_time_s=0.02)
 if attempt == 0:
     open(seen, "w").close()
-    if rank == 0:
+    oom = os.environ["FAIL"] == "oom"
+    if oom and rank == 0:
         gp.error("oom", "CUDA out of memory at batch %d" % bs)
     gp.close()
-    sys.stderr.write("torch.OutOfMemoryError: CUDA out of memory (rank %d)\n" % rank)
+    if oom:
+        sys.stderr.write("torch.OutOfMemoryError: CUDA out of memory (rank %d)\n" % rank)
     sys.exit(1)
 gp.close()
 "#;
 
-#[test]
-fn after_running_out_of_memory_every_rank_starts_again_with_the_halved_batch() {
-    let home = Home::new();
-    let _daemon = home.daemon(&[]);
-    let script = home.dir.path().join("oom.py");
-    std::fs::write(&script, OOM_SCRIPT).unwrap();
+/// A run of two ranks of [`TWO_ATTEMPTS`] failing as `fail` says, restarted by `restart` (the
+/// profile's `[run.restart]` lines), starting at batch 64; its id.
+fn start_two_attempts(home: &Home, fail: &str, restart: &str) -> String {
+    let script = home.dir.path().join("two.py");
+    std::fs::write(&script, TWO_ATTEMPTS).unwrap();
     let marks = home.dir.path().join("marks");
     std::fs::create_dir(&marks).unwrap();
     let rank = |r: u32| {
@@ -537,30 +538,31 @@ fn after_running_out_of_memory_every_rank_starts_again_with_the_halved_batch() {
         rank(0),
         rank(1)
     );
-    let profile = home.dir.path().join("oom.toml");
+    let profile = home.dir.path().join("two.toml");
     std::fs::write(
         &profile,
         format!(
-            "name = \"oom\"\n[run]\ncommand = [\"sh\", \"-c\", {command:?}]\n\
-             env = {{ SDK_DIR = \"{}\", MARK_DIR = \"{}\" }}\n\
-             [run.restart]\non_oom = \"halve_batch\"\nmax_restarts = 2\nbackoff_s = 0\n\
+            "name = \"two\"\n[run]\ncommand = [\"sh\", \"-c\", {command:?}]\n\
+             env = {{ SDK_DIR = \"{}\", MARK_DIR = \"{}\", FAIL = \"{fail}\" }}\n\
+             [run.restart]\n{restart}\n\
              [knobs.batch_size]\ninitial = 64\nmin = 1\nmax = 1024\n",
             sdk_dir().display(),
             marks.display()
         ),
     )
     .unwrap();
-    let run = home
-        .ok(&["run", "--detach", &profile.display().to_string()])
+    home.ok(&["run", "--detach", &profile.display().to_string()])
         .trim()
-        .to_string();
-    let c = home.client();
-    wait_for("the second attempt to end", Duration::from_secs(60), || {
-        c.run(&run).is_ok_and(|r| r.status.as_str() == "succeeded")
-    });
-    assert_eq!(c.run(&run).unwrap().restarts, 1);
+        .to_string()
+}
 
-    let text = std::fs::read_to_string(home.run_dir(&run).path().join("stdout.log")).unwrap();
+/// Wait for `run` to succeed; the batch sizes its ranks printed: (attempt, rank) → by step.
+fn batches_by_attempt(home: &Home, c: &Client, run: &str) -> BTreeMap<(u64, u64), Vec<i64>> {
+    wait_for("the second attempt to end", Duration::from_secs(60), || {
+        c.run(run).is_ok_and(|r| r.status.as_str() == "succeeded")
+    });
+    assert_eq!(c.run(run).unwrap().restarts, 1);
+    let text = std::fs::read_to_string(home.run_dir(run).path().join("stdout.log")).unwrap();
     let mut used: BTreeMap<(u64, u64), Vec<i64>> = BTreeMap::new();
     for line in text.lines().filter(|l| l.starts_with('{')) {
         let v: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
@@ -568,6 +570,19 @@ fn after_running_out_of_memory_every_rank_starts_again_with_the_halved_batch() {
             .or_default()
             .push(v["bs"].as_i64().unwrap());
     }
+    used
+}
+
+#[test]
+fn after_running_out_of_memory_every_rank_starts_again_with_the_halved_batch() {
+    let home = Home::new();
+    let _daemon = home.daemon(&[]);
+    let run = start_two_attempts(
+        &home,
+        "oom",
+        "on_oom = \"halve_batch\"\nmax_restarts = 2\nbackoff_s = 0",
+    );
+    let used = batches_by_attempt(&home, &home.client(), &run);
     for rank in 0..2 {
         assert_eq!(used[&(0, rank)], [64; 5], "attempt 0, rank {rank}");
         // Not the 64 the last attempt's ranks agreed on: that ran out of memory.
@@ -575,4 +590,36 @@ fn after_running_out_of_memory_every_rank_starts_again_with_the_halved_batch() {
     }
     let events = std::fs::read_to_string(home.run_dir(&run).path().join("events.jsonl")).unwrap();
     assert!(events.contains(r#""old":"64","new":"32""#), "{events}");
+}
+
+#[test]
+fn a_change_between_attempts_of_a_distributed_run_starts_the_next_one() {
+    let home = Home::new();
+    let _daemon = home.daemon(&[]);
+    let run = start_two_attempts(
+        &home,
+        "crash",
+        "policy = \"on-failure\"\nmax_restarts = 2\nbackoff_s = 4",
+    );
+    let c = home.client();
+    wait_for("the first attempt to fail", Duration::from_secs(30), || {
+        c.run(&run).is_ok_and(|r| r.status.as_str() == "backoff")
+    });
+    // No rank is there to vote: the value is the next attempt's, for every rank.
+    let out = home.ok(&["set", &run, "batch-size", "48"]);
+    assert!(
+        out.contains("batch_size 64 → 48: restarting the run with the new value"),
+        "{out}"
+    );
+    let used = batches_by_attempt(&home, &c, &run);
+    for rank in 0..2 {
+        assert_eq!(used[&(0, rank)], [64; 5], "attempt 0, rank {rank}");
+        assert_eq!(used[&(1, rank)], [48; 15], "attempt 1, rank {rank}");
+    }
+    let changed = home.events_named("knob_changed");
+    assert_eq!(changed.len(), 1, "{changed:?}");
+    assert_eq!(
+        (&changed[0]["old"], &changed[0]["via"]),
+        (&json!(64), &json!("restart"))
+    );
 }

@@ -756,8 +756,10 @@ impl Runs {
             .or_else(|| planned(run.plan().knobs(), knob));
         let by = peer.describe();
         // A run of several ranks: proposed to every rank for a step; the answer says which.
+        // With none attached (between attempts, or before they connect) it is a restart's, as
+        // for a single process.
         let mut staged = None;
-        let (seq, via) = if ch.ranks.distributed() {
+        let (seq, via) = if ch.ranks.distributed() && ch.ranks.any_attached() {
             let (seq, apply_step, ranks) = ch.propose(&id, knob, value, old, Instant::now())?;
             staged = Some((apply_step, ranks));
             (seq, KnobVia::Trainer)
