@@ -590,6 +590,9 @@ fn after_running_out_of_memory_every_rank_starts_again_with_the_halved_batch() {
     }
     let events = std::fs::read_to_string(home.run_dir(&run).path().join("events.jsonl")).unwrap();
     assert!(events.contains(r#""old":"64","new":"32""#), "{events}");
+    // What the first attempt's ranks reported is not taken for a disagreement in the second.
+    let stray = home.events_named("knob_stray");
+    assert!(stray.is_empty(), "{stray:?}");
 }
 
 #[test]

@@ -242,6 +242,17 @@ impl Ranks {
             .collect()
     }
 
+    /// A new attempt of the run: what the ranks reported belongs to the last one. Until a rank
+    /// reports again nothing says where it is, which a change to several ranks needs (and its
+    /// old steps and values would place a change, or find a disagreement, that is not there).
+    pub fn new_attempt(&mut self) {
+        for r in self.by_rank.values_mut() {
+            r.last = None;
+            r.stepped.clear();
+            r.values.clear();
+        }
+    }
+
     /// Keep `point` as `rank`'s newest report.
     pub fn record(&mut self, rank: u32, point: &MetricsPoint) {
         let Some(r) = self.by_rank.get_mut(&rank) else {

@@ -160,7 +160,8 @@ impl Channel {
     /// from its plan: what the last one applied (kept in the plan as it was applied) and what
     /// its restart policy changed, such as a batch halved after running out of memory. What
     /// the last attempt's ranks used is not the run's value any more, and is neither told to
-    /// the new ranks nor shown as the value a change replaces.
+    /// the new ranks nor shown as the value a change replaces; what they reported (steps,
+    /// values) does not place the new attempt's changes.
     fn follow_attempt(&mut self, attempt: u32, plan: KnobValues) {
         match self.attempt.replace(attempt) {
             Some(seen) if seen != attempt => {
@@ -170,6 +171,9 @@ impl Channel {
                         None => self.values.remove(&knob),
                     };
                 }
+                self.ranks.new_attempt();
+                // Its steps may start again from 0: reports of any step are its own.
+                self.last_apply_step = 0;
             }
             _ => {}
         }
@@ -997,6 +1001,40 @@ mod tests {
         ch.follow_attempt(1, plan(Some(32), None));
         assert_eq!(ch.values.get(&KnobName::BatchSize), Some(&32));
         assert_eq!(ch.values.get(&KnobName::Prefetch), None);
+        // What a rank of attempt 1 reported does not place a change of attempt 2.
+        let (tx, _rx) = mpsc::channel(1);
+        let rank = |rank| RankSpec {
+            rank,
+            world_size: 2,
+            ..RankSpec::default()
+        };
+        for r in 0..2 {
+            let link = TrainerConn {
+                conn: u64::from(r),
+                tx: tx.clone(),
+                pid: None,
+            };
+            assert!(ch.ranks.attach(rank(r), link).is_ok());
+            for step in 4998..=5000 {
+                ch.record(
+                    MetricsReport {
+                        step: Some(step),
+                        batch_size: Some(64),
+                        ..MetricsReport::default()
+                    },
+                    "trainer",
+                    Some(r),
+                );
+            }
+        }
+        ch.last_apply_step = 4000;
+        assert!(ch.ranks.apply_step(now_s()).is_ok_and(|s| s > 5000));
+        assert_eq!(ch.ranks.reported(KnobName::BatchSize, 0).len(), 2);
+        ch.follow_attempt(2, plan(Some(32), None));
+        let err = ch.ranks.apply_step(now_s()).unwrap_err();
+        assert!(err.contains("rank 0 has reported no step yet"), "{err}");
+        assert!(ch.ranks.reported(KnobName::BatchSize, 0).is_empty());
+        assert_eq!(ch.last_apply_step, 0);
         // A channel first looked at during a later attempt keeps what it loaded.
         let mut later = Channel::load(tmp.path());
         later.values.insert(KnobName::BatchSize, 48);
