@@ -556,13 +556,15 @@ fn start_two_attempts(home: &Home, fail: &str, restart: &str) -> String {
         .to_string()
 }
 
-/// Wait for `run` to succeed; the batch sizes its ranks printed: (attempt, rank) → by step.
-fn batches_by_attempt(home: &Home, c: &Client, run: &str) -> BTreeMap<(u64, u64), Vec<i64>> {
+/// Wait for `run` to succeed after one restart, and check what both its ranks trained with:
+/// 64 for the first attempt's 5 steps, `second` for the second's 15.
+fn assert_two_attempts(home: &Home, c: &Client, run: &str, second: i64) {
     wait_for("the second attempt to end", Duration::from_secs(60), || {
         c.run(run).is_ok_and(|r| r.status.as_str() == "succeeded")
     });
     assert_eq!(c.run(run).unwrap().restarts, 1);
     let text = std::fs::read_to_string(home.run_dir(run).path().join("stdout.log")).unwrap();
+    // (attempt, rank) → batch size by step.
     let mut used: BTreeMap<(u64, u64), Vec<i64>> = BTreeMap::new();
     for line in text.lines().filter(|l| l.starts_with('{')) {
         let v: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
@@ -570,7 +572,10 @@ fn batches_by_attempt(home: &Home, c: &Client, run: &str) -> BTreeMap<(u64, u64)
             .or_default()
             .push(v["bs"].as_i64().unwrap());
     }
-    used
+    for rank in 0..2 {
+        assert_eq!(used[&(0, rank)], [64; 5], "attempt 0, rank {rank}");
+        assert_eq!(used[&(1, rank)], [second; 15], "attempt 1, rank {rank}");
+    }
 }
 
 #[test]
@@ -582,12 +587,8 @@ fn after_running_out_of_memory_every_rank_starts_again_with_the_halved_batch() {
         "oom",
         "on_oom = \"halve_batch\"\nmax_restarts = 2\nbackoff_s = 0",
     );
-    let used = batches_by_attempt(&home, &home.client(), &run);
-    for rank in 0..2 {
-        assert_eq!(used[&(0, rank)], [64; 5], "attempt 0, rank {rank}");
-        // Not the 64 the last attempt's ranks agreed on: that ran out of memory.
-        assert_eq!(used[&(1, rank)], [32; 15], "attempt 1, rank {rank}");
-    }
+    // Not the 64 the last attempt's ranks agreed on: that ran out of memory.
+    assert_two_attempts(&home, &home.client(), &run, 32);
     let events = std::fs::read_to_string(home.run_dir(&run).path().join("events.jsonl")).unwrap();
     assert!(events.contains(r#""old":"64","new":"32""#), "{events}");
     // What the first attempt's ranks reported is not taken for a disagreement in the second.
@@ -614,11 +615,7 @@ fn a_change_between_attempts_of_a_distributed_run_starts_the_next_one() {
         out.contains("batch_size 64 → 48: restarting the run with the new value"),
         "{out}"
     );
-    let used = batches_by_attempt(&home, &c, &run);
-    for rank in 0..2 {
-        assert_eq!(used[&(0, rank)], [64; 5], "attempt 0, rank {rank}");
-        assert_eq!(used[&(1, rank)], [48; 15], "attempt 1, rank {rank}");
-    }
+    assert_two_attempts(&home, &c, &run, 48);
     let changed = home.events_named("knob_changed");
     assert_eq!(changed.len(), 1, "{changed:?}");
     assert_eq!(
