@@ -7,7 +7,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::support::home::Home;
-use crate::support::net::free_port;
+use crate::support::net::closed_port;
 use crate::support::ssh::{Sshd, remote_command, sshd, user};
 use crate::support::wait::wait_for;
 use gpupilot::client::Origin;
@@ -157,7 +157,7 @@ fn attach_host_prints_the_runs_log_and_a_missing_node_or_gpupilot_says_so() {
     assert!(reader.join().unwrap().contains("from-the-remote-node"));
 
     // No sshd on that port: a clear error, quickly.
-    let closed = free_port();
+    let (_closed, closed) = closed_port();
     let bad_ssh = server
         .ssh()
         .replace(&format!("-p {}", server.port), &format!("-p {closed}"));

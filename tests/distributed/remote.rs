@@ -11,7 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::support::home::{DaemonProc, Home, Raw};
-use crate::support::net::free_port;
+use crate::support::net::closed_port;
 use crate::support::ranks::{RANK_SCRIPT, printed, sdk_dir};
 use crate::support::ssh::{Sshd, remote_command, sshd};
 use crate::support::wait::wait_for;
@@ -249,12 +249,13 @@ fn a_relay_that_cannot_open_says_why_and_the_connection_stays_usable() {
     let _da = node_daemon(&a, "node-a", &[]);
     // node-b reaches an SSH port where nothing listens; node-c reaches node-a, which has no
     // gpupilot at the path it is given.
+    let (_closed, closed) = closed_port();
     let b = Home::new();
     let _db = node_daemon(
         &b,
         "node-b",
         &[
-            ("GPUPILOT_SSH", server.ssh_to_any_node(free_port())),
+            ("GPUPILOT_SSH", server.ssh_to_any_node(closed)),
             ("GPUPILOT_REMOTE_COMMAND", remote_command(&a)),
         ],
     );

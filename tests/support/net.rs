@@ -1,4 +1,4 @@
-//! Loopback networking for the tests: a free port, one HTTP GET.
+//! Loopback networking for the tests: a free port, a closed one, one HTTP GET.
 
 use std::io::{Read as _, Write as _};
 use std::time::Duration;
@@ -10,6 +10,20 @@ pub fn free_port() -> u16 {
         .local_addr()
         .unwrap()
         .port()
+}
+
+/// A loopback TCP port where nothing listens, for as long as the returned socket lives: it is
+/// bound there and never listens, so connecting is refused and no other test can take the port
+/// meanwhile, as it could one `free_port` found free.
+pub fn closed_port() -> (rustix::fd::OwnedFd, u16) {
+    use rustix::net::{AddressFamily, SocketType, bind, getsockname, socket};
+    use std::net::{Ipv4Addr, SocketAddrV4};
+    let fd = socket(AddressFamily::INET, SocketType::STREAM, None).unwrap();
+    bind(&fd, &SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0)).unwrap();
+    let port = SocketAddrV4::try_from(getsockname(&fd).unwrap())
+        .unwrap()
+        .port();
+    (fd, port)
 }
 
 /// `GET path` on loopback `port` (one request, the connection closed after it): the answer's
