@@ -12,6 +12,7 @@ use crate::telemetry::{Snapshot, throttle};
 use serde::{Deserialize, Serialize};
 use std::cell::RefCell;
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The per-GPU series gpupilot keeps (`util_gpu`, `memory_used`, … in the daemon protocol).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -349,6 +350,15 @@ impl Series {
             + std::mem::size_of::<Series>()
     }
 
+    /// Whether a window from `from` is drawn from the raw ring: it reaches back that far, or
+    /// it holds the whole series, however young (a coarse tier would place its one open
+    /// bucket at a centre that may lie past the window's end), or there is no tier.
+    fn raw_covers(&self, raw: Raw<'_>, from: f64) -> bool {
+        raw.len() < raw.rows.capacity
+            || self.tiers.is_empty()
+            || raw.front().is_some_and(|(o, _)| o <= from)
+    }
+
     /// Each point of [`History::window`] on this series, oldest first, to `f`.
     fn window_each(
         &self,
@@ -402,11 +412,8 @@ impl Series {
             }
         };
         // The finest level that still reaches back to `from`; else the one reaching furthest.
-        // A ring that has never dropped a sample holds the whole series, however young: a
-        // coarse tier would place its one open bucket at a centre that may lie past `to`.
         let raw_oldest = || raw.front().map(|(t, _)| t);
-        let raw_complete = raw.len() < raw.rows.capacity;
-        if raw_complete || self.tiers.is_empty() || raw_oldest().is_some_and(|o| o <= from) {
+        if self.raw_covers(raw, from) {
             for (t, v) in raw_between(raw, from, to) {
                 put(bins, t, Bucket::new(t, v));
             }
@@ -476,11 +483,27 @@ fn raw_between(raw: Raw<'_>, from: f64, to: f64) -> impl Iterator<Item = (f64, f
 }
 
 /// All series of a node.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct History {
     config: HistoryConfig,
     /// By GPU index.
     gpus: Vec<GpuSeries>,
+    /// This history's own number (see [`History::id`]).
+    id: u64,
+}
+
+/// The number of the next history made (or cloned).
+static NEXT_ID: AtomicU64 = AtomicU64::new(0);
+
+impl Clone for History {
+    /// A copy is another history: it has a number of its own.
+    fn clone(&self) -> History {
+        History {
+            config: self.config.clone(),
+            gpus: self.gpus.clone(),
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+        }
+    }
 }
 
 /// One GPU's series: their raw rings together, their tiers each its own.
@@ -504,7 +527,15 @@ impl History {
         History {
             config,
             gpus: Vec::new(),
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
         }
+    }
+
+    /// A number no other history in this process has (a clone gets one of its own): what
+    /// was read from a history stays true of it while samples are only appended, which is
+    /// all [`History::push`] does (the rings drop the oldest, far behind any chart).
+    pub fn id(&self) -> u64 {
+        self.id
     }
 
     /// The rings' sizes it was made with.
@@ -600,6 +631,32 @@ impl History {
     ) {
         if let Some((s, raw)) = self.gpus.get(gpu).and_then(|g| g.get(metric)) {
             s.window_each(raw, from, to, max_points, f);
+        }
+    }
+
+    /// Whether [`History::window`] answers `[from, …)` from raw samples: the raw ring reaches
+    /// back to `from` (or holds every sample the series has had). Then [`History::raw_each`]
+    /// gives those samples.
+    pub fn raw_covers(&self, gpu: usize, metric: Metric, from: f64) -> bool {
+        self.gpus
+            .get(gpu)
+            .and_then(|g| g.get(metric))
+            .is_some_and(|(s, raw)| s.raw_covers(raw, from))
+    }
+
+    /// Each raw sample with `from <= t < to`, oldest first, to `f` (as time and value).
+    pub fn raw_each(
+        &self,
+        gpu: usize,
+        metric: Metric,
+        from: f64,
+        to: f64,
+        mut f: impl FnMut(f64, f32),
+    ) {
+        if let Some((_, raw)) = self.gpus.get(gpu).and_then(|g| g.get(metric)) {
+            for (t, v) in raw_between(raw, from, to) {
+                f(t, v);
+            }
         }
     }
 
@@ -809,6 +866,32 @@ mod tests {
         assert_eq!(pts[0].mean, 0.0);
         assert_eq!(pts[19].mean, 19.0);
         assert_eq!(h.last(0, Metric::Power), Some((101.9, 19.0)));
+    }
+
+    #[test]
+    fn raw_samples_are_given_where_the_ring_reaches() {
+        let mut h = History::new(small());
+        for i in 0..80 {
+            h.push(0, Metric::Power, 100.0 + f64::from(i), f64::from(i));
+        }
+        // The ring (50) holds 130..=179; windows from before it come from the tiers.
+        let mut seen = Vec::new();
+        h.raw_each(0, Metric::Power, 170.0, 173.5, |t, v| seen.push((t, v)));
+        assert_eq!(
+            seen,
+            [(170.0, 70.0), (171.0, 71.0), (172.0, 72.0), (173.0, 73.0)]
+        );
+        assert!(h.raw_covers(0, Metric::Power, 130.0));
+        assert!(!h.raw_covers(0, Metric::Power, 129.5));
+        assert!(!h.raw_covers(1, Metric::Power, 170.0), "no such GPU");
+        assert!(!h.raw_covers(0, Metric::Fan, 170.0), "no such series");
+        // A young series' ring holds all of it: any window is raw.
+        let mut young = History::new(small());
+        young.push(0, Metric::Power, 100.0, 1.0);
+        assert!(young.raw_covers(0, Metric::Power, 0.0));
+        // A copy is another history.
+        assert_ne!(h.clone().id(), h.id());
+        assert_ne!(History::new(small()).id(), h.id());
     }
 
     #[test]
