@@ -13,6 +13,9 @@ use crate::telemetry::{GpuSample, Snapshot};
 use std::collections::VecDeque;
 use std::time::Duration;
 
+mod trends;
+pub use trends::{Grid, Trends};
+
 /// Node events kept (newest).
 const EVENTS_KEPT: usize = super::feed::daemon::EVENTS_KEPT;
 
@@ -65,6 +68,8 @@ pub struct Data {
     pub metrics: RunMetrics,
     /// The daemon's control loops, as last polled.
     pub control: Option<crate::control::status::ControlStatus>,
+    /// What the trends drawn last were made of (see [`Trends`]).
+    pub trends: Trends,
 }
 
 /// The output and exits of the run the console watches.
@@ -121,6 +126,7 @@ impl Data {
             log: RunLog::default(),
             metrics: RunMetrics::default(),
             control: None,
+            trends: Trends::default(),
         }
     }
 

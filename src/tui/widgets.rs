@@ -4,7 +4,7 @@
 //! read.
 
 use super::ansi::narrow_char;
-use super::data::Data;
+use super::data::{Data, Grid};
 use super::format;
 use super::theme::Theme;
 use crate::history::{Metric, Point};
@@ -199,6 +199,12 @@ impl Trend {
     /// whole source is stale, the series are placed against the frame's time, so the gap
     /// since the last data shows too.
     pub fn recent(data: &Data, gpu: usize, metric: Metric, width: usize, max: f64) -> Trend {
+        Trend::made(data, gpu, metric, width, max, true)
+    }
+
+    /// [`Trend::recent`], its columns from the raw samples through [`Data::trends`] (`keep`)
+    /// or from the history's windows.
+    fn made(data: &Data, gpu: usize, metric: Metric, width: usize, max: f64, keep: bool) -> Trend {
         let period = data.refresh_s();
         let Some((last_t, _)) = data.history.last(gpu, metric) else {
             return Trend {
@@ -220,15 +226,23 @@ impl Trend {
         });
         let mut values = vec![None; width];
         let from_q = from + skip as f64 * period;
-        data.history
-            .window_each(gpu, metric, from_q, to, width - skip, |p| {
-                // Truncation is the floor here: nothing lies before `from` (and a float that
-                // does converts to 0 either way).
-                let i = ((p.t - from) / period) as usize;
-                if let Some(v) = values.get_mut(i) {
-                    *v = Some(p.mean);
-                }
-            });
+        let grid = Grid {
+            from,
+            period,
+            width,
+        };
+        if !(keep
+            && data
+                .trends
+                .columns(&data.history, gpu, metric, grid, skip, last_t, &mut values))
+        {
+            data.history
+                .window_each(gpu, metric, from_q, to, width - skip, |p| {
+                    if let Some(i) = grid.column(p.t) {
+                        values[i] = Some(p.mean);
+                    }
+                });
+        }
         // A sampler whose tick runs close to the GPU's reading may publish one reading twice
         // and skip the next; a lone empty column between two readings is that jitter, not an
         // outage (those last several intervals and stay empty), so it takes its left
@@ -257,8 +271,9 @@ impl Trend {
             .iter()
             .map(|v| {
                 v.map(|v| {
-                    let u = round_up_from_half(v.max(0.0) * scale);
-                    (u128::from(u) * u128::from(max_ticks) / 1000).min(u128::from(max_ticks)) as u16
+                    // From 1,000 up, the bar is full (and the product cannot overflow).
+                    let u = round_up_from_half(v.max(0.0) * scale).min(1000);
+                    (u * max_ticks / 1000) as u16
                 })
             })
             .collect();
@@ -847,6 +862,86 @@ mod tests {
                 .iter()
                 .all(Option::is_none)
         );
+    }
+
+    /// A series sampled about once a period: jitter, outages, a reading twice in one period,
+    /// frames drawn late; the trend the console keeps is the trend made afresh, every frame.
+    fn jittering_frames() -> impl proptest::strategy::Strategy<Value = Vec<(Vec<f64>, f64)>> {
+        use proptest::prelude::*;
+        // Per frame: the readings that came (offsets from the frame's tick, in periods; none
+        // for an outage) and how late the frame is drawn.
+        proptest::collection::vec(
+            (
+                prop_oneof![
+                    6 => (-0.45f64..0.45).prop_map(|j| vec![j]),
+                    1 => Just(vec![]),
+                    1 => (-0.45f64..0.0, 0.05f64..0.45).prop_map(|(a, b)| vec![a, b]),
+                ],
+                prop_oneof![4 => 0.0f64..0.4, 1 => 1.0f64..3.5],
+            ),
+            1..90,
+        )
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+        #[test]
+        fn a_trend_kept_from_frame_to_frame_is_the_trend_made_afresh(
+            frames in jittering_frames(),
+            width in 1usize..40,
+        ) {
+            let period = 1.0;
+            let mut d = Data::new(Duration::from_secs_f64(period));
+            let base = 1.7e9 + 0.123;
+            for (tick, (readings, late)) in frames.iter().enumerate() {
+                for j in readings {
+                    let t = base + (tick as f64 + j) * period;
+                    d.history.push(0, Metric::UtilGpu, t, (t * 7.3).sin() * 50.0 + 50.0);
+                    d.since.get_or_insert(t);
+                }
+                d.now = base + (tick as f64 + 0.45 + late) * period;
+                let kept = std::mem::take(&mut d.trends);
+                let fresh = Trend::recent(&d, 0, Metric::UtilGpu, width, 100.0);
+                d.trends = kept;
+                let got = Trend::recent(&d, 0, Metric::UtilGpu, width, 100.0);
+                proptest::prop_assert_eq!(&got, &fresh, "frame {}", tick);
+                // And both are what the history's windows say.
+                let windows = Trend::made(&d, 0, Metric::UtilGpu, width, 100.0, false);
+                proptest::prop_assert_eq!(&got, &windows, "frame {}", tick);
+            }
+        }
+    }
+
+    #[test]
+    fn a_steady_series_keeps_its_columns_and_reads_only_the_new_sample() {
+        let mut d = Data::new(Duration::from_secs(1));
+        let base = 1.7e9;
+        let width = 30;
+        for tick in 0..200u32 {
+            // The sampler's tick wanders by a few milliseconds either way.
+            let t = base + f64::from(tick) + f64::from(tick % 7) * 0.003 - 0.01;
+            d.history
+                .push(0, Metric::Power, t, f64::from(tick % 13) * 40.0);
+            d.since.get_or_insert(t);
+            d.now = t + 0.2;
+            let got = Trend::recent(&d, 0, Metric::Power, width, 700.0);
+            let kept = std::mem::take(&mut d.trends);
+            assert_eq!(
+                got,
+                Trend::recent(&d, 0, Metric::Power, width, 700.0),
+                "tick {tick}"
+            );
+            d.trends = kept;
+        }
+        let (kept, rebinned) = d.trends.counts();
+        // Binned once, at the first frame, and kept from then on: also while the history
+        // was younger than the trend.
+        assert_eq!((kept, rebinned), (199, 1));
+        // Another width is another grid; a history replaced is another history.
+        Trend::recent(&d, 0, Metric::Power, width + 1, 700.0);
+        d.history = d.history.clone();
+        Trend::recent(&d, 0, Metric::Power, width + 1, 700.0);
+        assert_eq!(d.trends.counts(), (199, 3));
     }
 
     #[test]
