@@ -42,6 +42,8 @@ pub struct Screen<B: Backend> {
     /// The cells a frame drawn piece by piece changes, sent together at its end: each call
     /// of the backend's `draw` ends by resetting the colours, which costs bytes per call.
     changed: Vec<(u16, u16, Cell)>,
+    /// The order to send `changed` in, kept for its memory.
+    order: Vec<u64>,
     /// Two buffers to draw a part of a block into and to compare it with, kept for their
     /// memory.
     scratch: [Buffer; 2],
@@ -90,6 +92,7 @@ impl<B: Backend> Screen<B> {
             cursor_hidden: false,
             last: FrameStats::default(),
             changed: Vec::new(),
+            order: Vec::new(),
             scratch: [Buffer::empty(Rect::ZERO), Buffer::empty(Rect::ZERO)],
         }
     }
@@ -259,13 +262,24 @@ impl<B: Backend> Screen<B> {
                 }
             });
         }
-        // In screen order, so that the cursor moves as little as it can.
-        // Each part's changes come in screen order: a stable sort merges those runs.
-        self.changed.sort_by_key(|(x, y, _)| (*y, *x));
+        // In screen order, so that the cursor moves as little as it can, and in the order they
+        // came where two are for one cell: each change's position and place in `changed`, as
+        // one number, sorted (the cells themselves stay where they are).
+        self.order.clear();
+        self.order.extend(
+            self.changed
+                .iter()
+                .enumerate()
+                .map(|(i, (x, y, _))| (u64::from(*y) << 48) | (u64::from(*x) << 32) | i as u64),
+        );
+        self.order.sort_unstable();
         self.last.cells = self.changed.len();
         if !self.changed.is_empty() {
-            self.backend
-                .draw(self.changed.iter().map(|(x, y, c)| (*x, *y, c)))?;
+            let changed = &self.changed;
+            self.backend.draw(self.order.iter().map(|&k| {
+                let (x, y, c) = &changed[(k & u64::from(u32::MAX)) as usize];
+                (*x, *y, c)
+            }))?;
             self.changed.clear();
         }
         Ok(())
@@ -412,6 +426,16 @@ fn take_bars(
         x.checked_sub(at.x)
             .and_then(|x| ticks.get(usize::from(x)).copied())
     };
+    // A column whose bar is the one shown draws, row by row, what the piece shows: those of
+    // the part's first 256 columns are marked here and passed over.
+    let mut same_bar = [0u64; 4];
+    if let Some(was) = was {
+        for (i, x) in (r.left()..r.right()).take(256).enumerate() {
+            if bar_at(was, x) == bar_at(now, x) {
+                same_bar[i / 64] |= 1 << (i % 64);
+            }
+        }
+    }
     let from = changed.len();
     for y in r.top()..r.bottom() {
         let below = at.height.saturating_sub(y.saturating_sub(at.y) + 1);
@@ -420,6 +444,9 @@ fn take_bars(
         let left_of_part = &shown.content[shown.index_of(shown.area.x, y)..start];
         for x in r.left()..r.right() {
             let i = usize::from(x - r.x);
+            if same_bar.get(i / 64).is_some_and(|b| b >> (i % 64) & 1 == 1) {
+                continue;
+            }
             let k = cell(bar_at(now, x), below);
             let (next, was_cell) = (&palette[k], &shown.content[start + i]);
             match was.map(|was| same(cell(bar_at(was, x), below))) {
