@@ -400,7 +400,8 @@ fn take_bars(
         }
         c
     });
-    if !palette.iter().all(|c| plain_option(c) && narrow_cell(c)) {
+    // Every bar's symbol is narrow (see `eighths_symbol`): only the blank is asked.
+    if !palette.iter().all(plain_option) || !narrow_cell(blank) {
         return false;
     }
     // Cells of the palette differ where their indices do, but for a blank and an empty bar
@@ -426,14 +427,18 @@ fn take_bars(
         x.checked_sub(at.x)
             .and_then(|x| ticks.get(usize::from(x)).copied())
     };
-    // A column whose bar is the one shown draws, row by row, what the piece shows: those of
-    // the part's first 256 columns are marked here and passed over.
-    let mut same_bar = [0u64; 4];
-    if let Some(was) = was {
-        for (i, x) in (r.left()..r.right()).take(256).enumerate() {
-            if bar_at(was, x) == bar_at(now, x) {
-                same_bar[i / 64] |= 1 << (i % 64);
-            }
+    // The columns to look at, as offsets into the part. A column whose bar is the one shown
+    // draws, row by row, what the piece shows: where the bars shown are known, only the
+    // others are listed. (A part wider than the list is drawn and compared instead.)
+    let mut look = [0u16; 256];
+    if usize::from(r.width) > look.len() {
+        return false;
+    }
+    let mut n = 0;
+    for x in r.left()..r.right() {
+        if was.is_none_or(|was| bar_at(was, x) != bar_at(now, x)) {
+            look[n] = x - r.x;
+            n += 1;
         }
     }
     let from = changed.len();
@@ -442,11 +447,8 @@ fn take_bars(
         let start = shown.index_of(r.x, y);
         // Left of the part, the piece shows what stays.
         let left_of_part = &shown.content[shown.index_of(shown.area.x, y)..start];
-        for x in r.left()..r.right() {
-            let i = usize::from(x - r.x);
-            if same_bar.get(i / 64).is_some_and(|b| b >> (i % 64) & 1 == 1) {
-                continue;
-            }
+        for &offset in &look[..n] {
+            let (x, i) = (r.x + offset, usize::from(offset));
             let k = cell(bar_at(now, x), below);
             let (next, was_cell) = (&palette[k], &shown.content[start + i]);
             match was.map(|was| same(cell(bar_at(was, x), below))) {
@@ -744,6 +746,12 @@ mod tests {
             eighths_symbol(8),
             "a full block from 8 up"
         );
+        // `take_bars` asks only its blank whether it is narrow.
+        for s in symbols {
+            let mut c = Cell::EMPTY;
+            c.set_symbol(s);
+            assert!(narrow_cell(&c), "{s:?}");
+        }
     }
 
     #[test]
