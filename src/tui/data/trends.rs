@@ -71,11 +71,11 @@ struct Binned {
 /// newest sample, in the column it moves to (every sample between falls there too, as
 /// [`Grid::column`] never decreases), and each column dropped must fall before the new grid.
 /// Anything else (another grid, a history replaced, coarse buckets) is binned again from the
-/// samples. So a trend is the same either way; the tests check that
-/// on jittering series against the history's windows.
+/// samples. So a trend is the same either way: the tests check that on jittering series,
+/// against the history's windows too.
 #[derive(Debug, Default)]
 pub struct Trends {
-    /// By GPU, then by metric ([`slot`]).
+    /// By GPU, then by metric (see `slot`).
     binned: RefCell<Vec<Option<Binned>>>,
     /// Trends made from what was kept, and binned again (for the tests).
     kept: Cell<u64>,
