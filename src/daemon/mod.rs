@@ -78,6 +78,13 @@ pub const LOCK_NAME: &str = "daemon.lock";
 /// How often runs are polled for exits, grace periods and backoffs.
 const POLL_EVERY: Duration = Duration::from_millis(100);
 
+/// How long an idle thread of the blocking pool waits for more work before it exits. Tokio's
+/// default, 10 s, is the interval at which a console on a quiet node polls (and Prometheus
+/// scrapes every 15 s to a minute): each poll found the thread gone and made a new one (a
+/// clone, a fresh stack and its first pages faulted in, the old stack unmapped). Two minutes
+/// outlast those intervals, and a parked thread costs nothing while it waits.
+pub const BLOCKING_KEEP_ALIVE: Duration = Duration::from_secs(120);
+
 /// How a daemon is set up.
 pub struct DaemonOptions {
     pub paths: Paths,
@@ -154,6 +161,7 @@ pub fn run(opts: DaemonOptions) -> Result<(), DaemonError> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .thread_name("gpupilot-daemon")
+        .thread_keep_alive(BLOCKING_KEEP_ALIVE)
         .enable_all()
         .build()
         .map_err(io_err("starting the daemon's runtime"))?;

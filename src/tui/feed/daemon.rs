@@ -600,4 +600,16 @@ mod tests {
         assert_eq!(BACKFILL[0].1, BACKFILL[1].0, "the windows meet");
         assert_eq!(BACKFILL[1].1, 0.0, "and reach now");
     }
+
+    #[test]
+    fn the_daemons_blocking_threads_outlast_a_quiet_consoles_polls() {
+        // Each poll's answers run on the daemon's blocking pool: a thread that exited between
+        // two polls is made again for every one (see `daemon::BLOCKING_KEEP_ALIVE`).
+        let longest = IDLE_POLL_EVERY.max(ADVISE_EVERY);
+        assert!(
+            crate::daemon::BLOCKING_KEEP_ALIVE >= 2 * longest,
+            "{:?} keep-alive against polls every {longest:?}",
+            crate::daemon::BLOCKING_KEEP_ALIVE
+        );
+    }
 }
