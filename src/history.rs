@@ -402,11 +402,10 @@ impl Series {
             let i = (((t - from) / width) as usize).min(max_points - 1);
             match &mut bins[i] {
                 Some(acc) => {
-                    let n = acc.count + b.count;
-                    acc.mean = (acc.mean * acc.count as f32 + b.mean * b.count as f32) / n as f32;
+                    acc.mean = merged_mean(acc.mean, acc.count, b.mean, b.count);
                     acc.min = acc.min.min(b.min);
                     acc.max = acc.max.max(b.max);
-                    acc.count = n;
+                    acc.count += b.count;
                 }
                 slot => *slot = Some(b),
             }
@@ -480,6 +479,13 @@ fn raw_between(raw: Raw<'_>, from: f64, to: f64) -> impl Iterator<Item = (f64, f
         lo = raw.partition_point(|t| t < from);
     }
     raw.range(lo, hi)
+}
+
+/// The mean of `count` values whose mean is `mean` and `more` values whose mean is
+/// `more_mean`, in f32, as [`History::window`] merges the buckets of one column (the older
+/// first): what else bins the same samples must merge them by it to show the same means.
+pub fn merged_mean(mean: f32, count: u32, more_mean: f32, more: u32) -> f32 {
+    (mean * count as f32 + more_mean * more as f32) / (count + more) as f32
 }
 
 /// All series of a node.

@@ -353,7 +353,7 @@ fn take_changes(changed: &mut Vec<(u16, u16, Cell)>, shown: &mut Buffer, next: &
             if !plain_option(b) {
                 return false;
             }
-            if same_cell(a, b) {
+            if a == b {
                 return true;
             }
             let before = now[..i].iter().rev().chain(left_of_part.iter().rev());
@@ -508,7 +508,7 @@ fn changes<'a>(was: &Buffer, next: &'a Buffer) -> Vec<(u16, u16, &'a Cell)> {
                 if !plain_option(b) {
                     return false;
                 }
-                if same_cell(a, b) {
+                if a == b {
                     return true;
                 }
                 let x = i % width;
@@ -523,26 +523,6 @@ fn changes<'a>(was: &Buffer, next: &'a Buffer) -> Vec<(u16, u16, &'a Cell)> {
         }
     }
     was.diff(next)
-}
-
-/// `a == b`, as `Cell`'s `PartialEq` says (the same fields, a missing symbol a space), with
-/// the cheapest tests first: colours and modifiers, then the symbol, whose one or three bytes
-/// (an ASCII character, a block or box glyph) are compared without a call. Every part drawn
-/// is compared cell by cell with what the piece shows, and most cells are equal.
-fn same_cell(a: &Cell, b: &Cell) -> bool {
-    #[allow(deprecated)] // compared by `PartialEq` all the same
-    let skip = a.skip == b.skip;
-    a.fg == b.fg
-        && a.bg == b.bg
-        && a.underline_color == b.underline_color
-        && a.modifier == b.modifier
-        && a.diff_option == b.diff_option
-        && skip
-        && match (a.symbol().as_bytes(), b.symbol().as_bytes()) {
-            ([x], [y]) => x == y,
-            ([x0, x1, x2], [y0, y1, y2]) => x0 == y0 && x1 == y1 && x2 == y2,
-            (x, y) => x == y,
-        }
 }
 
 /// Whether `next` is drawn by its own content alone: not skipped, no diff option of its own.
@@ -752,47 +732,6 @@ mod tests {
             prop_assert_eq!(got, want);
             prop_assert_eq!(got_shown, want_shown);
         }
-    }
-
-    #[test]
-    fn cells_are_the_same_where_ratatui_says_they_are_equal() {
-        use ratatui::style::{Color, Modifier};
-        let symbols = ["", " ", "a", "b", "ab", "▁", "▂", "█", "漢", "é", "👍🏽"];
-        let colours = [
-            Color::Reset,
-            Color::Red,
-            Color::Rgb(1, 2, 3),
-            Color::Indexed(9),
-        ];
-        let mut cells = vec![Cell::EMPTY];
-        for s in symbols {
-            // Equal cells made two ways.
-            cells.push(Cell::new(s));
-            let mut c = Cell::EMPTY;
-            c.set_symbol(s);
-            cells.push(c);
-            for (i, c) in colours.into_iter().enumerate() {
-                let mut cell = Cell::new(s);
-                cell.fg = c;
-                cell.bg = colours[(i + 1) % colours.len()];
-                cells.push(cell.clone());
-                cell.underline_color = Color::Green;
-                cells.push(cell.clone());
-                cell.modifier = Modifier::BOLD;
-                cells.push(cell.clone());
-                cell.set_diff_option(CellDiffOption::Skip);
-                cells.push(cell);
-            }
-        }
-        let mut equal = 0;
-        for (i, a) in cells.iter().enumerate() {
-            for (j, b) in cells.iter().enumerate() {
-                assert_eq!(same_cell(a, b), a == b, "{a:?} {b:?}");
-                equal += usize::from(i != j && a == b);
-            }
-        }
-        // The pairs made two ways, and the empty cell with both spaces.
-        assert_eq!(equal, 2 * symbols.len() + 4);
     }
 
     #[test]

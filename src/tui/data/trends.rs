@@ -1,6 +1,6 @@
 //! The columns of the console's trends, kept from frame to frame (see [`Trends`]).
 
-use crate::history::{History, Metric};
+use crate::history::{History, Metric, merged_mean};
 use std::cell::RefCell;
 
 /// The columns of a trend: `width` spans of `period` seconds from `from`.
@@ -42,12 +42,11 @@ impl Column {
         }
     }
 
-    /// One more sample, newer than the others (as [`History::window`] merges a bucket of
-    /// one).
+    /// One more sample, newer than the others (merged as [`History::window`] merges a
+    /// bucket of one).
     fn add(&mut self, t: f64, v: f32) {
-        let n = self.count + 1;
-        self.mean = (self.mean * self.count as f32 + v) / n as f32;
-        self.count = n;
+        self.mean = merged_mean(self.mean, self.count, v, 1);
+        self.count += 1;
         self.last_t = t;
     }
 }
