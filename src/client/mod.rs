@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crossbeam_channel::{Receiver, Sender, TrySendError, bounded};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError, bounded};
 
 use crate::config::Paths;
 use crate::ipc::{Peer, log_path, peer_allowed, socket_path};
@@ -353,32 +353,70 @@ impl Client {
     /// Send `request`, wait for its answer. An error answer is returned as
     /// [`ClientError::Daemon`].
     pub fn request(&self, request: Request) -> Result<Response, ClientError> {
-        let what = request.kind();
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let (tx, rx) = bounded(1);
-        lock(&self.pending).insert(id, tx);
-        let line = protocol::encode(&ClientFrame { id, request });
-        let sent = lock(&self.writer).write_all(line.as_bytes());
+        let mut answers = self.request_all(vec![request])?;
+        answers.pop().expect("one answer for one request")
+    }
+
+    /// Send every request at once, then wait for their answers, in order: a round trip for
+    /// them all, not one each (over `ssh`, where a round trip may take a tenth of a second,
+    /// that is the difference between a moment and many seconds). Each answer is waited for
+    /// up to the client's timeout; the error is the sending's when nothing could be sent.
+    pub fn request_all(
+        &self,
+        requests: Vec<Request>,
+    ) -> Result<Vec<Result<Response, ClientError>>, ClientError> {
+        let mut waiting = Vec::with_capacity(requests.len());
+        let mut lines = String::new();
+        {
+            let mut pending = lock(&self.pending);
+            for request in requests {
+                let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+                let (tx, rx) = bounded(1);
+                pending.insert(id, tx);
+                waiting.push((id, request.kind(), rx));
+                lines.push_str(&protocol::encode(&ClientFrame { id, request }));
+            }
+        }
+        let sent = lock(&self.writer).write_all(lines.as_bytes());
         if let Err(e) = sent {
-            lock(&self.pending).remove(&id);
+            let mut pending = lock(&self.pending);
+            for (id, ..) in &waiting {
+                pending.remove(id);
+            }
             return Err(if e.kind() == std::io::ErrorKind::BrokenPipe {
                 self.closed()
             } else {
                 e.into()
             });
         }
-        match rx.recv_timeout(self.timeout) {
-            Ok(Response::Error { code, message }) => Err(ClientError::Daemon { code, message }),
-            Ok(r) => Ok(r),
-            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
-                lock(&self.pending).remove(&id);
-                Err(ClientError::Timeout {
-                    what,
-                    timeout: self.timeout,
-                })
-            }
-            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => Err(self.closed()),
-        }
+        // Each answer waits up to the timeout after the one before it; once one has not come
+        // in time, the rest are not waited for (a daemon that hangs costs one timeout).
+        let mut stalled = false;
+        Ok(waiting
+            .into_iter()
+            .map(|(id, what, rx)| {
+                let answer = if stalled {
+                    rx.try_recv().map_err(|_| RecvTimeoutError::Timeout)
+                } else {
+                    rx.recv_timeout(self.timeout)
+                };
+                match answer {
+                    Ok(Response::Error { code, message }) => {
+                        Err(ClientError::Daemon { code, message })
+                    }
+                    Ok(r) => Ok(r),
+                    Err(RecvTimeoutError::Timeout) => {
+                        stalled = true;
+                        lock(&self.pending).remove(&id);
+                        Err(ClientError::Timeout {
+                            what,
+                            timeout: self.timeout,
+                        })
+                    }
+                    Err(RecvTimeoutError::Disconnected) => Err(self.closed()),
+                }
+            })
+            .collect())
     }
 
     /// The lost connection, naming the daemon's log where this client knows it.

@@ -8,7 +8,7 @@ use crate::support::home::{Home, Raw};
 use crate::support::wait::wait_for;
 use gpupilot::client::{Client, ClientError, Push};
 use gpupilot::history::Metric;
-use gpupilot::protocol::{ErrorCode, MAX_REQUEST_FRAME};
+use gpupilot::protocol::{ErrorCode, MAX_REQUEST_FRAME, Request, Response};
 use gpupilot::telemetry::now_s;
 use rustix::process::Signal;
 
@@ -52,6 +52,62 @@ fn handshake_status_and_history() {
         .history(7, Metric::Power, now_s() - 60.0, now_s(), 100)
         .unwrap();
     assert!(none.is_empty(), "no GPU 7: no points, not zeros");
+
+    // Requests sent together are answered in their order, an error in its place.
+    let history = |gpu, metric| Request::History {
+        gpu,
+        metric,
+        from: now_s() - 60.0,
+        to: now_s() + 1.0,
+        max_points: 1,
+    };
+    let answers = client
+        .request_all(vec![
+            history(1, Metric::Power),
+            Request::Runs {
+                run: Some("no-such-run".into()),
+            },
+            Request::Runs { run: None },
+            history(0, Metric::Temperature),
+        ])
+        .unwrap();
+    assert_eq!(answers.len(), 4);
+    let series = |a: &Result<Response, ClientError>| match a {
+        Ok(Response::History {
+            gpu,
+            metric,
+            points,
+        }) if points.len() == 1 => Some((*gpu, *metric)),
+        _ => None,
+    };
+    assert_eq!(
+        series(&answers[0]),
+        Some((1, Metric::Power)),
+        "{:?}",
+        answers[0]
+    );
+    assert!(
+        matches!(
+            &answers[1],
+            Err(ClientError::Daemon {
+                code: ErrorCode::UnknownRun,
+                ..
+            })
+        ),
+        "{:?}",
+        answers[1]
+    );
+    assert!(
+        matches!(&answers[2], Ok(Response::Runs { runs }) if runs.is_empty()),
+        "{:?}",
+        answers[2]
+    );
+    assert_eq!(
+        series(&answers[3]),
+        Some((0, Metric::Temperature)),
+        "{:?}",
+        answers[3]
+    );
 }
 
 #[test]
