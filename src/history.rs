@@ -66,6 +66,14 @@ pub struct Point {
     pub max: f64,
 }
 
+/// The points of one series, oldest first: a daemon's history as a console takes it in.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SeriesPoints {
+    pub gpu: usize,
+    pub metric: Metric,
+    pub points: Vec<Point>,
+}
+
 /// Resolution and length of each tier.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HistoryConfig {
@@ -572,6 +580,51 @@ impl History {
             .push(rows, metric.slot(), t, value as f32);
     }
 
+    /// Put `older` (points of some series, each series' oldest first) in front of what the
+    /// history holds: how a console that drew its first frame before the daemon's history came
+    /// takes that history in. Of each series, the points older than its oldest sample go in
+    /// front; the others are dropped (the samples the history took stand). The history is made
+    /// again for that, from those points and then every sample it held, which is only done
+    /// while it still holds each sample it took (no raw ring has wrapped, so no sample lives in
+    /// a tier's buckets alone). Otherwise the points are pushed as they come, which keeps
+    /// those newer than each series' newest sample. True when the history was made again.
+    pub fn prepend(&mut self, older: &[SeriesPoints]) -> bool {
+        let whole = (0..self.gpus.len()).all(|gpu| {
+            Metric::ALL
+                .iter()
+                .all(|&m| self.last(gpu, m).is_none() || self.raw_covers(gpu, m, f64::NEG_INFINITY))
+        });
+        if !whole {
+            for s in older {
+                for p in &s.points {
+                    self.push(s.gpu, s.metric, p.t, p.mean);
+                }
+            }
+            return false;
+        }
+        let was = std::mem::replace(self, History::new(self.config.clone()));
+        for s in older {
+            let oldest = was.oldest(s.gpu, s.metric);
+            for p in s.points.iter().filter(|p| oldest.is_none_or(|o| p.t < o)) {
+                self.push(s.gpu, s.metric, p.t, p.mean);
+            }
+        }
+        for gpu in 0..was.gpus.len() {
+            for m in Metric::ALL {
+                was.raw_each(gpu, m, f64::NEG_INFINITY, f64::INFINITY, |t, v| {
+                    self.push(gpu, m, t, f64::from(v))
+                });
+            }
+        }
+        true
+    }
+
+    /// The time of a series' oldest raw sample.
+    fn oldest(&self, gpu: usize, metric: Metric) -> Option<f64> {
+        let (_, raw) = self.gpus.get(gpu)?.get(metric)?;
+        raw.front().map(|(t, _)| t)
+    }
+
     /// Record every metric the snapshot has; absent metrics, lost and stale GPUs add nothing.
     pub fn record(&mut self, snap: &Snapshot) {
         for g in &snap.gpus {
@@ -823,6 +876,64 @@ mod tests {
         let old = h.window(0, Metric::Temperature, 100.0, 110.0, 2);
         assert_eq!(old.len(), 2, "{old:?}");
         assert_eq!((old[0].max, old[0].min), (0.0, -3.0));
+    }
+
+    /// A history that still holds every sample is made again with the points older than its
+    /// own in front; one whose raw ring has wrapped (samples live in a tier alone) is not, and
+    /// keeps only the points newer than what it holds.
+    #[test]
+    fn older_points_go_in_front_only_of_a_history_that_holds_every_sample() {
+        let config = HistoryConfig {
+            raw_capacity: 4,
+            tiers: vec![(10.0, 10)],
+        };
+        let point = |t: f64| Point {
+            t,
+            min: t,
+            mean: t,
+            max: t,
+        };
+        // The last point is not older than what either history holds.
+        let older = [SeriesPoints {
+            gpu: 1,
+            metric: Metric::Power,
+            points: vec![point(50.0), point(51.0), point(52.0)],
+        }];
+        let raw = |h: &History, gpu| {
+            let mut v = Vec::new();
+            h.raw_each(
+                gpu,
+                Metric::Power,
+                f64::NEG_INFINITY,
+                f64::INFINITY,
+                |t, _| v.push(t),
+            );
+            v
+        };
+
+        let mut young = History::new(config.clone());
+        young.push(1, Metric::Power, 52.0, 1.0);
+        young.push(0, Metric::Fan, 52.0, 40.0);
+        assert!(young.prepend(&older));
+        assert_eq!(raw(&young, 1), [50.0, 51.0, 52.0]);
+        assert_eq!(
+            young.last(1, Metric::Power),
+            Some((52.0, 1.0)),
+            "its own sample stands"
+        );
+        assert_eq!(young.last(0, Metric::Fan), Some((52.0, 40.0)));
+        assert_eq!(young.window(1, Metric::Power, 40.0, 60.0, 1)[0].mean, 34.0);
+
+        let mut old = History::new(config);
+        for t in 52..58 {
+            old.push(1, Metric::Power, f64::from(t), 1.0);
+        }
+        assert!(!old.prepend(&older));
+        assert_eq!(
+            raw(&old, 1),
+            [54.0, 55.0, 56.0, 57.0],
+            "older points dropped"
+        );
     }
 
     #[test]

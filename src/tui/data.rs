@@ -134,16 +134,11 @@ impl Data {
     pub fn on_update(&mut self, u: Update) {
         match u {
             Update::Snapshot(s) => self.on_snapshot(*s),
-            Update::History {
-                gpu,
-                metric,
-                points,
-            } => {
-                for p in &points {
-                    self.history.push(gpu, metric, p.t, p.mean);
-                }
-                if let Some(first) = points.first() {
-                    self.since = Some(self.since.map_or(first.t, |s| s.min(first.t)));
+            Update::Backfill(series) => {
+                self.history.prepend(&series);
+                let first = series.iter().filter_map(|s| s.points.first()).map(|p| p.t);
+                if let Some(first) = first.reduce(f64::min) {
+                    self.since = Some(self.since.map_or(first, |s| s.min(first)));
                 }
             }
             Update::Link(link) => {
@@ -403,5 +398,66 @@ mod tests {
         d.on_update(Update::Rewind);
         assert!(d.history.is_empty());
         assert_eq!(*d.history.config(), HistoryConfig::for_period(0.1));
+    }
+
+    /// The daemon's history comes after the first snapshot (which is drawn without waiting
+    /// for it): the charts get the past, and the samples taken in meanwhile stay.
+    #[test]
+    fn a_backfill_after_the_first_snapshots_goes_in_front_of_them() {
+        use crate::history::{Metric, Point, SeriesPoints};
+        let snap = |t: f64, w: f64| Snapshot {
+            time_s: t,
+            gpus: vec![GpuSample {
+                index: 0,
+                time_s: t,
+                power_w: Some(w),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let mut d = Data::new(Duration::from_secs(1));
+        d.on_snapshot(snap(100.0, 300.0));
+        d.on_snapshot(snap(101.0, 310.0));
+        let id = d.history.id();
+        // The daemon's past up to the first snapshot: two points of power, one at the time of
+        // the console's first sample (the console's own stands), and one of a series the
+        // console has not had yet.
+        let point = |t: f64, mean: f64| Point {
+            t,
+            min: mean,
+            max: mean,
+            mean,
+        };
+        d.on_update(Update::Backfill(vec![
+            SeriesPoints {
+                gpu: 0,
+                metric: Metric::Power,
+                points: vec![point(97.5, 250.0), point(98.5, 260.0), point(100.0, 1.0)],
+            },
+            SeriesPoints {
+                gpu: 0,
+                metric: Metric::Temperature,
+                points: vec![point(96.5, 60.0)],
+            },
+        ]));
+        assert_ne!(
+            d.history.id(),
+            id,
+            "a history made again (kept trends start over)"
+        );
+        let mut power = Vec::new();
+        d.history
+            .raw_each(0, Metric::Power, 0.0, 1e9, |t, v| power.push((t, v)));
+        assert_eq!(
+            power,
+            [(97.5, 250.0), (98.5, 260.0), (100.0, 300.0), (101.0, 310.0)],
+            "the past first, then what came after it"
+        );
+        assert_eq!(d.history.last(0, Metric::Temperature), Some((96.5, 60.0)));
+        assert_eq!(
+            d.since,
+            Some(96.5),
+            "the charts reach back to the oldest point"
+        );
     }
 }

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::support::feed::Reader;
 use crate::support::home::Home;
+use gpupilot::history::Metric;
 use gpupilot::protocol::{LogStream, NodeEvent};
 use gpupilot::supervisor::RunStatus;
 use gpupilot::tui::feed::{DataSource, Link, Request, Update};
@@ -53,7 +54,7 @@ fn the_feed_brings_telemetry_runs_logs_and_events_and_survives_the_daemon() {
     let feed = DataSource::Daemon(home.client()).start(Duration::from_millis(200));
     let mut r = Reader::new(feed, WAIT);
 
-    // Who answers, then the past (history), then the present.
+    // Who answers, then the present, then the past (history).
     let link = r.until("the link", |u| matches!(u, Update::Link(_)));
     let Update::Link(Link::Daemon {
         pid,
@@ -73,13 +74,28 @@ fn the_feed_brings_telemetry_runs_logs_and_events_and_survives_the_daemon() {
     assert_eq!(snap.gpus.len(), 2, "the simulated node has 2 GPUs");
     assert_eq!(snap.node.source, "sim");
     assert!(snap.gpus.iter().all(|g| g.power_w.is_some_and(|p| p > 0.0)));
-    let history = r.seen.iter().find_map(|u| match u {
-        Update::History { gpu: 0, points, .. } => Some(points.len()),
-        _ => None,
-    });
     assert!(
-        history.is_some_and(|n| n >= 1),
-        "the charts are back-filled before the first snapshot: {history:?}"
+        !r.seen.iter().any(|u| matches!(u, Update::Backfill(_))),
+        "the first snapshot does not wait for the history"
+    );
+    let backfill = r.until("the history", |u| matches!(u, Update::Backfill(_)));
+    let Update::Backfill(series) = backfill else {
+        unreachable!()
+    };
+    let gpu0 = series
+        .iter()
+        .find(|s| s.gpu == 0 && s.metric == Metric::Power)
+        .map(|s| s.points.len());
+    assert!(
+        gpu0.is_some_and(|n| n >= 1),
+        "the charts are back-filled: {gpu0:?}"
+    );
+    assert!(
+        series
+            .iter()
+            .flat_map(|s| &s.points)
+            .all(|p| p.t < snap.time_s),
+        "the past, up to the first snapshot"
     );
 
     // The node's events so far, and the run list with the run in it.

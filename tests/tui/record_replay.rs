@@ -352,8 +352,12 @@ fn a_replay_pauses_seeks_both_ways_refuses_changes_and_stops_at_its_end() {
     r.until("the rewind", |u| matches!(u, Update::Rewind));
     let mut oldest = None;
     let back = r.until("the snapshot after the seek back", |u| {
-        if let Update::History { points, .. } = u {
-            oldest = points.first().map(|p| p.t);
+        if let Update::Backfill(series) = u {
+            oldest = series
+                .iter()
+                .filter_map(|s| s.points.first())
+                .map(|p| p.t)
+                .reduce(f64::min);
         }
         second_of(u).is_some()
     });

@@ -1,7 +1,8 @@
 //! The console's feed from the daemon, on a thread of its own.
 //!
-//! On connect it says who answers ([`Link::Daemon`]), back-fills the charts from the daemon's
-//! history, catches up on node events, subscribes to snapshots and events, and lists the runs.
+//! On connect it says who answers ([`Link::Daemon`]), passes the newest snapshot on, subscribes
+//! to snapshots and events, back-fills the charts from the daemon's history (after the first
+//! frame, not before it), catches up on node events, and lists the runs.
 //! Then it polls the run list, the control status (governors, budget, alerts) and the watched
 //! run's logs, exits, metrics and knobs (the last two in `daemon/knobs.rs`, with knob changes):
 //! at once after any event, at the refresh rate while anything is live (a run that has not
@@ -21,8 +22,10 @@
 
 use super::{Feed, Link, Request, Update, channels};
 use crate::client::{Client, ClientError};
-use crate::history::Metric;
-use crate::protocol::{ErrorCode, LogStream, MAX_LOG_CHUNK, RunSignal, TrainerInfo};
+use crate::history::{Metric, SeriesPoints};
+use crate::protocol::{
+    ErrorCode, LogStream, MAX_LOG_CHUNK, Request as ProtoRequest, Response, RunSignal, TrainerInfo,
+};
 use crate::supervisor::Event as RunEvent;
 use crate::telemetry::Snapshot;
 use crossbeam_channel::{Receiver, after, select};
@@ -243,10 +246,16 @@ impl Worker {
             telemetry_error: status.telemetry.error.clone(),
             rate_hz: status.telemetry.rate_hz,
         }))?;
-        if let Some(snap) = status.snapshot {
-            self.backfill(&client, &snap)?;
-            self.forward(Box::new(snap))?;
-        }
+        // The present first: the first frame does not wait for the past (see `backfill`).
+        let past = match status.snapshot {
+            Some(snap) => {
+                let gpus: Vec<u32> = snap.gpus.iter().map(|g| g.index).collect();
+                let now = snap.time_s;
+                self.forward(Box::new(snap))?;
+                Some((now, gpus))
+            }
+            None => None,
+        };
         // Snapshots that need nothing of this thread go straight to the console: read on its
         // own thread over a connection of their own, or else from the client's reader.
         self.pass.set_poll_due(Instant::now());
@@ -260,6 +269,9 @@ impl Worker {
         }
         if let Err(e) = client.subscribe(!pumped, true) {
             return self.gone(&e.to_string());
+        }
+        if let Some((now, gpus)) = past {
+            self.backfill(&client, now, &gpus)?;
         }
         self.client = Some(client);
         self.catch_up_events()?;
@@ -312,28 +324,52 @@ impl Worker {
         }
     }
 
-    fn backfill(&self, client: &Client, snap: &Snapshot) -> Result<(), Done> {
-        let now = snap.time_s;
-        for g in &snap.gpus {
-            for metric in Metric::ALL {
-                let mut points = Vec::new();
-                for (from, to, n) in BACKFILL {
-                    match client.history(g.index, metric, now - from, now - to, n) {
-                        Ok(p) => points.extend(p),
-                        // History is a nicety: charts fill from live data without it.
-                        Err(_) => return Ok(()),
-                    }
-                }
-                if !points.is_empty() {
-                    self.send(Update::History {
-                        gpu: g.index as usize,
-                        metric,
-                        points,
-                    })?;
+    /// The daemon's history of `gpus` up to `now` ([`BACKFILL`]), passed on as one update.
+    /// Asked all at once: one round trip, not one per series and span (a console on another
+    /// node, through `ssh`, would wait seconds for those). History is a nicety: the charts
+    /// fill from live data without it, so whatever fails ends it with what came before.
+    fn backfill(&self, client: &Client, now: f64, gpus: &[u32]) -> Result<(), Done> {
+        let series: Vec<(u32, Metric)> = gpus
+            .iter()
+            .flat_map(|&g| Metric::ALL.map(|m| (g, m)))
+            .collect();
+        let requests = series
+            .iter()
+            .flat_map(|&(gpu, metric)| {
+                BACKFILL.map(|(from, to, n)| ProtoRequest::History {
+                    gpu,
+                    metric,
+                    from: now - from,
+                    to: now - to,
+                    max_points: n,
+                })
+            })
+            .collect();
+        let Ok(answers) = client.request_all(requests) else {
+            return Ok(());
+        };
+        let mut answers = answers.into_iter();
+        let mut taken = Vec::new();
+        'series: for (gpu, metric) in series {
+            let mut points = Vec::new();
+            for _ in BACKFILL {
+                match answers.next() {
+                    Some(Ok(Response::History { points: p, .. })) => points.extend(p),
+                    _ => break 'series,
                 }
             }
+            if !points.is_empty() {
+                taken.push(SeriesPoints {
+                    gpu: gpu as usize,
+                    metric,
+                    points,
+                });
+            }
         }
-        Ok(())
+        if taken.is_empty() {
+            return Ok(());
+        }
+        self.send(Update::Backfill(taken))
     }
 
     /// Pass a snapshot on, or hold it until a refresh has passed since the last one.
@@ -501,9 +537,7 @@ impl Worker {
         let mut live = runs.iter().any(|r| !r.is_final());
         self.send(Update::Runs(runs))?;
         // An older daemon does not know `thermal`: the console goes without.
-        if let Ok(crate::protocol::Response::Control(c)) =
-            client.request(crate::protocol::Request::Thermal {})
-        {
+        if let Ok(Response::Control(c)) = client.request(crate::protocol::Request::Thermal {}) {
             live |= !c.governors.is_empty() || c.budget.is_some() || !c.alerts.is_empty();
             self.send(Update::Control(c))?;
         }

@@ -17,7 +17,7 @@ pub mod local;
 pub mod replay;
 
 use crate::client::Client;
-use crate::history::{Metric, Point};
+use crate::history::SeriesPoints;
 use crate::protocol::{KnobName, LogStream, MetricsPoint, NodeEventRecord, RunInfo, TrainerInfo};
 use crate::telemetry::{Snapshot, Source};
 use std::sync::Arc;
@@ -31,13 +31,10 @@ const QUEUE: usize = 64;
 #[derive(Debug, Clone, PartialEq)]
 pub enum Update {
     Snapshot(Box<Snapshot>),
-    /// The daemon's history of one GPU's series, oldest first (on connect, before the first
-    /// snapshot): the charts show the past at once.
-    History {
-        gpu: usize,
-        metric: Metric,
-        points: Vec<Point>,
-    },
+    /// The daemon's history of the GPUs' series, each oldest first, all in one (on connect,
+    /// after the first snapshot, which is drawn without waiting for it): the charts show the
+    /// past, and what came meanwhile stays (see [`crate::history::History::prepend`]).
+    Backfill(Vec<SeriesPoints>),
     /// Who is on the other end.
     Link(Link),
     /// Every run the daemon knows, oldest first.

@@ -15,7 +15,7 @@
 //! its last record and the header says how it ended: complete, or cut off (where and why).
 
 use super::{Feed, Link, Request, Update, channels};
-use crate::history::{History, Metric};
+use crate::history::{History, Metric, SeriesPoints};
 use crate::protocol::{LogStream, MetricsPoint, NodeEventRecord, RunInfo, TrainerInfo};
 use crate::recording::{Ending, Item, Reader, RecordingError};
 use crate::telemetry::Snapshot;
@@ -451,6 +451,7 @@ impl Player {
         let s = &self.state;
         self.send(Update::Rewind)?;
         if let Some(snap) = &s.snapshot {
+            let mut series = Vec::new();
             for g in &snap.gpus {
                 for metric in Metric::ALL {
                     let mut points = Vec::new();
@@ -464,13 +465,16 @@ impl Player {
                         ));
                     }
                     if !points.is_empty() {
-                        self.send(Update::History {
+                        series.push(SeriesPoints {
                             gpu: g.index as usize,
                             metric,
                             points,
-                        })?;
+                        });
                     }
                 }
+            }
+            if !series.is_empty() {
+                self.send(Update::Backfill(series))?;
             }
         }
         if let Some(runs) = &s.runs {
