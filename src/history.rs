@@ -303,6 +303,15 @@ impl Series {
         }
     }
 
+    /// Empty, keeping its memory (the rings' slots are written over).
+    fn clear(&mut self) {
+        self.ring = Ring::default();
+        for t in &mut self.tiers {
+            t.done.clear();
+            t.open = None;
+        }
+    }
+
     fn raw<'a>(&self, rows: &'a RawRows, slot: usize) -> Raw<'a> {
         Raw {
             rows,
@@ -583,46 +592,59 @@ impl History {
     /// Put `older` (points of some series, each series' oldest first) in front of what the
     /// history holds: how a console that drew its first frame before the daemon's history came
     /// takes that history in. Of each series, the points older than its oldest sample go in
-    /// front; the others are dropped (the samples the history took stand). The history is made
-    /// again for that, from those points and then every sample it held, which is only done
-    /// while it still holds each sample it took (no raw ring has wrapped, so no sample lives in
-    /// a tier's buckets alone). Otherwise the points are pushed as they come, which keeps
-    /// those newer than each series' newest sample. True when the history was made again.
+    /// front; the others are dropped (the samples the history took stand). The series of each
+    /// GPU in `older` are emptied (in place: their rings keep their memory) and filled again
+    /// for that, with those points and then every sample they held, which is only done while
+    /// they still hold each sample they took (no raw ring has wrapped, so no sample lives in a
+    /// tier's buckets alone). Otherwise that GPU's points are pushed as they come, which keeps
+    /// those newer than each series' newest sample. True when every GPU in `older` was filled
+    /// again.
     pub fn prepend(&mut self, older: &[SeriesPoints]) -> bool {
-        let whole = (0..self.gpus.len()).all(|gpu| {
-            Metric::ALL
-                .iter()
-                .all(|&m| self.last(gpu, m).is_none() || self.raw_covers(gpu, m, f64::NEG_INFINITY))
-        });
-        if !whole {
-            for s in older {
-                for p in &s.points {
-                    self.push(s.gpu, s.metric, p.t, p.mean);
+        let mut gpus: Vec<usize> = older.iter().map(|s| s.gpu).collect();
+        gpus.sort_unstable();
+        gpus.dedup();
+        let mut all = true;
+        for gpu in gpus {
+            let series = older.iter().filter(|s| s.gpu == gpu);
+            let whole = Metric::ALL.iter().all(|&m| {
+                self.last(gpu, m).is_none() || self.raw_covers(gpu, m, f64::NEG_INFINITY)
+            });
+            // What the GPU's series hold, taken out; the series emptied in place, so that
+            // their rings' memory is written over rather than given back and taken again.
+            let mut held: Vec<(Metric, Vec<(f64, f32)>)> = Vec::new();
+            if let Some(g) = self.gpus.get_mut(gpu).filter(|_| whole) {
+                for m in Metric::ALL {
+                    if let Some((_, raw)) = g.get(m) {
+                        held.push((
+                            m,
+                            raw_between(raw, f64::NEG_INFINITY, f64::INFINITY).collect(),
+                        ));
+                    }
+                }
+                g.series.iter_mut().flatten().for_each(Series::clear);
+            }
+            all &= whole;
+            for s in series {
+                let oldest = held
+                    .iter()
+                    .find(|(m, _)| *m == s.metric)
+                    .and_then(|(_, v)| v.first())
+                    .map(|&(t, _)| t);
+                for p in s.points.iter().filter(|p| oldest.is_none_or(|o| p.t < o)) {
+                    self.push(gpu, s.metric, p.t, p.mean);
                 }
             }
-            return false;
-        }
-        let was = std::mem::replace(self, History::new(self.config.clone()));
-        for s in older {
-            let oldest = was.oldest(s.gpu, s.metric);
-            for p in s.points.iter().filter(|p| oldest.is_none_or(|o| p.t < o)) {
-                self.push(s.gpu, s.metric, p.t, p.mean);
+            for (m, samples) in &held {
+                for &(t, v) in samples {
+                    self.push(gpu, *m, t, f64::from(v));
+                }
+            }
+            if !held.is_empty() {
+                // Not only appended to: what was read from it is no longer true of it.
+                self.id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
             }
         }
-        for gpu in 0..was.gpus.len() {
-            for m in Metric::ALL {
-                was.raw_each(gpu, m, f64::NEG_INFINITY, f64::INFINITY, |t, v| {
-                    self.push(gpu, m, t, f64::from(v))
-                });
-            }
-        }
-        true
-    }
-
-    /// The time of a series' oldest raw sample.
-    fn oldest(&self, gpu: usize, metric: Metric) -> Option<f64> {
-        let (_, raw) = self.gpus.get(gpu)?.get(metric)?;
-        raw.front().map(|(t, _)| t)
+        all
     }
 
     /// Record every metric the snapshot has; absent metrics, lost and stale GPUs add nothing.

@@ -324,52 +324,51 @@ impl Worker {
         }
     }
 
-    /// The daemon's history of `gpus` up to `now` ([`BACKFILL`]), passed on as one update.
-    /// Asked all at once: one round trip, not one per series and span (a console on another
-    /// node, through `ssh`, would wait seconds for those). History is a nicety: the charts
-    /// fill from live data without it, so whatever fails ends it with what came before.
+    /// The daemon's history of `gpus` up to `now` ([`BACKFILL`]), passed on GPU by GPU. Each
+    /// GPU's series are asked for all at once: one round trip per GPU, not one per series and
+    /// span (a console on another node, through `ssh`, would wait seconds for those), and no
+    /// more of the history in memory at once than one GPU's. History is a nicety: the charts
+    /// fill from live data without it, so whatever fails ends it there.
     fn backfill(&self, client: &Client, now: f64, gpus: &[u32]) -> Result<(), Done> {
-        let series: Vec<(u32, Metric)> = gpus
-            .iter()
-            .flat_map(|&g| Metric::ALL.map(|m| (g, m)))
-            .collect();
-        let requests = series
-            .iter()
-            .flat_map(|&(gpu, metric)| {
-                BACKFILL.map(|(from, to, n)| ProtoRequest::History {
-                    gpu,
-                    metric,
-                    from: now - from,
-                    to: now - to,
-                    max_points: n,
+        for &gpu in gpus {
+            let requests = Metric::ALL
+                .iter()
+                .flat_map(|&metric| {
+                    BACKFILL.map(|(from, to, n)| ProtoRequest::History {
+                        gpu,
+                        metric,
+                        from: now - from,
+                        to: now - to,
+                        max_points: n,
+                    })
                 })
-            })
-            .collect();
-        let Ok(answers) = client.request_all(requests) else {
-            return Ok(());
-        };
-        let mut answers = answers.into_iter();
-        let mut taken = Vec::new();
-        'series: for (gpu, metric) in series {
-            let mut points = Vec::new();
-            for _ in BACKFILL {
-                match answers.next() {
-                    Some(Ok(Response::History { points: p, .. })) => points.extend(p),
-                    _ => break 'series,
+                .collect();
+            let Ok(answers) = client.request_all(requests) else {
+                return Ok(());
+            };
+            let mut answers = answers.into_iter();
+            let mut series = Vec::new();
+            for metric in Metric::ALL {
+                let mut points = Vec::new();
+                for _ in BACKFILL {
+                    match answers.next() {
+                        Some(Ok(Response::History { points: p, .. })) => points.extend(p),
+                        _ => return Ok(()),
+                    }
+                }
+                if !points.is_empty() {
+                    series.push(SeriesPoints {
+                        gpu: gpu as usize,
+                        metric,
+                        points,
+                    });
                 }
             }
-            if !points.is_empty() {
-                taken.push(SeriesPoints {
-                    gpu: gpu as usize,
-                    metric,
-                    points,
-                });
+            if !series.is_empty() {
+                self.send(Update::Backfill(series))?;
             }
         }
-        if taken.is_empty() {
-            return Ok(());
-        }
-        self.send(Update::Backfill(taken))
+        Ok(())
     }
 
     /// Pass a snapshot on, or hold it until a refresh has passed since the last one.

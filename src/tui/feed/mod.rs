@@ -31,9 +31,9 @@ const QUEUE: usize = 64;
 #[derive(Debug, Clone, PartialEq)]
 pub enum Update {
     Snapshot(Box<Snapshot>),
-    /// The daemon's history of the GPUs' series, each oldest first, all in one (on connect,
-    /// after the first snapshot, which is drawn without waiting for it): the charts show the
-    /// past, and what came meanwhile stays (see [`crate::history::History::prepend`]).
+    /// The daemon's history of a GPU's series (or of several GPUs'), each oldest first (on
+    /// connect, after the first snapshot, which is drawn without waiting for it): the charts
+    /// show the past, and what came meanwhile stays (see [`crate::history::History::prepend`]).
     Backfill(Vec<SeriesPoints>),
     /// Who is on the other end.
     Link(Link),
