@@ -900,9 +900,9 @@ mod tests {
         assert_eq!((old[0].max, old[0].min), (0.0, -3.0));
     }
 
-    /// A history that still holds every sample is made again with the points older than its
-    /// own in front; one whose raw ring has wrapped (samples live in a tier alone) is not, and
-    /// keeps only the points newer than what it holds.
+    /// A history that still holds every sample is filled again with the points older than its
+    /// own in front (a GPU not among them is left as it was); one whose raw ring has wrapped
+    /// (samples live in a tier alone) is not, and keeps only the points newer than it holds.
     #[test]
     fn older_points_go_in_front_only_of_a_history_that_holds_every_sample() {
         let config = HistoryConfig {

@@ -443,7 +443,7 @@ mod tests {
         assert_ne!(
             d.history.id(),
             id,
-            "a history made again (kept trends start over)"
+            "a history filled again (kept trends start over)"
         );
         let mut power = Vec::new();
         d.history
