@@ -11,8 +11,8 @@
 # resident size 5 s later (when the history has come in).
 #
 # Environment: GPUPILOT_BENCH_HOME=DIR uses the daemon already running for that
-# GPUPILOT_HOME (and the fake node state DIR.state); otherwise a daemon is started here and
-# given GPUPILOT_BENCH_HISTORY seconds (default 600) to gather history first.
+# GPUPILOT_HOME (and the fake node state DIR.state); otherwise a daemon (the first BINARY's) is
+# started here and given GPUPILOT_BENCH_HISTORY seconds (default 600) to gather history first.
 set -euo pipefail
 
 runs=${1:-3}
