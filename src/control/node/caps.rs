@@ -67,13 +67,16 @@ impl NodeControl {
         }
         self.refuse(&bad, out);
         // Someone else set a cap since the loops last did: that is the user's cap now.
-        for (g, t) in self.touched.iter_mut() {
-            if let Some(l) = limits.get(g) {
-                if (l.current_w - t.expected_w).abs() > 1.0 {
-                    t.user_cap_w = l.current_w;
-                    t.expected_w = l.current_w;
-                }
-            }
+        let outside: Vec<(u32, f64)> = self
+            .touched
+            .iter()
+            .filter_map(|(g, t)| {
+                let l = limits.get(g)?;
+                ((l.current_w - t.expected_w).abs() > 1.0).then_some((*g, l.current_w))
+            })
+            .collect();
+        for (g, w) in outside {
+            self.set_user_cap(g, w, Some(w));
         }
         self.governors_step(snap, &limits, &bad, now, out);
         self.budget_step(snap, &limits, now, out);
@@ -150,7 +153,7 @@ impl NodeControl {
             t.expected_w = w;
         }
         // A governor holding (stale telemetry) or a budget share between its steps must not
-        // keep the GPU above its new ceiling.
+        // keep (or put back) the GPU above its new ceiling.
         if let Some(cmd) = self.governors.get_mut(&g).and_then(|x| x.cmd_w.as_mut()) {
             *cmd = cmd.min(user_w);
         }

@@ -119,6 +119,18 @@ fn caps(dev: &SimDev) -> Vec<f64> {
         .collect()
 }
 
+/// One simulated second on, and a step of the loops at it (fresh telemetry, no runs).
+fn next_second(nc: &mut NodeControl, dev: &SimDev) -> StepOutput {
+    advance(dev, 1.0);
+    nc.step(
+        &snapshot(dev, T0, true, false),
+        &[],
+        &no_profile,
+        Some(dev),
+        "n",
+    )
+}
+
 fn temps(dev: &SimDev) -> Vec<f64> {
     dev.node()
         .gpus()
@@ -168,14 +180,7 @@ fn governors_and_a_budget_hold_four_hot_gpus() {
     // (700 W) come back.
     nc.thermal_off(&[0, 1, 2, 3], "alice", "done");
     nc.set_budget(None, "alice", "done");
-    advance(&dev, 1.0);
-    let out = nc.step(
-        &snapshot(&dev, T0, true, false),
-        &[],
-        &no_profile,
-        Some(&dev),
-        "n",
-    );
+    let out = next_second(&mut nc, &dev);
     assert_eq!(caps(&dev), vec![700.0; 4]);
     assert_eq!(
         out.events
@@ -192,14 +197,7 @@ fn stale_telemetry_moves_no_cap() {
     let mut nc = NodeControl::new(ControlSettings::default());
     nc.thermal_on(&[0], Target::Celsius(70.0), "alice", "test");
     for _ in 0..30 {
-        advance(&dev, 1.0);
-        nc.step(
-            &snapshot(&dev, T0, true, false),
-            &[],
-            &no_profile,
-            Some(&dev),
-            "n",
-        );
+        next_second(&mut nc, &dev);
     }
     let before = caps(&dev);
     let mut stale_events = 0;
@@ -228,14 +226,7 @@ fn stale_telemetry_moves_no_cap() {
     let st = nc.status();
     assert_eq!(st.governors[0].mode, Mode::Stale);
     assert!(st.governors[0].line().contains("holding: telemetry stale"));
-    advance(&dev, 1.0);
-    let out = nc.step(
-        &snapshot(&dev, T0, true, false),
-        &[],
-        &no_profile,
-        Some(&dev),
-        "n",
-    );
+    let out = next_second(&mut nc, &dev);
     assert!(
         out.events
             .iter()
@@ -453,14 +444,7 @@ fn a_budget_below_the_minimums_is_said_once() {
     nc.set_budget(Some(300.0), "alice", "test");
     let mut said = 0;
     for _ in 0..20 {
-        advance(&dev, 1.0);
-        let out = nc.step(
-            &snapshot(&dev, T0, true, false),
-            &[],
-            &no_profile,
-            Some(&dev),
-            "n",
-        );
+        let out = next_second(&mut nc, &dev);
         said += out
             .events
             .iter()
@@ -478,29 +462,40 @@ fn a_cap_someone_else_sets_becomes_the_users_cap() {
     let mut nc = NodeControl::new(ControlSettings::default());
     nc.thermal_on(&[0], Target::Celsius(88.0), "alice", "test");
     for _ in 0..5 {
-        advance(&dev, 1.0);
-        nc.step(
-            &snapshot(&dev, T0, true, false),
-            &[],
-            &no_profile,
-            Some(&dev),
-            "n",
-        );
+        next_second(&mut nc, &dev);
     }
     // `gpupilot power cap 500` meanwhile.
     dev.set_power_limit_w(0, 500.0).unwrap();
     for _ in 0..100 {
-        advance(&dev, 1.0);
-        nc.step(
-            &snapshot(&dev, T0, true, false),
-            &[],
-            &no_profile,
-            Some(&dev),
-            "n",
-        );
+        next_second(&mut nc, &dev);
         assert!(caps(&dev)[0] <= 500.0);
     }
     assert_eq!(nc.status().governors[0].user_cap_w, Some(500.0));
+}
+
+/// A cap set from outside between two budget steps stands from the next step on: the budget's
+/// share taken before it (here 700 W) does not raise the GPU back past it.
+#[test]
+fn a_cap_set_between_budget_steps_is_not_raised_back() {
+    let dev = hot(2);
+    let mut nc = NodeControl::new(ControlSettings::default());
+    nc.set_budget(Some(2000.0), "alice", "test");
+    // The budget steps at the first snapshot and every BUDGET_EVERY_S after it: the sixth
+    // is one, so the next few are not.
+    for _ in 0..6 {
+        next_second(&mut nc, &dev);
+    }
+    assert_eq!(
+        nc.status().budget.unwrap().caps,
+        vec![(0, 700.0), (1, 700.0)]
+    );
+    // `gpupilot power cap 400 --gpu 0` now.
+    dev.set_power_limit_w(0, 400.0).unwrap();
+    for s in 1..=12 {
+        next_second(&mut nc, &dev);
+        assert_eq!(caps(&dev), vec![400.0, 700.0], "{s} s after the user's cap");
+    }
+    assert_eq!(nc.held(0).map(|(user, _)| user), Some(400.0));
 }
 
 mod hardening;
