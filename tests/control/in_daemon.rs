@@ -156,6 +156,108 @@ fn a_budget_holds_the_sum_of_caps() {
     assert_eq!(caps(&src), vec![700.0, 700.0]);
 }
 
+/// `power cap` under a budget is the user's cap, the budget's ceiling: a cap above the share
+/// the budget holds a GPU at leaves it there (and says so), one below it lowers the GPU at once,
+/// and the budget never raises it back past it; when the budget goes, that cap is the one put
+/// back. `power reset` under a budget makes the original the ceiling again.
+#[test]
+fn a_power_cap_under_a_budget_is_its_ceiling() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = sim();
+    let d = daemon(tmp.path(), false, &src);
+    tick(&d, &src);
+    d.answer(
+        &me(),
+        Request::PowerBudget {
+            budget_w: Some(900.0),
+            why: None,
+        },
+    );
+    for _ in 0..10 {
+        tick(&d, &src);
+    }
+    let held = caps(&src);
+    assert!(
+        held[0] < 600.0 && held.iter().sum::<f64>() <= 900.0,
+        "{held:?}"
+    );
+    let cap = |w: f64| {
+        d.answer(
+            &me(),
+            Request::PowerCap {
+                gpus: TargetGpus::Some(vec![0]),
+                watts: w,
+                why: None,
+            },
+        )
+    };
+    // Above the budget's share: the GPU stays where the budget holds it.
+    let r = cap(650.0);
+    let Response::GpuChanged { changes, notes } = r else {
+        panic!("{r:?}")
+    };
+    assert_eq!(changes[0].new.as_deref(), Some("650 W"), "{changes:?}");
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("GPU 0 stays at") && n.contains("650 W is its ceiling")),
+        "{notes:?}"
+    );
+    assert_eq!(caps(&src)[0], held[0], "raised past the budget's share");
+    // Below it: lowered at once, and held there through the budget's steps.
+    let r = cap(300.0);
+    assert!(matches!(r, Response::GpuChanged { .. }), "{r:?}");
+    assert_eq!(caps(&src)[0], 300.0);
+    for s in 0..12 {
+        tick(&d, &src);
+        let c = caps(&src);
+        assert!(c[0] <= 300.0, "{s} s after the cap: {c:?}");
+        assert!(c.iter().sum::<f64>() <= 900.0, "{s} s after the cap: {c:?}");
+    }
+    let budget = |w: Option<f64>| {
+        d.answer(
+            &me(),
+            Request::PowerBudget {
+                budget_w: w,
+                why: None,
+            },
+        )
+    };
+    budget(None);
+    tick(&d, &src);
+    assert_eq!(caps(&src), vec![300.0, 700.0]);
+    // `power reset` under a budget: the original (700 W) is the ceiling again, not a cap that
+    // takes the GPU past the budget.
+    budget(Some(900.0));
+    for _ in 0..10 {
+        tick(&d, &src);
+    }
+    let before = caps(&src);
+    let r = d.answer(
+        &me(),
+        Request::PowerReset {
+            gpus: TargetGpus::Some(vec![0]),
+            why: None,
+        },
+    );
+    let Response::GpuChanged { changes, notes } = r else {
+        panic!("{r:?}")
+    };
+    assert_eq!(changes[0].new.as_deref(), Some("700 W"), "{changes:?}");
+    assert!(
+        notes.iter().any(|n| n.contains("700 W is its ceiling")),
+        "{notes:?}"
+    );
+    assert_eq!(caps(&src), before);
+    for _ in 0..12 {
+        tick(&d, &src);
+        assert!(caps(&src).iter().sum::<f64>() <= 900.0, "{:?}", caps(&src));
+    }
+    budget(None);
+    tick(&d, &src);
+    assert_eq!(caps(&src), vec![700.0, 700.0]);
+}
+
 #[test]
 fn a_readonly_daemon_refuses_governor_and_budget_changes() {
     let tmp = tempfile::tempdir().unwrap();

@@ -5,7 +5,11 @@
 //! value is recorded (`$STATE/control/originals.json`, synced) before the setter, and the
 //! change is recorded as a `gpu_changed` node event with who, old → new and why. Changes are
 //! made one at a time (the record's lock), so two clients never interleave a record and a set.
+//! A power cap is the user's cap for the thermal governor and the node budget: it is set under
+//! the loops' lock (lock order: the loops, then the record), so that no step of theirs reads
+//! the caps before it and writes after it, and a GPU they hold lower stays there.
 
+use super::run_power::{cap_one, put_back};
 use super::{Control, Controller};
 use crate::control::ControlError;
 use crate::control::power::{check_clocks, check_gpu_max, check_power, watts};
@@ -59,6 +63,16 @@ fn record_err(path: &std::path::Path, e: std::io::Error) -> RequestError {
             "recording the original value in {} failed ({e}); nothing was changed",
             path.display()
         ),
+    )
+}
+
+/// GPU `g` stays at `at_w`, below the user's cap `cap_w` just set.
+fn held_note(g: usize, at_w: f64, cap_w: f64) -> String {
+    format!(
+        "GPU {g} stays at {}, where the thermal governor or the node budget holds it; {} is \
+         its ceiling from now on",
+        watts(at_w),
+        watts(cap_w)
     )
 }
 
@@ -202,7 +216,7 @@ impl Control {
             match c.dev.power_limits(g) {
                 Ok(limits) => {
                     check_power(g, w, &limits)?;
-                    plan.push((g, limits));
+                    plan.push(g);
                 }
                 Err(e) => unreadable.push((g, RequestError::from(e))),
             }
@@ -213,7 +227,7 @@ impl Control {
             let hint = if plan.is_empty() {
                 String::new()
             } else {
-                let others: Vec<String> = plan.iter().map(|(g, _)| g.to_string()).collect();
+                let others: Vec<String> = plan.iter().map(|g| g.to_string()).collect();
                 format!(
                     "; to cap the others: `gpupilot power cap {} --gpu {}`",
                     watts(w).trim_end_matches(" W"),
@@ -225,41 +239,35 @@ impl Control {
                 format!("GPU {g}: {}; nothing changed{hint}", e.message),
             ));
         }
-        let mut originals = lock(&c.originals);
-        let mut done: Vec<GpuChange> = Vec::new();
-        for (g, limits) in plan {
-            // A limit read as 0 W (a driver oddity) is no value to restore: fall back to the
-            // enforced, then the default limit.
-            let before = [Some(limits.current_w), limits.enforced_w]
-                .into_iter()
-                .flatten()
-                .find(|v| *v > 0.0)
-                .unwrap_or(limits.default_w);
-            let had = originals.get(g as u32).power_limit_w.is_some();
-            originals
-                .update(g as u32, c.dev.gpu_uuid(g), |r| {
-                    r.power_limit_w.get_or_insert(before);
-                })
-                .map_err(|e| record_err(originals.path(), e))?;
-            if let Err(e) = c.dev.set_power_limit_w(g, w) {
-                if !had {
-                    // Nothing changed: nothing to restore.
-                    let _ = originals.update(g as u32, None, |r| r.power_limit_w = None);
+        // Under the loops' lock, so that none of their steps reads a cap before this change
+        // and sets one after it; the loops take `w` as the user's cap (their ceiling) at once.
+        self.with_node_control(|nc| {
+            let mut originals = lock(&c.originals);
+            let mut done: Vec<GpuChange> = Vec::new();
+            let mut notes = Vec::new();
+            for g in plan {
+                let applied = cap_one(c.dev.as_ref(), nc, &mut originals, g, w, true)
+                    .map_err(|e| failed(e, &done))?;
+                // None: the loops hold it at or below `w`, its user's cap already.
+                let before = applied.as_ref().map_or(w, |a| a.before_w);
+                if !applied.is_some_and(|a| a.set_device) {
+                    if let Some((_, at)) = nc.held(g as u32) {
+                        notes.push(held_note(g, at, w));
+                    }
                 }
-                return Err(failed(e, &done));
+                let change = GpuChange {
+                    gpu: g as u32,
+                    what: POWER.into(),
+                    old: Some(watts(before)),
+                    new: Some(watts(w)),
+                };
+                self.changed(by, &why, &change);
+                done.push(change);
             }
-            let change = GpuChange {
-                gpu: g as u32,
-                what: POWER.into(),
-                old: Some(watts(before)),
-                new: Some(watts(w)),
-            };
-            self.changed(by, &why, &change);
-            done.push(change);
-        }
-        Ok(Response::GpuChanged {
-            changes: done,
-            notes: vec![],
+            Ok(Response::GpuChanged {
+                changes: done,
+                notes,
+            })
         })
     }
 
@@ -360,101 +368,111 @@ impl Control {
     ) -> Result<Response, RequestError> {
         let c = self.controller()?;
         let gpus = self.targets(c, sel)?;
-        let mut originals = lock(&c.originals);
-        let mut done: Vec<GpuChange> = Vec::new();
-        let mut notes = Vec::new();
-        for g in gpus {
-            let rec = originals.get(g as u32);
-            if let (Some(was), Some(now)) = (&rec.uuid, c.dev.gpu_uuid(g)) {
-                if *was != now && !rec.is_empty() {
-                    notes.push(format!(
+        // Under the loops' lock, as `power_cap`.
+        self.with_node_control(|nc| {
+            let mut originals = lock(&c.originals);
+            let mut done: Vec<GpuChange> = Vec::new();
+            let mut notes = Vec::new();
+            for g in gpus {
+                let rec = originals.get(g as u32);
+                if let (Some(was), Some(now)) = (&rec.uuid, c.dev.gpu_uuid(g)) {
+                    if *was != now && !rec.is_empty() {
+                        notes.push(format!(
                         "GPU {g} is another GPU ({now}) than the one recorded ({was}): its record \
                          is kept; remove {} if it is stale",
                         originals.path().display()
                     ));
-                    continue;
+                        continue;
+                    }
+                }
+                for &what in settings {
+                    let change = match what {
+                        POWER => rec.power_limit_w.map(|orig| {
+                            let now = c.dev.power_limits(g).ok().map(|l| l.current_w);
+                            // The original is the user's cap again: a GPU the loops hold lower
+                            // stays there.
+                            let r =
+                                put_back(c.dev.as_ref(), nc, g, orig, now.unwrap_or(f64::INFINITY));
+                            if let (Ok(false), Some((_, at))) = (&r, nc.held(g as u32)) {
+                                notes.push(held_note(g, at, orig));
+                            }
+                            (
+                                r.map(|_| ()),
+                                GpuChange {
+                                    gpu: g as u32,
+                                    what: POWER.into(),
+                                    old: now.map(watts),
+                                    new: Some(watts(orig)),
+                                },
+                            )
+                        }),
+                        CLOCKS => rec.locked_clocks_mhz.map(|locked| {
+                            (
+                                c.dev.reset_clocks(g),
+                                GpuChange {
+                                    gpu: g as u32,
+                                    what: CLOCKS.into(),
+                                    old: Some(mhz(locked)),
+                                    new: Some("unlocked".into()),
+                                },
+                            )
+                        }),
+                        _ => rec.gpu_max_c.map(|orig| {
+                            let now = c.dev.gpu_max_temp(g).ok().map(|t| celsius(t.current_c));
+                            (
+                                c.dev.set_gpu_max_temp(g, orig.round() as i32),
+                                GpuChange {
+                                    gpu: g as u32,
+                                    what: GPU_MAX.into(),
+                                    old: now,
+                                    new: Some(celsius(orig)),
+                                },
+                            )
+                        }),
+                    };
+                    let Some((result, change)) = change else {
+                        let setting = match what {
+                            POWER => "power limit",
+                            CLOCKS => "clock lock",
+                            _ => "target temperature",
+                        };
+                        // Asked of every GPU, the ones gpupilot never changed go without saying.
+                        if *sel != TargetGpus::All {
+                            notes.push(format!(
+                                "GPU {g}: no {setting} recorded (gpupilot has not changed it)"
+                            ));
+                        }
+                        continue;
+                    };
+                    result.map_err(|e| failed(e, &done))?;
+                    originals
+                        .update(g as u32, None, |r| match what {
+                            POWER => r.power_limit_w = None,
+                            CLOCKS => r.locked_clocks_mhz = None,
+                            _ => r.gpu_max_c = None,
+                        })
+                        .map_err(|e| {
+                            RequestError::new(
+                                ErrorCode::Internal,
+                                format!(
+                                    "GPU {g} was restored, but updating {} failed: {e}",
+                                    originals.path().display()
+                                ),
+                            )
+                        })?;
+                    self.changed(by, &why, &change);
+                    done.push(change);
                 }
             }
-            for &what in settings {
-                let change = match what {
-                    POWER => rec.power_limit_w.map(|orig| {
-                        let now = c.dev.power_limits(g).ok().map(|l| watts(l.current_w));
-                        (
-                            c.dev.set_power_limit_w(g, orig),
-                            GpuChange {
-                                gpu: g as u32,
-                                what: POWER.into(),
-                                old: now,
-                                new: Some(watts(orig)),
-                            },
-                        )
-                    }),
-                    CLOCKS => rec.locked_clocks_mhz.map(|locked| {
-                        (
-                            c.dev.reset_clocks(g),
-                            GpuChange {
-                                gpu: g as u32,
-                                what: CLOCKS.into(),
-                                old: Some(mhz(locked)),
-                                new: Some("unlocked".into()),
-                            },
-                        )
-                    }),
-                    _ => rec.gpu_max_c.map(|orig| {
-                        let now = c.dev.gpu_max_temp(g).ok().map(|t| celsius(t.current_c));
-                        (
-                            c.dev.set_gpu_max_temp(g, orig.round() as i32),
-                            GpuChange {
-                                gpu: g as u32,
-                                what: GPU_MAX.into(),
-                                old: now,
-                                new: Some(celsius(orig)),
-                            },
-                        )
-                    }),
-                };
-                let Some((result, change)) = change else {
-                    let setting = match what {
-                        POWER => "power limit",
-                        CLOCKS => "clock lock",
-                        _ => "target temperature",
-                    };
-                    // Asked of every GPU, the ones gpupilot never changed go without saying.
-                    if *sel != TargetGpus::All {
-                        notes.push(format!(
-                            "GPU {g}: no {setting} recorded (gpupilot has not changed it)"
-                        ));
-                    }
-                    continue;
-                };
-                result.map_err(|e| failed(e, &done))?;
-                originals
-                    .update(g as u32, None, |r| match what {
-                        POWER => r.power_limit_w = None,
-                        CLOCKS => r.locked_clocks_mhz = None,
-                        _ => r.gpu_max_c = None,
-                    })
-                    .map_err(|e| {
-                        RequestError::new(
-                            ErrorCode::Internal,
-                            format!(
-                                "GPU {g} was restored, but updating {} failed: {e}",
-                                originals.path().display()
-                            ),
-                        )
-                    })?;
-                self.changed(by, &why, &change);
-                done.push(change);
+            if done.is_empty() && notes.is_empty() {
+                notes.push(
+                    "nothing recorded to restore: gpupilot has not changed these settings".into(),
+                );
             }
-        }
-        if done.is_empty() && notes.is_empty() {
-            notes.push(
-                "nothing recorded to restore: gpupilot has not changed these settings".into(),
-            );
-        }
-        Ok(Response::GpuChanged {
-            changes: done,
-            notes,
+            Ok(Response::GpuChanged {
+                changes: done,
+                notes,
+            })
         })
     }
 

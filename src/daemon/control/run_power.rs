@@ -65,14 +65,14 @@ pub(in crate::daemon) struct StartCap {
 }
 
 /// One GPU capped.
-struct Applied {
+pub(super) struct Applied {
     gpu: usize,
     /// The user's cap before (what the change record shows as old).
-    before_w: f64,
+    pub(super) before_w: f64,
     /// Its original was recorded by this change.
     fresh: bool,
     /// The GPU's limit was set (not only the loops' ceiling moved).
-    set_device: bool,
+    pub(super) set_device: bool,
 }
 
 /// The cap a profile asks this daemon to hold (a Slurm job's GPUs are on other nodes).
@@ -146,13 +146,16 @@ fn found_w(l: &crate::control::PowerLimits) -> f64 {
 }
 
 /// Cap GPU `g` at `w` as the user's cap: record the original first, set the GPU (or, where the
-/// loops hold it at or below `w`, only their ceiling). None: it was at `w` already.
-fn cap_one(
+/// loops hold it at or below `w`, only their ceiling). None: it was at `w` already. `always`:
+/// a GPU the loops do not hold is set even at `w` already (a user's `power cap`: the same
+/// answer, NO_PERMISSION included, whatever the GPU was at).
+pub(super) fn cap_one(
     dev: &dyn GpuControl,
     nc: &mut NodeControl,
     originals: &mut Originals,
     g: usize,
     w: f64,
+    always: bool,
 ) -> Result<Option<Applied>, ControlError> {
     let l = dev.power_limits(g)?;
     check_power(g, w, &l)?;
@@ -161,7 +164,7 @@ fn cap_one(
     let set_device = match held {
         // The loops hold it lower already: they will not raise it past `w`.
         Some((_, at)) => at > w + 0.5,
-        None => (l.current_w - w).abs() >= 0.5,
+        None => always || (l.current_w - w).abs() >= 0.5,
     };
     if !set_device && (before_w - w).abs() < 0.5 {
         return Ok(None);
@@ -196,7 +199,7 @@ fn cap_one(
 
 /// Put GPU `g` at `to` as the user's cap (setting the GPU only where the loops do not hold it
 /// lower). Returns whether the GPU's limit was set.
-fn put_back(
+pub(super) fn put_back(
     dev: &dyn GpuControl,
     nc: &mut NodeControl,
     g: usize,
@@ -281,7 +284,7 @@ impl Control {
             let mut o = lock(originals);
             let mut done = Vec::new();
             for &g in &gpus {
-                match cap_one(dev, nc, &mut o, g, w) {
+                match cap_one(dev, nc, &mut o, g, w, false) {
                     Ok(a) => done.extend(a),
                     Err(e) => return Err((e, done)),
                 }
@@ -563,7 +566,7 @@ fn cap_all(
     notes: &mut Vec<Note>,
 ) {
     for &g in gpus {
-        match cap_one(dev, nc, o, g, w) {
+        match cap_one(dev, nc, o, g, w, false) {
             Ok(Some(a)) => notes.push(Note {
                 dir: dir.clone(),
                 gpu: Some(g),
