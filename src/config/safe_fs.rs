@@ -15,7 +15,7 @@
 //! the system's or the user's choice, and the directories below it are checked all the same.
 
 use std::fs::{DirBuilder, File, OpenOptions};
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
@@ -223,16 +223,22 @@ fn options() -> OpenOptions {
     o
 }
 
+/// Refuse an open file that is not a regular file.
+fn check_regular(path: &Path, meta: &std::fs::Metadata) -> io::Result<()> {
+    if meta.file_type().is_file() {
+        return Ok(());
+    }
+    Err(Refused::error(
+        path,
+        format!("it is not a regular file but {}", describe(meta)),
+        "move it away",
+    ))
+}
+
 /// Refuse an open file that is not a regular file of ours; make it blocking again.
 fn check_file(path: &Path, f: &File) -> io::Result<()> {
     let meta = f.metadata()?;
-    if !meta.file_type().is_file() {
-        return Err(Refused::error(
-            path,
-            format!("it is not a regular file but {}", describe(&meta)),
-            "move it away",
-        ));
-    }
+    check_regular(path, &meta)?;
     check_owner(path, meta.uid(), "remove it, or")?;
     let flags = rustix::fs::fcntl_getfl(f)?;
     rustix::fs::fcntl_setfl(f, flags - OFlags::NONBLOCK)?;
@@ -267,6 +273,41 @@ pub fn open_rw(path: &Path) -> io::Result<File> {
 /// Open an existing file of ours to read it, without following a link.
 pub fn open_read(path: &Path) -> io::Result<File> {
     open_checked(path, options().read(true))
+}
+
+/// The whole of `path`, a record gpupilot keeps (or a run writes) in a directory of ours: at
+/// most `max` bytes, opened without following a link. A link, a FIFO or a device in its place
+/// is refused rather than read (a link to `/dev/zero` would never end), and a file longer than
+/// `max` is an `InvalidData` error that names the bound. Its owner is not checked: a command of
+/// another user (root's `gpupilot report`, say) may read a run's files.
+pub fn read_capped(path: &Path, max: u64) -> io::Result<Vec<u8>> {
+    let f = options()
+        .read(true)
+        .open(path)
+        .map_err(|e| not_openable(path, e, FILE))?;
+    check_regular(path, &f.metadata()?)?;
+    let mut bytes = Vec::new();
+    f.take(max.saturating_add(1)).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > max {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "{} is longer than {max} bytes, more than gpupilot ever writes there: not read",
+                path.display()
+            ),
+        ));
+    }
+    Ok(bytes)
+}
+
+/// [`read_capped`], as UTF-8 text.
+pub fn read_capped_string(path: &Path, max: u64) -> io::Result<String> {
+    String::from_utf8(read_capped(path, max)?).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{} is not UTF-8 text", path.display()),
+        )
+    })
 }
 
 /// Replace `path` with `bytes` (0600) in one step, so a reader (or a crash) never sees half a
@@ -372,6 +413,46 @@ mod tests {
         assert!(!fs::symlink_metadata(&link).unwrap().is_symlink());
         assert_eq!(fs::read_to_string(&link).unwrap(), "new\n");
         assert_eq!(fs::read_to_string(&v).unwrap(), "precious\n");
+    }
+
+    #[test]
+    fn a_capped_read_takes_a_regular_file_up_to_its_bound_and_nothing_else() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = tmp.path().join("summary.json");
+        fs::write(&p, b"0123456789").unwrap();
+        assert_eq!(read_capped(&p, 10).unwrap(), b"0123456789");
+        let e = read_capped(&p, 9).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData);
+        assert!(e.to_string().contains("longer than 9 bytes"), "{e}");
+        // Missing stays NotFound (callers take it for "none yet").
+        let e = read_capped(&tmp.path().join("none"), 9).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::NotFound);
+        // A link (to a file that never ends) is refused, not followed.
+        let link = tmp.path().join("exit_code");
+        symlink("/dev/zero", &link).unwrap();
+        let e = read_capped(&link, 64).unwrap_err();
+        assert!(
+            refusal(&e).is_some_and(|r| r.problem.contains("symbolic link")),
+            "{e}"
+        );
+        // A FIFO is refused at once, not waited on.
+        let fifo = tmp.path().join("pid");
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &fifo,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+        let e = read_capped_string(&fifo, 64).unwrap_err();
+        assert!(
+            refusal(&e).is_some_and(|r| r.problem.contains("FIFO")),
+            "{e}"
+        );
+        fs::write(&p, [0xff, 0xfe]).unwrap();
+        let e = read_capped_string(&p, 64).unwrap_err();
+        assert!(e.to_string().contains("not UTF-8"), "{e}");
     }
 
     #[test]

@@ -56,7 +56,8 @@ impl Ledger {
 /// The ledger in `dir`, if there is one that parses (a torn or foreign file is ignored: the
 /// run's `summary.json` is then what is known).
 pub fn load(dir: &Path) -> Option<Ledger> {
-    let text = std::fs::read_to_string(dir.join(FILE)).ok()?;
+    // A figure or two per GPU: a bounded read, never through a link.
+    let text = crate::config::safe_fs::read_capped_string(&dir.join(FILE), 1 << 20).ok()?;
     match serde_json::from_str::<Ledger>(&text) {
         Ok(l)
             if l.gpus

@@ -59,7 +59,8 @@ impl ExitRecord {
 
 /// How the process `rec` names ended, if its monitor wrote it down.
 pub fn recorded_exit(dir: &RunDir, rec: &PidRecord) -> Option<ExitInfo> {
-    let bytes = std::fs::read(dir.exit_record_path()).ok()?;
+    // One small object: a bounded read, never through a link.
+    let bytes = crate::config::safe_fs::read_capped(&dir.exit_record_path(), 64 << 10).ok()?;
     let r: ExitRecord = serde_json::from_slice(&bytes).ok()?;
     (r.pid == rec.pid && r.start_time == rec.start_time).then(|| r.exit())
 }

@@ -14,7 +14,8 @@
 //!
 //! The files gpupilot writes here are made 0600 and never written through a symbolic link:
 //! logs and events are appended to only when they are regular files of ours, the others are
-//! replaced whole through a temporary file made afresh ([`safe_fs`]).
+//! replaced whole through a temporary file made afresh ([`safe_fs`]). The records are read
+//! within a bound, never through a link (`exit_code` included, which the run writes itself).
 //!
 //! Run ids are `YYYYMMDD-HHMMSS-NAME` in UTC (they sort by time and read at a glance); a second
 //! run of the same name in the same second gets `-2`, `-3`, … The directory is created with
@@ -29,6 +30,18 @@ use std::time::SystemTime;
 use super::events::{EventRecord, Summary};
 use super::launch::LaunchPlan;
 use crate::config::safe_fs::{self, DirKind};
+
+// The most each record is read of (`safe_fs::read_capped`): far more than gpupilot writes, so
+// that a file put in a record's place (by the run itself, or a link to a file that never ends)
+// costs a bounded read and an error, never the daemon's memory.
+/// `pid` and `monitor`: one line of three fields.
+const MAX_PID_RECORD: u64 = 4 << 10;
+/// `launch.json`: argv, cwd and the whole environment (Linux takes at most a few MiB of them).
+const MAX_LAUNCH: u64 = 16 << 20;
+/// `summary.json`.
+const MAX_SUMMARY: u64 = 4 << 20;
+/// `exit_code`: a number.
+const MAX_EXIT_CODE: u64 = 64;
 
 /// Where a run's process is: pid plus the start time that makes the pid unambiguous.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -179,7 +192,7 @@ impl RunDir {
 
     /// The monitor file, or None when there is none (a run started without a monitor).
     pub fn read_monitor(&self) -> io::Result<Option<PidRecord>> {
-        match fs::read_to_string(self.monitor_path()) {
+        match safe_fs::read_capped_string(&self.monitor_path(), MAX_PID_RECORD) {
             Ok(text) => Ok(PidRecord::parse(&text)),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(e),
@@ -206,7 +219,7 @@ impl RunDir {
     }
 
     pub fn read_launch(&self) -> io::Result<LaunchPlan> {
-        let bytes = fs::read(self.launch_path())?;
+        let bytes = safe_fs::read_capped(&self.launch_path(), MAX_LAUNCH)?;
         serde_json::from_slice(&bytes).map_err(|e| bad_data(&self.launch_path(), e))
     }
 
@@ -216,7 +229,7 @@ impl RunDir {
 
     /// The pid file, or None when there is none yet.
     pub fn read_pid(&self) -> io::Result<Option<PidRecord>> {
-        match fs::read_to_string(self.pid_path()) {
+        match safe_fs::read_capped_string(&self.pid_path(), MAX_PID_RECORD) {
             Ok(text) => PidRecord::parse(&text)
                 .map(Some)
                 .ok_or_else(|| bad_data(&self.pid_path(), "expected `PID START_TIME [BOOT_ID]`")),
@@ -257,7 +270,7 @@ impl RunDir {
     }
 
     pub fn read_summary(&self) -> io::Result<Option<Summary>> {
-        match fs::read(self.summary_path()) {
+        match safe_fs::read_capped(&self.summary_path(), MAX_SUMMARY) {
             Ok(bytes) => serde_json::from_slice(&bytes)
                 .map(Some)
                 .map_err(|e| bad_data(&self.summary_path(), e)),
@@ -269,7 +282,11 @@ impl RunDir {
     /// The exit code a run wrote itself to `exit_code` (see the module doc), if any.
     pub fn read_exit_code(&self) -> Option<(i32, SystemTime)> {
         let path = self.exit_code_path();
-        let code = fs::read_to_string(&path).ok()?.trim().parse().ok()?;
+        let code = safe_fs::read_capped_string(&path, MAX_EXIT_CODE)
+            .ok()?
+            .trim()
+            .parse()
+            .ok()?;
         let mtime = fs::metadata(&path).ok()?.modified().ok()?;
         Some((code, mtime))
     }
@@ -330,6 +347,25 @@ mod tests {
         let e = RunDir::create(&state, "x", SystemTime::now()).unwrap_err();
         assert!(e.to_string().contains("symbolic link"), "{e}");
         assert_eq!(fs::read_dir(&elsewhere).unwrap().count(), 0);
+    }
+
+    /// What a run (or anyone who can write its directory) puts in a record's place is read
+    /// within a bound or not at all: a link to a file that never ends, a huge file.
+    #[test]
+    fn run_files_are_read_within_a_bound_and_never_through_a_link() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = RunDir::create(tmp.path(), "r", SystemTime::now()).unwrap();
+        symlink("/dev/zero", d.exit_code_path()).unwrap();
+        assert_eq!(d.read_exit_code(), None);
+        symlink("/dev/zero", d.pid_path()).unwrap();
+        let e = d.read_pid().unwrap_err();
+        assert!(e.to_string().contains("symbolic link"), "{e}");
+        fs::write(d.summary_path(), vec![b' '; MAX_SUMMARY as usize + 1]).unwrap();
+        let e = d.read_summary().unwrap_err();
+        assert!(e.to_string().contains("longer than"), "{e}");
+        fs::remove_file(d.exit_code_path()).unwrap();
+        fs::write(d.exit_code_path(), "3\n").unwrap();
+        assert_eq!(d.read_exit_code().map(|(c, _)| c), Some(3));
     }
 
     #[test]

@@ -76,7 +76,8 @@ impl SlurmJob {
 
     /// The run directory's job, or None when it has none (yet).
     pub fn read(dir: &RunDir) -> io::Result<Option<SlurmJob>> {
-        match std::fs::read(SlurmJob::path(dir)) {
+        // Bounded (a job of thousands of nodes is well under it), never through a link.
+        match crate::config::safe_fs::read_capped(&SlurmJob::path(dir), 4 << 20) {
             Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| {
                 io::Error::new(
                     io::ErrorKind::InvalidData,

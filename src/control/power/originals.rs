@@ -59,7 +59,8 @@ impl Originals {
     /// Read the record (none yet: an empty one). A file that does not parse is an error that
     /// names it: restoring from a guess would be worse than saying so.
     pub fn load(path: PathBuf) -> io::Result<Originals> {
-        let gpus = match std::fs::read_to_string(&path) {
+        // A few settings per GPU: a bounded read, never through a link.
+        let gpus = match crate::config::safe_fs::read_capped_string(&path, 1 << 20) {
             Ok(text) => {
                 serde_json::from_str::<File>(&text)
                     .map_err(|e| {

@@ -107,7 +107,8 @@ pub(in crate::daemon) struct Channel {
 impl Channel {
     /// Load what the run directory holds: the sequence number and the newest reports.
     fn load(dir: &Path) -> Channel {
-        let persisted = std::fs::read(dir.join("knobs.json"))
+        // A sequence number and one change: a bounded read, never through a link.
+        let persisted = crate::config::safe_fs::read_capped(&dir.join("knobs.json"), 64 << 10)
             .ok()
             .and_then(|b| serde_json::from_slice::<Persisted>(&b).ok())
             .unwrap_or_default();
