@@ -387,6 +387,17 @@ mod tests {
     use std::fs;
     use std::os::unix::fs::symlink;
 
+    fn make_fifo(path: &Path) {
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            path,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+    }
+
     fn victim(dir: &Path) -> PathBuf {
         let v = dir.join("victim.txt");
         fs::write(&v, "precious\n").unwrap();
@@ -437,14 +448,7 @@ mod tests {
         );
         // A FIFO is refused at once, not waited on.
         let fifo = tmp.path().join("pid");
-        rustix::fs::mknodat(
-            rustix::fs::CWD,
-            &fifo,
-            rustix::fs::FileType::Fifo,
-            rustix::fs::Mode::from_raw_mode(0o600),
-            0,
-        )
-        .unwrap();
+        make_fifo(&fifo);
         let e = read_capped_string(&fifo, 64).unwrap_err();
         assert!(
             refusal(&e).is_some_and(|r| r.problem.contains("FIFO")),
@@ -497,14 +501,7 @@ mod tests {
         );
         // Nobody reads this FIFO: a blocking open to write would never return.
         let fifo = tmp.path().join("daemon.log");
-        rustix::fs::mknodat(
-            rustix::fs::CWD,
-            &fifo,
-            rustix::fs::FileType::Fifo,
-            rustix::fs::Mode::from_raw_mode(0o600),
-            0,
-        )
-        .unwrap();
+        make_fifo(&fifo);
         assert!(open_append(&fifo).is_err());
         let e = open_rw(&fifo).unwrap_err();
         assert!(
