@@ -275,17 +275,26 @@ pub fn open_read(path: &Path) -> io::Result<File> {
     open_checked(path, options().read(true))
 }
 
+/// Open `path` to read it, a file in a directory of ours that someone else may write (a run's
+/// logs, which the run writes itself): never through a link, and only a regular file (a FIFO
+/// is refused at once rather than waited on: the open does not block). Its owner is not
+/// checked. Whoever reads should still bound what it reads: a regular file can grow.
+pub fn open_regular(path: &Path) -> io::Result<File> {
+    let f = options()
+        .read(true)
+        .open(path)
+        .map_err(|e| not_openable(path, e, FILE))?;
+    check_regular(path, &f.metadata()?)?;
+    Ok(f)
+}
+
 /// The whole of `path`, a record gpupilot keeps (or a run writes) in a directory of ours: at
 /// most `max` bytes, opened without following a link. A link, a FIFO or a device in its place
 /// is refused rather than read (a link to `/dev/zero` would never end), and a file longer than
 /// `max` is an `InvalidData` error that names the bound. Its owner is not checked: a command of
 /// another user (root's `gpupilot report`, say) may read a run's files.
 pub fn read_capped(path: &Path, max: u64) -> io::Result<Vec<u8>> {
-    let f = options()
-        .read(true)
-        .open(path)
-        .map_err(|e| not_openable(path, e, FILE))?;
-    check_regular(path, &f.metadata()?)?;
+    let f = open_regular(path)?;
     let mut bytes = Vec::new();
     f.take(max.saturating_add(1)).read_to_end(&mut bytes)?;
     if bytes.len() as u64 > max {

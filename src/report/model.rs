@@ -7,7 +7,6 @@
 //! read is said in [`Report::missing`], never silently dropped; a line of a `.jsonl` file that
 //! does not parse (cut short by a crash mid-write) is counted and skipped.
 
-use std::fs::File;
 use std::io::{self, BufRead, BufReader};
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -264,7 +263,8 @@ pub fn gather_history<E>(
 
 /// Every line of a JSON-lines file that parses, and how many did not. A missing file is empty.
 pub fn read_jsonl<T: DeserializeOwned>(path: &Path) -> io::Result<(Vec<T>, usize)> {
-    let f = match File::open(path) {
+    // Never through a link, and no FIFO waited on.
+    let f = match crate::config::safe_fs::open_regular(path) {
         Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((Vec::new(), 0)),
         Err(e) => return Err(e),

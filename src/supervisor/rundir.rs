@@ -249,7 +249,7 @@ impl RunDir {
     /// Every event, in order. A line that does not parse (cut short by a crash mid-write) is
     /// skipped rather than making the whole history unreadable.
     pub fn read_events(&self) -> io::Result<Vec<EventRecord>> {
-        let f = match File::open(self.events_path()) {
+        let f = match safe_fs::open_regular(&self.events_path()) {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
             Err(e) => return Err(e),
@@ -366,6 +366,10 @@ mod tests {
         fs::remove_file(d.exit_code_path()).unwrap();
         fs::write(d.exit_code_path(), "3\n").unwrap();
         assert_eq!(d.read_exit_code().map(|(c, _)| c), Some(3));
+        // The event log is read whole, but never through a link to a file that never ends.
+        symlink("/dev/zero", d.events_path()).unwrap();
+        let e = d.read_events().unwrap_err();
+        assert!(e.to_string().contains("symbolic link"), "{e}");
     }
 
     #[test]

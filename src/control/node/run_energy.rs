@@ -186,7 +186,7 @@ pub(super) fn catch_up(l: &Ledger, snap: &Snapshot, per_gpu: &mut BTreeMap<u32, 
 /// Feed the metrics lines written since the last read to the run's sample counter.
 fn read_metrics(path: &Path, track: &mut RunTrack) {
     use std::io::{Read, Seek, SeekFrom};
-    let Ok(mut f) = std::fs::File::open(path) else {
+    let Ok(mut f) = crate::config::safe_fs::open_regular(path) else {
         return;
     };
     let len = f.metadata().map(|m| m.len()).unwrap_or(0);

@@ -5,7 +5,6 @@
 //! concatenates chunks gets the file's text exactly (bytes that are not UTF-8 at all become
 //! U+FFFD).
 
-use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom};
 use std::path::Path;
 
@@ -25,7 +24,8 @@ pub struct Chunk {
 /// of the file is returned (as U+FFFD) rather than waited for.
 pub fn read_chunk(path: &Path, offset: u64, max: u64, at_end: bool) -> io::Result<Chunk> {
     let max = if max == 0 { 0 } else { max.max(4) };
-    let mut f = match File::open(path) {
+    // The run writes its logs itself: a link or a FIFO in their place is refused, not read.
+    let mut f = match crate::config::safe_fs::open_regular(path) {
         Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             return Ok(Chunk {
@@ -126,6 +126,28 @@ mod tests {
         }
         let missing = read_chunk(&tmp.path().join("none"), 0, 10, false).unwrap();
         assert_eq!((missing.size, missing.data.as_str()), (0, ""));
+    }
+
+    /// The run writes its logs itself: what it puts in their place is refused at once, never
+    /// followed or waited on (a FIFO with no writer would hold a blocking open forever).
+    #[test]
+    fn a_link_or_fifo_in_a_logs_place_is_refused_at_once() {
+        let tmp = tempfile::tempdir().unwrap();
+        let link = tmp.path().join("stdout.log");
+        std::os::unix::fs::symlink("/etc/hostname", &link).unwrap();
+        let e = read_chunk(&link, 0, 100, false).unwrap_err();
+        assert!(e.to_string().contains("symbolic link"), "{e}");
+        let fifo = tmp.path().join("stderr.log");
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &fifo,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+        let e = read_chunk(&fifo, 0, 100, false).unwrap_err();
+        assert!(e.to_string().contains("FIFO"), "{e}");
     }
 
     #[test]

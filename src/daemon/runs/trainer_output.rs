@@ -2,7 +2,6 @@
 //! match the profile's `[metrics] patterns`, become reports (for scripts that do not use the
 //! SDK). Reading is incremental and bounded: at most [`PARSE_CHUNK`] bytes a poll.
 
-use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
 
@@ -32,7 +31,8 @@ pub(in crate::daemon) fn read_new_lines(path: &Path, parser: &mut OutputParser) 
     if len == parser.offset {
         return Vec::new();
     }
-    let Ok(mut f) = File::open(path) else {
+    // The run's own output file: a link or a FIFO in its place is not read.
+    let Ok(mut f) = crate::config::safe_fs::open_regular(path) else {
         return Vec::new();
     };
     if f.seek(SeekFrom::Start(parser.offset)).is_err() {

@@ -13,7 +13,7 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fs::File;
-use std::io::{BufRead, BufReader, Seek, SeekFrom, Write};
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -309,7 +309,7 @@ impl Channel {
 /// long run's file costs no more than what is kept.
 fn read_tail(path: &Path) -> VecDeque<MetricsPoint> {
     let mut points = VecDeque::new();
-    let Ok(mut f) = File::open(path) else {
+    let Ok(mut f) = crate::config::safe_fs::open_regular(path) else {
         return points;
     };
     let len = f.metadata().map_or(0, |m| m.len());
@@ -317,7 +317,10 @@ fn read_tail(path: &Path) -> VecDeque<MetricsPoint> {
     if f.seek(SeekFrom::Start(start)).is_err() {
         return points;
     }
-    let mut lines = BufReader::new(f).lines().map_while(Result::ok);
+    // What it held when opened, not what is written meanwhile.
+    let mut lines = BufReader::new(f.take(len - start))
+        .lines()
+        .map_while(Result::ok);
     if start > 0 {
         // Most likely the middle of a line.
         lines.next();
@@ -962,6 +965,20 @@ impl Runs {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A run can write its own directory: links in the place of its metrics and its knobs are
+    /// not followed (a link to `/dev/zero` would be read for ever), and the channel starts
+    /// empty.
+    #[test]
+    fn links_in_the_place_of_metrics_and_knobs_are_not_read() {
+        let tmp = tempfile::tempdir().unwrap();
+        for name in ["metrics.jsonl", "knobs.json"] {
+            std::os::unix::fs::symlink("/dev/zero", tmp.path().join(name)).unwrap();
+        }
+        let ch = Channel::load(tmp.path());
+        assert!(ch.points.is_empty() && ch.values.is_empty());
+        assert_eq!((ch.seq, ch.next_n), (0, 0));
+    }
 
     #[test]
     fn a_new_daemon_numbers_reports_on_from_the_file() {

@@ -396,7 +396,8 @@ impl Run {
     /// a script that went on, does not count.
     fn stderr_says_oom(&self) -> bool {
         use std::io::{Read, Seek, SeekFrom};
-        let Ok(mut f) = std::fs::File::open(self.dir.stderr_path()) else {
+        // The run writes this file itself: a link or a FIFO in its place is not read.
+        let Ok(mut f) = crate::config::safe_fs::open_regular(&self.dir.stderr_path()) else {
             return false;
         };
         let len = f.metadata().map_or(0, |m| m.len());
@@ -405,7 +406,7 @@ impl Run {
             return false;
         }
         let mut tail = Vec::new();
-        if f.read_to_end(&mut tail).is_err() {
+        if f.take(len - from).read_to_end(&mut tail).is_err() {
             return false;
         }
         let tail = String::from_utf8_lossy(&tail).to_lowercase();
