@@ -90,9 +90,45 @@ pub fn spawn(
     }
 }
 
-/// The last `n` lines of a file (for messages).
+/// The last `n` lines of a log (for messages), from its last 64 KiB: a log of months is not
+/// read whole for ten lines, nor one that is not a regular file of ours.
 fn log_tail(path: &Path, n: usize) -> String {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let lines: Vec<&str> = text.lines().collect();
+    use std::io::{Read, Seek, SeekFrom};
+    const TAIL: u64 = 64 << 10;
+    let Ok(mut f) = safe_fs::open_read(path) else {
+        return String::new();
+    };
+    let len = f.metadata().map_or(0, |m| m.len());
+    let from = len.saturating_sub(TAIL);
+    let mut bytes = Vec::new();
+    if f.seek(SeekFrom::Start(from)).is_err() || f.take(len - from).read_to_end(&mut bytes).is_err()
+    {
+        return String::new();
+    }
+    let text = String::from_utf8_lossy(&bytes);
+    let mut lines: Vec<&str> = text.lines().collect();
+    if from > 0 && lines.len() > 1 {
+        // Most likely the middle of a line.
+        lines.remove(0);
+    }
     lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_end_of_a_long_log_is_its_last_lines() {
+        let tmp = tempfile::tempdir().unwrap();
+        let log = tmp.path().join("daemon.log");
+        let text: String = (0..50_000).map(|i| format!("line {i}\n")).collect();
+        assert!(text.len() as u64 > 4 * (64 << 10));
+        safe_fs::write_atomic(&log, text.as_bytes()).unwrap();
+        let want: Vec<String> = (49_990..50_000).map(|i| format!("line {i}")).collect();
+        assert_eq!(log_tail(&log, 10), want.join("\n"));
+        safe_fs::write_atomic(&log, b"one\ntwo\n").unwrap();
+        assert_eq!(log_tail(&log, 10), "one\ntwo");
+        assert_eq!(log_tail(&tmp.path().join("none"), 10), "");
+    }
 }
