@@ -68,6 +68,11 @@ struct PersistedStaged {
     value: i64,
     apply_step: u64,
     committed: Option<bool>,
+    /// The run's attempt it was asked in (absent in files of older daemons): a committed value
+    /// is the run's only while that attempt lasts, since a new one starts from its own plan
+    /// (a batch halved after running out of memory).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    attempt: Option<u32>,
 }
 
 /// One run's side of the channel.
@@ -115,11 +120,15 @@ impl Channel {
         let seq = persisted.seq;
         let mut values = BTreeMap::new();
         let mut last_apply_step = 0;
+        let mut attempt = None;
         // A change the last daemon committed is the run's value: ranks that did not apply it
-        // are brought to it. One it had not decided was applied by no rank.
+        // are brought to it. One it had not decided was applied by no rank. It belongs to its
+        // attempt: a run found at a later one starts from that one's plan instead (see
+        // `follow_attempt`).
         if let Some(st) = persisted.staged.filter(|st| st.committed == Some(true)) {
             values.insert(st.knob, st.value);
             last_apply_step = st.apply_step;
+            attempt = st.attempt;
         }
         let points = read_tail(&dir.join("metrics.jsonl"));
         // Reports carry their number: the next one follows the newest.
@@ -136,7 +145,7 @@ impl Channel {
             dir: dir.to_path_buf(),
             ranks: Ranks::default(),
             values,
-            attempt: None,
+            attempt,
             pending: BTreeMap::new(),
             staged: None,
             staged_repair: false,
@@ -194,6 +203,7 @@ impl Channel {
             value: st.value,
             apply_step: st.apply_step,
             committed: st.committed,
+            attempt: self.attempt,
         });
         let body = serde_json::to_vec(&Persisted {
             seq: self.seq,
@@ -1058,6 +1068,53 @@ mod tests {
         later.values.insert(KnobName::BatchSize, 48);
         later.follow_attempt(3, plan(Some(32), None));
         assert_eq!(later.values.get(&KnobName::BatchSize), Some(&48));
+    }
+
+    /// A daemon that died after committing a change (batch 64) but before the run's next
+    /// attempt was started with its own plan (the batch halved to 32 after running out of
+    /// memory) leaves `knobs.json` with the committed 64: the next daemon keeps it for the
+    /// attempt it was made in, and takes the later attempt's plan over it.
+    #[test]
+    fn a_committed_change_is_the_runs_value_only_in_its_own_attempt() {
+        let plan = |batch_size| KnobValues {
+            batch_size,
+            prefetch: None,
+        };
+        let tmp = tempfile::tempdir().unwrap();
+        let mut ch = Channel::load(tmp.path());
+        ch.follow_attempt(0, plan(Some(128)));
+        ch.staged = Some(Staged::new(
+            1,
+            KnobName::BatchSize,
+            64,
+            Some(128),
+            500,
+            [0, 1].into(),
+            Instant::now(),
+        ));
+        ch.staged.as_mut().unwrap().committed = Some(true);
+        ch.persist();
+        drop(ch);
+        // The same attempt: the committed value stands (laggard ranks are brought to it).
+        let mut same = Channel::load(tmp.path());
+        same.follow_attempt(0, plan(Some(128)));
+        assert_eq!(same.values.get(&KnobName::BatchSize), Some(&64));
+        assert_eq!(same.last_apply_step, 500);
+        // A later attempt: its plan, not the value committed in attempt 0.
+        let mut later = Channel::load(tmp.path());
+        later.follow_attempt(1, plan(Some(32)));
+        assert_eq!(later.values.get(&KnobName::BatchSize), Some(&32));
+        assert_eq!(later.last_apply_step, 0);
+        // A file of an older daemon does not say its attempt: its value is kept, as before
+        // (there is no telling which attempt it was made in).
+        std::fs::write(
+            tmp.path().join("knobs.json"),
+            r#"{"seq":1,"staged":{"seq":1,"knob":"batch_size","value":64,"apply_step":500,"committed":true}}"#,
+        )
+        .unwrap();
+        let mut old = Channel::load(tmp.path());
+        old.follow_attempt(1, plan(Some(32)));
+        assert_eq!(old.values.get(&KnobName::BatchSize), Some(&64));
     }
 
     #[test]
