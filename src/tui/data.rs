@@ -45,8 +45,12 @@ pub struct Data {
     /// The newest snapshot; `None` until the first one arrives.
     pub snapshot: Option<Snapshot>,
     pub history: History,
-    /// Time of the frame being drawn, seconds since the epoch.
+    /// Time of the frame being drawn, seconds since the epoch, on the console's clock.
     pub now: f64,
+    /// `now` when the newest snapshot came in. The source's clock may be another machine's
+    /// (a daemon over `ssh NODE gpupilot bridge`): how long ago data came is measured on the
+    /// console's clock alone, never as `now` less a time the source stamped.
+    received_s: f64,
     /// The sampling interval: what "fresh" means, and one sparkline column.
     pub refresh: Duration,
     pub status: Option<Status>,
@@ -116,6 +120,7 @@ impl Data {
             snapshot: None,
             history: History::new(HistoryConfig::for_period(refresh.as_secs_f64())),
             now: 0.0,
+            received_s: 0.0,
             refresh,
             status: None,
             since: None,
@@ -251,7 +256,26 @@ impl Data {
                 self.names[i].clone_from(&g.name);
             }
         }
+        self.received_s = self.now;
         self.snapshot = Some(snap);
+    }
+
+    /// `now` on the source's clock: the newest snapshot's time, plus what the console's clock
+    /// has moved since it came. What is placed against the source's times (charts, history
+    /// windows) is placed with this, so that two machines' clocks that differ by seconds do
+    /// not shift it.
+    pub fn source_now(&self) -> f64 {
+        match &self.snapshot {
+            Some(s) => s.time_s + (self.now - self.received_s),
+            None => self.now,
+        }
+    }
+
+    /// Seconds since the newest snapshot came in (0 before the first).
+    pub fn data_age_s(&self) -> f64 {
+        self.snapshot
+            .as_ref()
+            .map_or(0.0, |_| self.now - self.received_s)
     }
 
     /// The GPU's name, or the last one it reported.
@@ -280,10 +304,7 @@ impl Data {
         if matches!(self.link, Link::Gone { .. }) {
             return self.snapshot.is_some();
         }
-        match &self.snapshot {
-            None => false,
-            Some(s) => self.now - s.time_s > self.stale_after_s(),
-        }
+        self.snapshot.is_some() && self.data_age_s() > self.stale_after_s()
     }
 
     /// How old the newest snapshot may be before the source is shown stale.
@@ -297,11 +318,11 @@ impl Data {
     pub fn next_change_s(&self, every_s: f64) -> Option<f64> {
         // Just past each moment, so that the check made then sees the change.
         const PAST: f64 = 0.01;
-        let stale = self.snapshot.as_ref().map(|s| {
+        let stale = self.snapshot.as_ref().map(|_| {
             if self.source_stale() {
                 self.now + every_s
             } else {
-                s.time_s + self.stale_after_s() + PAST
+                self.received_s + self.stale_after_s() + PAST
             }
         });
         let expiry = self.visible_status().map(|s| {
@@ -345,14 +366,17 @@ mod tests {
     fn staleness_and_status_follow_the_frame_clock() {
         let mut d = Data::new(Duration::from_secs(1));
         assert!(!d.source_stale(), "nothing yet is not stale");
+        d.now = 100.0;
         d.on_snapshot(Snapshot {
             time_s: 100.0,
             ..Default::default()
         });
         d.now = 101.0;
         assert!(!d.source_stale());
+        assert_eq!(d.next_change_s(1.0), Some(103.01));
         d.now = 104.0;
         assert!(d.source_stale());
+        assert_eq!(d.data_age_s(), 4.0);
 
         d.set_status(Level::Info, "hello");
         d.now = 108.0;
@@ -362,6 +386,29 @@ mod tests {
         d.set_status(Level::Error, "bad theme");
         d.now = 160.0;
         assert!(d.visible_status().is_some());
+    }
+
+    /// A daemon on another machine stamps snapshots with its own clock: seconds apart from
+    /// the console's, either way, change neither when data is stale nor where the charts
+    /// place the source's times.
+    #[test]
+    fn a_source_whose_clock_differs_is_stale_only_when_its_data_stops() {
+        for skew in [-30.0, -5.0, 5.0, 30.0] {
+            let mut d = Data::new(Duration::from_secs(1));
+            for i in 0..5 {
+                d.now = 1000.0 + f64::from(i);
+                d.on_snapshot(Snapshot {
+                    time_s: d.now + skew,
+                    ..Default::default()
+                });
+                d.now += 0.9;
+                assert!(!d.source_stale(), "skew {skew} s: fresh data shown stale");
+                assert_eq!(d.source_now(), d.now + skew, "skew {skew} s");
+            }
+            d.now += 2.5;
+            assert!(d.source_stale(), "skew {skew} s: data stopped 3.4 s ago");
+            assert!((d.data_age_s() - 3.4).abs() < 1e-9, "skew {skew} s");
+        }
     }
 
     /// The console's rings follow the rate snapshots come at: the daemon's, once it says.

@@ -295,11 +295,7 @@ fn header_row(app: &App, _area: Rect) -> Row {
             t.stale,
         )
     } else if stale {
-        let age = app
-            .data
-            .snapshot
-            .as_ref()
-            .map_or(0.0, |s| app.data.now - s.time_s);
+        let age = app.data.data_age_s();
         Line::styled(
             format!(" STALE: no data for {} ", format::ago(age)),
             t.stale,

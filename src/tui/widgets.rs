@@ -196,8 +196,8 @@ impl Trend {
     /// shift every sparkline by a column, and back on the next snapshot. Snapshot and readings
     /// also share a clock (the daemon's, which may be another machine's). A GPU that stops
     /// reporting while the others go on falls behind the snapshots and shows the gap; once the
-    /// whole source is stale, the series are placed against the frame's time, so the gap
-    /// since the last data shows too.
+    /// whole source is stale, the series are placed against the frame's time (on the source's
+    /// clock, [`Data::source_now`]), so the gap since the last data shows too.
     pub fn recent(data: &Data, gpu: usize, metric: Metric, width: usize, max: f64) -> Trend {
         Trend::made(data, gpu, metric, width, max, true)
     }
@@ -214,7 +214,7 @@ impl Trend {
         };
         let newest = match &data.snapshot {
             Some(s) if !data.source_stale() => s.time_s,
-            _ => data.now,
+            _ => data.source_now(),
         };
         let behind = ((newest - last_t) / period).floor().max(0.0);
         let to = last_t + (behind + 0.5) * period;

@@ -157,10 +157,17 @@ pub fn app(n: usize) -> App {
 pub fn app_with_theme(n: usize, theme: Theme) -> App {
     let mut app = App::new(Keymap::defaults(), theme, Duration::from_secs(1));
     for s in 0..SECONDS {
-        app.on_snapshot(snapshot_at(n, s));
+        take(&mut app, snapshot_at(n, s));
     }
     app.data.now = T0 + SECONDS as f64 - 0.5;
     app
+}
+
+/// Take `snap` in as the console does: its clock (`now`) is the snapshot's time when it comes
+/// (a source on the console's own clock, a moment after it sampled).
+pub fn take(app: &mut App, snap: Snapshot) {
+    app.data.now = snap.time_s;
+    app.on_snapshot(snap);
 }
 
 /// Render the app once on a `w`×`h` test terminal.

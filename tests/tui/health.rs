@@ -5,7 +5,7 @@
 
 use crate::support::nvml_daemon::NvmlDaemon;
 use crate::support::tmux::{PROMPT, Tmux};
-use crate::support::tui::{SECONDS, T0, app_with_runs, render, snapshot_at, text};
+use crate::support::tui::{SECONDS, T0, app_with_runs, render, snapshot_at, take, text};
 use gpupilot::protocol::{NodeEvent, NodeEventRecord};
 use gpupilot::telemetry::owner::ProcessOwner;
 use gpupilot::telemetry::xid::XidEvent;
@@ -31,7 +31,7 @@ fn app() -> App {
             ..ProcessOwner::default()
         });
     }
-    a.on_snapshot(snap);
+    take(&mut a, snap);
     a.data.now = now + 0.5;
     a.on_update(Update::Events {
         events: vec![NodeEventRecord {

@@ -5,7 +5,7 @@
 //! 200×50 of the screen between the header and tabs and the footer of keys (which other views
 //! change); a tiny terminal draws without a panic.
 
-use crate::support::tui::{SECONDS, T0, render, snapshot_at, text};
+use crate::support::tui::{SECONDS, T0, render, snapshot_at, take, text};
 use gpupilot::telemetry::Snapshot;
 use gpupilot::telemetry::mig::{MigInstance, MigState};
 use gpupilot::tui::keymap::Keymap;
@@ -59,7 +59,7 @@ fn body(a: &mut App, w: u16, h: u16) -> String {
 fn mig_app() -> App {
     let mut app = App::new(Keymap::defaults(), Theme::default(), Duration::from_secs(1));
     for s in 0..SECONDS {
-        app.on_snapshot(with_mig(snapshot_at(2, s)));
+        take(&mut app, with_mig(snapshot_at(2, s)));
     }
     app.data.now = T0 + SECONDS as f64 - 0.5;
     app

@@ -4,7 +4,7 @@
 //! selection, help and dialogs over the body, other views, a long footer error, resizes, a
 //! theme change, Ctrl-L.
 
-use crate::support::tui::{SECONDS, T0, app, snapshot_at, terminal};
+use crate::support::tui::{SECONDS, T0, app, snapshot_at, take, terminal};
 use gpupilot::telemetry::{Snapshot, throttle};
 use gpupilot::tui::data::Level;
 use gpupilot::tui::screen::Screen;
@@ -46,7 +46,7 @@ fn frames_drawn_piecewise_are_the_whole_frames() {
                     Some(throttle::SW_POWER_CAP | ((i as u64 % 2) * throttle::HW_SLOWDOWN));
             }
         }
-        a.on_snapshot(snap);
+        take(&mut a, snap);
         a.data.now = T0 + s as f64 + 0.5;
         match k {
             10 => a.selected = 5,
@@ -94,7 +94,7 @@ fn a_steady_overview_sends_nothing_and_redraws_no_block() {
     let mut screen = Screen::new(TestBackend::new(200, 50));
     // Until the fixture's changing minutes have scrolled out of every sparkline.
     for s in SECONDS..SECONDS + 200 {
-        a.on_snapshot(steady(s));
+        take(&mut a, steady(s));
         a.data.now = T0 + s as f64 + 0.5;
         check(&mut screen, &mut a, &format!("second {s}"));
     }
@@ -109,7 +109,7 @@ fn a_steady_overview_sends_nothing_and_redraws_no_block() {
     let s = SECONDS + 200;
     let mut snap = steady(s);
     snap.gpus[4].power_w = Some(600.0);
-    a.on_snapshot(snap);
+    take(&mut a, snap);
     a.data.now = T0 + s as f64 + 0.5;
     check(&mut screen, &mut a, "one GPU's power moved");
     let last = screen.last_frame();
@@ -125,7 +125,7 @@ fn a_frame_is_sent_in_one_draw() {
     let (mut screen, counts) = terminal(200, 50);
     for k in 0..30usize {
         let s = SECONDS + k;
-        a.on_snapshot(snapshot_at(8, s));
+        take(&mut a, snapshot_at(8, s));
         a.data.now = T0 + s as f64 + 0.5;
         a.size = screen.draw(&a).unwrap();
     }

@@ -2,7 +2,7 @@
 //! NUMA affinity, each GPU's NVLink traffic under it (each link's on a wide terminal), GPU 5's
 //! link 5 down; a node without topology; a tiny terminal (insta snapshots in tui/snapshots/).
 
-use crate::support::tui::{SECONDS, app, press, render, snapshot_at, text};
+use crate::support::tui::{SECONDS, app, press, render, snapshot_at, take, text};
 use crossterm::event::KeyCode;
 use gpupilot::telemetry::nvlink::{
     GpuPlacement, LinkNow, LinkPeer, NodeTopology, NvLinkSample, PeerLinks,
@@ -82,7 +82,7 @@ fn hgx() -> App {
     for g in snap.gpus.iter_mut().filter(|g| !g.lost) {
         g.nvlink = Some(traffic(g.index));
     }
-    a.on_snapshot(snap);
+    take(&mut a, snap);
     press(&mut a, KeyCode::Char('5'));
     assert_eq!(a.view, ViewId::Topology);
     a

@@ -335,13 +335,13 @@ fn render_chart(v: &DetailView, g: &GpuSample, spec: &ChartSpec, area: Rect, buf
     let cols = inner.width.saturating_sub(6).max(1) as usize;
     // Nothing is older than the first sample: asking from there keeps the history from
     // answering out of a coarse bucket that straddles the start.
-    let from = d.since.map_or(d.now - window, |s| s.max(d.now - window));
-    let points_wanted = ((cols * 2) as f64 * (d.now - from) / window)
-        .ceil()
-        .max(1.0) as usize;
+    // The history is on the source's clock.
+    let now = d.source_now();
+    let from = d.since.map_or(now - window, |s| s.max(now - window));
+    let points_wanted = ((cols * 2) as f64 * (now - from) / window).ceil().max(1.0) as usize;
     let points = d
         .history
-        .window(v.selected, spec.metric, from, d.now, points_wanted);
+        .window(v.selected, spec.metric, from, now, points_wanted);
     let scaled: Vec<_> = points
         .iter()
         .map(|p| crate::history::Point {
@@ -389,7 +389,7 @@ fn render_chart(v: &DetailView, g: &GpuSample, spec: &ChartSpec, area: Rect, buf
 
     let bin = window / (cols * 2) as f64;
     let max_gap = (3.0 * d.refresh_s()).max(2.5 * bin);
-    let segs = segments(&scaled, d.now, max_gap);
+    let segs = segments(&scaled, now, max_gap);
     let data_hi = scaled.iter().map(|p| p.max).fold(spec.y[1], f64::max);
     let data_lo = scaled.iter().map(|p| p.min).fold(spec.y[0], f64::min);
     let y = [
@@ -457,7 +457,10 @@ fn render_chart(v: &DetailView, g: &GpuSample, spec: &ChartSpec, area: Rect, buf
 /// None when the history has neither.
 fn limited_summary(v: &DetailView, from: f64) -> Option<String> {
     let d = v.ctx.data;
-    let time = |m| d.history.time_at_one(v.selected, m, from, d.now, 120);
+    let time = |m| {
+        d.history
+            .time_at_one(v.selected, m, from, d.source_now(), 120)
+    };
     let (p, th) = (time(Metric::PowerLimited), time(Metric::ThermalLimited));
     if p.is_none() && th.is_none() {
         return None;
