@@ -249,6 +249,14 @@ fn a_power_cap_under_a_budget_is_its_ceiling() {
         "{notes:?}"
     );
     assert_eq!(caps(&src), before);
+    // The GPU is still below its original: the record stays for a daemon that dies meanwhile.
+    let original = || {
+        let Response::Power { gpus, .. } = d.answer(&me(), Request::Power {}) else {
+            panic!("no power answer")
+        };
+        gpus[0].original.power_limit_w
+    };
+    assert_eq!(original(), Some(700.0));
     for _ in 0..12 {
         tick(&d, &src);
         assert!(caps(&src).iter().sum::<f64>() <= 900.0, "{:?}", caps(&src));
@@ -256,6 +264,7 @@ fn a_power_cap_under_a_budget_is_its_ceiling() {
     budget(None);
     tick(&d, &src);
     assert_eq!(caps(&src), vec![700.0, 700.0]);
+    assert_eq!(original(), None, "put back: nothing left to restore");
 }
 
 #[test]

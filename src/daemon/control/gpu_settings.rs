@@ -391,13 +391,16 @@ impl Control {
                             let now = c.dev.power_limits(g).ok().map(|l| l.current_w);
                             // The original is the user's cap again: a GPU the loops hold lower
                             // stays there.
+                            // Its record stays until they let it go and put it back: a daemon
+                            // that dies meanwhile leaves the GPU below it.
                             let r =
                                 put_back(c.dev.as_ref(), nc, g, orig, now.unwrap_or(f64::INFINITY));
                             if let (Ok(false), Some((_, at))) = (&r, nc.held(g as u32)) {
                                 notes.push(held_note(g, at, orig));
                             }
+                            let back = r.map(|set| set || nc.held(g as u32).is_none());
                             (
-                                r.map(|_| ()),
+                                back,
                                 GpuChange {
                                     gpu: g as u32,
                                     what: POWER.into(),
@@ -408,7 +411,7 @@ impl Control {
                         }),
                         CLOCKS => rec.locked_clocks_mhz.map(|locked| {
                             (
-                                c.dev.reset_clocks(g),
+                                c.dev.reset_clocks(g).map(|()| true),
                                 GpuChange {
                                     gpu: g as u32,
                                     what: CLOCKS.into(),
@@ -420,7 +423,9 @@ impl Control {
                         _ => rec.gpu_max_c.map(|orig| {
                             let now = c.dev.gpu_max_temp(g).ok().map(|t| celsius(t.current_c));
                             (
-                                c.dev.set_gpu_max_temp(g, orig.round() as i32),
+                                c.dev
+                                    .set_gpu_max_temp(g, orig.round() as i32)
+                                    .map(|()| true),
                                 GpuChange {
                                     gpu: g as u32,
                                     what: GPU_MAX.into(),
@@ -444,22 +449,25 @@ impl Control {
                         }
                         continue;
                     };
-                    result.map_err(|e| failed(e, &done))?;
-                    originals
-                        .update(g as u32, None, |r| match what {
-                            POWER => r.power_limit_w = None,
-                            CLOCKS => r.locked_clocks_mhz = None,
-                            _ => r.gpu_max_c = None,
-                        })
-                        .map_err(|e| {
-                            RequestError::new(
-                                ErrorCode::Internal,
-                                format!(
-                                    "GPU {g} was restored, but updating {} failed: {e}",
-                                    originals.path().display()
-                                ),
-                            )
-                        })?;
+                    // Whether the setting is at its original now (its record is forgotten).
+                    let back = result.map_err(|e| failed(e, &done))?;
+                    if back {
+                        originals
+                            .update(g as u32, None, |r| match what {
+                                POWER => r.power_limit_w = None,
+                                CLOCKS => r.locked_clocks_mhz = None,
+                                _ => r.gpu_max_c = None,
+                            })
+                            .map_err(|e| {
+                                RequestError::new(
+                                    ErrorCode::Internal,
+                                    format!(
+                                        "GPU {g} was restored, but updating {} failed: {e}",
+                                        originals.path().display()
+                                    ),
+                                )
+                            })?;
+                    }
                     self.changed(by, &why, &change);
                     done.push(change);
                 }
