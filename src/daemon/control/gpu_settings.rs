@@ -390,15 +390,18 @@ impl Control {
                         POWER => rec.power_limit_w.map(|orig| {
                             let now = c.dev.power_limits(g).ok().map(|l| l.current_w);
                             // The original is the user's cap again: a GPU the loops hold lower
-                            // stays there.
-                            // Its record stays until they let it go and put it back: a daemon
-                            // that dies meanwhile leaves the GPU below it.
+                            // stays there, and its record stays until they let it go and put
+                            // it back (a daemon that dies meanwhile leaves the GPU below it).
                             let r =
                                 put_back(c.dev.as_ref(), nc, g, orig, now.unwrap_or(f64::INFINITY));
-                            if let (Ok(false), Some((_, at))) = (&r, nc.held(g as u32)) {
+                            let below = nc
+                                .held(g as u32)
+                                .map(|(_, at)| at)
+                                .filter(|at| *at < orig - 0.5);
+                            if let (Ok(false), Some(at)) = (&r, below) {
                                 notes.push(held_note(g, at, orig));
                             }
-                            let back = r.map(|set| set || nc.held(g as u32).is_none());
+                            let back = r.map(|set| set || below.is_none());
                             (
                                 back,
                                 GpuChange {
