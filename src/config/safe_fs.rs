@@ -288,6 +288,20 @@ pub fn open_regular(path: &Path) -> io::Result<File> {
     Ok(f)
 }
 
+/// The end of the open file `f`: its bytes from `max` before its end, or from `floor` when that
+/// is later, up to the size it has now (not what is written meanwhile); and where they start.
+pub fn read_end(f: &mut File, max: u64, floor: u64) -> io::Result<(Vec<u8>, u64)> {
+    use std::io::{Seek, SeekFrom};
+    let len = f.metadata()?.len();
+    let from = len.saturating_sub(max).max(floor);
+    let mut bytes = Vec::new();
+    if from < len {
+        f.seek(SeekFrom::Start(from))?;
+        f.take(len - from).read_to_end(&mut bytes)?;
+    }
+    Ok((bytes, from))
+}
+
 /// The whole of `path`, a record gpupilot keeps (or a run writes) in a directory of ours: at
 /// most `max` bytes, opened without following a link. A link, a FIFO or a device in its place
 /// is refused rather than read (a link to `/dev/zero` would never end), and a file longer than
@@ -466,6 +480,21 @@ mod tests {
         fs::write(&p, [0xff, 0xfe]).unwrap();
         let e = read_capped_string(&p, 64).unwrap_err();
         assert!(e.to_string().contains("not UTF-8"), "{e}");
+    }
+
+    #[test]
+    fn the_end_of_a_file_is_its_last_bytes_from_the_floor_on() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = tmp.path().join("stderr.log");
+        fs::write(&p, b"0123456789").unwrap();
+        let mut f = open_regular(&p).unwrap();
+        assert_eq!(read_end(&mut f, 4, 0).unwrap(), (b"6789".to_vec(), 6));
+        assert_eq!(read_end(&mut f, 4, 8).unwrap(), (b"89".to_vec(), 8));
+        assert_eq!(
+            read_end(&mut f, 100, 0).unwrap(),
+            (b"0123456789".to_vec(), 0)
+        );
+        assert_eq!(read_end(&mut f, 4, 10).unwrap(), (Vec::new(), 10));
     }
 
     #[test]

@@ -93,18 +93,11 @@ pub fn spawn(
 /// The last `n` lines of a log (for messages), from its last 64 KiB: a log of months is not
 /// read whole for ten lines, nor one that is not a regular file of ours.
 fn log_tail(path: &Path, n: usize) -> String {
-    use std::io::{Read, Seek, SeekFrom};
-    const TAIL: u64 = 64 << 10;
-    let Ok(mut f) = safe_fs::open_read(path) else {
+    let Ok((bytes, from)) =
+        safe_fs::open_read(path).and_then(|mut f| safe_fs::read_end(&mut f, 64 << 10, 0))
+    else {
         return String::new();
     };
-    let len = f.metadata().map_or(0, |m| m.len());
-    let from = len.saturating_sub(TAIL);
-    let mut bytes = Vec::new();
-    if f.seek(SeekFrom::Start(from)).is_err() || f.take(len - from).read_to_end(&mut bytes).is_err()
-    {
-        return String::new();
-    }
     let text = String::from_utf8_lossy(&bytes);
     let mut lines: Vec<&str> = text.lines().collect();
     if from > 0 && lines.len() > 1 {

@@ -377,11 +377,11 @@ impl Control {
                 let rec = originals.get(g as u32);
                 if let (Some(was), Some(now)) = (&rec.uuid, c.dev.gpu_uuid(g)) {
                     if *was != now && !rec.is_empty() {
+                        let path = originals.path().display();
                         notes.push(format!(
-                        "GPU {g} is another GPU ({now}) than the one recorded ({was}): its record \
-                         is kept; remove {} if it is stale",
-                        originals.path().display()
-                    ));
+                            "GPU {g} is another GPU ({now}) than the one recorded ({was}): its \
+                             record is kept; remove {path} if it is stale"
+                        ));
                         continue;
                     }
                 }
@@ -392,6 +392,7 @@ impl Control {
                             // The original is the user's cap again: a GPU the loops hold lower
                             // stays there, and its record stays until they let it go and put
                             // it back (a daemon that dies meanwhile leaves the GPU below it).
+                            // A limit that cannot be read is set all the same.
                             let r =
                                 put_back(c.dev.as_ref(), nc, g, orig, now.unwrap_or(f64::INFINITY));
                             let below = nc

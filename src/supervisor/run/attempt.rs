@@ -395,20 +395,14 @@ impl Run {
     /// output, and of it the last 64 KiB: an earlier attempt's error, or one printed long ago by
     /// a script that went on, does not count.
     fn stderr_says_oom(&self) -> bool {
-        use std::io::{Read, Seek, SeekFrom};
+        use crate::config::safe_fs;
         // The run writes this file itself: a link or a FIFO in its place is not read.
-        let Ok(mut f) = crate::config::safe_fs::open_regular(&self.dir.stderr_path()) else {
+        let Ok(mut f) = safe_fs::open_regular(&self.dir.stderr_path()) else {
             return false;
         };
-        let len = f.metadata().map_or(0, |m| m.len());
-        let from = len.saturating_sub(64 * 1024).max(self.stderr_from);
-        if from >= len || f.seek(SeekFrom::Start(from)).is_err() {
+        let Ok((tail, _)) = safe_fs::read_end(&mut f, 64 * 1024, self.stderr_from) else {
             return false;
-        }
-        let mut tail = Vec::new();
-        if f.take(len - from).read_to_end(&mut tail).is_err() {
-            return false;
-        }
+        };
         let tail = String::from_utf8_lossy(&tail).to_lowercase();
         tail.contains("out of memory") || tail.contains("outofmemoryerror")
     }
