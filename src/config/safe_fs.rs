@@ -302,6 +302,44 @@ pub fn read_end(f: &mut File, max: u64, floor: u64) -> io::Result<(Vec<u8>, u64)
     Ok((bytes, from))
 }
 
+/// The next line of `r` into `line` (emptied first, without its newline), bounded: a line
+/// longer than `max` bytes is read past, not kept, and leaves `line` empty. `None` at the end
+/// of the input; otherwise whether the line was kept. A last line without a newline counts.
+pub fn read_line_capped(
+    r: &mut impl io::BufRead,
+    line: &mut Vec<u8>,
+    max: usize,
+) -> io::Result<Option<bool>> {
+    line.clear();
+    let mut seen = false;
+    let mut kept = true;
+    loop {
+        let buf = match r.fill_buf() {
+            Ok(b) => b,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if buf.is_empty() {
+            return Ok(seen.then_some(kept));
+        }
+        seen = true;
+        let (part, used, ends) = match buf.iter().position(|&b| b == b'\n') {
+            Some(i) => (&buf[..i], i + 1, true),
+            None => (buf, buf.len(), false),
+        };
+        if kept && line.len() + part.len() <= max {
+            line.extend_from_slice(part);
+        } else if kept {
+            kept = false;
+            line.clear();
+        }
+        r.consume(used);
+        if ends {
+            return Ok(Some(kept));
+        }
+    }
+}
+
 /// The whole of `path`, a record gpupilot keeps (or a run writes) in a directory of ours: at
 /// most `max` bytes, opened without following a link. A link, a FIFO or a device in its place
 /// is refused rather than read (a link to `/dev/zero` would never end), and a file longer than
@@ -591,5 +629,37 @@ mod tests {
             "{e}"
         );
         assert!(s.is_dir());
+    }
+
+    #[test]
+    fn lines_are_read_bounded_and_long_ones_passed_over() {
+        use std::io::BufReader;
+        let long = "x".repeat(100);
+        let text = format!("one\n{long}\n\ntwo\n{long}");
+        // A reader's buffer shorter than a line: the bound holds across refills.
+        let mut r = BufReader::with_capacity(7, text.as_bytes());
+        let mut line = Vec::new();
+        let mut got = Vec::new();
+        while let Some(kept) = read_line_capped(&mut r, &mut line, 10).unwrap() {
+            got.push(kept.then(|| String::from_utf8(line.clone()).unwrap()));
+            assert!(line.len() <= 10);
+        }
+        assert_eq!(
+            got,
+            [
+                Some("one".into()),
+                None,
+                Some(String::new()),
+                Some("two".into()),
+                None
+            ]
+        );
+        // Exactly the bound is kept; the end of the input with nothing after a newline is
+        // no line.
+        let mut r = BufReader::new(&b"0123456789\n"[..]);
+        assert_eq!(read_line_capped(&mut r, &mut line, 10).unwrap(), Some(true));
+        assert_eq!(line, b"0123456789");
+        assert_eq!(read_line_capped(&mut r, &mut line, 10).unwrap(), None);
+        assert!(line.is_empty());
     }
 }

@@ -22,7 +22,8 @@
 //! `create_dir`, so two supervisors can never get the same id.
 
 use std::fs::{self, DirBuilder, File};
-use std::io::{self, BufRead, BufReader, Write};
+use std::io::{self, BufReader, Read, Write};
+use std::ops::ControlFlow;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
@@ -42,6 +43,11 @@ const MAX_LAUNCH: u64 = 16 << 20;
 const MAX_SUMMARY: u64 = 4 << 20;
 /// `exit_code`: a number.
 const MAX_EXIT_CODE: u64 = 64;
+/// The most of `events.jsonl` read: some 300,000 events, far more than a run's lifecycle
+/// makes. A run can write to the file itself; what lies beyond is not read.
+pub const MAX_EVENTS_READ: u64 = 64 << 20;
+/// The longest line of `events.jsonl` read as an event: gpupilot's are under a kilobyte.
+pub const MAX_EVENT_LINE: usize = 64 << 10;
 
 /// Where a run's process is: pid plus the start time that makes the pid unambiguous.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -246,20 +252,53 @@ impl RunDir {
         safe_fs::open_append(&self.events_path())?.write_all(line.as_bytes())
     }
 
-    /// Every event, in order. A line that does not parse (cut short by a crash mid-write) is
-    /// skipped rather than making the whole history unreadable.
-    pub fn read_events(&self) -> io::Result<Vec<EventRecord>> {
-        let f = match safe_fs::open_regular(&self.events_path()) {
+    /// Each event in order to `f`, until it answers `Break`. A line that does not parse (cut
+    /// short by a crash mid-write, or not an event at all) is passed over rather than making
+    /// the whole history unreadable. The file is read bounded, since the run can write it too:
+    /// its first [`MAX_EVENTS_READ`] bytes, and no line longer than [`MAX_EVENT_LINE`].
+    pub fn visit_events(
+        &self,
+        mut f: impl FnMut(EventRecord) -> ControlFlow<()>,
+    ) -> io::Result<()> {
+        let file = match safe_fs::open_regular(&self.events_path()) {
             Ok(f) => f,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
             Err(e) => return Err(e),
         };
-        let mut out = Vec::new();
-        for line in BufReader::new(f).lines() {
-            if let Ok(rec) = serde_json::from_str(&line?) {
-                out.push(rec);
+        let mut r = BufReader::new(file.take(MAX_EVENTS_READ));
+        let mut line = Vec::new();
+        while let Some(kept) = safe_fs::read_line_capped(&mut r, &mut line, MAX_EVENT_LINE)? {
+            if !kept {
+                continue;
+            }
+            if let Ok(rec) = serde_json::from_slice(&line) {
+                if f(rec).is_break() {
+                    break;
+                }
             }
         }
+        Ok(())
+    }
+
+    /// At most `max` events, from the `skip`th on (counted as [`Self::visit_events`] gives
+    /// them).
+    pub fn read_events(&self, skip: usize, max: usize) -> io::Result<Vec<EventRecord>> {
+        let mut out = Vec::new();
+        if max == 0 {
+            return Ok(out);
+        }
+        let mut seen = 0;
+        self.visit_events(|rec| {
+            seen += 1;
+            if seen > skip {
+                out.push(rec);
+            }
+            if out.len() >= max {
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
+            }
+        })?;
         Ok(out)
     }
 
@@ -366,9 +405,9 @@ mod tests {
         fs::remove_file(d.exit_code_path()).unwrap();
         fs::write(d.exit_code_path(), "3\n").unwrap();
         assert_eq!(d.read_exit_code().map(|(c, _)| c), Some(3));
-        // The event log is read whole, but never through a link to a file that never ends.
+        // The event log is never read through a link to a file that never ends.
         symlink("/dev/zero", d.events_path()).unwrap();
-        let e = d.read_events().unwrap_err();
+        let e = d.read_events(0, usize::MAX).unwrap_err();
         assert!(e.to_string().contains("symbolic link"), "{e}");
     }
 
@@ -431,11 +470,57 @@ mod tests {
         .unwrap();
         d.append_event(&rec(Event::Resumed {})).unwrap();
         let events: Vec<Event> = d
-            .read_events()
+            .read_events(0, usize::MAX)
             .unwrap()
             .into_iter()
             .map(|r| r.event)
             .collect();
         assert_eq!(events, [Event::Paused {}, Event::Resumed {}]);
+    }
+
+    #[test]
+    fn events_are_read_bounded_and_by_page() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = RunDir::create(tmp.path(), "e", SystemTime::now()).unwrap();
+        let rec = |e| EventRecord {
+            time: "t".into(),
+            event: e,
+        };
+        let names =
+            |v: Vec<EventRecord>| -> Vec<Event> { v.into_iter().map(|r| r.event).collect() };
+        d.append_event(&rec(Event::Paused {})).unwrap();
+        // What a run could write in its own directory: a line past the bound (skipped, never
+        // held whole), bytes that are not UTF-8, then more events.
+        let mut f = OpenOptions::new()
+            .append(true)
+            .open(d.events_path())
+            .unwrap();
+        let huge = format!(
+            "{{\"time\":\"t\",\"event\":\"paused\",\"pad\":\"{}\"}}\n",
+            "x".repeat(MAX_EVENT_LINE)
+        );
+        f.write_all(huge.as_bytes()).unwrap();
+        f.write_all(b"\xff\xfe not text\n").unwrap();
+        drop(f);
+        d.append_event(&rec(Event::Resumed {})).unwrap();
+        d.append_event(&rec(Event::Paused {})).unwrap();
+        assert_eq!(
+            names(d.read_events(0, usize::MAX).unwrap()),
+            [Event::Paused {}, Event::Resumed {}, Event::Paused {}]
+        );
+        assert_eq!(names(d.read_events(1, 1).unwrap()), [Event::Resumed {}]);
+        assert_eq!(names(d.read_events(2, 5).unwrap()), [Event::Paused {}]);
+        assert!(d.read_events(3, 5).unwrap().is_empty());
+        assert!(d.read_events(0, 0).unwrap().is_empty());
+        // Past MAX_EVENTS_READ nothing is read: a file grown there (sparse, so cheap to make)
+        // ends the events where the bound falls.
+        let f = OpenOptions::new()
+            .append(true)
+            .open(d.events_path())
+            .unwrap();
+        f.set_len(MAX_EVENTS_READ + 1).unwrap();
+        drop(f);
+        d.append_event(&rec(Event::Resumed {})).unwrap();
+        assert_eq!(d.read_events(0, usize::MAX).unwrap().len(), 3);
     }
 }

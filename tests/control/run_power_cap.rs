@@ -56,7 +56,7 @@ impl NvmlDaemon {
     fn power_events(&self, id: &str) -> Vec<Value> {
         self.home
             .run_dir(id)
-            .read_events()
+            .read_events(0, usize::MAX)
             .unwrap()
             .into_iter()
             .map(|e| serde_json::to_value(e).unwrap())

@@ -278,7 +278,7 @@ fn on_failure_restarts_with_backoff_then_gives_up() {
         std::thread::sleep(Duration::from_millis(30));
         assert_eq!(run.poll(&clock).unwrap(), RunStatus::Backoff);
         assert_eq!(lines(&out).len(), n);
-        let events = run.dir().read_events().unwrap();
+        let events = run.dir().read_events(0, usize::MAX).unwrap();
         let Some(supervisor::Event::RestartScheduled { after_s, attempt }) =
             events.last().map(|r| r.event.clone())
         else {

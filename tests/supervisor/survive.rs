@@ -213,7 +213,7 @@ fn an_adopted_run_that_records_its_exit_code_is_restarted_by_its_policy() {
         (RunStatus::Succeeded, Some(0), 1)
     );
     let codes: Vec<Option<i32>> = dir
-        .read_events()
+        .read_events(0, usize::MAX)
         .unwrap()
         .into_iter()
         .filter_map(|r| match r.event {

@@ -250,16 +250,16 @@ impl Runs {
             let dir = table.get(&id).expect("resolved").run.dir().clone();
             (id, dir)
         };
-        let all = dir.read_events().map_err(|e| {
+        let max = max
+            .unwrap_or(protocol::MAX_EVENTS)
+            .min(protocol::MAX_EVENTS) as usize;
+        let skip = usize::try_from(since).unwrap_or(usize::MAX);
+        let events = dir.read_events(skip, max).map_err(|e| {
             RequestError::new(
                 ErrorCode::Internal,
                 format!("reading {}: {e}", dir.events_path().display()),
             )
         })?;
-        let max = max
-            .unwrap_or(protocol::MAX_EVENTS)
-            .min(protocol::MAX_EVENTS) as usize;
-        let events: Vec<EventRecord> = all.into_iter().skip(since as usize).take(max).collect();
         let next = since + events.len() as u64;
         Ok(Response::RunEvents {
             run: id,

@@ -3,6 +3,7 @@
 //! status in `exit.json`, written whether or not a supervisor watched; only a run started
 //! without one may end with its status unknown.
 
+use std::ops::ControlFlow;
 use std::time::Duration;
 
 use super::{Current, DEFAULT_GRACE, Phase, Run, io_err};
@@ -10,7 +11,7 @@ use crate::profile;
 use crate::supervisor::SupervisorError;
 use crate::supervisor::adopt::{self, Adopted};
 use crate::supervisor::clock::Clock;
-use crate::supervisor::events::{Event, EventRecord, ExitInfo, RunStatus, Summary};
+use crate::supervisor::events::{Event, ExitInfo, RunStatus, Summary};
 use crate::supervisor::monitor;
 use crate::supervisor::procfs;
 use crate::supervisor::restart::Attempt;
@@ -32,10 +33,15 @@ impl Run {
                 path: dir.profile_path(),
                 source: Box::new(source),
             })?;
-        let events = dir
-            .read_events()
-            .map_err(io_err(format!("reading {}", dir.events_path().display())))?;
-        let (history, attempt) = history_from(&events);
+        let mut attempts = Attempts::default();
+        dir.visit_events(|rec| {
+            attempts.take(&rec.event);
+            ControlFlow::Continue(())
+        })
+        .map_err(io_err(format!("reading {}", dir.events_path().display())))?;
+        let Attempts {
+            history, attempt, ..
+        } = attempts;
         let read_summary = dir
             .read_summary()
             .map_err(io_err(format!("reading {}", dir.summary_path().display())))?;
@@ -207,35 +213,38 @@ impl Run {
     }
 }
 
-/// Attempts and the current attempt number, rebuilt from `events.jsonl`.
-fn history_from(events: &[EventRecord]) -> (Vec<Attempt>, u32) {
-    let mut history = Vec::new();
-    let mut attempt = 0;
-    let mut stop_asked = false;
-    for rec in events {
-        match &rec.event {
+/// Attempts and the current attempt number, rebuilt from `events.jsonl` one event at a time.
+#[derive(Default)]
+struct Attempts {
+    history: Vec<Attempt>,
+    attempt: u32,
+    stop_asked: bool,
+}
+
+impl Attempts {
+    fn take(&mut self, event: &Event) {
+        match event {
             Event::Started { attempt: a, .. }
             | Event::Restarted { attempt: a, .. }
             | Event::Submitted { attempt: a, .. } => {
-                attempt = *a;
-                stop_asked = false;
+                self.attempt = *a;
+                self.stop_asked = false;
             }
-            Event::StopRequested { .. } | Event::Killed { .. } => stop_asked = true,
+            Event::StopRequested { .. } | Event::Killed { .. } => self.stop_asked = true,
             Event::Exited {
                 code,
                 signal,
                 duration_s,
                 ..
-            } => history.push(Attempt {
+            } => self.history.push(Attempt {
                 exit: ExitInfo {
                     code: *code,
                     signal: *signal,
                 },
-                stopped_by_user: stop_asked,
+                stopped_by_user: self.stop_asked,
                 ran_for: Duration::from_secs_f64(duration_s.max(0.0)),
             }),
             _ => {}
         }
     }
-    (history, attempt)
 }
