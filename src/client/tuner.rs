@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::{Client, ClientError};
 use crate::control::PowerLimits;
+use crate::control::status::ControlStatus;
 use crate::control::tuner::record::TuneJob;
 use crate::control::tuner::session::{Reports, RunSeen, TunerDaemon};
 use crate::protocol::{ErrorCode, Request, Response, TargetGpus};
@@ -54,6 +55,13 @@ impl TunerDaemon for Client {
         };
         self.request(request)?;
         Ok(())
+    }
+
+    fn loops(&self) -> anyhow::Result<ControlStatus> {
+        match self.request(Request::Thermal {})? {
+            Response::Control(c) => Ok(*c),
+            _ => anyhow::bail!("the daemon answered `thermal` with something else"),
+        }
     }
 
     fn set_batch(&self, run: &str, batch: u32, why: &str) -> anyhow::Result<bool> {

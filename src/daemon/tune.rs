@@ -762,6 +762,9 @@ impl TunerDaemon for JobDaemon {
     fn set_batch(&self, run: &str, batch: u32, why: &str) -> anyhow::Result<bool> {
         self.own.set_batch(run, batch, why)
     }
+    fn loops(&self) -> anyhow::Result<crate::control::status::ControlStatus> {
+        self.own.loops()
+    }
     fn set_cap(&self, gpus: Vec<u32>, watts: f64, why: &str) -> anyhow::Result<()> {
         let Err(e) = self.own.set_cap(gpus.clone(), watts, why) else {
             return Ok(());

@@ -34,6 +34,15 @@ pub(crate) fn succeeded(home: &Home, args: &[&str], secs: u64) -> (String, Strin
     (stdout, stderr)
 }
 
+/// `gpupilot ARGS`, started with its output piped.
+fn spawned(home: &Home, args: &[&str]) -> std::process::Child {
+    home.gpupilot(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 /// `gpupilot ARGS` within `secs`, which must fail: its stderr.
 fn failed(home: &Home, args: &[&str], secs: u64) -> String {
     let out = home.run(args, Duration::from_secs(secs));
@@ -88,12 +97,7 @@ fn an_interrupted_search_puts_the_starting_caps_back() {
     home.ok(&["power", "cap", "650"]);
     let mut args = vec!["tune", "energy", &run];
     args.extend(QUICK);
-    let mut child = home
-        .gpupilot(&args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawned(&home, &args);
     // Interrupt once the search has moved to its second cap.
     let c = home.client();
     wait_for("the tuner's second cap", Duration::from_secs(30), || {
@@ -119,12 +123,7 @@ fn the_run_ending_mid_way_puts_the_starting_caps_back() {
     let run = home.start_synthetic();
     let mut args = vec!["tune", "energy", &run];
     args.extend(QUICK);
-    let child = home
-        .gpupilot(&args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = spawned(&home, &args);
     let c = home.client();
     wait_for("the tuner's second cap", Duration::from_secs(30), || {
         caps(&c) == [450.0, 450.0]
@@ -137,6 +136,65 @@ fn the_run_ending_mid_way_puts_the_starting_caps_back() {
         "{stderr}"
     );
     assert_eq!(caps(&c), [700.0, 700.0]);
+}
+
+/// Under a node budget (or a thermal governor) a cap set from outside is a ceiling: a GPU the
+/// budget holds lower stays there, so a search's caps would not be the GPUs'. A search is
+/// refused while a budget is set; one turned on mid-search stops it at once, with the reason,
+/// and its starting caps are what the budget gives back when it goes.
+#[test]
+fn a_search_is_refused_under_a_budget_and_stops_when_one_comes() {
+    let home = Home::new();
+    let _daemon = home.daemon(&[]);
+    let run = home.start_synthetic();
+    let c = home.client();
+    let mut args = vec!["tune", "energy", &run];
+    args.extend(QUICK);
+
+    home.ok(&["budget", "900"]);
+    let stderr = failed(&home, &args, 60);
+    assert!(
+        stderr.contains("a node budget of 900 W shares the power caps")
+            && stderr.contains("`gpupilot budget off`"),
+        "{stderr}"
+    );
+    assert!(
+        !home
+            .node_events()
+            .iter()
+            .any(|e| e.to_string().contains("energy tuner")),
+        "a refused search changed a cap"
+    );
+    home.ok(&["budget", "off"]);
+    wait_for(
+        "the caps from before the budget",
+        Duration::from_secs(20),
+        || caps(&c) == [700.0, 700.0],
+    );
+
+    // A budget that comes while the search measures 450 W holds the GPUs at 300 W each.
+    let child = spawned(&home, &args);
+    wait_for("the tuner's second cap", Duration::from_secs(30), || {
+        caps(&c) == [450.0, 450.0]
+    });
+    home.ok(&["budget", "600"]);
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("tuning stopped (GPU ")
+            && stderr.contains("not the 450 W the search is measuring")
+            && stderr.contains("the thermal governor or the node budget holds it lower"),
+        "{stderr}"
+    );
+    assert!(!home.run_dir(&run).path().join("tune-energy.json").exists());
+    assert!(caps(&c).iter().sum::<f64>() <= 600.5, "{:?}", caps(&c));
+    home.ok(&["budget", "off"]);
+    wait_for(
+        "the search's starting caps",
+        Duration::from_secs(20),
+        || caps(&c) == [700.0, 700.0],
+    );
 }
 
 /// `gpupilot run --detach PROFILE`: the run's id.

@@ -22,12 +22,16 @@ use super::live::LiveRun;
 use super::{Observation, TuneResult, TuneSettings, Tuner, TunerConfig, Unit};
 use crate::control::PowerLimits;
 use crate::control::jobs::gpu_ranges;
+use crate::control::status::ControlStatus;
 use crate::profile::VisibleGpus;
 use crate::telemetry::{GpuSample, Snapshot};
 use crate::training::{KnobName, MetricsPoint, TrainerInfo};
 
 /// File the result is written to, in the run's directory.
 pub const RESULT_FILE: &str = "tune-energy.json";
+
+/// How far a GPU's cap may be from the one the search set (the driver keeps milliwatts).
+const CAP_SLACK_W: f64 = 1.0;
 
 /// What the tuner asks of the daemon: the run, the GPUs' newest samples, the run's metrics
 /// reports, the GPUs' power limits, and caps. The daemon's client implements it; a test may
@@ -43,6 +47,8 @@ pub trait TunerDaemon {
     fn power_limits(&self) -> anyhow::Result<Vec<(u32, Option<PowerLimits>)>>;
     /// Cap `gpus` at `watts`, with `why` for the node's events.
     fn set_cap(&self, gpus: Vec<u32>, watts: f64, why: &str) -> anyhow::Result<()>;
+    /// The node's control loops (`gpupilot thermal`): governors and budget.
+    fn loops(&self) -> anyhow::Result<ControlStatus>;
     /// Ask run `run`'s trainer for batch size `batch` (`gpupilot set RUN batch-size N`: every
     /// rank of a job at one step). `Ok(false)`: no trainer is attached now, ask again later.
     fn set_batch(&self, run: &str, batch: u32, why: &str) -> anyhow::Result<bool>;
@@ -249,6 +255,43 @@ pub struct DaemonRun<D: TunerDaemon> {
     oom: bool,
     /// A batch change was asked: a stop puts the starting batch back.
     batch_changed: bool,
+    /// The cap the search set last and measures at (None before its first, and once the
+    /// starting caps are back): checked on the GPUs at every observation.
+    trial: Option<f64>,
+}
+
+/// An error when the node's control loops may move the caps of `gpus`: a thermal governor on
+/// one of them, or a node budget. Their caps would not be the search's (a cap set under them
+/// is a ceiling they hold the GPU below), and what the search starts from and puts back would
+/// be what they hold the GPUs at, not the caps the operator set.
+fn loops_leave_alone(loops: &ControlStatus, gpus: &[u32]) -> anyhow::Result<()> {
+    let governed: Vec<u32> = loops
+        .governors
+        .iter()
+        .map(|g| g.gpu)
+        .filter(|g| gpus.contains(g))
+        .collect();
+    let off = "turn it off for the search";
+    if !governed.is_empty() {
+        anyhow::bail!(
+            "a thermal governor moves the power cap of GPU {}, so the search's caps would not be \
+             the GPUs': {off} (`gpupilot thermal off --gpu {}`)",
+            gpu_ranges(&governed),
+            governed
+                .iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(",")
+        );
+    }
+    if let Some(b) = &loops.budget {
+        anyhow::bail!(
+            "a node budget of {:.0} W shares the power caps, so the search's caps would not be \
+             the GPUs': {off} (`gpupilot budget off`)",
+            b.budget_w
+        );
+    }
+    Ok(())
 }
 
 impl<D: TunerDaemon> DaemonRun<D> {
@@ -296,6 +339,7 @@ impl<D: TunerDaemon> DaemonRun<D> {
                 (gpus, Some(ranks), false)
             }
         };
+        loops_leave_alone(&daemon.loops()?, &gpus)?;
         let settings = daemon.power_limits()?;
         let mut limits = Vec::new();
         let mut start_w = BTreeMap::new();
@@ -330,6 +374,7 @@ impl<D: TunerDaemon> DaemonRun<D> {
             attempt: Some(attempt),
             oom: false,
             batch_changed: false,
+            trial: None,
         })
     }
 
@@ -438,6 +483,33 @@ impl<D: TunerDaemon> DaemonRun<D> {
         self.start_w = start_w;
     }
 
+    /// An error when a GPU of the run is not at `w`, the cap the search set and measures: the
+    /// power it measured would be another cap's. The loops keep a cap set from outside as a
+    /// ceiling, not a setting: a GPU the thermal governor or the node budget holds lower stays
+    /// there.
+    fn check_trial(&self, w: f64) -> Result<(), String> {
+        let limits = self.daemon.power_limits().map_err(|e| e.to_string())?;
+        for (g, l) in limits {
+            let Some(l) = l.filter(|_| self.gpus.contains(&g)) else {
+                continue;
+            };
+            if (l.current_w - w).abs() <= CAP_SLACK_W {
+                continue;
+            }
+            let how = if l.current_w < w {
+                "the thermal governor or the node budget holds it lower (turn them off for the \
+                 search: `gpupilot thermal off`, `gpupilot budget off`), or someone set it"
+            } else {
+                "someone raised it"
+            };
+            return Err(format!(
+                "GPU {g}'s power cap is {:.0} W, not the {w:.0} W the search is measuring: {how}",
+                l.current_w
+            ));
+        }
+        Ok(())
+    }
+
     fn cap(&self, gpus: Vec<u32>, watts: f64, why: &str) -> Result<(), String> {
         self.daemon
             .set_cap(gpus, watts, why)
@@ -456,6 +528,11 @@ impl<D: TunerDaemon> DaemonRun<D> {
 
 impl<D: TunerDaemon> LiveRun for DaemonRun<D> {
     fn observe(&mut self) -> Result<Option<Observation>, String> {
+        // A budget or a governor turned on mid-search would hold the GPUs below it: what is
+        // measured from now on would be another cap's.
+        if let Some(w) = self.trial {
+            self.check_trial(w)?;
+        }
         let snapshot = self.daemon.snapshot().map_err(|e| e.to_string())?;
         if let Some(snap) = snapshot {
             let total = energy_of(&self.gpus, &snap.gpus)?;
@@ -511,7 +588,10 @@ impl<D: TunerDaemon> LiveRun for DaemonRun<D> {
     }
 
     fn set_cap(&mut self, watts: f64) -> Result<(), String> {
-        self.cap(self.gpus.clone(), watts, "energy tuner: trying a cap")
+        self.cap(self.gpus.clone(), watts, "energy tuner: trying a cap")?;
+        // Checked at the next observation, before any of it is counted.
+        self.trial = Some(watts);
+        Ok(())
     }
 
     fn set_batch(&mut self, batch: u32) -> Result<(), String> {
@@ -519,6 +599,7 @@ impl<D: TunerDaemon> LiveRun for DaemonRun<D> {
     }
 
     fn restore(&mut self) -> Result<(), String> {
+        self.trial = None;
         // The caps first: a batch that cannot go back (the run ended) must not keep them.
         // GPUs that started at the same cap go back in one request.
         let mut by_cap: BTreeMap<u64, Vec<u32>> = BTreeMap::new();
@@ -632,6 +713,9 @@ mod tests {
         fn set_cap(&self, _: Vec<u32>, _: f64, _: &str) -> anyhow::Result<()> {
             Ok(())
         }
+        fn loops(&self) -> anyhow::Result<ControlStatus> {
+            Ok(ControlStatus::default())
+        }
         fn set_batch(&self, _: &str, _: u32, _: &str) -> anyhow::Result<bool> {
             Ok(true)
         }
@@ -686,6 +770,44 @@ mod tests {
         run.asked_batch = Some((128, true));
         assert!(run.alive().unwrap());
         assert!(!run.oom, "the same attempt, started");
+    }
+
+    #[test]
+    fn a_search_leaves_gpus_alone_only_where_no_loop_moves_their_caps() {
+        use crate::control::governor::{Mode, Target};
+        use crate::control::status::{BudgetStatus, GovernorStatus};
+        let governor = |gpu| GovernorStatus {
+            gpu,
+            target: Target::Celsius(78.0),
+            target_c: Some(78.0),
+            mode: Mode::Tracking,
+            cap_w: Some(600.0),
+            user_cap_w: Some(700.0),
+            last: None,
+            by: "alice".into(),
+        };
+        let mut loops = ControlStatus {
+            governors: vec![governor(2), governor(3)],
+            ..Default::default()
+        };
+        // A governor on another GPU is no matter.
+        assert!(loops_leave_alone(&loops, &[0, 1]).is_ok());
+        let e = loops_leave_alone(&loops, &[1, 3]).unwrap_err().to_string();
+        assert!(
+            e.contains("moves the power cap of GPU 3") && e.contains("thermal off --gpu 3`"),
+            "{e}"
+        );
+        loops.governors.clear();
+        loops.budget = Some(BudgetStatus {
+            budget_w: 2800.0,
+            total_w: 2800.0,
+            demand_w: 3000.0,
+            caps: vec![(0, 700.0)],
+            infeasible: None,
+            by: "alice".into(),
+        });
+        let e = loops_leave_alone(&loops, &[0]).unwrap_err().to_string();
+        assert!(e.contains("a node budget of 2800 W"), "{e}");
     }
 
     #[test]
