@@ -73,13 +73,34 @@ pub fn peer_allowed(daemon_uid: u32, peer_uid: u32) -> bool {
 
 /// A user's name from `/etc/passwd` (no NSS: enough for the event log).
 pub fn user_name(uid: u32) -> Option<String> {
-    let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
-    passwd.lines().find_map(|line| {
-        let mut f = line.split(':');
-        let name = f.next()?;
-        let id: u32 = f.nth(1)?.parse().ok()?;
-        (id == uid).then(|| name.to_string())
-    })
+    let file = std::fs::File::open("/etc/passwd").ok()?;
+    name_in_passwd(file, uid)
+}
+
+/// The most of a passwd file read, and its longest line: a site's directory may be large,
+/// but a line is a few fields.
+const MAX_PASSWD: u64 = 64 << 20;
+const MAX_PASSWD_LINE: usize = 4 << 10;
+
+/// The name of `uid` in a passwd file, read a line at a time and bounded.
+fn name_in_passwd(r: impl std::io::Read, uid: u32) -> Option<String> {
+    let mut r = std::io::BufReader::new(r.take(MAX_PASSWD));
+    let mut line = Vec::new();
+    while let Some(kept) =
+        crate::config::safe_fs::read_line_capped(&mut r, &mut line, MAX_PASSWD_LINE).ok()?
+    {
+        let Some(text) = kept.then(|| std::str::from_utf8(&line).ok()).flatten() else {
+            continue;
+        };
+        let mut f = text.split(':');
+        let (Some(name), Some(id)) = (f.next(), f.nth(1)) else {
+            continue;
+        };
+        if id.parse() == Ok(uid) {
+            return Some(name.to_string());
+        }
+    }
+    None
 }
 
 /// A process's command name (`/proc/PID/comm`).
@@ -119,5 +140,17 @@ mod tests {
     #[test]
     fn root_has_a_name() {
         assert_eq!(user_name(0).as_deref(), Some("root"));
+        // Read a line at a time: a line past the bound, or not text, is passed over.
+        let long = format!("{}:x:5:5::/:/bin/sh\n", "a".repeat(MAX_PASSWD_LINE));
+        let passwd = format!(
+            "root:x:0:0::/root:/bin/sh\n{long}\u{fffd}\nbob:x:1000:1000::/home/bob:/bin/sh"
+        );
+        let mut bytes = passwd.into_bytes();
+        let odd = bytes.iter().position(|&b| b == 0xef).unwrap();
+        bytes[odd] = 0xff;
+        assert_eq!(name_in_passwd(&bytes[..], 1000).as_deref(), Some("bob"));
+        assert_eq!(name_in_passwd(&bytes[..], 0).as_deref(), Some("root"));
+        assert_eq!(name_in_passwd(&bytes[..], 5), None);
+        assert_eq!(name_in_passwd(&bytes[..], 7), None);
     }
 }

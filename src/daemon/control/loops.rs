@@ -244,7 +244,9 @@ impl Control {
         request: Request,
         telemetry: &Telemetry,
     ) -> Result<Response, RequestError> {
-        let by = peer.describe();
+        // Who asked, for the loops' records: only a change needs it (a name from /etc/passwd
+        // and the process's from /proc), not the console's poll of `thermal`.
+        let by = || peer.describe();
         let events = match request {
             Request::Thermal {} => vec![],
             Request::ThermalSet {
@@ -257,11 +259,13 @@ impl Control {
                 self.needs_control()?;
                 let list = self.gpu_list(&gpus, telemetry)?;
                 let why = why.unwrap_or_else(|| format!("hold {}", target.describe()));
+                let by = by();
                 self.with_loops(|i| i.node.thermal_on(&list, target, &by, &why))
             }
             Request::ThermalOff { gpus, why } => {
                 let list = self.gpu_list(&gpus, telemetry)?;
                 let why = why.unwrap_or_else(|| "turned off".into());
+                let by = by();
                 self.with_loops(|i| i.node.thermal_off(&list, &by, &why))
             }
             Request::PowerBudget { budget_w, why } => {
@@ -278,6 +282,7 @@ impl Control {
                     Some(w) => format!("node budget {w:.0} W"),
                     None => "budget cleared".into(),
                 });
+                let by = by();
                 vec![self.with_loops(|i| i.node.set_budget(budget_w, &by, &why))]
             }
             other => {
