@@ -762,8 +762,17 @@ impl TunerDaemon for JobDaemon {
     fn set_batch(&self, run: &str, batch: u32, why: &str) -> anyhow::Result<bool> {
         self.own.set_batch(run, batch, why)
     }
+    /// This daemon's loops, and a system daemon's where one answers: caps this daemon may not
+    /// set go there, under its loops.
     fn loops(&self) -> anyhow::Result<crate::control::status::ControlStatus> {
-        self.own.loops()
+        let mut loops = self.own.loops()?;
+        if self.system().is_some() {
+            if let Some(Ok(sys)) = lock(&self.system).as_ref().map(|s| s.loops()) {
+                loops.governors.extend(sys.governors);
+                loops.budget = loops.budget.or(sys.budget);
+            }
+        }
+        Ok(loops)
     }
     fn set_cap(&self, gpus: Vec<u32>, watts: f64, why: &str) -> anyhow::Result<()> {
         let Err(e) = self.own.set_cap(gpus.clone(), watts, why) else {
