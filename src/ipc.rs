@@ -89,7 +89,7 @@ fn name_in_passwd(r: impl std::io::Read, uid: u32) -> Option<String> {
     while let Some(kept) =
         crate::config::safe_fs::read_line_capped(&mut r, &mut line, MAX_PASSWD_LINE).ok()?
     {
-        let Some(text) = kept.then(|| std::str::from_utf8(&line).ok()).flatten() else {
+        let (true, Ok(text)) = (kept, std::str::from_utf8(&line)) else {
             continue;
         };
         let mut f = text.split(':');

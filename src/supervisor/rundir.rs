@@ -346,6 +346,14 @@ mod tests {
     use std::os::unix::fs::symlink;
     use std::time::{Duration, UNIX_EPOCH};
 
+    /// An event as the log holds it, at a time that does not matter.
+    fn rec(event: Event) -> EventRecord {
+        EventRecord {
+            time: "t".into(),
+            event,
+        }
+    }
+
     #[test]
     fn run_files_are_never_written_through_a_link() {
         let tmp = tempfile::tempdir().unwrap();
@@ -452,10 +460,6 @@ mod tests {
     fn events_append_and_skip_torn_lines() {
         let tmp = tempfile::tempdir().unwrap();
         let d = RunDir::create(tmp.path(), "e", SystemTime::now()).unwrap();
-        let rec = |e| EventRecord {
-            time: "t".into(),
-            event: e,
-        };
         d.append_event(&rec(Event::Paused {})).unwrap();
         OpenOptions::new()
             .append(true)
@@ -482,10 +486,6 @@ mod tests {
     fn events_are_read_bounded_and_by_page() {
         let tmp = tempfile::tempdir().unwrap();
         let d = RunDir::create(tmp.path(), "e", SystemTime::now()).unwrap();
-        let rec = |e| EventRecord {
-            time: "t".into(),
-            event: e,
-        };
         let names =
             |v: Vec<EventRecord>| -> Vec<Event> { v.into_iter().map(|r| r.event).collect() };
         d.append_event(&rec(Event::Paused {})).unwrap();
