@@ -120,6 +120,11 @@ pub struct MetricsPoint {
     pub report: MetricsReport,
 }
 
+/// The longest line of a `metrics.jsonl` that readers keep. A report reaches the daemon in one
+/// request frame of at most 1 MiB (`protocol::MAX_REQUEST_FRAME`), so a line the daemon wrote
+/// is no longer; a longer one was written by something else and is passed over.
+pub const MAX_METRICS_LINE: usize = 1 << 20;
+
 /// How a knob change reaches the run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

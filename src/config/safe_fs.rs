@@ -16,6 +16,7 @@
 
 use std::fs::{DirBuilder, File, OpenOptions};
 use std::io::{self, Read, Write};
+use std::ops::ControlFlow;
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
@@ -340,6 +341,23 @@ pub fn read_line_capped(
     }
 }
 
+/// Each line of `r` to `f`, read as [`read_line_capped`] reads them: `None` for a line longer
+/// than `max` bytes, which is passed over without being kept. Until the end of `r`, or until
+/// `f` answers `Break`.
+pub fn visit_lines(
+    mut r: impl io::BufRead,
+    max: usize,
+    mut f: impl FnMut(Option<&[u8]>) -> ControlFlow<()>,
+) -> io::Result<()> {
+    let mut line = Vec::new();
+    while let Some(kept) = read_line_capped(&mut r, &mut line, max)? {
+        if f(kept.then_some(line.as_slice())).is_break() {
+            break;
+        }
+    }
+    Ok(())
+}
+
 /// The whole of `path`, a record gpupilot keeps (or a run writes) in a directory of ours: at
 /// most `max` bytes, opened without following a link. A link, a FIFO or a device in its place
 /// is refused rather than read (a link to `/dev/zero` would never end), and a file longer than
@@ -637,13 +655,13 @@ mod tests {
         let long = "x".repeat(100);
         let text = format!("one\n{long}\n\ntwo\n{long}");
         // A reader's buffer shorter than a line: the bound holds across refills.
-        let mut r = BufReader::with_capacity(7, text.as_bytes());
-        let mut line = Vec::new();
+        let r = BufReader::with_capacity(7, text.as_bytes());
         let mut got = Vec::new();
-        while let Some(kept) = read_line_capped(&mut r, &mut line, 10).unwrap() {
-            got.push(kept.then(|| String::from_utf8(line.clone()).unwrap()));
-            assert!(line.len() <= 10);
-        }
+        visit_lines(r, 10, |line| {
+            got.push(line.map(|l| String::from_utf8(l.to_vec()).unwrap()));
+            ControlFlow::Continue(())
+        })
+        .unwrap();
         assert_eq!(
             got,
             [
@@ -654,6 +672,19 @@ mod tests {
                 None
             ]
         );
+        // `Break` ends the reading.
+        let mut seen = 0;
+        visit_lines(text.as_bytes(), 10, |_| {
+            seen += 1;
+            if seen == 2 {
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
+            }
+        })
+        .unwrap();
+        assert_eq!(seen, 2);
+        let mut line = Vec::new();
         // Exactly the bound is kept; the end of the input with nothing after a newline is
         // no line.
         let mut r = BufReader::new(&b"0123456789\n"[..]);

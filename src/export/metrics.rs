@@ -6,14 +6,16 @@
 //! short by a crash mid-write) or is longer than [`MAX_LINE`] is skipped and counted.
 
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader, Read};
+use std::io::BufReader;
+use std::ops::ControlFlow;
 use std::path::Path;
 
 use super::{Cells, Column, ExportError, Table};
+use crate::config::safe_fs;
 use crate::training::MetricsPoint;
 
 /// Longest line read; the daemon writes lines of a few hundred bytes.
-pub const MAX_LINE: usize = 1 << 20;
+pub const MAX_LINE: usize = crate::training::MAX_METRICS_LINE;
 
 /// Most rows in one export.
 pub const MAX_ROWS: usize = 5_000_000;
@@ -45,7 +47,7 @@ pub struct MetricsTable {
 
 /// The reports of run `run` in `path` with `from <= t < to`.
 pub fn table(path: &Path, run: &str, from: f64, to: f64) -> Result<MetricsTable, ExportError> {
-    let file = match crate::config::safe_fs::open_read(path) {
+    let file = match safe_fs::open_read(path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return Ok(MetricsTable {
@@ -55,47 +57,33 @@ pub fn table(path: &Path, run: &str, from: f64, to: f64) -> Result<MetricsTable,
         }
         Err(e) => return Err(ExportError::Io(e)),
     };
-    let mut reader = BufReader::new(file);
     let (mut points, mut unreadable) = (Vec::new(), 0);
-    let mut line = Vec::new();
-    loop {
-        line.clear();
-        let n = (&mut reader)
-            .take(MAX_LINE as u64 + 1)
-            .read_until(b'\n', &mut line)?;
-        if n == 0 {
-            break;
-        }
-        if line.last() != Some(&b'\n') && n > MAX_LINE {
-            // Too long: skip to its end.
+    let mut too_many = false;
+    safe_fs::visit_lines(BufReader::new(file), MAX_LINE, |line| {
+        let Some(line) = line else {
             unreadable += 1;
-            let mut rest = Vec::new();
-            loop {
-                rest.clear();
-                let m = (&mut reader)
-                    .take(MAX_LINE as u64)
-                    .read_until(b'\n', &mut rest)?;
-                if m == 0 || rest.last() == Some(&b'\n') {
-                    break;
-                }
-            }
-            continue;
-        }
+            return ControlFlow::Continue(());
+        };
         if line.iter().all(u8::is_ascii_whitespace) {
-            continue;
+            return ControlFlow::Continue(());
         }
-        match serde_json::from_slice::<MetricsPoint>(&line) {
+        match serde_json::from_slice::<MetricsPoint>(line) {
             Ok(p) if p.t >= from && p.t < to => {
                 if points.len() == MAX_ROWS {
-                    return Err(ExportError::TooLarge(format!(
-                        "more than {MAX_ROWS} reports: give a shorter window (--since, --until)"
-                    )));
+                    too_many = true;
+                    return ControlFlow::Break(());
                 }
                 points.push(p);
             }
             Ok(_) => {}
             Err(_) => unreadable += 1,
         }
+        ControlFlow::Continue(())
+    })?;
+    if too_many {
+        return Err(ExportError::TooLarge(format!(
+            "more than {MAX_ROWS} reports: give a shorter window (--since, --until)"
+        )));
     }
     Ok(MetricsTable {
         table: build(run, points),

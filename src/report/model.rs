@@ -5,9 +5,10 @@
 //! Gathering reads files and nothing else: the caller fetches the GPU history (the CLI over the
 //! daemon's `History` request, the daemon from its own store) and hands it in. What could not be
 //! read is said in [`Report::missing`], never silently dropped; a line of a `.jsonl` file that
-//! does not parse (cut short by a crash mid-write) is counted and skipped.
+//! does not parse (cut short by a crash mid-write, or too long) is counted and skipped.
 
-use std::io::{self, BufRead, BufReader};
+use std::io::{self, BufReader};
+use std::ops::ControlFlow;
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -15,11 +16,13 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use super::environment::{self, Environment};
+use crate::config::safe_fs;
 use crate::control::energy::RunEnergy;
 use crate::history::{Metric, Point};
 use crate::protocol::{MetricsPoint, NodeEvent, NodeEventRecord, RunInfo};
 use crate::supervisor::{Event, EventRecord, RunDir, Summary};
 use crate::time::{parse_rfc3339, rfc3339};
+use crate::training::MAX_METRICS_LINE;
 
 /// Most points kept per chart series (metrics are thinned to this many, evenly).
 pub const MAX_POINTS: usize = 600;
@@ -261,26 +264,88 @@ pub fn gather_history<E>(
     Ok(out)
 }
 
-/// Every line of a JSON-lines file that parses, and how many did not. A missing file is empty.
-pub fn read_jsonl<T: DeserializeOwned>(path: &Path) -> io::Result<(Vec<T>, usize)> {
+/// Most records read from one JSON-lines file: a report from each of 8 ranks every second for
+/// a week is 4.8 million.
+pub const MAX_RECORDS: usize = 5_000_000;
+
+/// What a JSON-lines file held, as far as it was read.
+#[derive(Debug)]
+pub struct Jsonl<T> {
+    /// The lines that parse, in order.
+    pub records: Vec<T>,
+    /// Lines that did not: not JSON of a record, not text, or longer than
+    /// [`MAX_METRICS_LINE`].
+    pub unreadable: usize,
+    /// Reading stopped at [`MAX_RECORDS`]: what follows was not read.
+    pub cut: bool,
+}
+
+impl<T> Jsonl<T> {
+    /// What `missing` says of the file `name`, if anything.
+    fn missing(&self, name: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.unreadable > 0 {
+            out.push(format!(
+                "{name}: {} line(s) could not be read and were skipped",
+                self.unreadable
+            ));
+        }
+        if self.cut {
+            out.push(format!(
+                "{name}: only its first {MAX_RECORDS} records were read; the rest is left out"
+            ));
+        }
+        out
+    }
+}
+
+/// Every line of a JSON-lines file that parses, up to [`MAX_RECORDS`], and how many did not.
+/// A missing file is empty. Lines are read bounded, since the run can write these files too.
+pub fn read_jsonl<T: DeserializeOwned>(path: &Path) -> io::Result<Jsonl<T>> {
+    read_jsonl_where(path, |_| true)
+}
+
+/// [`read_jsonl`], keeping only the records `keep` accepts (the others count toward nothing).
+pub fn read_jsonl_where<T: DeserializeOwned>(
+    path: &Path,
+    keep: impl FnMut(&T) -> bool,
+) -> io::Result<Jsonl<T>> {
+    read_at_most(path, MAX_RECORDS, keep)
+}
+
+fn read_at_most<T: DeserializeOwned>(
+    path: &Path,
+    max: usize,
+    mut keep: impl FnMut(&T) -> bool,
+) -> io::Result<Jsonl<T>> {
+    let mut out = Jsonl {
+        records: Vec::new(),
+        unreadable: 0,
+        cut: false,
+    };
     // Never through a link, and no FIFO waited on.
-    let f = match crate::config::safe_fs::open_regular(path) {
+    let f = match safe_fs::open_regular(path) {
         Ok(f) => f,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((Vec::new(), 0)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(out),
         Err(e) => return Err(e),
     };
-    let (mut out, mut bad) = (Vec::new(), 0);
-    for line in BufReader::new(f).split(b'\n') {
-        let line = line?;
-        if line.iter().all(u8::is_ascii_whitespace) {
-            continue;
+    safe_fs::visit_lines(BufReader::new(f), MAX_METRICS_LINE, |line| {
+        match line {
+            Some(l) if l.iter().all(u8::is_ascii_whitespace) => {}
+            Some(l) => match serde_json::from_slice(l) {
+                Ok(v) if !keep(&v) => {}
+                Ok(_) if out.records.len() == max => {
+                    out.cut = true;
+                    return ControlFlow::Break(());
+                }
+                Ok(v) => out.records.push(v),
+                Err(_) => out.unreadable += 1,
+            },
+            None => out.unreadable += 1,
         }
-        match serde_json::from_slice(&line) {
-            Ok(v) => out.push(v),
-            Err(_) => bad += 1,
-        }
-    }
-    Ok((out, bad))
+        ControlFlow::Continue(())
+    })?;
+    Ok(out)
 }
 
 /// Gather a run's report.
@@ -313,22 +378,15 @@ pub fn gather(dir: &RunDir, src: Sources<'_>) -> Result<Report, ReportError> {
     };
     let gpus = run_gpus(dir, energy.as_ref());
 
-    let (points, bad_metrics) = read_jsonl::<MetricsPoint>(&dir.path().join("metrics.jsonl"))?;
-    let (events, bad_events) = read_jsonl::<EventRecord>(&dir.events_path())?;
+    let metrics = read_jsonl::<MetricsPoint>(&dir.path().join("metrics.jsonl"))?;
+    let events = read_jsonl::<EventRecord>(&dir.events_path())?;
     let unreadable = Unreadable {
-        metrics: bad_metrics,
-        events: bad_events,
+        metrics: metrics.unreadable,
+        events: events.unreadable,
     };
-    if bad_metrics > 0 {
-        missing.push(format!(
-            "metrics.jsonl: {bad_metrics} line(s) could not be read and were skipped"
-        ));
-    }
-    if bad_events > 0 {
-        missing.push(format!(
-            "events.jsonl: {bad_events} line(s) could not be read and were skipped"
-        ));
-    }
+    missing.extend(metrics.missing("metrics.jsonl"));
+    missing.extend(events.missing("events.jsonl"));
+    let (points, events) = (metrics.records, events.records);
     if points.is_empty() {
         missing.push("training metrics: the run reported none (metrics.jsonl is empty)".into());
     }
@@ -377,8 +435,21 @@ pub fn gather(dir: &RunDir, src: Sources<'_>) -> Result<Report, ReportError> {
 
     let mut markers = run_markers(&events);
     if let Some(log) = src.node_log {
-        match read_jsonl::<NodeEventRecord>(log) {
-            Ok((node, _)) => {
+        // The node's log grows for as long as the node runs: only the run's span is kept.
+        let during = |rec: &NodeEventRecord| {
+            unix_s(&rec.time).is_some_and(|t| (start_s..=end_s).contains(&t))
+        };
+        match read_jsonl_where::<NodeEventRecord>(log, during) {
+            Ok(node) => {
+                // Lines of other kinds of events (a newer daemon's) are no loss here.
+                if node.cut {
+                    missing.push(format!(
+                        "cap changes: {}: more than {MAX_RECORDS} records over the run's span; \
+                         the rest is left out",
+                        log.display()
+                    ));
+                }
+                let node = node.records;
                 let (caps, governor): (Vec<Marker>, Vec<Marker>) =
                     cap_markers(&node, gpus.as_deref(), start_s, end_s)
                         .into_iter()

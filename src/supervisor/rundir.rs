@@ -265,19 +265,13 @@ impl RunDir {
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
             Err(e) => return Err(e),
         };
-        let mut r = BufReader::new(file.take(MAX_EVENTS_READ));
-        let mut line = Vec::new();
-        while let Some(kept) = safe_fs::read_line_capped(&mut r, &mut line, MAX_EVENT_LINE)? {
-            if !kept {
-                continue;
+        let r = BufReader::new(file.take(MAX_EVENTS_READ));
+        safe_fs::visit_lines(r, MAX_EVENT_LINE, |line| {
+            match line.and_then(|l| serde_json::from_slice(l).ok()) {
+                Some(rec) => f(rec),
+                None => ControlFlow::Continue(()),
             }
-            if let Ok(rec) = serde_json::from_slice(&line) {
-                if f(rec).is_break() {
-                    break;
-                }
-            }
-        }
-        Ok(())
+        })
     }
 
     /// At most `max` events, from the `skip`th on (counted as [`Self::visit_events`] gives

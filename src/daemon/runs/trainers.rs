@@ -13,7 +13,7 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fs::File;
-use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
+use std::io::{BufReader, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -33,6 +33,7 @@ use crate::protocol::{
 };
 use crate::supervisor::{DEFAULT_GRACE, Event, KnobValues, Run, RunStatus};
 use crate::telemetry::now_s;
+use crate::training::MAX_METRICS_LINE;
 
 /// Metrics reports kept in memory per run (all of them are in `metrics.jsonl`).
 pub const KEEP_POINTS: usize = 20_000;
@@ -316,7 +317,8 @@ impl Channel {
 }
 
 /// The newest reports of a `metrics.jsonl` (at most [`KEEP_POINTS`]), read from its end so that a
-/// long run's file costs no more than what is kept.
+/// long run's file costs no more than what is kept. A line that is not a report (cut short by a
+/// crash, not text, longer than [`MAX_METRICS_LINE`]) is passed over, not the end of the file.
 fn read_tail(path: &Path) -> VecDeque<MetricsPoint> {
     let mut points = VecDeque::new();
     let Ok(mut f) = crate::config::safe_fs::open_regular(path) else {
@@ -328,20 +330,23 @@ fn read_tail(path: &Path) -> VecDeque<MetricsPoint> {
         return points;
     }
     // What it held when opened, not what is written meanwhile.
-    let mut lines = BufReader::new(f.take(len - start))
-        .lines()
-        .map_while(Result::ok);
-    if start > 0 {
-        // Most likely the middle of a line.
-        lines.next();
-    }
-    for line in lines {
-        if let Ok(p) = serde_json::from_str::<MetricsPoint>(&line) {
+    let r = BufReader::new(f.take(len - start));
+    // From the middle of the file, the first line is most likely cut: it is passed over.
+    let mut cut = start > 0;
+    let read = crate::config::safe_fs::visit_lines(r, MAX_METRICS_LINE, |line| {
+        if std::mem::take(&mut cut) {
+            return std::ops::ControlFlow::Continue(());
+        }
+        if let Some(p) = line.and_then(|l| serde_json::from_slice::<MetricsPoint>(l).ok()) {
             if points.len() == KEEP_POINTS {
                 points.pop_front();
             }
             points.push_back(p);
         }
+        std::ops::ControlFlow::Continue(())
+    });
+    if let Err(e) = read {
+        tracing::warn!("reading {}: {e}", path.display());
     }
     points
 }
@@ -1008,6 +1013,46 @@ mod tests {
         assert_eq!(again.next_n, 3);
         let steps: Vec<_> = again.points.iter().map(|p| p.report.step).collect();
         assert_eq!(steps, [Some(0), Some(1), Some(2)]);
+    }
+
+    /// A run can write its `metrics.jsonl` too: a line that is not text, or too long, is passed
+    /// over and the reports after it are still read back.
+    #[test]
+    fn reports_after_a_bad_line_are_read_back() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("metrics.jsonl");
+        let line = |n: u64| {
+            let p = MetricsPoint {
+                n,
+                t: 1.0,
+                from: "trainer".into(),
+                rank: None,
+                report: MetricsReport {
+                    step: Some(n),
+                    ..MetricsReport::default()
+                },
+            };
+            format!("{}\n", serde_json::to_string(&p).unwrap())
+        };
+        let mut bytes = line(0).into_bytes();
+        bytes.extend_from_slice(b"{\"n\": 9, \"from\": \"\xff\"}\n");
+        bytes.extend_from_slice(format!("{}\n", "x".repeat(MAX_METRICS_LINE + 1)).as_bytes());
+        bytes.extend_from_slice(line(1).as_bytes());
+        std::fs::write(&path, &bytes).unwrap();
+        let steps = |points: VecDeque<MetricsPoint>| -> Vec<_> {
+            points.iter().map(|p| p.report.step.unwrap()).collect()
+        };
+        assert_eq!(steps(read_tail(&path)), [0, 1]);
+
+        // From the middle of a long file, the line the read starts in is cut: it is passed
+        // over, and the whole lines after it are read.
+        let mut bytes = "x".repeat(TAIL_BYTES as usize - 10).into_bytes();
+        bytes.push(b'\n');
+        for n in 0..3 {
+            bytes.extend_from_slice(line(n).as_bytes());
+        }
+        std::fs::write(&path, &bytes).unwrap();
+        assert_eq!(steps(read_tail(&path)), [0, 1, 2]);
     }
 
     #[test]

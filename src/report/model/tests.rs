@@ -297,6 +297,40 @@ fn an_ended_run_has_its_figures_and_says_what_it_skipped() {
     assert!(html.contains("batch_size 256 → 512"));
 }
 
+/// The run can write its JSON-lines files: a line too long or not text is counted and passed
+/// over, the lines after it are read, and reading stops at the bound on records, saying so.
+#[test]
+fn json_lines_are_read_bounded() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("f.jsonl");
+    let mut bytes = b"1\n\"\xff\"\n".to_vec();
+    bytes.extend_from_slice(format!("{}\n", "7".repeat(MAX_METRICS_LINE + 1)).as_bytes());
+    bytes.extend_from_slice(b"\n2\n3\n4");
+    std::fs::write(&path, &bytes).unwrap();
+
+    let all = read_jsonl::<u64>(&path).unwrap();
+    assert_eq!(all.records, [1, 2, 3, 4]);
+    assert_eq!((all.unreadable, all.cut), (2, false));
+    assert_eq!(
+        all.missing("f.jsonl"),
+        ["f.jsonl: 2 line(s) could not be read and were skipped"]
+    );
+
+    let even = read_jsonl_where::<u64>(&path, |v| v % 2 == 0).unwrap();
+    assert_eq!(even.records, [2, 4]);
+
+    let first = read_at_most::<u64>(&path, 2, |_| true).unwrap();
+    assert_eq!(first.records, [1, 2]);
+    assert!(first.cut);
+    assert!(first.missing("f.jsonl")[1].contains("only its first"));
+    // Exactly the bound is not cut.
+    let kept = read_at_most::<u64>(&path, 2, |v| *v > 2).unwrap();
+    assert_eq!((kept.records, kept.cut), (vec![3, 4], false));
+
+    let none = read_jsonl::<u64>(&tmp.path().join("absent")).unwrap();
+    assert!(none.records.is_empty() && !none.cut);
+}
+
 #[test]
 fn a_live_run_is_a_report_so_far_and_without_history_says_so() {
     let (_tmp, dir) = synthetic(RunStatus::Running);
