@@ -9,12 +9,17 @@ use crate::protocol::MetricsReport;
 
 /// A run's output read for metrics per poll, at most.
 const PARSE_CHUNK: u64 = 256 * 1024;
+/// The longest line read as metrics; a longer one is passed over, up to its newline.
+const MAX_OUTPUT_LINE: usize = 64 * 1024;
 
 /// Reading metrics from a run's stdout.
 #[derive(Default)]
 pub(in crate::daemon) struct OutputParser {
     pub(in crate::daemon) offset: u64,
     pub(in crate::daemon) partial: Vec<u8>,
+    /// The line being read is longer than [`MAX_OUTPUT_LINE`]: what is left of it, up to its
+    /// newline, is passed over.
+    pub(in crate::daemon) overlong: bool,
     pub(in crate::daemon) patterns: Option<Vec<regex::Regex>>,
 }
 
@@ -27,6 +32,7 @@ pub(in crate::daemon) fn read_new_lines(path: &Path, parser: &mut OutputParser) 
         // Truncated or replaced: start again.
         parser.offset = 0;
         parser.partial.clear();
+        parser.overlong = false;
     }
     if len == parser.offset {
         return Vec::new();
@@ -48,11 +54,14 @@ pub(in crate::daemon) fn read_new_lines(path: &Path, parser: &mut OutputParser) 
     let mut lines = Vec::new();
     while let Some(i) = parser.partial.iter().position(|&b| b == b'\n') {
         let line: Vec<u8> = parser.partial.drain(..=i).collect();
-        lines.push(String::from_utf8_lossy(&line[..i]).into_owned());
+        // A "line" that long is not a metrics line, nor is the end of one.
+        if !std::mem::take(&mut parser.overlong) && i <= MAX_OUTPUT_LINE {
+            lines.push(String::from_utf8_lossy(&line[..i]).into_owned());
+        }
     }
-    if parser.partial.len() > 64 * 1024 {
-        // A "line" that never ends is not a metrics line.
+    if parser.partial.len() > MAX_OUTPUT_LINE {
         parser.partial.clear();
+        parser.overlong = true;
     }
     lines
 }
@@ -146,5 +155,30 @@ mod tests {
         f.write_all(b"c\nd\n").unwrap();
         assert_eq!(read_new_lines(&path, &mut p), ["bc", "d"]);
         assert!(read_new_lines(&path, &mut p).is_empty());
+    }
+
+    /// A line over the bound is passed over whole, even when it ends polls later: its end is
+    /// not read as a line of its own.
+    #[test]
+    fn a_long_line_is_passed_over_to_its_end() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("stdout.log");
+        let mut p = OutputParser::default();
+        let mut f = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .unwrap();
+        f.write_all(b"a\n").unwrap();
+        f.write_all(&vec![b'x'; PARSE_CHUNK as usize]).unwrap();
+        assert_eq!(read_new_lines(&path, &mut p), ["a"]);
+        assert!(p.overlong && p.partial.is_empty());
+        f.write_all(br#"x {"step": 7}"#).unwrap();
+        f.write_all(b"\n{\"step\": 8}\n").unwrap();
+        assert_eq!(read_new_lines(&path, &mut p), [r#"{"step": 8}"#]);
+        // Within one poll too.
+        let long = "y".repeat(MAX_OUTPUT_LINE + 1);
+        f.write_all(format!("{long}\nb\n").as_bytes()).unwrap();
+        assert_eq!(read_new_lines(&path, &mut p), ["b"]);
     }
 }
