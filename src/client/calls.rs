@@ -173,7 +173,7 @@ impl Client {
         }
     }
 
-    /// A run's own events from line `since` on; and the `since` for the next call.
+    /// A run's own events from event `since` on; and the `since` for the next call.
     pub fn run_events(
         &self,
         spec: &str,

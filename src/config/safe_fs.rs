@@ -311,9 +311,32 @@ pub fn read_line_capped(
     line: &mut Vec<u8>,
     max: usize,
 ) -> io::Result<Option<bool>> {
+    Ok(read_line_bounded(r, line, max)?.map(|l| l.kept))
+}
+
+/// What [`read_line_bounded`] read of a line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LineRead {
+    /// It was no longer than the bound, and is in the buffer.
+    pub kept: bool,
+    /// It ended with a newline (only the input's last line may not).
+    pub ended: bool,
+    /// Bytes of input it took, its newline included.
+    pub bytes: u64,
+}
+
+/// [`read_line_capped`], saying also whether the line ended and how many bytes it took.
+pub fn read_line_bounded(
+    r: &mut impl io::BufRead,
+    line: &mut Vec<u8>,
+    max: usize,
+) -> io::Result<Option<LineRead>> {
     line.clear();
-    let mut seen = false;
-    let mut kept = true;
+    let mut read = LineRead {
+        kept: true,
+        ended: false,
+        bytes: 0,
+    };
     loop {
         let buf = match r.fill_buf() {
             Ok(b) => b,
@@ -321,22 +344,23 @@ pub fn read_line_capped(
             Err(e) => return Err(e),
         };
         if buf.is_empty() {
-            return Ok(seen.then_some(kept));
+            return Ok((read.bytes > 0).then_some(read));
         }
-        seen = true;
         let (part, used, ends) = match buf.iter().position(|&b| b == b'\n') {
             Some(i) => (&buf[..i], i + 1, true),
             None => (buf, buf.len(), false),
         };
-        if kept && line.len() + part.len() <= max {
+        if read.kept && line.len() + part.len() <= max {
             line.extend_from_slice(part);
-        } else if kept {
-            kept = false;
+        } else if read.kept {
+            read.kept = false;
             line.clear();
         }
         r.consume(used);
+        read.bytes += used as u64;
         if ends {
-            return Ok(Some(kept));
+            read.ended = true;
+            return Ok(Some(read));
         }
     }
 }

@@ -161,7 +161,8 @@ pub enum Request {
         #[serde(default)]
         max: Option<u32>,
     },
-    /// A run's own `events.jsonl`, from line `since` (0-based) on.
+    /// A run's own `events.jsonl`, from event `since` (0-based) on (lines that are not events
+    /// are not counted).
     RunEvents {
         run: String,
         #[serde(default)]

@@ -45,7 +45,7 @@ pub use events::{Event, EventRecord, ExitInfo, RunStatus, Summary};
 pub use launch::{Caller, KnobValues, LaunchError, LaunchOptions, LaunchPlan, torchrun_argv};
 pub use restart::{AfterExit, Attempt, GiveUp, next_action};
 pub use run::{DEFAULT_GRACE, Run};
-pub use rundir::{PidRecord, RunDir, run_id};
+pub use rundir::{EventCursor, PidRecord, RunDir, run_id};
 
 use crate::profile::ProfileError;
 

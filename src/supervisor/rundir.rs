@@ -22,7 +22,7 @@
 //! `create_dir`, so two supervisors can never get the same id.
 
 use std::fs::{self, DirBuilder, File};
-use std::io::{self, BufReader, Read, Write};
+use std::io::{self, BufReader, Read, Seek, SeekFrom, Write};
 use std::ops::ControlFlow;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
@@ -48,6 +48,14 @@ const MAX_EXIT_CODE: u64 = 64;
 pub const MAX_EVENTS_READ: u64 = 64 << 20;
 /// The longest line of `events.jsonl` read as an event: gpupilot's are under a kilobyte.
 pub const MAX_EVENT_LINE: usize = 64 << 10;
+
+/// Where a reading of a run's `events.jsonl` stopped: `offset` is the byte just after a line's
+/// newline, and `events` the events before it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EventCursor {
+    pub events: u64,
+    pub offset: u64,
+}
 
 /// Where a run's process is: pid plus the start time that makes the pid unambiguous.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -260,32 +268,80 @@ impl RunDir {
         &self,
         mut f: impl FnMut(EventRecord) -> ControlFlow<()>,
     ) -> io::Result<()> {
-        let file = match safe_fs::open_regular(&self.events_path()) {
+        self.visit_lines_from(0, |rec, _| rec.map_or(ControlFlow::Continue(()), &mut f))
+    }
+
+    /// Each line of the event log from byte `from` on, read as [`Self::visit_events`] reads
+    /// them, to `f`: its event (`None` for a line that is not one) and what was read of it.
+    fn visit_lines_from(
+        &self,
+        from: u64,
+        mut f: impl FnMut(Option<EventRecord>, safe_fs::LineRead) -> ControlFlow<()>,
+    ) -> io::Result<()> {
+        let mut file = match safe_fs::open_regular(&self.events_path()) {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
             Err(e) => return Err(e),
         };
-        let r = BufReader::new(file.take(MAX_EVENTS_READ));
-        safe_fs::visit_lines(r, MAX_EVENT_LINE, |line| {
-            match line.and_then(|l| serde_json::from_slice(l).ok()) {
-                Some(rec) => f(rec),
-                None => ControlFlow::Continue(()),
+        file.seek(SeekFrom::Start(from))?;
+        let mut r = BufReader::new(file.take(MAX_EVENTS_READ.saturating_sub(from)));
+        let mut line = Vec::new();
+        while let Some(read) = safe_fs::read_line_bounded(&mut r, &mut line, MAX_EVENT_LINE)? {
+            let rec = read
+                .kept
+                .then(|| serde_json::from_slice(&line).ok())
+                .flatten();
+            if f(rec, read).is_break() {
+                break;
             }
-        })
+        }
+        Ok(())
     }
 
     /// At most `max` events, from the `skip`th on (counted as [`Self::visit_events`] gives
     /// them).
     pub fn read_events(&self, skip: usize, max: usize) -> io::Result<Vec<EventRecord>> {
+        Ok(self.read_events_at(EventCursor::default(), skip, max)?.0)
+    }
+
+    /// At most `max` events after `at` (the start, or where an earlier reading stopped), from
+    /// the `skip`th on, and where this reading stopped: a reader that pages through the log
+    /// goes on from there without reading what came before again. A last line without its
+    /// newline is still being written: it waits for it. An `at` that is not the start of a
+    /// line (the file was rewritten) is an `InvalidInput` error.
+    pub fn read_events_at(
+        &self,
+        at: EventCursor,
+        skip: usize,
+        max: usize,
+    ) -> io::Result<(Vec<EventRecord>, EventCursor)> {
         let mut out = Vec::new();
         if max == 0 {
-            return Ok(out);
+            return Ok((out, at));
         }
-        let mut seen = 0;
-        self.visit_events(|rec| {
-            seen += 1;
-            if seen > skip {
-                out.push(rec);
+        if at.offset > 0 && !self.line_starts_at(at.offset)? {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "{}: no line starts at byte {}",
+                    self.events_path().display(),
+                    at.offset
+                ),
+            ));
+        }
+        let (mut cur, mut skipped) = (at, 0);
+        self.visit_lines_from(at.offset, |rec, read| {
+            if !read.ended {
+                return ControlFlow::Break(());
+            }
+            cur.offset += read.bytes;
+            if let Some(rec) = rec {
+                cur.events += 1;
+                if skipped < skip {
+                    skipped += 1;
+                } else {
+                    out.push(rec);
+                }
             }
             if out.len() >= max {
                 ControlFlow::Break(())
@@ -293,7 +349,19 @@ impl RunDir {
                 ControlFlow::Continue(())
             }
         })?;
-        Ok(out)
+        Ok((out, cur))
+    }
+
+    /// Whether byte `offset` of the event log follows a newline.
+    fn line_starts_at(&self, offset: u64) -> io::Result<bool> {
+        use std::os::unix::fs::FileExt;
+        let file = safe_fs::open_regular(&self.events_path())?;
+        let mut byte = [0];
+        match file.read_exact_at(&mut byte, offset - 1) {
+            Ok(()) => Ok(byte[0] == b'\n'),
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Ok(false),
+            Err(e) => Err(e),
+        }
     }
 
     pub fn write_summary(&self, s: &Summary) -> io::Result<()> {
@@ -516,5 +584,63 @@ mod tests {
         drop(f);
         d.append_event(&rec(Event::Resumed {})).unwrap();
         assert_eq!(d.read_events(0, usize::MAX).unwrap().len(), 3);
+    }
+
+    /// A reading from a cursor goes on from its byte: what came before is not read again (here
+    /// it is overwritten, and the reading does not see it), and the cursor it gives back goes
+    /// on from there in turn. A cursor inside a line is refused.
+    #[test]
+    fn events_are_read_on_from_where_a_reading_stopped() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = RunDir::create(tmp.path(), "c", SystemTime::now()).unwrap();
+        let names =
+            |v: Vec<EventRecord>| -> Vec<Event> { v.into_iter().map(|r| r.event).collect() };
+        for e in [Event::Paused {}, Event::Resumed {}, Event::Paused {}] {
+            d.append_event(&rec(e)).unwrap();
+        }
+        let (first, at) = d.read_events_at(EventCursor::default(), 0, 2).unwrap();
+        assert_eq!(names(first), [Event::Paused {}, Event::Resumed {}]);
+        assert_eq!(at.events, 2);
+        let text = fs::read(d.events_path()).unwrap();
+        assert_eq!(text[at.offset as usize - 1], b'\n');
+        // The first two lines become lines that are not events, of the same length.
+        let mut blanked = text.clone();
+        for b in &mut blanked[..at.offset as usize] {
+            if *b != b'\n' {
+                *b = b'z';
+            }
+        }
+        fs::write(d.events_path(), &blanked).unwrap();
+        let (rest, end) = d.read_events_at(at, 0, 10).unwrap();
+        assert_eq!(names(rest), [Event::Paused {}]);
+        assert_eq!(
+            end,
+            EventCursor {
+                events: 3,
+                offset: text.len() as u64
+            }
+        );
+        assert_eq!(
+            d.read_events(0, 10).unwrap().len(),
+            1,
+            "a full reading sees them"
+        );
+        // Nothing new: the same cursor. A line still without its newline is not read yet.
+        assert_eq!(d.read_events_at(end, 0, 10).unwrap(), (vec![], end));
+        let mut f = OpenOptions::new()
+            .append(true)
+            .open(d.events_path())
+            .unwrap();
+        f.write_all(br#"{"time":"t","event":"resumed"}"#).unwrap();
+        assert_eq!(d.read_events_at(end, 0, 10).unwrap(), (vec![], end));
+        f.write_all(b"\n").unwrap();
+        let (late, _) = d.read_events_at(end, 0, 10).unwrap();
+        assert_eq!(names(late), [Event::Resumed {}]);
+        // Inside a line, or past the end: refused.
+        for offset in [at.offset - 1, text.len() as u64 + 1000] {
+            let inside = EventCursor { events: 2, offset };
+            let e = d.read_events_at(inside, 0, 10).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{e}");
+        }
     }
 }

@@ -318,3 +318,98 @@ fn profile_check_good_and_bad() {
         "{err}"
     );
 }
+
+/// `run_events` pages through a run's event log, which the run can write too: every event once
+/// and in order, page after page; a line still being written waits for its newline; and a log
+/// rewritten under a console that goes on from where it was is read again from its top.
+#[test]
+fn run_events_page_through_a_log_the_run_writes_to() {
+    use gpupilot::protocol::{Request, Response};
+    use std::io::Write;
+
+    let home = Home::new();
+    let _d = home.daemon(&[]);
+    let id = home
+        .ok(&["run", "--detach", "--name", "ev", "--", "sleep", "60"])
+        .trim()
+        .to_string();
+    let dir = home.run_dir(&id);
+    let client = home.client();
+    let page = |since: u64, max: u32| -> (Vec<String>, u64) {
+        let answer = client.request(Request::RunEvents {
+            run: id.clone(),
+            since,
+            max: Some(max),
+        });
+        match answer.unwrap() {
+            Response::RunEvents { events, next, .. } => {
+                let names = events
+                    .iter()
+                    .map(|e| serde_json::to_value(&e.event).unwrap()["event"].to_string())
+                    .collect();
+                (names, next)
+            }
+            other => panic!("{other:?}"),
+        }
+    };
+    let append = |bytes: &[u8]| {
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(dir.events_path())
+            .unwrap()
+            .write_all(bytes)
+            .unwrap();
+    };
+    wait_for("the run's first events", Duration::from_secs(10), || {
+        dir.read_events(0, 100).is_ok_and(|e| e.len() >= 2)
+    });
+    let mut lines = String::new();
+    for i in 0..40 {
+        let event = if i % 2 == 0 { "paused" } else { "resumed" };
+        lines.push_str(&format!("{{\"time\":\"t{i}\",\"event\":\"{event}\"}}\n"));
+        if i % 7 == 0 {
+            lines.push_str("not an event\n");
+        }
+    }
+    append(lines.as_bytes());
+    let all: Vec<String> = dir
+        .read_events(0, usize::MAX)
+        .unwrap()
+        .iter()
+        .map(|e| serde_json::to_value(&e.event).unwrap()["event"].to_string())
+        .collect();
+    assert!(all.len() >= 42, "{all:?}");
+
+    // Three at a time, each from the last answer's `next`.
+    let (mut got, mut next) = (Vec::new(), 0);
+    loop {
+        let (names, n) = page(next, 3);
+        if names.is_empty() {
+            break;
+        }
+        assert_eq!(n, next + names.len() as u64);
+        got.extend(names);
+        next = n;
+    }
+    assert_eq!(got, all);
+
+    // Half a line: not an event until its newline comes.
+    append(b"{\"time\":\"late\",\"event\":\"pau");
+    assert_eq!(page(next, 3), (vec![], next));
+    append(b"sed\"}\n");
+    assert_eq!(page(next, 3), (vec!["\"paused\"".to_string()], next + 1));
+    next += 1;
+
+    // The log rewritten under the console: where the last answer ended is now inside a line,
+    // so the answer counts from the new top rather than read on from the middle of it.
+    let len = std::fs::metadata(dir.events_path()).unwrap().len() as usize;
+    let mut rewritten = format!("{}\n", "y".repeat(len + 100));
+    for i in 0..next + 2 {
+        rewritten.push_str(&format!("{{\"time\":\"r{i}\",\"event\":\"resumed\"}}\n"));
+    }
+    std::fs::write(dir.events_path(), rewritten).unwrap();
+    let (names, n) = page(next, 10);
+    assert_eq!(names, vec!["\"resumed\"".to_string(); 2]);
+    assert_eq!(n, next + 2);
+    home.ok(&["stop", &id]);
+}

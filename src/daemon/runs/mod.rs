@@ -33,6 +33,7 @@ pub(super) mod table;
 pub(super) mod trainer_output;
 pub(super) mod trainers;
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -65,6 +66,9 @@ pub struct Runs {
     /// table. `joined` (with the table) wakes whoever waits for one of them.
     launching: AtomicUsize,
     joined: Condvar,
+    /// Where `run_events` answers ended: the byte of the log after the `n`th event, by run and
+    /// `n` (see `ops::run_events`).
+    event_cursors: Mutex<HashMap<(String, u64), u64>>,
 }
 
 impl Runs {
@@ -82,6 +86,7 @@ impl Runs {
             added: Notify::new(),
             launching: AtomicUsize::new(0),
             joined: Condvar::new(),
+            event_cursors: Mutex::default(),
         };
         (runs, adoptions)
     }
@@ -89,6 +94,11 @@ impl Runs {
     /// The run table, locked: alone, or before [`Self::channels`].
     pub fn table(&self) -> MutexGuard<'_, RunTable> {
         lock(&self.table)
+    }
+
+    /// Where `run_events` answers ended, locked: alone.
+    pub(in crate::daemon) fn event_cursors(&self) -> MutexGuard<'_, HashMap<(String, u64), u64>> {
+        lock(&self.event_cursors)
     }
 
     /// The trainer channels, locked: alone, or after [`Self::table`].

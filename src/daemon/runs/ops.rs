@@ -14,7 +14,8 @@ use crate::ipc::Peer;
 use crate::profile::{self, Profile};
 use crate::protocol::{self, ErrorCode, LogStream, NodeEvent, Response, RunSignal};
 use crate::supervisor::{
-    Caller, DEFAULT_GRACE, Event, EventRecord, LaunchOptions, Run, SupervisorError, SystemClock,
+    Caller, DEFAULT_GRACE, Event, EventCursor, EventRecord, LaunchOptions, Run, SupervisorError,
+    SystemClock,
 };
 use crate::time::rfc3339;
 
@@ -253,13 +254,34 @@ impl Runs {
         let max = max
             .unwrap_or(protocol::MAX_EVENTS)
             .min(protocol::MAX_EVENTS) as usize;
-        let skip = usize::try_from(since).unwrap_or(usize::MAX);
-        let events = dir.read_events(skip, max).map_err(|e| {
+        // A console asks again from where the last answer ended: that reading goes on from
+        // the byte it stopped at, not from the top of the log.
+        let known = self.event_cursors().get(&(id.clone(), since)).copied();
+        let read = match known {
+            Some(offset) => dir
+                .read_events_at(
+                    EventCursor {
+                        events: since,
+                        offset,
+                    },
+                    0,
+                    max,
+                )
+                .or_else(|_| dir.read_events_at(EventCursor::default(), skip(since), max)),
+            None => dir.read_events_at(EventCursor::default(), skip(since), max),
+        };
+        let (events, cursor) = read.map_err(|e| {
             RequestError::new(
                 ErrorCode::Internal,
                 format!("reading {}: {e}", dir.events_path().display()),
             )
         })?;
+        let mut cursors = self.event_cursors();
+        if cursors.len() >= MAX_EVENT_CURSORS {
+            cursors.clear();
+        }
+        cursors.insert((id.clone(), cursor.events), cursor.offset);
+        drop(cursors);
         let next = since + events.len() as u64;
         Ok(Response::RunEvents {
             run: id,
@@ -267,6 +289,14 @@ impl Runs {
             next,
         })
     }
+}
+
+/// Where readings of runs' event logs stopped, kept at most (a console watching a run asks
+/// from there once a refresh).
+const MAX_EVENT_CURSORS: usize = 1024;
+
+fn skip(since: u64) -> usize {
+    usize::try_from(since).unwrap_or(usize::MAX)
 }
 
 /// A profile that came over the socket is checked again as if read from a file: the client is
