@@ -77,30 +77,38 @@ pub fn user_name(uid: u32) -> Option<String> {
     name_in_passwd(file, uid)
 }
 
-/// The most of a passwd file read, and its longest line: a site's directory may be large,
-/// but a line is a few fields.
-const MAX_PASSWD: u64 = 64 << 20;
-const MAX_PASSWD_LINE: usize = 4 << 10;
+/// The most of a system database (`/etc/passwd`, `/etc/group`) read, and its longest line: a
+/// site's directory may be large, and a group of many members makes a long line.
+const MAX_DB: u64 = 64 << 20;
+const MAX_DB_LINE: usize = 1 << 20;
 
-/// The name of `uid` in a passwd file, read a line at a time and bounded.
-fn name_in_passwd(r: impl std::io::Read, uid: u32) -> Option<String> {
-    let mut r = std::io::BufReader::new(r.take(MAX_PASSWD));
-    let mut line = Vec::new();
-    while let Some(kept) =
-        crate::config::safe_fs::read_line_capped(&mut r, &mut line, MAX_PASSWD_LINE).ok()?
-    {
-        let (true, Ok(text)) = (kept, std::str::from_utf8(&line)) else {
-            continue;
-        };
-        let mut f = text.split(':');
-        let (Some(name), Some(id)) = (f.next(), f.nth(1)) else {
-            continue;
-        };
-        if id.parse() == Ok(uid) {
-            return Some(name.to_string());
+/// What `f` finds first in the lines of a system database (`/etc/passwd`, `/etc/group`), read a
+/// line at a time and bounded: a line longer than [`MAX_DB_LINE`], or one that is not text, is
+/// passed over rather than making the whole file unreadable.
+pub fn find_in_db<T>(r: impl std::io::Read, mut f: impl FnMut(&str) -> Option<T>) -> Option<T> {
+    let mut found = None;
+    let r = std::io::BufReader::new(r.take(MAX_DB));
+    crate::config::safe_fs::visit_lines(r, MAX_DB_LINE, |line| {
+        found = line
+            .and_then(|l| std::str::from_utf8(l).ok())
+            .and_then(&mut f);
+        if found.is_some() {
+            std::ops::ControlFlow::Break(())
+        } else {
+            std::ops::ControlFlow::Continue(())
         }
-    }
-    None
+    })
+    .ok()?;
+    found
+}
+
+/// The name of `uid` in a passwd file.
+fn name_in_passwd(r: impl std::io::Read, uid: u32) -> Option<String> {
+    find_in_db(r, |line| {
+        let mut f = line.split(':');
+        let (name, id) = (f.next()?, f.nth(1)?);
+        (id.parse() == Ok(uid)).then(|| name.to_string())
+    })
 }
 
 /// A process's command name (`/proc/PID/comm`).
@@ -141,7 +149,7 @@ mod tests {
     fn root_has_a_name() {
         assert_eq!(user_name(0).as_deref(), Some("root"));
         // Read a line at a time: a line past the bound, or not text, is passed over.
-        let long = format!("{}:x:5:5::/:/bin/sh\n", "a".repeat(MAX_PASSWD_LINE));
+        let long = format!("{}:x:5:5::/:/bin/sh\n", "a".repeat(MAX_DB_LINE));
         let passwd = format!(
             "root:x:0:0::/root:/bin/sh\n{long}\u{fffd}\nbob:x:1000:1000::/home/bob:/bin/sh"
         );

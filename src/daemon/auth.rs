@@ -177,11 +177,11 @@ pub fn is_member(who: &Identity, group: &GroupEntry) -> bool {
             .is_some_and(|n| group.members.iter().any(|m| m == n))
 }
 
-/// The group `name` from `/etc/group` text (no NSS: groups only a directory service knows are
-/// found through the caller's supplementary groups instead). A number that names no group is
-/// taken as a gid.
-pub fn parse_group(etc_group: &str, name: &str) -> Option<GroupEntry> {
-    let found = etc_group.lines().find_map(|line| {
+/// The group `name` from an `/etc/group` (no NSS: groups only a directory service knows are
+/// found through the caller's supplementary groups instead), read as
+/// [`crate::ipc::find_in_db`] reads it. A number that names no group is taken as a gid.
+pub fn parse_group(etc_group: impl std::io::Read, name: &str) -> Option<GroupEntry> {
+    let found = crate::ipc::find_in_db(etc_group, |line| {
         let line = line.trim_end();
         if line.starts_with('#') || line.starts_with('+') || line.starts_with('-') {
             return None;
@@ -217,8 +217,10 @@ pub fn parse_group(etc_group: &str, name: &str) -> Option<GroupEntry> {
 
 /// The group `name` as `/etc/group` has it now.
 pub fn group_entry(name: &str) -> Option<GroupEntry> {
-    let text = std::fs::read_to_string("/etc/group").unwrap_or_default();
-    parse_group(&text, name)
+    match std::fs::File::open("/etc/group") {
+        Ok(f) => parse_group(f, name),
+        Err(_) => parse_group(std::io::empty(), name),
+    }
 }
 
 /// The effective uid (`Uid:` line, second field) and the supplementary groups (`Groups:`)
@@ -449,7 +451,10 @@ mod tests {
 
     #[test]
     fn etc_group_and_proc_status_are_read() {
-        let etc = "# comment\nroot:x:0:\n+nis\ngpupilot:x:990:alice, bob\nnogroup:x:65534:\n";
+        // A line that is not text is passed over, not the end of the file.
+        let etc =
+            b"# comment\nroot:x:0:\n+nis\n\xff:x:7:\ngpupilot:x:990:alice, bob\nnogroup:x:65534:\n";
+        let etc = &etc[..];
         assert_eq!(parse_group(etc, "gpupilot"), Some(gpupilot_group()));
         let nogroup = parse_group(etc, "nogroup").unwrap();
         assert_eq!((nogroup.gid, nogroup.members.len()), (65534, 0));
