@@ -56,7 +56,16 @@ impl Client {
 
     /// Every run, oldest first.
     pub fn runs(&self) -> Result<Vec<RunInfo>, ClientError> {
-        match self.request(Request::Runs { run: None })? {
+        self.run_list(false)
+    }
+
+    /// The runs that have not ended, oldest first. An older daemon answers every run.
+    pub fn live_runs(&self) -> Result<Vec<RunInfo>, ClientError> {
+        self.run_list(true)
+    }
+
+    fn run_list(&self, live: bool) -> Result<Vec<RunInfo>, ClientError> {
+        match self.request(Request::Runs { run: None, live })? {
             Response::Runs { runs } => Ok(runs),
             other => Err(unexpected("runs", other)),
         }
@@ -66,6 +75,7 @@ impl Client {
     pub fn run(&self, spec: &str) -> Result<RunInfo, ClientError> {
         let request = Request::Runs {
             run: Some(spec.into()),
+            live: false,
         };
         match self.request(request)? {
             Response::Runs { runs } if runs.len() == 1 => {

@@ -429,7 +429,11 @@ mod tests {
         use crate::protocol::TargetGpus;
         assert_eq!(Access::of(&Request::Status {}), Access::Watch);
         assert_eq!(Access::of(&Request::Power {}), Access::Watch);
-        assert_eq!(Access::of(&Request::Runs { run: None }), Access::Watch);
+        let runs = Request::Runs {
+            run: None,
+            live: true,
+        };
+        assert_eq!(Access::of(&runs), Access::Watch);
         assert_eq!(
             Access::of(&Request::PowerCap {
                 gpus: TargetGpus::All,

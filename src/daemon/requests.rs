@@ -112,7 +112,10 @@ mod tests {
                 to: 1.0,
                 max_points: 1,
             },
-            Request::Runs { run: None },
+            Request::Runs {
+                run: None,
+                live: false,
+            },
             Request::RunStart {
                 profile: Box::new(Profile::from_command(vec!["true".into()])),
                 caller: Caller {

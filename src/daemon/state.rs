@@ -381,10 +381,16 @@ impl Daemon {
                     points,
                 })
             }
-            Request::Runs { run: None } => Ok(Response::Runs {
-                runs: self.runs.list(),
+            Request::Runs { run: None, live } => Ok(Response::Runs {
+                runs: if live {
+                    self.runs.list_live()
+                } else {
+                    self.runs.list()
+                },
             }),
-            Request::Runs { run: Some(spec) } => self
+            Request::Runs {
+                run: Some(spec), ..
+            } => self
                 .runs
                 .info(&spec)
                 .map(|info| Response::Runs { runs: vec![info] }),
@@ -667,7 +673,13 @@ mod tests {
         );
         assert_eq!(code(&r), Some(ErrorCode::Readonly));
         assert_eq!(
-            d.answer(&me(), Request::Runs { run: None }),
+            d.answer(
+                &me(),
+                Request::Runs {
+                    run: None,
+                    live: false
+                }
+            ),
             Response::Runs { runs: vec![] }
         );
         let Response::Status(s) = d.answer(&me(), Request::Status {}) else {

@@ -109,10 +109,13 @@ pub enum Request {
         max_points: u32,
     },
     /// Every run the daemon knows, oldest first; or, with `run`, just the run it names (an id,
-    /// a unique id prefix, a run name, or `last`).
+    /// a unique id prefix, a run name, or `last`); with `live`, only the runs that have not
+    /// ended (an older daemon ignores it and answers every run).
     Runs {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         run: Option<String>,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        live: bool,
     },
     /// Start a run: the profile resolved by the client (`extends` followed, paths absolute),
     /// started with the caller's working directory and environment.

@@ -31,7 +31,10 @@ fn examples_look_like_the_docs() {
     );
     let runs = ClientFrame {
         id: 2,
-        request: Request::Runs { run: None },
+        request: Request::Runs {
+            run: None,
+            live: false,
+        },
     };
     assert_eq!(encode(&runs), "{\"id\":2,\"type\":\"runs\"}\n");
     let welcome = ServerFrame {
@@ -283,7 +286,8 @@ fn request() -> impl Strategy<Value = Request> {
                 to,
                 max_points,
             }),
-        proptest::option::of(text()).prop_map(|run| Request::Runs { run }),
+        (proptest::option::of(text()), any::<bool>())
+            .prop_map(|(run, live)| Request::Runs { run, live }),
         (
             text(),
             any::<bool>(),

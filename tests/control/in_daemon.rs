@@ -360,6 +360,7 @@ fn a_runs_energy_reaches_ps_and_its_summary() {
                 &me(),
                 Request::Runs {
                     run: Some(run.id.clone()),
+                    live: false,
                 },
             ) else {
                 panic!()
@@ -376,6 +377,7 @@ fn a_runs_energy_reaches_ps_and_its_summary() {
         &me(),
         Request::Runs {
             run: Some(run.id.clone()),
+            live: false,
         },
     ) else {
         panic!()

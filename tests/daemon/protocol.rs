@@ -66,8 +66,12 @@ fn handshake_status_and_history() {
             history(1, Metric::Power),
             Request::Runs {
                 run: Some("no-such-run".into()),
+                live: false,
             },
-            Request::Runs { run: None },
+            Request::Runs {
+                run: None,
+                live: false,
+            },
             history(0, Metric::Temperature),
         ])
         .unwrap();

@@ -413,3 +413,33 @@ fn run_events_page_through_a_log_the_run_writes_to() {
     assert_eq!(n, next + 2);
     home.ok(&["stop", &id]);
 }
+
+/// `runs` with `live` answers the runs that have not ended, and without it every run.
+#[test]
+fn runs_asked_live_are_the_ones_not_ended() {
+    use gpupilot::protocol::{Request, Response};
+
+    let home = Home::new();
+    let _d = home.daemon(&[]);
+    let ended = home
+        .ok(&["run", "--detach", "--name", "done", "--", "true"])
+        .trim()
+        .to_string();
+    let live = home
+        .ok(&["run", "--detach", "--name", "live", "--", "sleep", "60"])
+        .trim()
+        .to_string();
+    let client = home.client();
+    let ids = |live: bool| -> Vec<String> {
+        match client.request(Request::Runs { run: None, live }).unwrap() {
+            Response::Runs { runs } => runs.into_iter().map(|r| r.id).collect(),
+            other => panic!("{other:?}"),
+        }
+    };
+    wait_for("the first run to end", Duration::from_secs(10), || {
+        ids(true) == [live.clone()]
+    });
+    assert_eq!(ids(false), [ended, live.clone()]);
+    home.ok(&["stop", &live]);
+    assert!(ids(true).is_empty());
+}

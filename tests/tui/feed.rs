@@ -3,6 +3,7 @@
 //! views would draw. Snapshots, history, the run list, node events, the run's log lines and
 //! exits, a stop through the request channel, the daemon going away and coming back.
 
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::support::feed::Reader;
@@ -318,4 +319,117 @@ fn polls_go_out_with_the_snapshot_after_them() {
                 .collect::<Vec<_>>()
         );
     }
+}
+
+/// Every request line a client sends to the daemon through this socket, recorded on its way
+/// (a proxy on a socket of its own, for as long as the test runs).
+fn recording_proxy(home: &Home) -> (std::path::PathBuf, Arc<Mutex<Vec<String>>>) {
+    use std::io::{BufRead, BufReader, Write};
+    use std::os::unix::net::{UnixListener, UnixStream};
+    let path = home.dir.path().join("proxy.sock");
+    let listener = UnixListener::bind(&path).unwrap();
+    let daemon = home.socket();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let record = Arc::clone(&seen);
+    std::thread::spawn(move || {
+        for theirs in listener.incoming() {
+            let Ok(theirs) = theirs else { return };
+            let ours = UnixStream::connect(&daemon).unwrap();
+            let (mut back_in, mut back_out) =
+                (ours.try_clone().unwrap(), theirs.try_clone().unwrap());
+            std::thread::spawn(move || std::io::copy(&mut back_in, &mut back_out));
+            let record = Arc::clone(&record);
+            std::thread::spawn(move || {
+                let mut to = ours;
+                for line in BufReader::new(theirs).lines() {
+                    let Ok(line) = line else { return };
+                    record.lock().unwrap().push(line.clone());
+                    if to.write_all(format!("{line}\n").as_bytes()).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (path, seen)
+}
+
+/// A node keeps every ended run, and an ended run does not change: while a run is live, the
+/// console asks for the live runs only and keeps the ended ones it has, asking for the whole
+/// list again when a run starts or ends. What it shows is the whole list all the same.
+#[test]
+fn between_changes_only_the_live_runs_are_asked_for() {
+    let home = Home::new();
+    let _daemon = home.daemon(&[]);
+    let ended: Vec<String> = (0..3)
+        .map(|i| {
+            home.ok(&["run", "-d", "--name", &format!("done{i}"), "--", "true"])
+                .trim()
+                .to_string()
+        })
+        .collect();
+    let live = home
+        .ok(&["run", "-d", "--name", "live", "--", "sleep", "60"])
+        .trim()
+        .to_string();
+    let (proxy, requests) = recording_proxy(&home);
+    let client = gpupilot::client::Client::connect_to(&proxy, "test").unwrap();
+    let feed = DataSource::Daemon(client).start(Duration::from_millis(100));
+    let mut r = Reader::new(feed, WAIT);
+    for id in &ended {
+        r.until("the ended runs, ended", |u| {
+            status_of(u, id).is_some_and(|s| s.is_final())
+        });
+    }
+    let uptime = |u: &Update| match u {
+        Update::Runs(runs) => runs.iter().find(|r| r.id == live).map(|r| r.uptime_s),
+        _ => None,
+    };
+    let asked = |live: bool| {
+        requests
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| l.contains(r#""type":"runs""#) && l.contains(r#""live":true"#) == live)
+            .count()
+    };
+    let (whole, live_only) = (asked(false), asked(true));
+    let lists = r.during(Duration::from_millis(1500));
+    let runs: Vec<&Update> = lists
+        .iter()
+        .filter(|u| matches!(u, Update::Runs(_)))
+        .collect();
+    assert!(
+        runs.len() >= 5,
+        "polled at the refresh rate: {}",
+        runs.len()
+    );
+    for u in &runs {
+        let Update::Runs(list) = u else {
+            unreachable!()
+        };
+        assert_eq!(list.len(), 4, "the whole list, every time: {list:?}");
+    }
+    let uptimes: Vec<f64> = runs.iter().filter_map(|u| uptime(u).flatten()).collect();
+    assert!(
+        uptimes.first() < uptimes.last(),
+        "the live run's figures move: {uptimes:?}"
+    );
+    let (whole_then, live_then) = (asked(false) - whole, asked(true) - live_only);
+    assert!(
+        live_then >= 5 && whole_then == 0,
+        "in 1.5 s with nothing started or ended: {whole_then} whole lists, {live_then} of the \
+         live runs"
+    );
+    let whole = asked(false);
+
+    // The run ends: the list says so, from a whole list asked for then.
+    home.ok(&["stop", &live]);
+    r.until("the live run stopped", |u| {
+        status_of(u, &live).is_some_and(|s| s.is_final())
+    });
+    assert!(
+        asked(false) > whole,
+        "the whole list again once a run ended"
+    );
 }

@@ -126,6 +126,11 @@ impl Runs {
         self.table().list(SystemTime::now())
     }
 
+    /// The runs that have not ended, oldest first.
+    pub fn list_live(&self) -> Vec<RunInfo> {
+        self.table().list_live(SystemTime::now())
+    }
+
     /// The run `spec` names (an id, an id prefix, a name, `last`).
     pub fn info(&self, spec: &str) -> Result<RunInfo, RequestError> {
         let table = self.table();

@@ -24,7 +24,8 @@ use super::{Feed, Link, Request, Update, channels};
 use crate::client::{Client, ClientError};
 use crate::history::{Metric, SeriesPoints};
 use crate::protocol::{
-    ErrorCode, LogStream, MAX_LOG_CHUNK, Request as ProtoRequest, Response, RunSignal, TrainerInfo,
+    ErrorCode, LogStream, MAX_LOG_CHUNK, Request as ProtoRequest, Response, RunInfo, RunSignal,
+    TrainerInfo,
 };
 use crate::supervisor::Event as RunEvent;
 use crate::telemetry::Snapshot;
@@ -91,6 +92,7 @@ pub fn start(client: Client, refresh: Duration, rt: Option<&tokio::runtime::Hand
         event_at: None,
         advise: advise::AdviseFeed::default(),
         tuner: feed.tuner.share(),
+        runs: RunList::default(),
     };
     std::thread::Builder::new()
         .name("tui-daemon-feed".into())
@@ -101,6 +103,52 @@ pub fn start(client: Client, refresh: Duration, rt: Option<&tokio::runtime::Hand
         })
         .expect("spawning the console's daemon thread");
     feed
+}
+
+/// The whole run list is asked for at least this often; between, only the live runs are
+/// ([`RunList`]).
+const RUNS_WHOLE_EVERY: Duration = Duration::from_secs(30);
+
+/// The run list as the console last had it. A node keeps every ended run, and an ended run
+/// does not change: a poll asks only for the live runs (a few hundred bytes, where a node of
+/// a few hundred ended runs answers the whole list in a hundred kilobytes, once a refresh and
+/// over `ssh` too) and puts them in their places. The whole list is asked for again when the
+/// live runs are not the ones it had (one started or ended), at a reconnect, and every
+/// [`RUNS_WHOLE_EVERY`].
+#[derive(Default)]
+struct RunList {
+    runs: Vec<RunInfo>,
+    /// When `runs` was last answered whole.
+    whole_at: Option<Instant>,
+}
+
+impl RunList {
+    fn poll(&mut self, client: &Client) -> Result<Vec<RunInfo>, ClientError> {
+        if self
+            .whole_at
+            .is_some_and(|t| t.elapsed() < RUNS_WHOLE_EVERY)
+        {
+            let live = client.live_runs()?;
+            // An older daemon answers every run: only the live ones are compared.
+            let ids = |runs: &[RunInfo]| -> Vec<String> {
+                runs.iter()
+                    .filter(|r| !r.is_final())
+                    .map(|r| r.id.clone())
+                    .collect()
+            };
+            if ids(&live) == ids(&self.runs) {
+                for run in live {
+                    if let Some(slot) = self.runs.iter_mut().find(|r| r.id == run.id) {
+                        *slot = run;
+                    }
+                }
+                return Ok(self.runs.clone());
+            }
+        }
+        self.runs = client.runs()?;
+        self.whole_at = Some(Instant::now());
+        Ok(self.runs.clone())
+    }
 }
 
 /// The run whose logs are tailed.
@@ -146,6 +194,7 @@ struct Worker {
     advise: advise::AdviseFeed,
     /// The console's energy tuner (see `daemon/tune.rs`).
     tuner: TunerGuard,
+    runs: RunList,
 }
 
 impl Worker {
@@ -236,6 +285,8 @@ impl Worker {
     /// Take in a new connection: who answers, the past, the present.
     fn connected(&mut self, client: Client) -> Result<(), Done> {
         let client = client.with_timeout(REQUEST_TIMEOUT);
+        // Perhaps another daemon: its runs are asked for whole.
+        self.runs = RunList::default();
         let status = match client.status() {
             Ok(s) => s,
             Err(e) => return self.gone(&e.to_string()),
@@ -529,7 +580,7 @@ impl Worker {
         let Some(client) = &self.client else {
             return Ok(());
         };
-        let runs = match client.runs() {
+        let runs = match self.runs.poll(client) {
             Ok(r) => r,
             Err(e) => return self.failed(e),
         };
