@@ -24,8 +24,8 @@ use super::{Feed, Link, Request, Update, channels};
 use crate::client::{Client, ClientError};
 use crate::history::{Metric, SeriesPoints};
 use crate::protocol::{
-    ErrorCode, LogStream, MAX_LOG_CHUNK, Request as ProtoRequest, Response, RunInfo, RunSignal,
-    TrainerInfo,
+    ErrorCode, LogStream, MAX_LOG_CHUNK, NodeEvent, Request as ProtoRequest, Response, RunInfo,
+    RunSignal, TrainerInfo,
 };
 use crate::supervisor::Event as RunEvent;
 use crate::telemetry::Snapshot;
@@ -113,8 +113,9 @@ const RUNS_WHOLE_EVERY: Duration = Duration::from_secs(30);
 /// does not change: a poll asks only for the live runs (a few hundred bytes, where a node of
 /// a few hundred ended runs answers the whole list in a hundred kilobytes, once a refresh and
 /// over `ssh` too) and puts them in their places. The whole list is asked for again when the
-/// live runs are not the ones it had (one started or ended), at a reconnect, and every
-/// [`RUNS_WHOLE_EVERY`].
+/// live runs are not the ones it had (one started or ended), after an event of a run (one that
+/// started and ended between two polls is in no live list), after events were missed, at a
+/// reconnect, and every [`RUNS_WHOLE_EVERY`].
 #[derive(Default)]
 struct RunList {
     runs: Vec<RunInfo>,
@@ -123,6 +124,11 @@ struct RunList {
 }
 
 impl RunList {
+    /// The next poll asks for the whole list.
+    fn stale(&mut self) {
+        self.whole_at = None;
+    }
+
     fn poll(&mut self, client: &Client) -> Result<Vec<RunInfo>, ClientError> {
         if self
             .whole_at
@@ -447,6 +453,14 @@ impl Worker {
             }
             U::Telemetry(s) => self.forward(s),
             U::Event(e) => {
+                if matches!(
+                    e.event,
+                    NodeEvent::RunStarted { .. }
+                        | NodeEvent::RunAdopted { .. }
+                        | NodeEvent::RunStatus { .. }
+                ) {
+                    self.runs.stale();
+                }
                 self.last_seq = Some(e.seq);
                 self.event_at = Some(Instant::now());
                 self.send(Update::Events {
@@ -455,7 +469,10 @@ impl Worker {
                 })?;
                 self.poll()
             }
-            U::Lagged(_) => self.catch_up_events(),
+            U::Lagged(_) => {
+                self.runs.stale();
+                self.catch_up_events()
+            }
             U::Shutdown(reason) => self.gone(&format!("the daemon stopped ({reason})")),
             U::Error { message, .. } => self.gone(&message),
             U::Closed => self.gone("the connection closed"),
