@@ -303,17 +303,6 @@ pub fn read_end(f: &mut File, max: u64, floor: u64) -> io::Result<(Vec<u8>, u64)
     Ok((bytes, from))
 }
 
-/// The next line of `r` into `line` (emptied first, without its newline), bounded: a line
-/// longer than `max` bytes is read past, not kept, and leaves `line` empty. `None` at the end
-/// of the input; otherwise whether the line was kept. A last line without a newline counts.
-pub fn read_line_capped(
-    r: &mut impl io::BufRead,
-    line: &mut Vec<u8>,
-    max: usize,
-) -> io::Result<Option<bool>> {
-    Ok(read_line_bounded(r, line, max)?.map(|l| l.kept))
-}
-
 /// What [`read_line_bounded`] read of a line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LineRead {
@@ -325,7 +314,9 @@ pub struct LineRead {
     pub bytes: u64,
 }
 
-/// [`read_line_capped`], saying also whether the line ended and how many bytes it took.
+/// The next line of `r` into `line` (emptied first, without its newline), bounded: a line
+/// longer than `max` bytes is read past, not kept, and leaves `line` empty. `None` at the end
+/// of the input; otherwise what was read of the line. A last line without a newline counts.
 pub fn read_line_bounded(
     r: &mut impl io::BufRead,
     line: &mut Vec<u8>,
@@ -365,7 +356,7 @@ pub fn read_line_bounded(
     }
 }
 
-/// Each line of `r` to `f`, read as [`read_line_capped`] reads them: `None` for a line longer
+/// Each line of `r` to `f`, read as [`read_line_bounded`] reads them: `None` for a line longer
 /// than `max` bytes, which is passed over without being kept. Until the end of `r`, or until
 /// `f` answers `Break`.
 pub fn visit_lines(
@@ -374,8 +365,8 @@ pub fn visit_lines(
     mut f: impl FnMut(Option<&[u8]>) -> ControlFlow<()>,
 ) -> io::Result<()> {
     let mut line = Vec::new();
-    while let Some(kept) = read_line_capped(&mut r, &mut line, max)? {
-        if f(kept.then_some(line.as_slice())).is_break() {
+    while let Some(read) = read_line_bounded(&mut r, &mut line, max)? {
+        if f(read.kept.then_some(line.as_slice())).is_break() {
             break;
         }
     }
@@ -712,9 +703,10 @@ mod tests {
         // Exactly the bound is kept; the end of the input with nothing after a newline is
         // no line.
         let mut r = BufReader::new(&b"0123456789\n"[..]);
-        assert_eq!(read_line_capped(&mut r, &mut line, 10).unwrap(), Some(true));
+        let read = read_line_bounded(&mut r, &mut line, 10).unwrap();
+        assert_eq!(read.map(|l| l.kept), Some(true));
         assert_eq!(line, b"0123456789");
-        assert_eq!(read_line_capped(&mut r, &mut line, 10).unwrap(), None);
+        assert_eq!(read_line_bounded(&mut r, &mut line, 10).unwrap(), None);
         assert!(line.is_empty());
     }
 }

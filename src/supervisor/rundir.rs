@@ -319,18 +319,18 @@ impl RunDir {
         if max == 0 {
             return Ok((out, at));
         }
-        if at.offset > 0 && !self.line_starts_at(at.offset)? {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!(
-                    "{}: no line starts at byte {}",
-                    self.events_path().display(),
-                    at.offset
-                ),
-            ));
-        }
+        // From the byte before `at`, which must be the newline of the line before: its first
+        // "line" is that newline alone. One open of the file checks the cursor and reads on.
+        let mut check = at.offset > 0;
         let (mut cur, mut skipped) = (at, 0);
-        self.visit_lines_from(at.offset, |rec, read| {
+        self.visit_lines_from(at.offset.saturating_sub(1), |rec, read| {
+            if check {
+                if read.bytes == 1 && read.ended {
+                    check = false;
+                    return ControlFlow::Continue(());
+                }
+                return ControlFlow::Break(());
+            }
             if !read.ended {
                 return ControlFlow::Break(());
             }
@@ -349,19 +349,18 @@ impl RunDir {
                 ControlFlow::Continue(())
             }
         })?;
-        Ok((out, cur))
-    }
-
-    /// Whether byte `offset` of the event log follows a newline.
-    fn line_starts_at(&self, offset: u64) -> io::Result<bool> {
-        use std::os::unix::fs::FileExt;
-        let file = safe_fs::open_regular(&self.events_path())?;
-        let mut byte = [0];
-        match file.read_exact_at(&mut byte, offset - 1) {
-            Ok(()) => Ok(byte[0] == b'\n'),
-            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Ok(false),
-            Err(e) => Err(e),
+        // Still set: the file ends before `at`, or no line starts there.
+        if check {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "{}: no line starts at byte {}",
+                    self.events_path().display(),
+                    at.offset
+                ),
+            ));
         }
+        Ok((out, cur))
     }
 
     pub fn write_summary(&self, s: &Summary) -> io::Result<()> {
