@@ -306,6 +306,77 @@ pub mod throttle {
     pub fn thermal_limited(bits: u64) -> bool {
         bits & (SW_THERMAL_SLOWDOWN | HW_THERMAL_SLOWDOWN) != 0
     }
+
+    /// What holds a GPU's clock down, read from its reason bits: the one reading behind the
+    /// console's badges (which of them warn), the history's power- and thermal-limited series
+    /// and the advisor's throttling findings, so none of them can tell another story.
+    #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+    pub struct Held {
+        /// The software power cap (`pwr-cap`): a cap someone or something set.
+        pub power_cap: bool,
+        /// The power cap or an external power brake ([`power_limited`]).
+        pub power: bool,
+        /// Software or hardware thermal slowdown (`thermal`, `hw-therm`; [`thermal_limited`]).
+        pub thermal: bool,
+        /// Hardware slowdown (`hw-slow`).
+        pub hardware: bool,
+    }
+
+    impl Held {
+        /// Any reason that costs speed (the badges that warn).
+        pub fn any(self) -> bool {
+            self.power || self.thermal || self.hardware
+        }
+    }
+
+    /// The reading of `bits`.
+    pub fn held(bits: u64) -> Held {
+        Held {
+            power_cap: bits & SW_POWER_CAP != 0,
+            power: power_limited(bits),
+            thermal: thermal_limited(bits),
+            hardware: bits & HW_SLOWDOWN != 0,
+        }
+    }
+
+    /// [`held`] over a window of samples: how many report reasons at all (a sample without
+    /// them says nothing, it is not a sample without throttling), and how many of those each
+    /// reason held.
+    #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+    pub struct HeldCount {
+        pub reporting: usize,
+        pub power_cap: usize,
+        pub thermal: usize,
+    }
+
+    impl HeldCount {
+        /// Counts over the samples' reason bits, `None` where a sample has none.
+        pub fn of(reasons: impl IntoIterator<Item = Option<u64>>) -> HeldCount {
+            reasons
+                .into_iter()
+                .flatten()
+                .map(held)
+                .fold(HeldCount::default(), |c, h| HeldCount {
+                    reporting: c.reporting + 1,
+                    power_cap: c.power_cap + usize::from(h.power_cap),
+                    thermal: c.thermal + usize::from(h.thermal),
+                })
+        }
+
+        fn share(&self, n: usize) -> Option<f64> {
+            (self.reporting > 0).then(|| n as f64 / self.reporting as f64)
+        }
+
+        /// The share of reporting samples held by the power cap (None: none reported).
+        pub fn power_cap_share(&self) -> Option<f64> {
+            self.share(self.power_cap)
+        }
+
+        /// The share of reporting samples in thermal slowdown (None: none reported).
+        pub fn thermal_share(&self) -> Option<f64> {
+            self.share(self.thermal)
+        }
+    }
 }
 
 /// Short badges for the reason bits that are set, in a fixed order ("pwr-cap", "thermal", …).
@@ -342,5 +413,41 @@ mod tests {
         assert!(throttle::thermal_limited(bits));
         assert!(throttle_reason_badges(0).is_empty());
         assert!(!throttle::power_limited(throttle::GPU_IDLE));
+    }
+
+    /// Every combination of reason bits: a badge that names a thermal or power-cap reason is
+    /// shown exactly when the reading that the advisor counts says so, and it warns exactly
+    /// when the reading says speed is lost.
+    #[test]
+    fn badges_and_the_advisors_reading_agree_on_every_combination() {
+        for bits in 0..(1u64 << throttle::REASONS.len()) {
+            let badges = throttle_reason_badges(bits);
+            let h = throttle::held(bits);
+            let thermal_badge = badges.iter().any(|b| *b == "thermal" || *b == "hw-therm");
+            assert_eq!(thermal_badge, h.thermal, "bits {bits:#x}: {badges:?}");
+            assert_eq!(badges.contains(&"pwr-cap"), h.power_cap, "bits {bits:#x}");
+            let warns = badges.iter().any(|b| {
+                matches!(
+                    *b,
+                    "pwr-cap" | "pwr-brake" | "thermal" | "hw-therm" | "hw-slow"
+                )
+            });
+            assert_eq!(warns, h.any(), "bits {bits:#x}: {badges:?}");
+        }
+        let c = throttle::HeldCount::of([
+            Some(throttle::HW_THERMAL_SLOWDOWN),
+            None,
+            Some(throttle::SW_POWER_CAP | throttle::SW_THERMAL_SLOWDOWN),
+            Some(0),
+            Some(throttle::GPU_IDLE),
+        ]);
+        assert_eq!(
+            (c.reporting, c.thermal, c.power_cap),
+            (4, 2, 1),
+            "a sample without reasons is not counted"
+        );
+        assert_eq!(c.thermal_share(), Some(0.5));
+        assert_eq!(c.power_cap_share(), Some(0.25));
+        assert_eq!(throttle::HeldCount::of([None]).thermal_share(), None);
     }
 }

@@ -516,10 +516,11 @@ pub fn badges(g: &GpuSample, theme: &Theme) -> Vec<Span<'static>> {
             if bits & bit == 0 {
                 continue;
             }
-            let hurts = throttle::power_limited(*bit)
-                || throttle::thermal_limited(*bit)
-                || *bit == throttle::HW_SLOWDOWN;
-            let style = if hurts { theme.badge_warn } else { theme.badge };
+            let style = if throttle::held(*bit).any() {
+                theme.badge_warn
+            } else {
+                theme.badge
+            };
             out.push(Span::styled(format!(" {name} "), style));
             out.push(Span::raw(" "));
         }

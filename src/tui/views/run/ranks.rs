@@ -364,10 +364,11 @@ fn throttle_cell(t: &Theme, r: &RankInfo, gpu: Option<&GpuSample>) -> (String, S
         None => (NA.into(), t.na),
         Some(0) => ("-".into(), t.dim),
         Some(bits) => {
-            let hurts = throttle::power_limited(bits)
-                || throttle::thermal_limited(bits)
-                || bits & throttle::HW_SLOWDOWN != 0;
-            let style = if hurts { t.badge_warn } else { t.badge };
+            let style = if throttle::held(bits).any() {
+                t.badge_warn
+            } else {
+                t.badge
+            };
             (throttle_reason_badges(bits).join(" "), style)
         }
     }
