@@ -11,14 +11,18 @@ use crate::telemetry::{GpuSample, throttle};
 
 use super::{GpuPoint, GpuSeries, Knob, KnobChange, RankWindow, RunWindow, StepPoint};
 
-/// The history series the advisor reads.
-pub const METRICS: [Metric; 6] = [
+/// The history series the advisor reads. The power- and thermal-limited shares are the
+/// history's reading of the throttle reasons ([`throttle::held`], as the console's badges read
+/// them): without them only the newest sample would say why the clock is down.
+pub const METRICS: [Metric; 8] = [
     Metric::UtilGpu,
     Metric::MemoryUsed,
     Metric::Power,
     Metric::PowerLimit,
     Metric::Temperature,
     Metric::SmClock,
+    Metric::PowerLimited,
+    Metric::ThermalLimited,
 ];
 
 /// What a GPU's history does not keep: its rated figures (from its newest sample, or what a
@@ -95,12 +99,15 @@ pub fn gpu_points(rated: &Rated, series: &[(Metric, Vec<Point>)]) -> Vec<GpuPoin
 }
 
 /// One GPU's series: its history's points ([`gpu_points`]) with the rated figures of the
-/// newest sample, then that sample itself (with its throttle reasons) where it is newer.
+/// newest sample, then that sample itself (with its throttle reasons, what the console's badge
+/// shows) where it is newer, or in place of a history point of the same time.
 pub fn gpu_series(latest: &GpuSample, series: &[(Metric, Vec<Point>)]) -> GpuSeries {
     let mut points = gpu_points(&Rated::of(latest), series);
     if let Some(p) = GpuPoint::from_sample(latest) {
-        if points.last().is_none_or(|q| q.t < p.t) {
-            points.push(p);
+        match points.last_mut() {
+            Some(q) if (q.t - p.t).abs() < 1e-6 => *q = p,
+            Some(q) if q.t > p.t => {}
+            _ => points.push(p),
         }
     }
     GpuSeries {
@@ -228,6 +235,7 @@ pub fn run_window(
         batch_range: range(KnobName::BatchSize),
         prefetch_range: range(KnobName::Prefetch),
         ranks,
+        job_samples_per_s: trainer.job.as_ref().and_then(|j| j.samples_per_s),
     }
 }
 

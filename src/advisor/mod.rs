@@ -11,8 +11,8 @@
 //! - **memory headroom**: the run's GPUs use well under their memory → raise the batch size,
 //!   with the memory it is predicted to use (fitted from two batch sizes when the window has
 //!   them, else the conservative `used × new/old`);
-//! - **power-cap throttling**: clocks held down by a cap set below the default → back to the
-//!   default;
+//! - **power-cap throttling**: clocks held down by a cap a person set below the default → back
+//!   to the default;
 //! - **thermal throttling**: thermal slowdown, or the temperature at its threshold → a thermal
 //!   target a few degrees below it;
 //! - **idle GPU drawing power**: a GPU a run holds that has done nothing all window → stop the
@@ -24,7 +24,17 @@
 //! - **straggler** (a job of several ranks): one rank's own step time well above the median of
 //!   the others', named with the cause its GPU shows (thermal slowdown, power cap, a degraded
 //!   PCIe link, another process on it) or its own input pipeline, and the command that acts
-//!   on it ([`straggler`]).
+//!   on it ([`straggler`]);
+//! - **tuned cap**: the energy tuner's choice holds a GPU's cap, but the run's throughput or
+//!   power moved more than `Thresholds::workload_shift` from what the search measured there
+//!   (or another run trains on its GPUs) → search again (`voice`).
+//!
+//! One voice (docs/operations.md): the input says who holds each GPU's cap
+//! ([`crate::control::owner`]). A cap the thermal governor, the node budget, an energy search or
+//! the tuner's choice holds is never called a throttle to remove, a change to undo or a sweep to
+//! follow; the tuner's choice is questioned only by the tuned-cap hint, which names it and says
+//! why it no longer holds. A cap or thermal target proposed for a GPU of a job of several GPUs
+//! acts on all of them (a cap on one rank makes it the job's straggler).
 //!
 //! Pure: no I/O, no clock (the caller passes `now`). [`adapt`] builds the input from what the
 //! daemon keeps (history, metrics reports; `client::advise` reads them); [`text`] puts the hints
@@ -36,9 +46,11 @@ pub mod straggler;
 #[cfg(test)]
 mod tests;
 pub mod text;
+mod voice;
 
 use serde::{Deserialize, Serialize};
 
+use crate::control::owner::GpuOwner;
 use crate::telemetry::GpuSample;
 
 /// One GPU at one moment, as the advisor needs it.
@@ -165,6 +177,9 @@ pub struct RunWindow {
     /// A job of several ranks: each rank's reports (empty for a single process).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ranks: Vec<RankWindow>,
+    /// The job's samples per second now, summed over its ranks (`JobFigures`), where known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_samples_per_s: Option<f64>,
 }
 
 /// Everything the advisor looks at.
@@ -177,6 +192,10 @@ pub struct AdvisorInput {
     /// Power-sweep curves kept for GPU models of the node (`gpupilot bench power-sweep`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub curves: Vec<CapCurve>,
+    /// Who holds each GPU's cap ([`crate::control::owner::owners`]); a GPU not listed: unknown,
+    /// taken as a person's cap.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub owners: Vec<GpuOwner>,
 }
 
 /// A GPU model's measured work at each cap: what `bench power-sweep` keeps.
@@ -230,6 +249,9 @@ pub struct Thresholds {
     pub straggler_reports: usize,
     /// …of which every rank compared has at least this many ([`straggler::MIN_REPORTS`]).
     pub straggler_min_reports: usize,
+    /// Tuned cap: the run's throughput or power off what the search measured at its cap by
+    /// more than this share means the workload changed since.
+    pub workload_shift: f64,
 }
 
 impl Default for Thresholds {
@@ -253,6 +275,7 @@ impl Default for Thresholds {
             straggler_ratio: straggler::RATIO,
             straggler_reports: straggler::REPORTS,
             straggler_min_reports: straggler::MIN_REPORTS,
+            workload_shift: 0.15,
         }
     }
 }
@@ -271,6 +294,8 @@ pub enum HintKind {
     ThroughputDrop,
     /// One rank of a job of several holds the others back.
     Straggler,
+    /// The energy tuner's cap no longer fits the workload it was measured on.
+    TunedCap,
 }
 
 /// One number behind a hint.
@@ -295,10 +320,36 @@ impl Evidence {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "action", rename_all = "snake_case")]
 pub enum Suggestion {
-    SetKnob { run: String, knob: Knob, value: f64 },
-    PowerCap { gpu: u32, watts: f64 },
-    ThermalTarget { gpu: u32, celsius: f64 },
-    StopRun { run: String },
+    SetKnob {
+        run: String,
+        knob: Knob,
+        value: f64,
+    },
+    /// A cap on `gpus`: every GPU of the job where the GPU is one of a job's.
+    PowerCap {
+        gpus: Vec<u32>,
+        watts: f64,
+    },
+    ThermalTarget {
+        gpus: Vec<u32>,
+        celsius: f64,
+    },
+    StopRun {
+        run: String,
+    },
+    /// A new energy search on `run`.
+    TuneEnergy {
+        run: String,
+        eta: f64,
+    },
+}
+
+/// `0,1,3`, as `--gpu` takes it.
+pub fn gpu_list(gpus: &[u32]) -> String {
+    gpus.iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 impl Suggestion {
@@ -313,13 +364,19 @@ impl Suggestion {
             Suggestion::SetKnob { run, knob, value } => {
                 format!("gpupilot set {run} {} {value:.0}", knob.name())
             }
-            Suggestion::PowerCap { gpu, watts } => {
-                format!("gpupilot power cap {watts:.0} --gpu {gpu}")
+            Suggestion::PowerCap { gpus, watts } => {
+                format!("gpupilot power cap {watts:.0} --gpu {}", gpu_list(gpus))
             }
-            Suggestion::ThermalTarget { gpu, celsius } => {
-                format!("gpupilot thermal target {celsius:.0} --gpu {gpu}")
+            Suggestion::ThermalTarget { gpus, celsius } => {
+                format!(
+                    "gpupilot thermal target {celsius:.0} --gpu {}",
+                    gpu_list(gpus)
+                )
             }
             Suggestion::StopRun { run } => format!("gpupilot stop {run}"),
+            Suggestion::TuneEnergy { run, eta } => {
+                format!("gpupilot tune energy {run} --eta {eta}")
+            }
         }
     }
 }
@@ -338,7 +395,8 @@ pub struct Hint {
 
 /// Every hint the window supports, runs first, then GPUs in index order. A GPU whose
 /// throttling a straggler hint already names (with the job it holds back) gets no throttling
-/// hint of its own.
+/// hint of its own; a cap the loops or the tuner hold gets none either (see the module doc),
+/// and a proposal for a job's GPU acts on the whole job, said once.
 pub fn advise(input: &AdvisorInput, th: &Thresholds) -> Vec<Hint> {
     let w = rules::Window::new(input, th);
     let mut hints = Vec::new();
@@ -367,7 +425,8 @@ pub fn advise(input: &AdvisorInput, th: &Thresholds) -> Vec<Hint> {
         hints.extend(rules::idle_drawing_power(&w, gpu));
         hints.extend(rules::measured_cap(&w, gpu));
     }
-    hints
+    hints.extend(voice::tuned_caps(&w));
+    voice::one_voice(&w, hints)
 }
 
 /// The straggler verdict on every run of several ranks in `input` (what the daemon turns into

@@ -5,6 +5,7 @@ use super::{
     AdvisorInput, Evidence, GpuPoint, GpuSeries, Hint, HintKind, Knob, RunWindow, StepPoint,
     Suggestion, Thresholds,
 };
+use crate::control::owner::CapOwner;
 use crate::telemetry::throttle;
 
 const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
@@ -25,14 +26,14 @@ impl<'a> Window<'a> {
         }
     }
 
-    fn recent_gpu<'p>(&self, s: &'p GpuSeries) -> Vec<&'p GpuPoint> {
+    pub(super) fn recent_gpu<'p>(&self, s: &'p GpuSeries) -> Vec<&'p GpuPoint> {
         s.points
             .iter()
             .filter(|p| p.t >= self.from && p.t <= self.input.now)
             .collect()
     }
 
-    fn recent_metrics<'p>(&self, run: &'p RunWindow) -> Vec<&'p StepPoint> {
+    pub(super) fn recent_metrics<'p>(&self, run: &'p RunWindow) -> Vec<&'p StepPoint> {
         run.metrics
             .iter()
             .filter(|p| p.t >= self.from && p.t <= self.input.now)
@@ -290,9 +291,14 @@ pub(super) fn throughput_drop(w: &Window, run: &RunWindow) -> Option<Hint> {
     if b <= 0.0 || (b - a) / b < th.drop_share {
         return None;
     }
+    // A cap the loops or the tuner chose is theirs: its cost in throughput is what they traded
+    // (the tuned-cap hint questions the tuner's choice, with its reason).
+    if change.knob == Knob::PowerCap && change.gpu.is_some_and(|g| w.chosen(g).is_some()) {
+        return None;
+    }
     let action = match change.knob {
         Knob::PowerCap => change.gpu.map(|gpu| Suggestion::PowerCap {
-            gpu,
+            gpus: vec![gpu],
             watts: change.old,
         }),
         knob => Some(Suggestion::SetKnob {
@@ -322,20 +328,19 @@ pub(super) fn throughput_drop(w: &Window, run: &RunWindow) -> Option<Hint> {
     })
 }
 
-/// The share of points with any of `bits` set (among those that report reasons).
-fn share_with(points: &[&GpuPoint], bits: u64) -> Option<f64> {
-    let reasons: Vec<u64> = points.iter().filter_map(|p| p.throttle_reasons).collect();
-    (!reasons.is_empty())
-        .then(|| reasons.iter().filter(|r| *r & bits != 0).count() as f64 / reasons.len() as f64)
+/// The share of points in thermal slowdown, read as the console's badges read the reasons
+/// ([`throttle::HeldCount`]); None when no point reports reasons.
+pub(super) fn thermal_share(points: &[&GpuPoint]) -> Option<f64> {
+    throttle::HeldCount::of(points.iter().map(|p| p.throttle_reasons)).thermal_share()
 }
 
-/// The share of points held by the power cap: the reason bit where a point has reasons, else
-/// (history keeps no reasons) power within 2% of the limit.
+/// The share of points held by the power cap: the reasons' reading ([`throttle::held`]) where a
+/// point has reasons, else power within 2% of the limit.
 fn capped_share(points: &[&GpuPoint]) -> Option<f64> {
     let held: Vec<bool> = points
         .iter()
         .filter_map(|p| match (p.throttle_reasons, p.power_w, p.power_limit_w) {
-            (Some(r), _, _) => Some(r & throttle::SW_POWER_CAP != 0),
+            (Some(r), _, _) => Some(throttle::held(r).power_cap),
             (None, Some(w), Some(l)) if l > 0.0 => Some(w >= 0.98 * l),
             _ => None,
         })
@@ -345,6 +350,11 @@ fn capped_share(points: &[&GpuPoint]) -> Option<f64> {
 
 pub(super) fn power_cap_throttle(w: &Window, g: &GpuSeries) -> Option<Hint> {
     let th = w.th;
+    // Only a person's cap is a throttle to remove: the loops and the tuner hold theirs on
+    // purpose.
+    if w.chosen(g.index).is_some() {
+        return None;
+    }
     let ps = w.recent_gpu(g);
     let times: Vec<f64> = ps.iter().map(|p| p.t).collect();
     if !w.enough(&times) {
@@ -385,7 +395,7 @@ pub(super) fn power_cap_throttle(w: &Window, g: &GpuSeries) -> Option<Hint> {
             ev("SM clock max", max_clock, "MHz"),
         ],
         action: Some(Suggestion::PowerCap {
-            gpu: g.index,
+            gpus: vec![g.index],
             watts: default,
         }),
     })
@@ -398,8 +408,8 @@ pub(super) fn thermal_throttle(w: &Window, g: &GpuSeries) -> Option<Hint> {
     if !w.enough(&times) {
         return None;
     }
-    let bits = throttle::SW_THERMAL_SLOWDOWN | throttle::HW_THERMAL_SLOWDOWN;
-    let share = share_with(&ps, bits).unwrap_or(0.0);
+    let reported = thermal_share(&ps);
+    let share = reported.unwrap_or(0.0);
     let slowdown = ps.iter().rev().find_map(|p| p.temp_slowdown_c);
     let temps: Vec<f64> = ps.iter().filter_map(|p| p.temperature_c).collect();
     let hottest = temps.iter().copied().fold(f64::NEG_INFINITY, f64::max);
@@ -417,18 +427,34 @@ pub(super) fn thermal_throttle(w: &Window, g: &GpuSeries) -> Option<Hint> {
     if let Some(c) = mean(ps.iter().filter_map(|p| p.sm_clock_mhz.map(f64::from))) {
         evidence.push(ev("SM clock (mean)", c, "MHz"));
     }
-    let target = slowdown.map(|s| s - 5.0);
-    let summary = match (slowdown, target) {
-        (Some(s), Some(t)) => format!(
-            "GPU {}: thermal throttling ({:.0}% of the time, up to {hottest:.0} C against a {s:.0} C slowdown); hold it at {t:.0} C with the thermal governor, or improve cooling",
-            g.index,
+    // A governor already holds a target there: another one is no fix.
+    let governed = match w.chosen(g.index) {
+        Some(o @ CapOwner::Governor { .. }) => Some(o.describe()),
+        _ => None,
+    };
+    let target = slowdown.map(|s| s - 5.0).filter(|_| governed.is_none());
+    // The share is the badges' reading over the window; a GPU that only runs hot is said to
+    // be near its slowdown, not throttling.
+    let how = match reported {
+        None => "its throttle reasons are not reported".to_string(),
+        Some(_) if share >= th.throttle_share => {
+            format!("thermal throttling {:.0}% of the time", 100.0 * share)
+        }
+        Some(_) => format!(
+            "near its thermal slowdown (in it {:.0}% of the time)",
             100.0 * share
         ),
-        _ => format!(
-            "GPU {}: thermal throttling {:.0}% of the time; check cooling and airflow",
+    };
+    let summary = match (slowdown, target, governed) {
+        (Some(s), _, Some(by)) => format!(
+            "GPU {}: {how}, up to {hottest:.0} C against a {s:.0} C slowdown, with {by} holding its cap; improve cooling",
             g.index,
-            100.0 * share
         ),
+        (Some(s), Some(t), None) => format!(
+            "GPU {}: {how}, up to {hottest:.0} C against a {s:.0} C slowdown; hold it at {t:.0} C with the thermal governor, or improve cooling",
+            g.index,
+        ),
+        _ => format!("GPU {}: {how}; check cooling and airflow", g.index),
     };
     Some(Hint {
         kind: HintKind::ThermalThrottle,
@@ -437,7 +463,7 @@ pub(super) fn thermal_throttle(w: &Window, g: &GpuSeries) -> Option<Hint> {
         summary,
         evidence,
         action: target.map(|celsius| Suggestion::ThermalTarget {
-            gpu: g.index,
+            gpus: vec![g.index],
             celsius,
         }),
     })
@@ -497,6 +523,11 @@ pub(super) fn idle_drawing_power(w: &Window, g: &GpuSeries) -> Option<Hint> {
 
 /// A busy GPU's cap against the power sweep kept for its model (see the module doc).
 pub(super) fn measured_cap(w: &Window, g: &GpuSeries) -> Option<Hint> {
+    // A cap the loops hold, or one the tuner measured on this very run, is not a GEMM sweep's
+    // to move.
+    if w.chosen(g.index).is_some() {
+        return None;
+    }
     let ps = w.recent_gpu(g);
     let times: Vec<f64> = ps.iter().map(|p| p.t).collect();
     if !w.enough(&times) {
@@ -551,7 +582,7 @@ pub(super) fn measured_cap(w: &Window, g: &GpuSeries) -> Option<Hint> {
             ev("utilization (mean)", util, "%"),
         ],
         action: Some(Suggestion::PowerCap {
-            gpu: g.index,
+            gpus: vec![g.index],
             watts: best.0,
         }),
     })

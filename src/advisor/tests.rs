@@ -65,6 +65,7 @@ fn run(metrics: Vec<StepPoint>) -> RunWindow {
         batch_range: None,
         prefetch_range: Some((0, 16)),
         ranks: Vec::new(),
+        job_samples_per_s: None,
     }
 }
 
@@ -74,6 +75,7 @@ fn input(gpus: Vec<GpuSeries>, runs: Vec<RunWindow>) -> AdvisorInput {
         gpus,
         runs,
         curves: Vec::new(),
+        owners: Vec::new(),
     }
 }
 
@@ -280,7 +282,7 @@ fn power_cap_throttling_fires_below_the_default_cap() {
     assert_eq!(
         h.action,
         Some(Suggestion::PowerCap {
-            gpu: 0,
+            gpus: vec![0],
             watts: 700.0
         })
     );
@@ -339,7 +341,7 @@ fn thermal_throttling_fires_on_slowdown_or_the_threshold() {
     assert_eq!(
         h.action,
         Some(Suggestion::ThermalTarget {
-            gpu: 0,
+            gpus: vec![0],
             celsius: 82.0
         })
     );
@@ -444,7 +446,7 @@ fn a_throughput_drop_after_a_change_offers_to_undo_it() {
     assert_eq!(
         h.action,
         Some(Suggestion::PowerCap {
-            gpu: 0,
+            gpus: vec![0],
             watts: 64.0
         })
     );
@@ -534,7 +536,7 @@ fn a_busy_gpu_capped_far_above_its_models_measured_best_is_told_that_cap() {
     assert_eq!(
         h.action,
         Some(Suggestion::PowerCap {
-            gpu: 0,
+            gpus: vec![0],
             watts: 400.0
         })
     );

@@ -15,6 +15,7 @@ pub fn label(k: HintKind) -> &'static str {
         HintKind::MeasuredCap => "measured power curve",
         HintKind::ThroughputDrop => "throughput drop",
         HintKind::Straggler => "straggler",
+        HintKind::TunedCap => "tuned cap no longer fits",
     }
 }
 

@@ -1,9 +1,17 @@
 //! The advisor's input, read from a daemon: what `gpupilot advise` and the console's advisor
 //! pane hand to [`crate::advisor::advise`]. The advisor itself does no I/O.
+//!
+//! Besides telemetry and metrics it reads who holds each GPU's cap
+//! ([`crate::control::owner`]): the GPUs' limits (`power`), the loops (`thermal`) and the
+//! energy searches (`tune_status`), so the advisor never proposes undoing what one of them
+//! chose without saying which and why.
 
 use super::Client;
 use crate::advisor::{AdvisorInput, Thresholds, adapt};
+use crate::control::owner::owners;
+use crate::control::tuner::session::TunerDaemon;
 use crate::control::tuner::session::run_gpus;
+use crate::protocol::{Request, Response};
 use crate::supervisor::RunStatus;
 use crate::telemetry::GpuSample;
 
@@ -38,6 +46,11 @@ pub fn gather(client: &Client, th: &Thresholds) -> anyhow::Result<AdvisorInput> 
         input.gpus.push(adapt::gpu_series(gpu, &series));
     }
     input.curves = kept_curves(&status.daemon.state_dir, &snap.gpus);
+    let jobs = match client.request(Request::TuneStatus { job: None })? {
+        Response::TuneJobs { jobs } => jobs,
+        _ => anyhow::bail!("the daemon answered `tune_status` with something else"),
+    };
+    input.owners = owners(&client.power_limits()?, &client.loops()?, &jobs);
     for run in client.runs()? {
         if !matches!(run.status, RunStatus::Running) {
             continue;

@@ -14,6 +14,7 @@
 //! - `node`: the loops of one node per snapshot (governors, budget, energy, alerts), which the
 //!   daemon drives; `settings`: the daemon's `control.toml`; `status`: what clients are shown.
 //! - `tuner`: the energy-optimal power-cap search (Zeus's cost).
+//! - `owner`: who holds each GPU's cap now (governor, budget, tuner, a person), for "one voice".
 //! - `bench`: the power sweep and the burn (`gpupilot bench power-sweep|burn`), on a node and a
 //!   load behind traits (the daemon and CUDA, or gpusim).
 
@@ -25,6 +26,7 @@ pub mod energy_ledger;
 pub mod governor;
 pub mod jobs;
 pub mod node;
+pub mod owner;
 pub mod power;
 pub mod settings;
 pub mod status;

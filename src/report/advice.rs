@@ -168,6 +168,7 @@ pub fn whole_run(rec: &RunRecord<'_>) -> Vec<Hint> {
         runs: vec![run],
         // A report judges the run as it ran, not against sweeps made since.
         curves: Vec::new(),
+        owners: Vec::new(),
     };
     advisor::advise(&input, &thresholds(rec.span_s))
 }

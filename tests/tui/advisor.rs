@@ -83,7 +83,7 @@ fn hints() -> Vec<Hint> {
                 ev("SM clock (mean)", 1410.0, "MHz"),
             ],
             action: Some(Suggestion::PowerCap {
-                gpu: 1,
+                gpus: vec![1],
                 watts: 700.0,
             }),
         },
@@ -100,7 +100,7 @@ fn hints() -> Vec<Hint> {
                 ev("slowdown temperature", 87.0, "C"),
             ],
             action: Some(Suggestion::ThermalTarget {
-                gpu: 2,
+                gpus: vec![2],
                 celsius: 83.0,
             }),
         },

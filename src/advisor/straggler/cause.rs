@@ -123,7 +123,7 @@ pub(super) fn thermal(sc: &Scene, margin_c: f64, gpu: u32) -> Option<Told> {
         words,
         evidence,
         action: slowdown.map(|s| Suggestion::ThermalTarget {
-            gpu,
+            gpus: vec![gpu],
             celsius: (s - THERMAL_TARGET_MARGIN_C).round(),
         }),
     })
@@ -168,7 +168,10 @@ pub(super) fn power_cap(sc: &Scene, gpu: u32) -> Option<Told> {
         cause: Cause::PowerCap,
         words,
         evidence,
-        action: target.map(|watts| Suggestion::PowerCap { gpu, watts }),
+        action: target.map(|watts| Suggestion::PowerCap {
+            gpus: vec![gpu],
+            watts,
+        }),
     })
 }
 

@@ -121,6 +121,7 @@ impl Job {
                 Vec::new(),
             )],
             curves: Vec::new(),
+            owners: Vec::new(),
         }
     }
 }

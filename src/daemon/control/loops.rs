@@ -208,6 +208,7 @@ impl Control {
                 .collect(),
             runs: jobs,
             curves: Vec::new(),
+            owners: Vec::new(),
         };
         let th = Thresholds::default();
         advisor::stragglers(&input, &th)

@@ -130,7 +130,7 @@ fn a_gpu_in_thermal_slowdown_most_of_the_run_is_a_finding_with_its_target() {
     assert_eq!(
         h.action,
         Some(Suggestion::ThermalTarget {
-            gpu: 0,
+            gpus: vec![0],
             celsius: 82.0
         })
     );

@@ -769,7 +769,7 @@ fn the_advice_over_the_whole_run_is_in_every_form() {
     assert!(md.contains("## Advice"), "{md}");
     assert!(md.contains("**thermal throttling (GPU 0)**"), "{md}");
     assert!(
-        md.contains("action: `gpupilot thermal target 82 --gpu 0`"),
+        md.contains("action: `gpupilot thermal target 82 --gpu 0,1`"),
         "{md}"
     );
     let html = crate::report::html::render(&r);

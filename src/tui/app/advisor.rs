@@ -104,7 +104,8 @@ pub fn act(app: &mut App, i: usize) {
                 },
             );
         }
-        Suggestion::PowerCap { gpu, watts } => {
+        Suggestion::PowerCap { gpus, watts } if gpus.len() == 1 => {
+            let gpu = gpus[0];
             let Some(pos) = app.data.gpus().iter().position(|g| g.index == gpu) else {
                 let msg = format!("GPU {gpu} is not in the newest sample: its cap cannot be set");
                 app.data.set_status(Level::Error, msg);
@@ -127,6 +128,11 @@ pub fn act(app: &mut App, i: usize) {
                 "the console sets no thermal target: run `{}`",
                 action.command()
             );
+            app.data.set_status(Level::Info, msg);
+        }
+        // The power-cap dialog sets one GPU; a job's GPUs go together from the command line.
+        Suggestion::PowerCap { .. } | Suggestion::TuneEnergy { .. } => {
+            let msg = format!("not from the console: run `{}`", action.command());
             app.data.set_status(Level::Info, msg);
         }
     }

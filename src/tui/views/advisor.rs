@@ -112,11 +112,14 @@ pub fn action_text(s: &Suggestion) -> String {
             "Enter: {} → {value:.0} in the run's knob dialog (Enter there sends it)",
             knob.name()
         ),
-        Suggestion::PowerCap { gpu, watts } => {
+        Suggestion::PowerCap { gpus, watts } if gpus.len() == 1 => {
+            let gpu = gpus[0];
             format!("Enter: GPU {gpu} cap → {watts:.0} W (power-cap dialog; it asks y/n)")
         }
         Suggestion::StopRun { run } => format!("Enter: stop run {run} (asks y/n)"),
-        Suggestion::ThermalTarget { .. } => format!("run: {}", s.command()),
+        Suggestion::PowerCap { .. }
+        | Suggestion::ThermalTarget { .. }
+        | Suggestion::TuneEnergy { .. } => format!("run: {}", s.command()),
     }
 }
 
@@ -282,12 +285,20 @@ mod tests {
         };
         assert!(action_text(&knob).starts_with("Enter: prefetch → 4 in the run's knob dialog"));
         let cap = Suggestion::PowerCap {
-            gpu: 1,
+            gpus: vec![1],
             watts: 700.0,
         };
         assert!(action_text(&cap).contains("GPU 1 cap → 700 W"));
+        let job = Suggestion::PowerCap {
+            gpus: vec![0, 1, 2, 3],
+            watts: 450.0,
+        };
+        assert_eq!(
+            action_text(&job),
+            "run: gpupilot power cap 450 --gpu 0,1,2,3"
+        );
         let thermal = Suggestion::ThermalTarget {
-            gpu: 0,
+            gpus: vec![0],
             celsius: 83.0,
         };
         assert_eq!(
