@@ -17,6 +17,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::PowerLimits;
+use super::governor::Target;
 use super::status::ControlStatus;
 use super::tuner::record::{JobState, TuneJob};
 
@@ -134,7 +135,11 @@ pub fn owners(
             let owner = if let Some(g) = governor {
                 Some(CapOwner::Governor {
                     by: g.by.clone(),
-                    target_c: g.target_c,
+                    // Resolved at its first decision; asked for in degrees before that.
+                    target_c: g.target_c.or(match g.target {
+                        Target::Celsius(c) => Some(c),
+                        Target::BelowSlowdown(_) => None,
+                    }),
                 })
             } else if let Some(b) = &loops.budget {
                 Some(CapOwner::Budget {
@@ -162,7 +167,7 @@ pub fn owners(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::control::governor::{Mode, Target};
+    use crate::control::governor::Mode;
     use crate::control::status::{BudgetStatus, GovernorStatus};
     use crate::control::tuner::{CapPoint, TuneResult, TuneSettings, Window};
 

@@ -11,6 +11,7 @@ mod health;
 mod in_daemon;
 mod knobs;
 mod link_alert;
+mod one_voice;
 mod power_nvml;
 mod retired_pages;
 mod run_power_cap;
