@@ -129,7 +129,7 @@ each user's own daemon. See docs/operations.md, \"A root daemon for power contro
     /// Open the console on a run (the newest live run unless RUN is given); q detaches.
     #[command(long_about = ATTACH_ABOUT)]
     Attach(AttachArgs),
-    /// Print a run's output; -f follows it until the run ends.
+    /// Print a run's output; -f follows it until the run ends; --rank N keeps one rank's lines.
     Logs(LogsArgs),
     /// Stop a run: SIGTERM to its process group, SIGKILL after the grace period.
     Stop(StopArgs),
@@ -865,6 +865,10 @@ pub struct LogsArgs {
     /// The run's stderr instead of its stdout.
     #[arg(long)]
     pub stderr: bool,
+    /// Only rank N's lines, of a job whose ranks gpupilot starts (`launcher = "ranks"`),
+    /// whose every line starts with the rank that wrote it: `[rank1]: …`.
+    #[arg(long, value_name = "N")]
+    pub rank: Option<u32>,
 }
 
 #[derive(Debug, Args, Clone)]
@@ -1392,6 +1396,21 @@ mod tests {
                 ..
             }))
         ));
+        let cli = Cli::try_parse_from(["gpupilot", "logs", "last", "--rank", "3"]).unwrap();
+        assert!(matches!(
+            cli.command,
+            Some(Command::Logs(LogsArgs {
+                rank: Some(3),
+                follow: false,
+                ..
+            }))
+        ));
+        for bad in ["x", "-1", "1.5", ""] {
+            assert!(
+                Cli::try_parse_from(["gpupilot", "logs", "last", "--rank", bad]).is_err(),
+                "{bad}"
+            );
+        }
         let cli =
             Cli::try_parse_from(["gpupilot", "daemon", "--system", "--allow-group", "gpu-ops"])
                 .unwrap();

@@ -1,4 +1,5 @@
-//! Following a run's logs through the daemon: what `run`, `attach` and `logs -f` share.
+//! Following a run's logs through the daemon: what `run`, `attach` and `logs -f` share (and
+//! `logs --rank`, which keeps one rank's lines of a `launcher = "ranks"` job).
 
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -6,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::client::{Client, ClientError};
 use crate::protocol::{LogStream, MAX_LOG_CHUNK, RunInfo};
+use crate::supervisor::rank_lines::RankFilter;
 
 /// How often a follower asks for more output.
 const POLL_EVERY: Duration = Duration::from_millis(200);
@@ -26,6 +28,8 @@ pub struct Tail {
     pub offset: u64,
     /// Write to our stderr (else stdout).
     pub to_stderr: bool,
+    /// Only this rank's lines (`[rankN]: …`, a `launcher = "ranks"` job's).
+    pub rank: Option<u32>,
 }
 
 /// How following ended.
@@ -60,8 +64,11 @@ pub fn pump(
     follow: bool,
     stop: &AtomicBool,
 ) -> anyhow::Result<Ended> {
+    // Kept across reconnections: a line cut between two chunks stays one line.
+    let mut filters: Vec<Option<RankFilter>> =
+        tails.iter().map(|t| t.rank.map(RankFilter::new)).collect();
     loop {
-        match pump_once(client, run, tails, follow, stop) {
+        match pump_once(client, run, tails, &mut filters, follow, stop) {
             Err(Lost::Other(e)) => return Err(e),
             Err(Lost::Connection(e)) if follow => match reconnect(client, stop, &e)? {
                 Some(c) => {
@@ -104,15 +111,19 @@ fn pump_once(
     client: &Client,
     run: &str,
     tails: &mut [Tail],
+    filters: &mut [Option<RankFilter>],
     follow: bool,
     stop: &AtomicBool,
 ) -> Result<Ended, Lost> {
     loop {
         let mut all_finished = true;
-        for t in tails.iter_mut() {
+        for (t, filter) in tails.iter_mut().zip(filters.iter_mut()) {
             loop {
                 let c = client.logs(run, t.stream, t.offset, MAX_LOG_CHUNK)?;
-                write(t.to_stderr, &c.data)?;
+                match filter {
+                    Some(f) => write(t.to_stderr, &f.feed(&c.data))?,
+                    None => write(t.to_stderr, &c.data)?,
+                }
                 let progressed = c.next_offset > t.offset;
                 t.offset = c.next_offset;
                 if !progressed || c.next_offset >= c.size {

@@ -88,11 +88,13 @@ pub fn run(g: &GlobalArgs, args: &RunArgs) -> anyhow::Result<ExitCode> {
             stream: LogStream::Stdout,
             offset: 0,
             to_stderr: false,
+            rank: None,
         },
         Tail {
             stream: LogStream::Stderr,
             offset: 0,
             to_stderr: true,
+            rank: None,
         },
     ];
     finish_following(client, &info.id, tails, &stop)
@@ -130,11 +132,13 @@ pub fn attach(g: &GlobalArgs, args: &AttachArgs) -> anyhow::Result<ExitCode> {
             stream: LogStream::Stdout,
             offset: 0,
             to_stderr: false,
+            rank: None,
         },
         Tail {
             stream: LogStream::Stderr,
             offset: 0,
             to_stderr: true,
+            rank: None,
         },
     ];
     for t in tails.iter_mut() {
@@ -428,7 +432,7 @@ fn energy_cell(e: &crate::control::energy::RunEnergy) -> String {
     s
 }
 
-/// `gpupilot logs RUN [-f] [--stderr]`.
+/// `gpupilot logs RUN [-f] [--stderr] [--rank N]`.
 pub fn logs(args: &LogsArgs) -> anyhow::Result<ExitCode> {
     let mut client = connect(&Paths::from_env())?;
     let stream = if args.stderr {
@@ -437,7 +441,11 @@ pub fn logs(args: &LogsArgs) -> anyhow::Result<ExitCode> {
         LogStream::Stdout
     };
     // Resolve once: `last` must not move to a newer run while we follow.
-    let id = client.run(&args.run)?.id;
+    let info = client.run(&args.run)?;
+    if let Some(rank) = args.rank {
+        check_rank(&info, rank)?;
+    }
+    let id = info.id;
     let stop = if args.follow {
         ctrl_c_flag()
     } else {
@@ -447,12 +455,35 @@ pub fn logs(args: &LogsArgs) -> anyhow::Result<ExitCode> {
         stream,
         offset: 0,
         to_stderr: false,
+        rank: args.rank,
     }];
     match follow::pump(&mut client, &id, &mut tails, args.follow, &stop) {
         Ok(_) => Ok(ExitCode::SUCCESS),
         Err(e) if is_broken_pipe(&e) => Ok(ExitCode::SUCCESS),
         Err(e) => Err(e),
     }
+}
+
+/// `logs --rank N` needs a job whose lines say their rank (its ranks started by gpupilot) and
+/// that has rank N.
+fn check_rank(info: &RunInfo, rank: u32) -> anyhow::Result<()> {
+    let Some(nproc) = crate::supervisor::launch::ranks_nproc(&info.command) else {
+        anyhow::bail!(
+            "run {} was not started with `launcher = \"ranks\"`: its lines do not say which rank \
+             wrote them, so --rank cannot pick them out (`gpupilot logs {}` shows them all)",
+            info.id,
+            info.id
+        );
+    };
+    if rank >= nproc {
+        let which = if nproc == 1 {
+            "1 rank, rank 0".to_string()
+        } else {
+            format!("{nproc} ranks, 0 to {}", nproc - 1)
+        };
+        anyhow::bail!("run {} has {which}: there is no rank {rank}", info.id);
+    }
+    Ok(())
 }
 
 /// `gpupilot stop RUN [--kill] [--grace SECONDS]`: ask, then wait for the run to end.

@@ -411,6 +411,14 @@ pub fn ranks_argv(gpupilot: &Path, spec: &RanksSpec, command: &[String]) -> Vec<
     argv
 }
 
+/// The number of ranks of a run whose argv [`ranks_argv`] made; None for any other argv.
+pub fn ranks_nproc(argv: &[String]) -> Option<u32> {
+    let ours = argv.get(1).is_some_and(|a| a == "ranks");
+    let options = argv.iter().take_while(|a| *a != "--");
+    let mut after = options.skip_while(|a| *a != "--nproc").skip(1);
+    after.next().filter(|_| ours)?.parse().ok()
+}
+
 /// This gpupilot's binary, which starts the ranks of a `launcher = "ranks"` run.
 fn gpupilot_program() -> Result<PathBuf, LaunchError> {
     let exe = std::env::current_exe().map_err(|e| LaunchError::NoGpupilot(e.to_string()))?;
@@ -844,6 +852,31 @@ mod tests {
                 "--",
                 "t"
             ])
+        );
+    }
+
+    #[test]
+    fn the_ranks_of_an_argv_are_read_back() {
+        let spec = RanksSpec {
+            nproc: 4,
+            master_addr: "127.0.0.1".into(),
+            master_port: Some(29500),
+            grace_s: 10.0,
+        };
+        let argv = ranks_argv(
+            Path::new("/bin/gpupilot"),
+            &spec,
+            &s(&["t", "--nproc", "9"]),
+        );
+        assert_eq!(ranks_nproc(&argv), Some(4));
+        assert_eq!(ranks_nproc(&s(&["python3", "--nproc", "2"])), None);
+        assert_eq!(
+            ranks_nproc(&s(&["gpupilot", "ranks", "--", "--nproc", "2"])),
+            None
+        );
+        assert_eq!(
+            ranks_nproc(&s(&["torchrun", "--nproc-per-node", "2", "t.py"])),
+            None
         );
     }
 

@@ -16,7 +16,9 @@
 //! - `rundir`: the run directory and its files ([`RunDir`]).
 //! - `events`: `events.jsonl` lines and `summary.json` ([`Event`], [`Summary`]).
 //! - `slurm`: runs that are Slurm batch jobs (`sbatch`, `squeue`, `scancel`).
-//! - `ranks`: N local ranks with torchrun's environment (`gpupilot ranks`, `launcher = "ranks"`).
+//! - `ranks`: N local ranks with torchrun's environment (`gpupilot ranks`, `launcher = "ranks"`);
+//!   `ranks_output`: their output copied to the logs a whole line at a time; `rank_lines`: the
+//!   `[rankN]: ` line format, and the filter of one rank's lines (`logs --rank`).
 //! - `monitor`: the per-run process that waits for the command and writes its exit status to
 //!   the run directory, so that it survives the supervisor; a child subreaper, so that nothing
 //!   the run starts escapes `stop`.
@@ -30,7 +32,9 @@ pub mod events;
 pub mod launch;
 pub mod monitor;
 pub mod procfs;
+pub mod rank_lines;
 pub mod ranks;
+pub mod ranks_output;
 pub mod restart;
 mod run;
 pub mod rundir;

@@ -5,8 +5,9 @@
 //! Each rank gets what torch.distributed's `env://` initialisation and torchrun-aware code read
 //! (`RANK`, `LOCAL_RANK`, `WORLD_SIZE`, `MASTER_ADDR`, `MASTER_PORT`, `TORCHELASTIC_RUN_ID`, …;
 //! [`rank_env`]). The ranks stay in the run's process group, so the supervisor's stop, pause
-//! and resume (signals to the group) reach every rank, and they inherit stdout and stderr, the
-//! run's log files. SIGTERM, SIGINT and SIGHUP sent to this process alone are passed on to
+//! and resume (signals to the group) reach every rank. Each rank writes its stdout and stderr
+//! to pipes that this process copies to its own (the run's log files) a whole line at a time,
+//! with the rank's prefix (`[rank1]: …`, see [`super::ranks_output`]). SIGTERM, SIGINT and SIGHUP sent to this process alone are passed on to
 //! every rank. When one rank fails (a non-zero exit, or death by a signal) the others get
 //! SIGTERM, then SIGKILL after the grace period, as torchrun does; the exit code is that first
 //! failed rank's (128 + signal for a signal), 0 when every rank succeeded.
@@ -18,13 +19,14 @@
 use std::io::{self, Write as _};
 use std::net::TcpListener;
 use std::os::unix::process::ExitStatusExt as _;
-use std::process::{Child, Command, ExitStatus};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};
 
 use rustix::io::Errno;
 use rustix::process::{Pid, Signal, WaitId, WaitIdOptions};
 
+use super::ranks_output::{Pump, RankStream};
 use super::signal::signal_name;
 
 /// What `gpupilot ranks` was asked to start.
@@ -100,6 +102,10 @@ pub fn describe(status: ExitStatus) -> (i32, String) {
 /// normally says at once).
 const POLL: Duration = Duration::from_millis(500);
 
+/// How long the ranks' last output is waited for once every rank has ended (a process a rank
+/// left behind may hold its pipes open).
+const DRAIN_WAIT: Duration = Duration::from_secs(2);
+
 enum Msg {
     Signal(Signal),
     /// Some rank has ended and waits to be reaped.
@@ -121,6 +127,8 @@ pub fn run(config: &RanksConfig) -> io::Result<i32> {
     let (tx, rx) = mpsc::channel();
     // Before the first rank: a stop that comes at once must reach every rank that started.
     watch_signals(tx.clone())?;
+    let mut pump = Pump::start()?;
+    let mut streams = Vec::new();
     let mut ranks = Ranks {
         children: Vec::new(),
         failure: None,
@@ -129,7 +137,23 @@ pub fn run(config: &RanksConfig) -> io::Result<i32> {
     };
     for rank in 0..config.nproc {
         match spawn_rank(config, rank, port) {
-            Ok(child) => ranks.children.push(Some(child)),
+            Ok(mut child) => {
+                if let Some(out) = child.stdout.take() {
+                    streams.push(RankStream {
+                        rank,
+                        pipe: out.into(),
+                        stderr: false,
+                    });
+                }
+                if let Some(err) = child.stderr.take() {
+                    streams.push(RankStream {
+                        rank,
+                        pipe: err.into(),
+                        stderr: true,
+                    });
+                }
+                ranks.children.push(Some(child));
+            }
             Err(e) => {
                 let code = match e.kind() {
                     io::ErrorKind::NotFound => 127,
@@ -142,6 +166,7 @@ pub fn run(config: &RanksConfig) -> io::Result<i32> {
             }
         }
     }
+    pump.copy(streams);
     let (ack_tx, ack_rx) = mpsc::channel();
     if !ranks.children.is_empty() {
         watch_exits(tx, ack_rx);
@@ -179,6 +204,7 @@ pub fn run(config: &RanksConfig) -> io::Result<i32> {
             }
         }
     }
+    pump.finish(DRAIN_WAIT);
     Ok(ranks.failure.unwrap_or(0))
 }
 
@@ -265,7 +291,8 @@ fn spawn_rank(config: &RanksConfig, rank: u32, port: u16) -> io::Result<Child> {
     if config.one_omp_thread && config.nproc > 1 {
         cmd.env("OMP_NUM_THREADS", "1");
     }
-    // Same process group and session, same stdin, stdout and stderr as this process.
+    // Same process group and session and stdin as this process; output through the pump.
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
     cmd.spawn()
 }
 
@@ -343,9 +370,9 @@ fn watch_exits(tx: Sender<Msg>, ack: Receiver<()>) {
         });
 }
 
-/// One line on stderr (the run's stderr.log).
+/// One line on stderr (the run's stderr.log), in one `write()` so that no rank's line cuts it.
 fn say(line: &str) {
-    let _ = writeln!(io::stderr(), "gpupilot ranks: {line}");
+    let _ = io::stderr().write_all(format!("gpupilot ranks: {line}\n").as_bytes());
 }
 
 fn plural(n: usize) -> &'static str {

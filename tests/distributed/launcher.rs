@@ -98,7 +98,7 @@ fn every_rank_gets_torchruns_environment_in_the_runs_group() {
         port > 0 && ports.iter().all(|p| *p == ports[0]),
         "{ports:?}"
     );
-    // The ranks write straight to the run's stdout.
+    // The ranks' lines reach the run's stdout, each with its rank.
     let mut lines: Vec<String> = String::from_utf8_lossy(&out.stdout)
         .lines()
         .map(str::to_string)
@@ -106,7 +106,11 @@ fn every_rank_gets_torchruns_environment_in_the_runs_group() {
     lines.sort();
     assert_eq!(
         lines,
-        ["rank 0 on stdout", "rank 1 on stdout", "rank 2 on stdout"]
+        [
+            "[rank0]: rank 0 on stdout",
+            "[rank1]: rank 1 on stdout",
+            "[rank2]: rank 2 on stdout"
+        ]
     );
     assert!(
         out.stderr.is_empty(),
@@ -240,7 +244,7 @@ fn a_ranks_profile_runs_under_the_daemon() {
     assert_eq!(
         lines,
         (0..3)
-            .map(|r| format!("rank {r} of 3 run {id}"))
+            .map(|r| format!("[rank{r}]: rank {r} of 3 run {id}"))
             .collect::<Vec<_>>(),
         "{err}"
     );

@@ -5,7 +5,9 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod job_figures;
 mod launcher;
+mod rank_lines;
 mod remote;
 mod sdk_ranks;
 mod straggler;

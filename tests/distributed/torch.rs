@@ -112,8 +112,11 @@ max = 1024
     // rank → step → (epoch, batch)
     let stdout = std::fs::read_to_string(home.run_dir(&run).path().join("stdout.log")).unwrap();
     let mut by_rank: BTreeMap<u64, BTreeMap<u64, (u64, u64)>> = BTreeMap::new();
-    for line in stdout.lines().filter(|l| l.starts_with('{')) {
+    // Each line whole, with the rank that wrote it (`[rank1]: {…}`).
+    for line in stdout.lines().filter(|l| l.contains('{')) {
+        let (prefix, line) = line.split_once("]: ").unwrap_or_else(|| panic!("{line}"));
         let v: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        assert_eq!(prefix, format!("[rank{}", v["rank"]), "{line}");
         by_rank
             .entry(v["rank"].as_u64().unwrap())
             .or_default()

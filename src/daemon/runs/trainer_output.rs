@@ -1,11 +1,13 @@
 //! A run's output read for metrics: the lines a script prints that are JSON objects, or that
 //! match the profile's `[metrics] patterns`, become reports (for scripts that do not use the
-//! SDK). Reading is incremental and bounded: at most [`PARSE_CHUNK`] bytes a poll.
+//! SDK). A line of a `launcher = "ranks"` job starts with the rank that wrote it
+//! (`[rank1]: {"step": 5}`): the report is that rank's. Reading is incremental and bounded: at most [`PARSE_CHUNK`] bytes a poll.
 
 use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
 
 use crate::protocol::MetricsReport;
+use crate::supervisor::rank_lines::split_rank;
 
 /// A run's output read for metrics per poll, at most.
 const PARSE_CHUNK: u64 = 256 * 1024;
@@ -66,6 +68,17 @@ pub(in crate::daemon) fn read_new_lines(path: &Path, parser: &mut OutputParser) 
     lines
 }
 
+/// One line of output as (the rank that wrote it, if it says, its report): the rank's prefix
+/// ([`split_rank`]) is taken off before the line is read by [`parse_line`].
+pub fn parse_rank_line(
+    line: &str,
+    json: bool,
+    patterns: &[regex::Regex],
+) -> Option<(Option<u32>, MetricsReport)> {
+    let (rank, text) = split_rank(line);
+    parse_line(text, json, patterns).map(|r| (rank, r))
+}
+
 /// One line of output as a metrics report: a JSON object (known names to their fields, other
 /// numbers to `extra`), else the first pattern that matches (named groups the same way).
 pub fn parse_line(line: &str, json: bool, patterns: &[regex::Regex]) -> Option<MetricsReport> {
@@ -111,6 +124,7 @@ fn set_field(r: &mut MetricsReport, name: &str, x: f64) {
         "data_wait_s" | "data_time" | "data_wait" => r.data_wait_s = Some(x),
         "batch_size" => r.batch_size = whole(x).map(|v| v as i64),
         "prefetch" | "prefetch_factor" => r.prefetch = whole(x).map(|v| v as i64),
+        "samples" | "samples_seen" => r.samples = whole(x),
         other => {
             r.extra.insert(other.to_string(), x);
         }
@@ -142,6 +156,22 @@ mod tests {
         assert_eq!((r.step, r.loss), (Some(40), Some(2.25)));
         assert!(parse_line("nothing to see", true, &re).is_none());
         assert!(parse_line("{not json", true, &re).is_none());
+    }
+
+    #[test]
+    fn a_ranks_line_is_its_ranks_report() {
+        let re = [regex::Regex::new(r"^step (?P<step>\d+)").unwrap()];
+        let (rank, r) = parse_rank_line(r#"[rank3]: {"step": 50, "bs": 64}"#, true, &re).unwrap();
+        assert_eq!(
+            (rank, r.step, r.extra.get("bs")),
+            (Some(3), Some(50), Some(&64.0))
+        );
+        // Patterns anchored at the start of the script's line still match.
+        let (rank, r) = parse_rank_line("[rank0]: step 7 loss 1", true, &re).unwrap();
+        assert_eq!((rank, r.step), (Some(0), Some(7)));
+        let (rank, r) = parse_rank_line(r#"{"step": 9}"#, true, &re).unwrap();
+        assert_eq!((rank, r.step), (None, Some(9)));
+        assert!(parse_rank_line("[rank1]: nothing", true, &re).is_none());
     }
 
     #[test]

@@ -23,7 +23,7 @@ use tokio::sync::mpsc;
 use super::Runs;
 use super::ops::append_run_event;
 use super::ranks::{Ranks, Refused, Staged, TrainerConn};
-use super::trainer_output::{OutputParser, parse_line, read_new_lines};
+use super::trainer_output::{OutputParser, parse_rank_line, read_new_lines};
 use crate::daemon::state::RequestError;
 use crate::ipc::Peer;
 use crate::profile::{Knob, MetricsSettings};
@@ -962,12 +962,12 @@ impl Runs {
                     .filter_map(|p| regex::Regex::new(p).ok())
                     .collect()
             });
-            let reports: Vec<MetricsReport> = lines
+            let reports: Vec<(Option<u32>, MetricsReport)> = lines
                 .iter()
-                .filter_map(|l| parse_line(l, settings.json, patterns))
+                .filter_map(|l| parse_rank_line(l, settings.json, patterns))
                 .collect();
-            for r in reports {
-                ch.record(r, "stdout", None);
+            for (rank, r) in reports {
+                ch.record(r, "stdout", rank);
             }
         }
     }
