@@ -8,6 +8,10 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+mod job;
+
+pub use job::{JobSeries, JobTally, STALE_RANK_S, job_points};
+
 /// A knob a trainer may be asked to change while it runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -92,12 +96,38 @@ pub struct MetricsReport {
     pub batch_size: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prefetch: Option<i64>,
+    /// Samples trained so far, counted by the trainer (its own, or the job's where `scope` is
+    /// `job`). Where it is given it is the count; otherwise steps times the batch size, or
+    /// samples/s over time, are counted (see [`JobTally`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub samples: Option<u64>,
+    /// Whose figures these are: this rank's own (absent, `rank`) or already the whole job's
+    /// (`job`: a framework that logs global throughput on rank 0). Job figures are never
+    /// summed over ranks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<ReportScope>,
     /// Any other named scalars (learning rate, accuracy, …).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub extra: BTreeMap<String, f64>,
 }
 
+/// Whose figures a report gives: see [`MetricsReport::scope`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReportScope {
+    /// The sending rank's own figures: the job's are the sum over ranks.
+    #[default]
+    Rank,
+    /// Already the whole job's figures.
+    Job,
+}
+
 impl MetricsReport {
+    /// The report gives the whole job's figures.
+    pub fn is_job_wide(&self) -> bool {
+        self.scope == Some(ReportScope::Job)
+    }
+
     /// Nothing in it (a parsed line that matched no pattern).
     pub fn is_empty(&self) -> bool {
         *self == MetricsReport::default()
@@ -205,8 +235,66 @@ pub struct JobFigures {
     pub slowest_rank: Option<u32>,
     /// The longest data wait of any rank.
     pub data_wait_s: Option<f64>,
-    /// Rank 0's loss (every rank of a data-parallel job trains the same model).
+    /// Rank 0's loss (every rank of a data-parallel job trains the same model); the lowest
+    /// reporting rank's while rank 0 has none.
     pub loss: Option<f64>,
+    /// Tokens per second (a report's `tokens_per_s`), summed over the ranks like samples/s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens_per_s: Option<f64>,
+}
+
+impl JobFigures {
+    /// The job's figures from each rank's newest report (`rank`, report): samples/s and
+    /// tokens/s summed over the ranks, unless a report gives the whole job's (its `scope` is
+    /// `job`): then that one is the job's and nothing is added to it; the lowest step; the
+    /// slowest rank's step time; the longest data wait; rank 0's loss. This is the one place
+    /// a job's live figures are made: `ps`, the console, `/metrics`, the tuner and the advisor
+    /// read them from here.
+    pub fn of<'a>(
+        reports: impl IntoIterator<Item = (u32, &'a MetricsReport)>,
+    ) -> Option<JobFigures> {
+        let mut reports: Vec<(u32, &MetricsReport)> = reports.into_iter().collect();
+        if reports.is_empty() {
+            return None;
+        }
+        reports.sort_by_key(|(n, _)| *n);
+        let total = |f: &dyn Fn(&MetricsReport) -> Option<f64>| {
+            let wide = reports
+                .iter()
+                .filter(|(_, r)| r.is_job_wide())
+                .filter_map(|(_, r)| f(r))
+                .reduce(f64::max);
+            wide.or_else(|| {
+                let v: Vec<f64> = reports.iter().filter_map(|(_, r)| f(r)).collect();
+                (!v.is_empty()).then(|| v.iter().sum())
+            })
+        };
+        let slowest = reports
+            .iter()
+            .filter_map(|(n, r)| Some((*n, r.step_time_s?)))
+            .max_by(|a, b| a.1.total_cmp(&b.1));
+        Some(JobFigures {
+            reporting: reports.len() as u32,
+            step: reports.iter().filter_map(|(_, r)| r.step).min(),
+            samples_per_s: total(&|r| r.samples_per_s),
+            step_time_s: slowest.map(|s| s.1),
+            slowest_rank: slowest.map(|s| s.0),
+            data_wait_s: reports
+                .iter()
+                .filter_map(|(_, r)| r.data_wait_s)
+                .max_by(f64::total_cmp),
+            loss: reports.iter().find_map(|(_, r)| r.loss),
+            tokens_per_s: total(&|r| r.extra.get("tokens_per_s").copied()),
+        })
+    }
+
+    /// One report taken as the whole run's figures (a run of one process, or a script whose
+    /// output is read for metrics).
+    pub fn of_one(report: &MetricsReport) -> JobFigures {
+        let mut f = JobFigures::of([(0, report)]).unwrap_or_default();
+        f.slowest_rank = None;
+        f
+    }
 }
 
 /// A knob change to a run of several ranks, in flight: proposed for `apply_step`, voted on by
@@ -249,4 +337,14 @@ pub struct TrainerInfo {
     /// A change to several ranks in flight.
     #[serde(default)]
     pub staged: Option<StagedChange>,
+}
+
+impl TrainerInfo {
+    /// The run's figures as every output shows them: the job's over its ranks, else its
+    /// newest report's (a run of one process, or one whose output is read for metrics).
+    pub fn figures(&self) -> Option<JobFigures> {
+        self.job
+            .clone()
+            .or_else(|| self.last.as_ref().map(|p| JobFigures::of_one(&p.report)))
+    }
 }

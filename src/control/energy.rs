@@ -16,6 +16,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::training::{JobTally, MetricsPoint, MetricsReport};
+
 pub use crate::profile::{MAX_GRID_CO2_G_PER_KWH, MAX_PUE, check_grid_co2, check_pue};
 
 /// Joules in a kilowatt-hour.
@@ -203,7 +205,8 @@ impl RunEnergy {
         price: Option<&Price>,
         source: Option<EnergySource>,
     ) -> RunEnergy {
-        let energy_j: f64 = per_gpu.iter().map(|g| g.energy_j).sum();
+        // Folded from +0: `sum` of no `f64` is -0.0, which prints as `-0 Wh`.
+        let energy_j: f64 = per_gpu.iter().map(|g| g.energy_j).fold(0.0, |a, b| a + b);
         let kwh = energy_j / J_PER_KWH;
         RunEnergy {
             energy_j,
@@ -298,32 +301,46 @@ pub fn joules_text(j: f64) -> String {
     }
 }
 
-/// Counts training samples from a run's metrics lines (`metrics.jsonl`), fed line by line.
-///
-/// A line with a cumulative count (`samples` or `samples_seen`) gives it directly; otherwise
-/// `samples_per_s` is integrated over the time between reports (`t` or `time_s`, Unix seconds —
-/// the daemon stamps `t` on every report — or `time` as RFC 3339), the way a trainer that only
-/// reports its throughput is counted.
-#[derive(Debug, Clone, Default, PartialEq)]
+/// Counts training samples from a run's metrics lines (`metrics.jsonl`), fed line by line,
+/// with the job's rules ([`JobTally`]): each rank counts its own (a cumulative `samples` or
+/// `samples_seen`, else steps times the batch size, else `samples_per_s` integrated over the
+/// time between its reports) and the job's are their sum, or the figures a report gives for
+/// the whole job. A line's time is `t` (Unix seconds: the daemon stamps it on every report),
+/// `time_s`, or `time` as RFC 3339.
+#[derive(Debug, Clone, PartialEq)]
 pub struct SampleCounter {
-    counted: f64,
-    cumulative: Option<f64>,
-    last: Option<(f64, f64)>,
+    tally: JobTally,
+    n: u64,
+}
+
+impl Default for SampleCounter {
+    fn default() -> SampleCounter {
+        SampleCounter::new()
+    }
 }
 
 impl SampleCounter {
+    /// A counter of a whole run, from its first line.
+    pub fn new() -> SampleCounter {
+        SampleCounter {
+            tally: JobTally::whole_run(),
+            n: 0,
+        }
+    }
+
     /// Take one metrics line (a JSON object); lines that are not are ignored.
     pub fn line(&mut self, line: &str) {
         let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
             return;
         };
-        if let Some(n) = ["samples", "samples_seen"]
-            .iter()
-            .find_map(|k| v.get(*k).and_then(serde_json::Value::as_f64))
-        {
-            self.cumulative = Some(self.cumulative.map_or(n, |c| c.max(n)));
-            return;
+        if let Some(p) = self.point(v) {
+            self.tally.absorb(&p);
+            self.n += 1;
         }
+    }
+
+    /// A line as a report: the daemon's own form, or a line with the names above.
+    fn point(&self, v: serde_json::Value) -> Option<MetricsPoint> {
         let time = ["t", "time_s"]
             .iter()
             .find_map(|k| v.get(*k).and_then(serde_json::Value::as_f64))
@@ -332,25 +349,30 @@ impl SampleCounter {
                 let t = crate::time::parse_rfc3339(t)?;
                 Some(t.duration_since(std::time::UNIX_EPOCH).ok()?.as_secs_f64())
             });
-        let rate = v.get("samples_per_s").and_then(serde_json::Value::as_f64);
-        if let (Some(t), Some(r)) = (time, rate) {
-            if let Some((t0, r0)) = self.last {
-                let dt = t - t0;
-                if dt > 0.0 && dt <= 600.0 {
-                    self.counted += (r0 + r) / 2.0 * dt;
-                }
-            }
-            self.last = Some((t, r));
+        let seen = v.get("samples_seen").and_then(serde_json::Value::as_f64);
+        let rank = v
+            .get("rank")
+            .and_then(serde_json::Value::as_u64)
+            .and_then(|r| u32::try_from(r).ok());
+        let mut report: MetricsReport = serde_json::from_value(v).unwrap_or_default();
+        if report.samples.is_none() {
+            report.samples = seen.filter(|n| *n >= 0.0).map(|n| n as u64);
         }
+        if time.is_none() && report.samples.is_none() {
+            return None;
+        }
+        Some(MetricsPoint {
+            n: self.n,
+            t: time.unwrap_or_default(),
+            from: String::new(),
+            rank,
+            report,
+        })
     }
 
     /// Samples so far (None when no line said anything about samples).
     pub fn samples(&self) -> Option<u64> {
-        match (self.cumulative, self.last) {
-            (Some(c), _) => Some(c as u64),
-            (None, Some(_)) => Some(self.counted as u64),
-            (None, None) => None,
-        }
+        self.tally.count()
     }
 }
 
@@ -520,5 +542,32 @@ mod tests {
         assert_eq!(c.samples(), Some(10_000));
         c.line(r#"{"samples":123456}"#);
         assert_eq!(c.samples(), Some(123_456));
+    }
+
+    /// A job's `metrics.jsonl` as the daemon writes it: four ranks' reports interleaved,
+    /// 150 steps of 32 samples each. The count is every rank's, not one rank's.
+    #[test]
+    fn a_jobs_samples_are_every_ranks() {
+        let mut c = SampleCounter::default();
+        let mut n = 0;
+        for step in 0..150u64 {
+            for rank in [3u32, 1, 0, 2] {
+                let p = MetricsPoint {
+                    n,
+                    t: 1000.0 + step as f64 * 0.05 + f64::from(rank) * 1e-3,
+                    from: "trainer".into(),
+                    rank: Some(rank),
+                    report: MetricsReport {
+                        step: Some(step),
+                        batch_size: Some(32),
+                        samples_per_s: Some(640.0),
+                        ..MetricsReport::default()
+                    },
+                };
+                c.line(&serde_json::to_string(&p).unwrap());
+                n += 1;
+            }
+        }
+        assert_eq!(c.samples(), Some(19_200));
     }
 }

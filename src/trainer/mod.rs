@@ -224,6 +224,9 @@ fn report(model: &Model, w: &Window, clock_mhz: f64, rank: bool) -> MetricsRepor
         data_wait_s: Some(w.wait_s / n),
         batch_size: Some(i64::from(w.batch)),
         prefetch: Some(i64::from(w.prefetch)),
+        // This process's own count: the job's is the sum over its ranks.
+        samples: Some(model.samples as u64),
+        scope: None,
         extra,
     }
 }

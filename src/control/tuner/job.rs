@@ -3,16 +3,17 @@
 //! A job runs at the pace of its slowest rank, so a cap is a decision for the whole job: the
 //! search moves the caps of all its GPUs together (one cap for all) and scores the job, the
 //! energy of all its GPUs against the samples of all its ranks. [`scope`] says which GPUs
-//! those are (the ranks say which GPU each trains on); [`JobTally`] counts the job's samples
-//! and its step (the slowest rank's) from the ranks' reports; [`energy_of`] sums the GPUs'
-//! energy counters. A run of one process is the same with one rank.
+//! those are (the ranks say which GPU each trains on); [`JobTally`] (in `training`, where
+//! every output's job figures are made) counts the job's samples and its step (the slowest
+//! rank's) from the ranks' reports; [`energy_of`] sums the GPUs' energy counters. A run of one process is the same with one rank.
 //!
 //! Pure: the caller ([`super::session`]) reads the daemon.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use crate::telemetry::GpuSample;
-use crate::training::{MetricsPoint, TrainerInfo};
+pub use crate::training::JobTally;
+use crate::training::TrainerInfo;
 
 /// What a search on a run tunes.
 #[derive(Debug, Clone, PartialEq)]
@@ -71,81 +72,10 @@ pub fn energy_of(gpus: &[u32], samples: &[GpuSample]) -> Result<f64, String> {
         .sum()
 }
 
-/// The samples a run (or a job: every rank) has trained since counting began, and its step.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct JobTally {
-    /// A job: reports that name no rank (its parsed output) are left out, since the ranks'
-    /// own reports count every sample.
-    job: bool,
-    ranks: BTreeMap<Option<u32>, RankTally>,
-    samples: f64,
-}
-
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-struct RankTally {
-    last_step: Option<u64>,
-    last_t: Option<f64>,
-}
-
-impl JobTally {
-    /// A tally for one process (`job` false) or for a job of several ranks.
-    pub fn new(job: bool) -> JobTally {
-        JobTally {
-            job,
-            ..JobTally::default()
-        }
-    }
-
-    /// Take the reports since the last call. Each rank counts its own: steps times its batch
-    /// size, or without steps (or when its counter went back) its samples/s integrated.
-    pub fn absorb(&mut self, points: &[MetricsPoint]) {
-        for p in points {
-            if self.job && p.rank.is_none() {
-                continue;
-            }
-            let r = &p.report;
-            let tally = self.ranks.entry(p.rank).or_default();
-            let batch = r.batch_size.filter(|b| *b > 0).map(|b| b as f64);
-            match (r.step, tally.last_step, batch) {
-                (Some(s), Some(prev), Some(b)) if s >= prev => {
-                    self.samples += (s - prev) as f64 * b;
-                }
-                _ => {
-                    if let (Some(rate), Some(t0)) = (r.samples_per_s, tally.last_t) {
-                        self.samples += rate * (p.t - t0).max(0.0);
-                    }
-                }
-            }
-            if r.step.is_some() {
-                tally.last_step = r.step;
-            }
-            tally.last_t = Some(p.t);
-        }
-    }
-
-    /// Samples counted so far (every rank's).
-    pub fn samples(&self) -> f64 {
-        self.samples
-    }
-
-    /// The job's step: the slowest rank's newest (every rank waits for it at the sync).
-    pub fn step(&self) -> Option<u64> {
-        self.ranks.values().filter_map(|r| r.last_step).min()
-    }
-
-    /// The newest report's time (daemon clock, seconds).
-    pub fn last_t(&self) -> Option<f64> {
-        self.ranks
-            .values()
-            .filter_map(|r| r.last_t)
-            .reduce(f64::max)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::training::{MetricsReport, RankInfo, RankSpec};
+    use crate::training::{MetricsPoint, MetricsReport, RankInfo, RankSpec};
 
     fn rank(rank: u32, gpu: Option<u32>, host: &str) -> RankInfo {
         RankInfo {
@@ -212,59 +142,24 @@ mod tests {
         assert!(e.contains(" on a, b"), "{e}");
     }
 
-    fn point(n: u64, t: f64, rank: Option<u32>, step: Option<u64>, rate: f64) -> MetricsPoint {
+    fn point(n: u64, t: f64, step: u64) -> MetricsPoint {
         MetricsPoint {
             n,
             t,
             from: "trainer".into(),
-            rank,
+            rank: None,
             report: MetricsReport {
-                step,
+                step: Some(step),
                 batch_size: Some(32),
-                samples_per_s: Some(rate),
                 ..MetricsReport::default()
             },
         }
     }
 
     #[test]
-    fn each_rank_counts_its_own_samples_and_the_slowest_gives_the_step() {
-        let mut t = JobTally::new(true);
-        t.absorb(&[
-            point(0, 10.0, Some(0), Some(100), 320.0),
-            point(1, 10.0, Some(1), Some(99), 320.0),
-            // The run's parsed output names no rank: not counted for a job.
-            point(2, 10.5, None, Some(100), 320.0),
-            point(3, 11.0, Some(1), Some(109), 320.0),
-            point(4, 11.1, Some(0), Some(110), 320.0),
-        ]);
-        assert_eq!(t.samples(), (10.0 + 10.0) * 32.0);
-        assert_eq!(t.step(), Some(109));
-        assert_eq!(t.last_t(), Some(11.1));
-        // Rank 1 restarted (its step went back): its rate counts for that report.
-        t.absorb(&[point(5, 12.0, Some(1), Some(0), 100.0)]);
-        assert_eq!(t.samples(), 640.0 + 100.0);
-        assert_eq!(t.step(), Some(0));
-        // Ranks without steps: each rank's samples/s integrated between its own reports,
-        // which sums to the job's samples/s.
-        let mut t = JobTally::new(true);
-        t.absorb(&[
-            point(0, 0.0, Some(0), None, 100.0),
-            point(1, 0.5, Some(1), None, 120.0),
-            point(2, 2.0, Some(0), None, 100.0),
-            point(3, 2.5, Some(1), None, 120.0),
-        ]);
-        assert_eq!(t.samples(), 200.0 + 240.0);
-        assert_eq!(t.step(), None);
-    }
-
-    #[test]
     fn one_process_is_counted_as_before() {
-        let mut t = JobTally::new(false);
-        t.absorb(&[
-            point(0, 1.0, None, Some(10), 0.0),
-            point(1, 2.0, None, Some(15), 0.0),
-        ]);
+        let mut t = JobTally::from_now();
+        t.absorb_all(&[point(0, 1.0, 10), point(1, 2.0, 15)]);
         assert_eq!((t.samples(), t.step()), (5.0 * 32.0, Some(15)));
     }
 

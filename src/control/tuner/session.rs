@@ -365,7 +365,7 @@ impl<D: TunerDaemon> DaemonRun<D> {
             gpus_from_run,
             unit: Unit::Steps,
             since: 0,
-            tally: JobTally::new(ranks.is_some()),
+            tally: JobTally::from_now(),
             energy: Vec::new(),
             batch_knob,
             start_batch: None,
@@ -563,7 +563,7 @@ impl<D: TunerDaemon> LiveRun for DaemonRun<D> {
         if m.points.is_empty() && !self.oom {
             return Ok(None);
         }
-        self.tally.absorb(&m.points);
+        self.tally.absorb_all(&m.points);
         let Some(t) = self.tally.last_t() else {
             return Ok(None);
         };

@@ -285,40 +285,14 @@ impl Ranks {
         self.by_rank.values().map(Rank::info).collect()
     }
 
-    /// The job's figures over the attached ranks' newest reports.
+    /// The job's figures over the attached ranks' newest reports ([`JobFigures::of`]).
     pub fn job(&self) -> Option<JobFigures> {
-        let reports: Vec<(u32, &MetricsPoint)> = self
-            .by_rank
-            .iter()
-            .filter(|(_, r)| r.link.is_some())
-            .filter_map(|(n, r)| Some((*n, r.last.as_ref()?)))
-            .collect();
-        if reports.is_empty() {
-            return None;
-        }
-        let sum = |f: fn(&MetricsPoint) -> Option<f64>| {
-            let v: Vec<f64> = reports.iter().filter_map(|(_, p)| f(p)).collect();
-            (!v.is_empty()).then(|| v.iter().sum())
-        };
-        let slowest = reports
-            .iter()
-            .filter_map(|(n, p)| Some((*n, p.report.step_time_s?)))
-            .max_by(|a, b| a.1.total_cmp(&b.1));
-        Some(JobFigures {
-            reporting: reports.len() as u32,
-            step: reports.iter().filter_map(|(_, p)| p.report.step).min(),
-            samples_per_s: sum(|p| p.report.samples_per_s),
-            step_time_s: slowest.map(|s| s.1),
-            slowest_rank: slowest.map(|s| s.0),
-            data_wait_s: reports
+        JobFigures::of(
+            self.by_rank
                 .iter()
-                .filter_map(|(_, p)| p.report.data_wait_s)
-                .max_by(f64::total_cmp),
-            loss: reports
-                .iter()
-                .find(|(n, _)| *n == 0)
-                .and_then(|(_, p)| p.report.loss),
-        })
+                .filter(|(_, r)| r.link.is_some())
+                .filter_map(|(n, r)| Some((*n, &r.last.as_ref()?.report))),
+        )
     }
 
     /// The step to apply a change at, `now` (daemon seconds) being when it is asked: ahead of
