@@ -568,35 +568,36 @@ fn run_families(out: &mut String, input: &Input<'_>) {
         &[(host.only(), input.runs.len() as f64)],
     );
     type Pick = fn(&TrainerInfo) -> Option<f64>;
-    let fields: [(&str, &str, Pick); 8] = [
+    let fields: [(&str, &str, Pick); 9] = [
         (
             "gpupilot_run_samples_per_second",
-            "Training throughput the run reports (samples per second).",
-            |t| t.last.as_ref().and_then(|p| p.report.samples_per_s),
+            "Training throughput of the run (samples per second): a job's, summed over its ranks.",
+            |t| t.figures()?.samples_per_s,
+        ),
+        (
+            "gpupilot_run_tokens_per_second",
+            "Tokens per second of the run, where it reports them: a job's, summed over its ranks.",
+            |t| t.figures()?.tokens_per_s,
         ),
         (
             "gpupilot_run_loss",
-            "The newest loss the run reports.",
-            |t| t.last.as_ref().and_then(|p| p.report.loss),
+            "The newest loss the run reports (a job's rank 0).",
+            |t| t.figures()?.loss,
         ),
         (
             "gpupilot_run_step",
-            "The newest step the run reports.",
-            |t| {
-                t.last
-                    .as_ref()
-                    .and_then(|p| p.report.step.map(|s| s as f64))
-            },
+            "The newest step the run reports (a job's: its slowest rank's).",
+            |t| t.figures()?.step.map(|s| s as f64),
         ),
         (
             "gpupilot_run_step_time_seconds",
-            "Time of the newest training step.",
-            |t| t.last.as_ref().and_then(|p| p.report.step_time_s),
+            "Time of the newest training step (a job's: its slowest rank's).",
+            |t| t.figures()?.step_time_s,
         ),
         (
             "gpupilot_run_data_wait_seconds",
-            "Time the newest step waited for data.",
-            |t| t.last.as_ref().and_then(|p| p.report.data_wait_s),
+            "Time the newest step waited for data (a job's: its longest wait).",
+            |t| t.figures()?.data_wait_s,
         ),
         (
             "gpupilot_run_batch_size",

@@ -22,7 +22,7 @@ use crate::history::{Metric, Point};
 use crate::protocol::{MetricsPoint, NodeEvent, NodeEventRecord, RunInfo};
 use crate::supervisor::{Event, EventRecord, RunDir, Summary};
 use crate::time::{parse_rfc3339, rfc3339};
-use crate::training::MAX_METRICS_LINE;
+use crate::training::{JobTally, MAX_METRICS_LINE, job_points};
 
 /// Most points kept per chart series (metrics are thinned to this many, evenly).
 pub const MAX_POINTS: usize = 600;
@@ -84,7 +84,7 @@ pub struct Throughput {
     pub steps: Option<u64>,
     /// Training samples (the energy accounting's count).
     pub samples: Option<u64>,
-    /// Mean of the reported samples/s (per report; summed over ranks).
+    /// Samples per second over the run's span (every rank's samples).
     pub mean_samples_per_s: Option<f64>,
     pub mean_step_time_s: Option<f64>,
     /// Trainer reports read.
@@ -520,12 +520,19 @@ fn mean(values: impl Iterator<Item = f64>) -> Option<f64> {
     (n > 0).then(|| sum / n as f64)
 }
 
+/// The run's throughput over its span, a job's over all its ranks (`training::JobTally`):
+/// the samples the energy accounting counted (the same count, from the same reports), or
+/// counted here where it has none; their mean rate over the span of the reports; the mean of
+/// the job's step time (its slowest rank's at each report).
 fn throughput(points: &[MetricsPoint], summary: &Summary) -> Throughput {
+    let mut tally = JobTally::whole_run();
+    tally.absorb_all(points);
+    let job = job_points(points);
     Throughput {
         steps: points.iter().filter_map(|p| p.report.step).max(),
-        samples: summary.samples,
-        mean_samples_per_s: mean(points.iter().filter_map(|p| p.report.samples_per_s)),
-        mean_step_time_s: mean(points.iter().filter_map(|p| p.report.step_time_s)),
+        samples: summary.samples.or(tally.count()),
+        mean_samples_per_s: tally.mean_samples_per_s(),
+        mean_step_time_s: mean(job.iter().filter_map(|p| p.report.step_time_s)),
         reports: points.len(),
     }
 }

@@ -8,6 +8,7 @@ use crate::protocol::{
     KnobName, KnobState, KnobVia, MetricsPoint, NodeEvent, NodeEventRecord, TrainerInfo,
 };
 use crate::time::parse_rfc3339;
+use crate::training::JobSeries;
 use std::collections::VecDeque;
 use std::time::UNIX_EPOCH;
 
@@ -24,6 +25,10 @@ pub struct RunMetrics {
     pub points: VecDeque<MetricsPoint>,
     /// Its trainer and knobs, as of the last poll.
     pub trainer: Option<TrainerInfo>,
+    /// The job's series made from `points` as they came (a job's figures over its ranks, the
+    /// same as `ps` and the report give), at most [`KEPT_POINTS`]: what the charts draw.
+    pub job: VecDeque<MetricsPoint>,
+    series: JobSeries,
 }
 
 impl RunMetrics {
@@ -31,14 +36,21 @@ impl RunMetrics {
     pub fn take(&mut self, run: String, points: Vec<MetricsPoint>, reset: bool, t: TrainerInfo) {
         if reset || self.run.as_deref() != Some(run.as_str()) {
             self.points.clear();
+            self.job.clear();
+            self.series = JobSeries::default();
             self.run = Some(run);
         }
         // A report already kept (a poll that overlapped the last) is not counted twice.
         let after = self.points.back().map(|p| p.n);
-        self.points
-            .extend(points.into_iter().filter(|p| after.is_none_or(|n| p.n > n)));
+        for p in points.into_iter().filter(|p| after.is_none_or(|n| p.n > n)) {
+            self.job.extend(self.series.push(&p));
+            self.points.push_back(p);
+        }
         while self.points.len() > KEPT_POINTS {
             self.points.pop_front();
+        }
+        while self.job.len() > KEPT_POINTS {
+            self.job.pop_front();
         }
         self.trainer = Some(t);
     }
@@ -58,13 +70,12 @@ impl RunMetrics {
         self.trainer.as_ref()?.knobs.iter().find(|k| k.knob == knob)
     }
 
-    /// `(t, value)` of every report that has `series`, oldest first. A run of several ranks
-    /// is charted from rank 0's reports: the ranks' reports interleaved would draw a saw
-    /// between them (the rank table shows each rank's newest).
+    /// `(t, value)` of the job's series that has `series`, oldest first: a run of several
+    /// ranks is charted as the job (samples/s summed over its ranks, the slowest rank's step
+    /// time), the figures `ps` and the report give; the rank table shows each rank's own.
     pub fn series(&self, series: Series) -> Vec<(f64, f64)> {
-        self.points
+        self.job
             .iter()
-            .filter(|p| p.rank.is_none_or(|r| r == 0))
             .filter_map(|p| Some((p.t, series.value(p)?)))
             .filter(|(_, v)| v.is_finite())
             .collect()
@@ -242,19 +253,35 @@ mod tests {
     }
 
     #[test]
-    fn a_run_of_several_ranks_is_charted_from_rank_0() {
+    fn a_run_of_several_ranks_is_charted_as_its_job() {
         let mut m = RunMetrics::default();
-        let ranked = |n, rank, loss| MetricsPoint {
-            rank: Some(rank),
-            ..point(n, n as f64, Some(loss))
+        let ranked = |n, rank, loss, rate| {
+            let mut p = MetricsPoint {
+                rank: Some(rank),
+                ..point(n, n as f64, Some(loss))
+            };
+            p.report.samples_per_s = Some(rate);
+            p
         };
         m.take(
             "a".into(),
-            vec![ranked(0, 0, 2.0), ranked(1, 1, 9.0), ranked(2, 0, 1.5)],
+            vec![ranked(0, 0, 2.0, 100.0), ranked(1, 1, 9.0, 120.0)],
             true,
             trainer(vec![]),
         );
-        assert_eq!(m.series(Series::Loss), [(0.0, 2.0), (2.0, 1.5)]);
+        // A later poll goes on from the ranks' newest reports.
+        m.take(
+            "a".into(),
+            vec![ranked(2, 0, 1.5, 110.0)],
+            false,
+            trainer(vec![]),
+        );
+        // Rank 0's loss (every rank trains the same model), the ranks' samples/s summed.
+        assert_eq!(m.series(Series::Loss), [(0.0, 2.0), (1.0, 2.0), (2.0, 1.5)]);
+        assert_eq!(
+            m.series(Series::SamplesPerS),
+            [(0.0, 100.0), (1.0, 220.0), (2.0, 230.0)]
+        );
     }
 
     #[test]

@@ -76,6 +76,9 @@ struct PersistedStaged {
     attempt: Option<u32>,
 }
 
+/// `from` of a report the SDK sent (`stdout`: read from the run's output).
+const FROM_TRAINER: &str = "trainer";
+
 /// One run's side of the channel.
 pub(in crate::daemon) struct Channel {
     dir: PathBuf,
@@ -101,6 +104,10 @@ pub(in crate::daemon) struct Channel {
     pub(in crate::daemon) last_rtt_ms: BTreeMap<KnobName, f64>,
     pub(in crate::daemon) last_outcome: BTreeMap<KnobName, String>,
     points: VecDeque<MetricsPoint>,
+    /// A trainer has reported through the SDK (now, or before this daemon read the run): the
+    /// run's output is then not read for metrics as well, attached or not, so no report is
+    /// counted twice.
+    sdk_reported: bool,
     next_n: u64,
     seq: u64,
     metrics_file: Option<File>,
@@ -155,6 +162,7 @@ impl Channel {
             trainer_ranges: BTreeMap::new(),
             last_rtt_ms: BTreeMap::new(),
             last_outcome: BTreeMap::new(),
+            sdk_reported: points.iter().any(|p| p.from == FROM_TRAINER),
             points,
             next_n,
             seq,
@@ -241,6 +249,7 @@ impl Channel {
         if let Some(r) = rank {
             self.ranks.record(r, &point);
         }
+        self.sdk_reported |= from == FROM_TRAINER;
         self.next_n += 1;
         if self.metrics_file.is_none() {
             let path = self.dir.join("metrics.jsonl");
@@ -602,7 +611,7 @@ impl Runs {
         let mut channels = self.channels();
         match channels.runs.get_mut(run) {
             Some(ch) => {
-                ch.record(report, "trainer", rank);
+                ch.record(report, FROM_TRAINER, rank);
                 Response::Ok {}
             }
             None => RequestError::new(ErrorCode::BadState, "attach first").into_response(),
@@ -951,8 +960,9 @@ impl Runs {
             }
             let ch = channels.get(&id, &dir);
             let lines = read_new_lines(&dir.join("stdout.log"), &mut ch.parser);
-            if ch.ranks.any_attached() {
-                // The SDK reports; what the script prints is not read twice.
+            if ch.ranks.any_attached() || ch.sdk_reported {
+                // The SDK reports (or did: a rank's last lines printed after it detached are
+                // the same reports again); what the script prints is not read twice.
                 continue;
             }
             let patterns = ch.parser.patterns.get_or_insert_with(|| {
