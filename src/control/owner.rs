@@ -220,7 +220,7 @@ mod tests {
                 window: Window::GOLDEN_STEPS,
                 start_w: 700.0,
                 default_w: 700.0,
-                best: best.clone(),
+                best,
                 default: Some(point(700.0, 4973.0, 1900.0)),
                 curve: vec![best],
                 energy_saving_pct: None,
