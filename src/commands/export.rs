@@ -145,8 +145,8 @@ fn run(args: &ExportArgs) -> anyhow::Result<ExitCode> {
                 )));
             }
             let step = args.step.unwrap_or_else(|| gpus::default_step(now - from));
-            let steps = gpus::steps(from, to, step).map_err(|e| bad(e.to_string()))?;
-            gpus::table(&wanted, from, step, steps, |gpu, m, a, b, n| {
+            let grid = gpus::Grid::cover(from, to, step).map_err(|e| bad(e.to_string()))?;
+            gpus::table(&wanted, &grid, |gpu, m, a, b, n| {
                 client.history(gpu, m, a, b, n)
             })
             .context("reading the daemon's history")?

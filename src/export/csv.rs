@@ -1,6 +1,6 @@
 //! CSV (RFC 4180): a header of column names, then one line per row; an absent value is an
 //! empty cell, never 0. Numbers are written in full (Rust's shortest form that reads back to the
-//! same value, never an exponent), text quoted where it holds a comma, a quote or a line break.
+//! same value, never an exponent, never `-0`), text quoted where it holds a comma, a quote or a line break.
 
 use super::{Cells, Table, time_text};
 
@@ -31,7 +31,7 @@ fn cell(cells: &Cells, row: usize) -> String {
             .copied()
             .flatten()
             .filter(|x| x.is_finite())
-            .map(|x| x.to_string())
+            .map(|x| crate::units::no_negative_zero(x).to_string())
             .unwrap_or_default(),
         Cells::I64(v) => v
             .get(row)

@@ -1,5 +1,6 @@
 //! JSON lines: one object per row, keys the column names in order; an absent value is `null`,
-//! never 0. `pandas.read_json(f, lines=True)` reads it.
+//! never 0; a number is serde_json's shortest form of the value, never `-0.0`.
+//! `pandas.read_json(f, lines=True)` reads it.
 
 use serde_json::{Number, Value};
 
@@ -38,7 +39,7 @@ fn value(cells: &Cells, row: usize) -> Value {
             .get(row)
             .copied()
             .flatten()
-            .and_then(Number::from_f64)
+            .and_then(|x| Number::from_f64(crate::units::no_negative_zero(x)))
             .map_or(Value::Null, Value::Number),
         Cells::I64(v) => v
             .get(row)

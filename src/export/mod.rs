@@ -7,6 +7,11 @@
 //! - [`metrics`]: one row per trainer report from a run's `metrics.jsonl`, with its rank.
 //! - [`csv`], [`jsonl`], [`parquet`]: the three ways to write a [`Table`].
 //!
+//! Numbers are written with the precision they were measured at: a GPU reading (an `f32` in the
+//! history) as the shortest decimal of that `f32` ([`measured_f32`]), a trainer's figure (an
+//! `f64` in `metrics.jsonl`) as the shortest decimal of that `f64`, an integer as an integer;
+//! never an exponent in CSV, never `-0`.
+//!
 //! Absent is not zero here either: a value the GPU or the trainer did not report is an empty
 //! CSV cell, a JSON `null` or a Parquet null. `time` is RFC 3339 UTC to the millisecond in CSV
 //! and JSON lines (`pandas.to_datetime` and `read_csv(…, parse_dates=["time"])` read it as
@@ -98,6 +103,21 @@ pub enum ExportError {
     Parquet(String),
     #[error("{0}")]
     TooLarge(String),
+}
+
+/// A reading the history keeps as an `f32` (every GPU series), as the decimal it was: the
+/// shortest text that reads back to that `f32` (`624.4`, where its widening to `f64` spells
+/// `624.4000244140625`), taken as the nearest `f64`, so that CSV, JSON lines and Parquet all
+/// hold `624.4`. Not finite: absent.
+pub fn measured_f32(x: f64) -> Option<f64> {
+    let x = x as f32;
+    if !x.is_finite() {
+        return None;
+    }
+    x.to_string()
+        .parse::<f64>()
+        .ok()
+        .map(crate::units::no_negative_zero)
 }
 
 /// `2026-11-30T03:15:00.123Z`: Unix seconds as UTC, rounded to the millisecond (a history

@@ -1,6 +1,10 @@
 //! Parquet through the `parquet` crate's column writer (no Arrow): `time` a UTC timestamp in
 //! milliseconds, numbers as DOUBLE or INT64, text as UTF-8, every column optional (an absent value
-//! is a null, never 0) except `time`. Row groups of [`ROW_GROUP`] rows; no compression codec is
+//! is a null, never 0) except `time`. A DOUBLE holds the decimal the CSV writes (a GPU reading
+//! `624.4`, not its `f32`'s widening). The file carries pandas' own schema note (the `pandas`
+//! key pyarrow writes), which names every integer column `Int64`: `read_parquet` gives a
+//! nullable integer column, so a rank that some reports lack stays an integer (`<NA>` where
+//! absent) instead of turning the column into floats. Row groups of [`ROW_GROUP`] rows; no compression codec is
 //! built in (dictionary and run-length encoding still apply, which is most of what these
 //! columns gain).
 
@@ -9,6 +13,7 @@ use std::sync::Arc;
 use parquet::basic::{LogicalType, Repetition, TimeUnit, Type as Physical};
 use parquet::data_type::{ByteArray, ByteArrayType, DoubleType, Int64Type};
 use parquet::errors::ParquetError;
+use parquet::file::metadata::KeyValue;
 use parquet::file::properties::WriterProperties;
 use parquet::file::writer::SerializedFileWriter;
 use parquet::schema::types::Type;
@@ -36,7 +41,14 @@ pub fn write(table: &Table) -> Result<Vec<u8>, ExportError> {
             .with_fields(fields)
             .build()?,
     );
-    let props = Arc::new(WriterProperties::builder().build());
+    let props = Arc::new(
+        WriterProperties::builder()
+            .set_key_value_metadata(Some(vec![KeyValue::new(
+                "pandas".to_string(),
+                pandas_note(table),
+            )]))
+            .build(),
+    );
     let mut writer = SerializedFileWriter::new(Vec::new(), schema, props)?;
     let rows = table.rows();
     let mut start = 0;
@@ -54,7 +66,10 @@ pub fn write(table: &Table) -> Result<Vec<u8>, ExportError> {
                     col.typed::<Int64Type>().write_batch(&vals, None, None)?;
                 }
                 Cells::F64(v) => {
-                    let (vals, defs) = split(&v[start..end], |x| x.filter(|x| x.is_finite()));
+                    let (vals, defs) = split(&v[start..end], |x| {
+                        x.filter(|x| x.is_finite())
+                            .map(crate::units::no_negative_zero)
+                    });
                     col.typed::<DoubleType>()
                         .write_batch(&vals, Some(&defs), None)?;
                 }
@@ -80,6 +95,43 @@ pub fn write(table: &Table) -> Result<Vec<u8>, ExportError> {
         }
     }
     Ok(writer.into_inner()?)
+}
+
+/// pandas' schema note, as pyarrow writes it under the key `pandas`: which pandas type each
+/// column becomes. pyarrow's `to_pandas` (and so `read_parquet`) reads it back: an `Int64`
+/// column becomes pandas' nullable integer. No index is stored (a plain range index).
+fn pandas_note(table: &Table) -> String {
+    let columns: Vec<serde_json::Value> = table
+        .columns
+        .iter()
+        .map(|c| {
+            let (pandas_type, numpy_type, metadata) = match c.cells {
+                Cells::Time(_) => (
+                    "datetimetz",
+                    "datetime64[ns]",
+                    serde_json::json!({"timezone": "UTC"}),
+                ),
+                Cells::F64(_) => ("float64", "float64", serde_json::Value::Null),
+                Cells::I64(_) => ("int64", "Int64", serde_json::Value::Null),
+                Cells::Text(_) => ("unicode", "object", serde_json::Value::Null),
+            };
+            serde_json::json!({
+                "name": c.name,
+                "field_name": c.name,
+                "pandas_type": pandas_type,
+                "numpy_type": numpy_type,
+                "metadata": metadata,
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "index_columns": [],
+        "column_indexes": [],
+        "columns": columns,
+        "creator": {"library": "gpupilot", "version": env!("CARGO_PKG_VERSION")},
+        "pandas_version": "1.5.3",
+    })
+    .to_string()
 }
 
 /// The present values, and a definition level per row (1 present, 0 null).

@@ -15,7 +15,8 @@ fn point(t: f64, v: f64) -> Point {
 
 /// Two GPUs: power on both, temperature on GPU 0 only, and GPU 1's power missing a step.
 fn gpu_table() -> Table {
-    gpus::table::<()>(&[0, 1], 100.0, 0.5, 3, |gpu, m, from, to, n| {
+    let grid = gpus::Grid::cover(100.0, 101.5, 0.5).unwrap();
+    gpus::table::<()>(&[0, 1], &grid, |gpu, m, from, to, n| {
         assert_eq!((from, to, n), (100.0, 101.5, 3));
         Ok(match (gpu, m) {
             (_, Metric::Power) => (0..3)
@@ -55,7 +56,8 @@ fn gpu_rows_line_up_by_time_and_gpu_with_units_in_the_names() {
     assert_eq!(t.rows(), 5, "GPU 1 has no row where it has no sample");
     assert_eq!(
         t.column("time").unwrap().cells,
-        Cells::Time(vec![100.25, 100.25, 100.75, 101.25, 101.25])
+        Cells::Time(vec![100.0, 100.0, 100.5, 101.0, 101.0]),
+        "each row at the start of its step"
     );
     assert_eq!(
         t.column("gpu").unwrap().cells,
@@ -81,7 +83,8 @@ fn gpu_rows_line_up_by_time_and_gpu_with_units_in_the_names() {
 fn a_long_window_is_asked_for_in_chunks_on_one_grid() {
     let steps = u64::from(gpus::CHUNK) * 2 + 10;
     let mut asked = Vec::new();
-    gpus::table::<()>(&[0], 0.0, 1.0, steps, |_, m, from, to, n| {
+    let grid = gpus::Grid::cover(0.0, steps as f64, 1.0).unwrap();
+    gpus::table::<()>(&[0], &grid, |_, m, from, to, n| {
         if m == Metric::Power {
             asked.push((from, to, n));
         }
@@ -97,8 +100,8 @@ fn a_long_window_is_asked_for_in_chunks_on_one_grid() {
             (2.0 * c, 2.0 * c + 10.0, 10)
         ]
     );
-    assert!(gpus::steps(0.0, 8.0 * 86400.0, 1.0).is_err());
-    assert_eq!(gpus::steps(0.0, 10.0, 3.0).unwrap(), 4);
+    assert!(gpus::Grid::cover(0.0, 8.0 * 86400.0, 1.0).is_err());
+    assert_eq!(gpus::Grid::cover(0.0, 10.0, 3.0).unwrap().steps, 4);
 }
 
 #[test]
@@ -112,21 +115,112 @@ fn absent_is_an_empty_cell_and_a_null_never_zero() {
         lines[0]
     );
     assert_eq!(lines.len(), 6);
-    assert_eq!(lines[1], "1970-01-01T00:01:40.250Z,0,,,,61.5,200,,,,,,,");
-    assert_eq!(lines[2], "1970-01-01T00:01:40.250Z,1,,,,,201,,,,,,,");
+    assert_eq!(lines[1], "1970-01-01T00:01:40.000Z,0,,,,61.5,200,,,,,,,");
+    assert_eq!(lines[2], "1970-01-01T00:01:40.000Z,1,,,,,201,,,,,,,");
 
     let jsonl = String::from_utf8(jsonl::write(&t)).unwrap();
     assert!(
         jsonl
-            .starts_with("{\"time\":\"1970-01-01T00:01:40.250Z\",\"gpu\":0,\"util_gpu_pct\":null,"),
+            .starts_with("{\"time\":\"1970-01-01T00:01:40.000Z\",\"gpu\":0,\"util_gpu_pct\":null,"),
         "keys in the columns' order: {jsonl}"
     );
     let first: serde_json::Value = serde_json::from_str(jsonl.lines().next().unwrap()).unwrap();
-    assert_eq!(first["time"], "1970-01-01T00:01:40.250Z");
+    assert_eq!(first["time"], "1970-01-01T00:01:40.000Z");
     assert_eq!(first["temperature_c"], 61.5);
     assert!(first["util_gpu_pct"].is_null());
     assert!(first["fan_pct"].is_null());
     assert_eq!(jsonl.lines().count(), 5);
+}
+
+#[test]
+fn windows_that_differ_by_less_than_a_step_share_one_grid_on_the_wall_clock() {
+    // The same window asked for 27 ms apart (`--since 2h` run twice): the same steps.
+    let a = gpus::Grid::cover(1_796_008_500.300, 1_796_008_510.300, 0.5).unwrap();
+    let b = gpus::Grid::cover(1_796_008_500.327, 1_796_008_510.327, 0.5).unwrap();
+    assert_eq!(a, b);
+    assert_eq!(
+        a.steps, 21,
+        "from the step holding .300 to the one holding 510.299"
+    );
+    assert_eq!(a.start(0), 1_796_008_500.0);
+    assert_eq!(a.start(20), 1_796_008_510.0);
+    // Every start a whole multiple of the step since the epoch, at steps that are not a
+    // binary fraction too.
+    let g = gpus::Grid::cover(1_796_008_500.123, 1_796_008_560.0, 0.1).unwrap();
+    assert_eq!(g.step_ms, 100);
+    for i in 0..g.steps {
+        assert_eq!(time_ms(g.start(i)) % 100, 0, "step {i} at {}", g.start(i));
+    }
+    assert_eq!(time_text(g.start(0)), "2026-11-30T03:15:00.100Z");
+    let g = gpus::Grid::cover(7_250.0, 7_260.0, 15.0).unwrap();
+    assert_eq!((g.first, g.steps, g.start(0)), (483, 1, 7_245.0));
+    let g = gpus::Grid::cover(7_250.0, 7_260.001, 15.0).unwrap();
+    assert_eq!((g.first, g.steps), (483, 2));
+
+    // Points at the centres of the steps of either window land in the same rows.
+    let rows = |grid: &gpus::Grid| {
+        gpus::table::<()>(&[0], grid, |_, m, from, _, n| {
+            Ok(if m == Metric::Power {
+                (0..n)
+                    .map(|i| point(from + 0.25 + 0.5 * f64::from(i), 300.0))
+                    .collect()
+            } else {
+                Vec::new()
+            })
+        })
+        .unwrap()
+        .column("time")
+        .unwrap()
+        .cells
+        .clone()
+    };
+    assert_eq!(rows(&a), rows(&b));
+    let Cells::Time(t) = rows(&a) else {
+        panic!("time is a time column")
+    };
+    assert_eq!(t.len(), 21);
+    assert!(t.iter().all(|t| time_ms(*t) % 500 == 0), "{t:?}");
+}
+
+#[test]
+fn readings_are_written_at_the_precision_they_were_measured_and_never_as_minus_zero() {
+    // 624.4 W read as an f32 and widened: the history's answer.
+    let widened = f64::from(624.4f32);
+    assert_eq!(widened, 624.4000244140625);
+    assert_eq!(measured_f32(widened), Some(624.4));
+    assert_eq!(measured_f32(f64::from(80.0e9f32)), Some(80.0e9));
+    assert_eq!(measured_f32(f64::NAN), None);
+    assert!(measured_f32(-0.0).unwrap().is_sign_positive());
+
+    let grid = gpus::Grid::cover(100.0, 101.0, 1.0).unwrap();
+    let t = gpus::table::<()>(&[0], &grid, |_, m, _, _, _| {
+        Ok(match m {
+            Metric::Power => vec![point(100.5, widened)],
+            Metric::Temperature => vec![point(100.5, f64::from(61.3f32))],
+            Metric::PowerLimited => vec![point(100.5, -0.0)],
+            _ => Vec::new(),
+        })
+    })
+    .unwrap();
+    let csv = String::from_utf8(csv::write(&t)).unwrap();
+    assert_eq!(
+        csv.lines().nth(1).unwrap(),
+        "1970-01-01T00:01:40.000Z,0,,,,61.3,624.4,,,,,,0,"
+    );
+    let jsonl = String::from_utf8(jsonl::write(&t)).unwrap();
+    assert!(
+        jsonl.contains("\"temperature_c\":61.3,\"power_w\":624.4,"),
+        "{jsonl}"
+    );
+    assert!(jsonl.contains("\"power_limited_share\":0.0,"), "{jsonl}");
+
+    // A figure that is -0 in the table itself (a trainer's `-0.0`) is written as 0 too.
+    let m = metrics::build("r", vec![report(0, 10.0, None, Some(-0.0))]);
+    let csv = String::from_utf8(csv::write(&m)).unwrap();
+    let loss = csv.lines().nth(1).unwrap().split(',').nth(7).unwrap();
+    assert_eq!(loss, "0", "{csv}");
+    let jsonl = String::from_utf8(jsonl::write(&m)).unwrap();
+    assert!(jsonl.contains("\"loss\":0.0,"), "{jsonl}");
 }
 
 #[test]
@@ -227,7 +321,7 @@ fn parquet_reads_back_with_its_nulls_and_types() {
         .get_column_iter()
         .map(|(n, f)| (n.clone(), f.clone()))
         .collect();
-    assert_eq!(first[0], ("time".into(), Field::TimestampMillis(100_250)));
+    assert_eq!(first[0], ("time".into(), Field::TimestampMillis(100_000)));
     assert_eq!(first[1], ("gpu".into(), Field::Long(0)));
     assert_eq!(first[2], ("util_gpu_pct".into(), Field::Null));
     assert_eq!(first[5], ("temperature_c".into(), Field::Double(61.5)));
@@ -241,6 +335,36 @@ fn parquet_reads_back_with_its_nulls_and_types() {
     let fields: Vec<Field> = row.get_column_iter().map(|(_, f)| f.clone()).collect();
     assert_eq!(fields[1], Field::Str("r1".into()));
     assert_eq!(fields[2], Field::Null, "no rank: null, not 0");
+    // pandas' note: every integer column a nullable Int64, so a gap keeps `rank` integers.
+    let kv = reader
+        .metadata()
+        .file_metadata()
+        .key_value_metadata()
+        .unwrap();
+    let note = kv.iter().find(|k| k.key == "pandas").unwrap();
+    let note: serde_json::Value = serde_json::from_str(note.value.as_deref().unwrap()).unwrap();
+    let types: Vec<(&str, &str)> = note["columns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["name"].as_str().unwrap(),
+                c["numpy_type"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        &types[..5],
+        [
+            ("time", "datetime64[ns]"),
+            ("run", "object"),
+            ("rank", "Int64"),
+            ("n", "Int64"),
+            ("source", "object")
+        ]
+    );
+    assert_eq!(types[7], ("loss", "float64"));
     assert_eq!(fields[7], Field::Double(2.5));
 
     // No rows: still a file with its columns.

@@ -93,16 +93,14 @@ fn the_history_and_a_runs_metrics_export_as_pandas_reads_them() {
         c.run(&run).is_ok_and(|r| r.is_final())
     });
 
-    // A window in the past that the daemon's full-rate ring still holds: it stays as it is.
-    let from = now_s().floor() - 5.0;
+    // A window in the past that the daemon's full-rate ring still holds: it stays as it is. Its
+    // edges are off the 0.5 s grid, as a window given as `--since 6s` is.
+    let base = now_s().floor() - 5.0;
+    let from = base + 0.3;
     let to = from + 3.0;
     let out = home.dir.path();
     let file = |name: &str| out.join(name).display().to_string();
-    for (format, name) in [
-        ("csv", "h.csv"),
-        ("jsonl", "h.jsonl"),
-        ("parquet", "h.parquet"),
-    ] {
+    let export = |from: f64, to: f64, format: &str, name: &str| {
         home.ok(&[
             "export",
             "--since",
@@ -116,32 +114,51 @@ fn the_history_and_a_runs_metrics_export_as_pandas_reads_them() {
             "--out",
             &file(name),
         ]);
+    };
+    for (format, name) in [
+        ("csv", "h.csv"),
+        ("jsonl", "h.jsonl"),
+        ("parquet", "h.parquet"),
+    ] {
+        export(from, to, format, name);
     }
-    // The same window from the history query, step by step.
+    // The same window asked for 27 ms later (as `--since 6s` typed again): the same table, to
+    // the byte, so the two join on `time`.
+    export(from + 0.027, to + 0.027, "csv", "h2.csv");
+    assert_eq!(
+        std::fs::read_to_string(out.join("h.csv")).unwrap(),
+        std::fs::read_to_string(out.join("h2.csv")).unwrap(),
+        "two exports of one window"
+    );
+    // Its steps on the wall clock's 0.5 s grid: from the step holding `from` (at `base`) to
+    // the one holding the last instant before `to`, 7 of them; a row is at its step's start.
+    let (grid_from, grid_to) = (base, base + 3.5);
     let mut expected: Vec<Value> = Vec::new();
     for gpu in 0..2u32 {
         for m in Metric::ALL {
-            for p in c.history(gpu, m, from, to, 6).unwrap() {
+            for p in c.history(gpu, m, grid_from, grid_to, 7).unwrap() {
+                let t = p.t - 0.25;
                 let row = match expected
                     .iter_mut()
-                    .find(|r| r["gpu"] == gpu && r["t"].as_f64() == Some(p.t))
+                    .find(|r| r["gpu"] == gpu && r["t"].as_f64() == Some(t))
                 {
                     Some(r) => r,
                     None => {
-                        expected.push(json!({"t": p.t, "gpu": gpu}));
+                        expected.push(json!({"t": t, "gpu": gpu}));
                         expected.last_mut().unwrap()
                     }
                 };
+                // The history's reading: an f32, widened.
                 row[column_name(m)] = json!(p.mean);
             }
         }
     }
-    // Two GPUs, 6 steps; a step the sampler missed on a busy machine is no row in either.
+    // Two GPUs, 7 steps; a step the sampler missed on a busy machine is no row in either.
     for gpu in 0..2u32 {
         let rows = expected.iter().filter(|r| r["gpu"] == gpu).count();
         assert!(
             rows >= 3,
-            "GPU {gpu}: {rows} steps of 6 in the history: {expected:?}"
+            "GPU {gpu}: {rows} steps of 7 in the history: {expected:?}"
         );
     }
     expected.sort_by(|a, b| {
@@ -157,18 +174,58 @@ fn the_history_and_a_runs_metrics_export_as_pandas_reads_them() {
         assert!(header.contains(&column_name(m)), "{header:?}");
     }
     assert_eq!(csv.lines().count(), expected.len() + 1, "{csv}");
-    // Rows in time order, then by GPU, each at the centre of its step.
+    // Rows in time order, then by GPU, each at the start of its step.
     let first: Vec<&str> = csv.lines().nth(1).unwrap().split(',').collect();
     let want = &expected[0];
     assert_eq!(first[0], rfc(want["t"].as_f64().unwrap()));
     assert_eq!(first[1], want["gpu"].to_string());
     let power = header.iter().position(|h| *h == "power_w").unwrap();
     assert_eq!(
-        first[power].parse::<f64>().unwrap(),
-        want["power_w"].as_f64().unwrap()
+        first[power].parse::<f32>().unwrap(),
+        want["power_w"].as_f64().unwrap() as f32
     );
+    // Every time a whole multiple of the step since the epoch; every reading written as the
+    // f32 it is, without the digits of its widening to f64 (624.4, not 624.4000244140625).
+    let f32_exact = |x: f64| (x as f32).to_string().parse::<f64>().unwrap() == x;
+    for line in csv.lines().skip(1) {
+        let cells: Vec<&str> = line.split(',').collect();
+        let t = gpupilot::time::parse_rfc3339(cells[0]).unwrap();
+        let ms = t.duration_since(UNIX_EPOCH).unwrap().as_millis();
+        assert_eq!(ms % 500, 0, "{line}");
+        for cell in cells[2..].iter().filter(|c| !c.is_empty()) {
+            let x: f64 = cell.parse().unwrap();
+            assert!(f32_exact(x) && !cell.starts_with("-0"), "{cell} in {line}");
+        }
+    }
+    let jsonl = std::fs::read_to_string(out.join("h.jsonl")).unwrap();
+    assert_eq!(jsonl.lines().count(), expected.len());
+    for line in jsonl.lines() {
+        let row: serde_json::Map<String, Value> = serde_json::from_str(line).unwrap();
+        for m in Metric::ALL {
+            if let Some(x) = row[column_name(m)].as_f64() {
+                assert!(f32_exact(x), "{x} in {line}");
+            }
+        }
+    }
 
-    // The run's metrics, every report.
+    // The run's metrics, every report. Two more, one from rank 1 as a second rank's SDK sends
+    // it and one that names no rank (a line parsed from the output): `rank` must stay a column
+    // of integers with some absent.
+    let metrics_path = home.run_dir(&run).path().join("metrics.jsonl");
+    let mut metrics = std::fs::read_to_string(&metrics_path).unwrap();
+    let last: Value = serde_json::from_str(metrics.lines().last().unwrap()).unwrap();
+    for rank in [Some(1), None] {
+        let mut line = last.clone();
+        line["n"] = json!(metrics.lines().count());
+        match rank {
+            Some(r) => line["rank"] = json!(r),
+            None => {
+                line.as_object_mut().unwrap().remove("rank");
+            }
+        }
+        metrics.push_str(&format!("{line}\n"));
+    }
+    std::fs::write(&metrics_path, &metrics).unwrap();
     for (format, name) in [
         ("csv", "m.csv"),
         ("jsonl", "m.jsonl"),
@@ -184,7 +241,6 @@ fn the_history_and_a_runs_metrics_export_as_pandas_reads_them() {
             &file(name),
         ]);
     }
-    let metrics = std::fs::read_to_string(home.run_dir(&run).path().join("metrics.jsonl")).unwrap();
     let reports: Vec<Value> = metrics
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
@@ -247,17 +303,18 @@ fn pandas_python() -> Option<PathBuf> {
 /// time column, and compares each number with the history query's and metrics.jsonl's.
 const CHECK: &str = r#"
 import json, math, os, sys
+import numpy as np
 import pandas as pd
 
 expected = json.load(open(sys.argv[1]))
 d = sys.argv[2]
 
-def load(name):
+def load(name, dtype=None):
     path = os.path.join(d, name)
     if name.endswith(".csv"):
-        df = pd.read_csv(path, parse_dates=["time"])
+        df = pd.read_csv(path, parse_dates=["time"], dtype=dtype)
     elif name.endswith(".jsonl"):
-        df = pd.read_json(path, lines=True)
+        df = pd.read_json(path, lines=True, dtype=dtype)
         df["time"] = pd.to_datetime(df["time"], utc=True)
     else:
         df = pd.read_parquet(path)
@@ -283,15 +340,25 @@ for ext in ["csv", "jsonl", "parquet"]:
     for row in expected["history"]:
         hit = df[(df["gpu"] == row["gpu"]) & ((df["t"] - row["t"]).abs() < 0.0015)]
         assert len(hit) == 1, (ext, row, len(hit))
+        assert hit.iloc[0]["t"] * 1000 % 500 == 0, (ext, row)
         for c in columns:
             v = hit.iloc[0][c]
-            same(row.get(c), None if pd.isna(v) else float(v), (ext, row["gpu"], row["t"], c))
+            # The history holds f32 readings: each is the shortest decimal of its f32.
+            want = row.get(c)
+            want = None if want is None else float(str(np.float32(want)))
+            same(want, None if pd.isna(v) else float(v), (ext, row["gpu"], row["t"], c))
 print("history: %d rows x 3 formats" % len(expected["history"]))
 
 reports = expected["metrics"]
+assert any("rank" in r for r in reports) and any("rank" not in r for r in reports)
 for ext in ["csv", "jsonl", "parquet"]:
-    df = load("m." + ext)
+    # As docs/operations.md says to read them: Parquet as it is, the text formats naming the
+    # dtype of the integer column that may have gaps.
+    df = load("m." + ext, None if ext == "parquet" else {"rank": "Int64"})
     assert len(df) == len(reports), (ext, len(df), len(reports))
+    assert str(df["rank"].dtype) == "Int64", (ext, df["rank"].dtype)
+    assert str(df["n"].dtype) in ("int64", "Int64"), (ext, df["n"].dtype)
+    assert list(df["rank"].isna()) == ["rank" not in r for r in reports], ext
     for i, r in enumerate(reports):
         row = df.iloc[i]
         assert abs(row["t"] - r["t"]) < 0.0015, (ext, i, row["t"], r["t"])
