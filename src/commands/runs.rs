@@ -417,13 +417,14 @@ pub fn ps_table(runs: &[RunInfo], trainers: &BTreeMap<String, TrainerInfo>) -> S
 /// A run's energy for the `ps` table: kWh, J/sample when the run reports samples, then what
 /// is configured of cost, CO2 and the facility's energy (× PUE).
 fn energy_cell(e: &crate::control::energy::RunEnergy) -> String {
+    use crate::units::fixed;
     let mut s = if e.kwh >= 1.0 {
-        format!("{:.2} kWh", e.kwh)
+        format!("{} kWh", fixed(e.kwh, 2))
     } else {
-        format!("{:.0} Wh", e.kwh * 1000.0)
+        format!("{} Wh", fixed(e.kwh * 1000.0, 0))
     };
     if let Some(j) = e.j_per_sample {
-        s.push_str(&format!(" ({j:.2} J/sample)"));
+        s.push_str(&format!(" ({} J/sample)", fixed(j, 2)));
     }
     for part in e.rated() {
         s.push_str(" · ");
@@ -648,6 +649,25 @@ mod tests {
         assert_eq!(t["job"]["samples_per_s"], 4000.0);
         assert_eq!(t["job"]["slowest_rank"], 3);
         assert_eq!(t["job"]["loss"], 0.5);
+    }
+
+    #[test]
+    fn no_gpu_energy_reads_0_never_minus_0_and_an_unmeasured_run_reads_na() {
+        // The figures of no GPU at all: +0 at the source, `sum` of nothing being -0.0.
+        let e = RunEnergy::new(vec![], Some(1000), None, None);
+        assert!(e.energy_j.is_sign_positive() && e.kwh.is_sign_positive());
+        assert_eq!(energy_cell(&e), "0 Wh (0.00 J/sample)");
+        assert_eq!(
+            serde_json::to_value(&e).unwrap()["energy_j"].to_string(),
+            "0.0"
+        );
+        // A run with no energy figure (charged no GPU): N/A in the table, null in the JSON.
+        let runs = [run("a", RunStatus::Succeeded)];
+        let table = ps_table(&runs, &BTreeMap::new());
+        let row = table.lines().nth(1).unwrap();
+        assert!(!row.contains("Wh") && !row.contains("-0"), "{table}");
+        let v = serde_json::to_value(ps_json(&runs, &BTreeMap::new())).unwrap();
+        assert!(v[0]["energy"].is_null(), "{v}");
     }
 
     #[test]

@@ -196,8 +196,9 @@ fn a_cpu_only_run_is_charged_no_gpu_energy() {
     let s = NvmlDaemon::new(TRAINING, &[]);
     let id = start(&s, "sleep 30", None);
     std::thread::sleep(Duration::from_secs(4));
-    let e = run_energy_j(&s, &id).unwrap_or(0.0);
-    assert!(e < 1.0, "a CPU-only run was charged {e:.0} J");
+    // Charged no GPU: no energy figure at all (absent, not 0 J, and never -0).
+    let e = run_energy_j(&s, &id);
+    assert_eq!(e, None, "a CPU-only run was charged {e:?} J");
     // The same with its GPUs declared: they are charged (no other run claims them).
     let id = start(&s, "sleep 30", Some("[1]"));
     std::thread::sleep(Duration::from_secs(4));

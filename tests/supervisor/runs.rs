@@ -415,3 +415,31 @@ fn a_missing_program_is_refused_before_anything_starts() {
     let runs = supervisor::RunDir::list(tmp.path()).unwrap();
     assert!(runs.is_empty(), "a run directory was left behind: {runs:?}");
 }
+
+#[test]
+fn a_run_charged_no_gpu_has_no_energy_figure_but_keeps_its_samples() {
+    use gpupilot::control::energy::{GpuEnergy, RunEnergy};
+    let tmp = tempfile::tempdir().unwrap();
+    let p = sh_profile("cpu", "exit 0", "");
+    let mut run = start(tmp.path(), &p);
+    assert!(run.wait(&SystemClock, LONG).unwrap());
+    // A CPU-only script: the control loop charged it no GPU, and it reported samples.
+    run.set_energy(RunEnergy::new(vec![], Some(640), None, None), true)
+        .unwrap();
+    let on_disk = run.dir().read_summary().unwrap().unwrap();
+    assert_eq!(on_disk.samples, Some(640));
+    assert_eq!((on_disk.energy_j, on_disk.energy.as_ref()), (None, None));
+    let text = std::fs::read_to_string(run.dir().summary_path()).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert!(v["energy_j"].is_null() && v.get("energy").is_none(), "{text}");
+
+    let charged = vec![GpuEnergy {
+        gpu: 0,
+        energy_j: 7200.0,
+    }];
+    run.set_energy(RunEnergy::new(charged, Some(720), None, None), true)
+        .unwrap();
+    let on_disk = run.dir().read_summary().unwrap().unwrap();
+    assert_eq!(on_disk.energy_j, Some(7200.0));
+    assert_eq!(on_disk.energy.map(|e| e.j_per_sample), Some(Some(10.0)));
+}

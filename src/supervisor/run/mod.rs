@@ -495,15 +495,18 @@ impl Run {
     }
 
     /// Record the run's energy (measured by the daemon's control loop); `write`: into
-    /// `summary.json` now (else with the next change).
+    /// `summary.json` now (else with the next change). A run charged no GPU (a CPU-only
+    /// script, or none measured yet) has no energy figure, not 0 J: `energy_j` and `energy`
+    /// stay absent, and only its samples are kept.
     pub fn set_energy(
         &mut self,
         energy: crate::control::energy::RunEnergy,
         write: bool,
     ) -> Result<(), SupervisorError> {
-        self.summary.energy_j = Some(energy.energy_j);
         self.summary.samples = energy.samples;
-        self.summary.energy = Some(energy);
+        let charged = !energy.per_gpu.is_empty();
+        self.summary.energy_j = charged.then_some(energy.energy_j);
+        self.summary.energy = charged.then_some(energy);
         if write {
             self.write_summary()?;
         }
