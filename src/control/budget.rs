@@ -117,7 +117,13 @@ pub fn allocate_jobs(
     jobs: &[Vec<u32>],
     cfg: &BudgetConfig,
 ) -> Allocation {
-    let fixed_w: f64 = gpus.iter().filter(|g| g.fixed).map(|g| g.cap_w).sum();
+    // Folded from +0, as is the total below: `sum` of no `f64` is -0.0, printed `-0` in the
+    // budget's events when no GPU is fixed or the node has none.
+    let fixed_w: f64 = gpus
+        .iter()
+        .filter(|g| g.fixed)
+        .map(|g| g.cap_w)
+        .fold(0.0, |a, w| a + w);
     let singles = units(gpus, &[], cfg);
     let grouped = units(gpus, jobs, cfg);
     let mins = |us: &[Unit]| us.iter().map(|u| u.min_w).sum::<f64>();
@@ -171,7 +177,7 @@ pub fn allocate_jobs(
             caps[m].1 = cap;
         }
     }
-    let total_w = caps.iter().map(|(_, c)| c).sum();
+    let total_w = caps.iter().map(|(_, c)| c).fold(0.0, |a, w| a + w);
     Allocation {
         caps,
         total_w,
@@ -284,6 +290,14 @@ mod tests {
             cap_limited: limited,
             fixed: false,
         }
+    }
+
+    #[test]
+    fn no_gpu_at_all_totals_0_watts_never_minus_0() {
+        let a = allocate(1000.0, &[], &BudgetConfig::default());
+        assert!(a.caps.is_empty());
+        assert_eq!(a.total_w.to_string(), "0");
+        assert_eq!(a.demand_w.to_string(), "0");
     }
 
     #[test]
