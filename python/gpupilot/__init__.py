@@ -14,6 +14,10 @@ operator asks for. In a distributed job (``RANK`` and ``WORLD_SIZE`` set, as tor
 the same step: the one after the step it reported last when that step comes (see ``report``). Anywhere else ``connect`` returns a trainer that does nothing over the wire but
 still holds the knobs, so the same script runs unchanged. Nothing here raises into the training
 loop or waits on the daemon. Standard library only; PyTorch helpers live in ``gpupilot.torch``.
+
+Imported under a gpupilot run (``GPUPILOT_RUN_ID`` set), it makes ``sys.stdout`` and
+``sys.stderr`` write each whole line in one ``write()`` (``whole_lines``), so that ranks sharing
+one output file never glue their lines together.
 """
 
 import atexit
@@ -25,11 +29,12 @@ import socket
 import threading
 
 from ._channel import Channel
+from ._lines import LineWriter, whole_lines
 
 # The release of gpupilot this SDK comes with: the workspace version in Cargo.toml, the one
 # source of truth (tests/cli/packaging.rs fails when they differ; the wheel takes it from here).
 __version__ = "0.1.0"
-__all__ = ["connect", "Trainer", "Watch", "PROTOCOL_KNOBS", "__version__"]
+__all__ = ["connect", "Trainer", "Watch", "PROTOCOL_KNOBS", "LineWriter", "whole_lines", "__version__"]
 
 log = logging.getLogger("gpupilot")
 
@@ -44,6 +49,11 @@ _FLOAT_FIELDS = ("loss", "samples_per_s", "step_time_s", "data_wait_s")
 _MAX_TEXT = 8192
 
 _live = set()
+
+# Under a gpupilot run, whose ranks may share one output file, every line printed is written
+# whole (``_lines``); GPUPILOT_WHOLE_LINES=0 leaves sys.stdout and sys.stderr as they are.
+if os.environ.get("GPUPILOT_RUN_ID") and os.environ.get("GPUPILOT_WHOLE_LINES", "1") != "0":
+    whole_lines()
 
 
 def connect(knobs=None, ranges=None, queue_size=1024, env=None, gpu=None):
