@@ -378,6 +378,7 @@ fn ranked_trainer() -> TrainerInfo {
         slowest_rank: Some(2),
         data_wait_s: Some(0.0024),
         loss: Some(0.453),
+        tokens_per_s: None,
     });
     t.knobs[0].pending = Some(1024);
     t.staged = Some(StagedChange {
