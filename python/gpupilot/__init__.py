@@ -44,7 +44,9 @@ PROTOCOL_KNOBS = ("batch_size", "prefetch")
 # The smallest value that makes sense for a knob; any other knob is a whole number >= 0.
 _KNOB_MIN = {"batch_size": 1}
 
-_INT_FIELDS = ("step", "epoch", "batch_size", "prefetch")
+_INT_FIELDS = ("step", "epoch", "batch_size", "prefetch", "samples")
+# Whose figures a report gives: this rank's own (the job's are the sum), or the whole job's.
+_SCOPES = ("rank", "job")
 _FLOAT_FIELDS = ("loss", "samples_per_s", "step_time_s", "data_wait_s")
 _MAX_TEXT = 8192
 
@@ -245,13 +247,23 @@ class Trainer(object):
         data_wait_s=None,
         batch_size=None,
         prefetch=None,
+        samples=None,
+        scope=None,
         **extra
     ):
         """Queue a metrics report; never blocks, never raises.
 
         Every field is optional. ``batch_size`` and ``prefetch`` default to the knobs' current
-        values. ``extra`` maps names to numbers (anything else is left out). NaN and infinite
-        values are left out too: they are not JSON.
+        values. ``extra`` maps names to numbers (anything else is left out; ``tokens_per_s``
+        is summed over ranks like ``samples_per_s``). NaN and infinite values are left out
+        too: they are not JSON.
+
+        In a job of several ranks each rank reports its own figures, and gpupilot sums them
+        (samples/s, samples, tokens/s). ``samples`` is the samples trained so far (a
+        cumulative count; without it, steps times the batch size are counted, from the first
+        report on, so report every step or give the count). Where a framework logs figures
+        that are already the whole job's (global throughput on rank 0 only), pass
+        ``scope="job"``: those are then the job's and are never summed with the others.
 
         ``step`` is the step just done. In a distributed job it is also the clock of knob
         changes: one agreed for step S takes effect in the ``report`` of step S − 1, so the next
@@ -262,7 +274,10 @@ class Trainer(object):
         if channel is None or self._closed:
             return
         try:
-            self._report(channel, step, epoch, loss, samples_per_s, step_time_s, data_wait_s, batch_size, prefetch, extra)
+            self._report(
+                channel, step, epoch, loss, samples_per_s, step_time_s, data_wait_s, batch_size, prefetch, extra,
+                samples=samples, scope=scope,
+            )
         except Exception:
             log.debug("gpupilot: report failed", exc_info=True)
         done = _as_count(step)
@@ -272,7 +287,10 @@ class Trainer(object):
             except Exception:
                 log.debug("gpupilot: applying a staged change failed", exc_info=True)
 
-    def _report(self, channel, step, epoch, loss, samples_per_s, step_time_s, data_wait_s, batch_size, prefetch, extra):
+    def _report(
+        self, channel, step, epoch, loss, samples_per_s, step_time_s, data_wait_s, batch_size, prefetch, extra,
+        samples=None, scope=None,
+    ):
         if batch_size is None:
             batch_size = self._knobs.get("batch_size")
         if prefetch is None:
@@ -286,8 +304,15 @@ class Trainer(object):
             "data_wait_s": data_wait_s,
             "batch_size": batch_size,
             "prefetch": prefetch,
+            "samples": samples,
         }
         frame = {"type": "metrics"}
+        if scope is not None:
+            if scope not in _SCOPES:
+                # Summed or not is the whole difference: a report of unknown scope is left out.
+                log.warning("gpupilot: report left out: scope must be one of %s, not %r", ", ".join(_SCOPES), scope)
+                return
+            frame["scope"] = scope
         for key in _INT_FIELDS:
             value = _as_count(given[key])
             if value is not None:

@@ -225,6 +225,20 @@ class ChannelTest(DaemonTest):
         self.assertNotIn("step_time_s", frame)
         self.assertNotIn("extra", frame)
 
+    def test_report_says_its_samples_and_whose_figures_they_are(self):
+        gp = self.attached({"batch_size": 64})
+        gp.report(step=10, samples=640, samples_per_s=3200.0)
+        gp.report(step=10, samples=2560, samples_per_s=12800.0, scope="job")
+        with self.assertLogs("gpupilot", "WARNING") as logs:
+            gp.report(step=11, samples=2624, scope="global")
+        gp.report(step=12)
+        own, job, last = self.daemon.wait_for("metrics", 3)
+        self.assertEqual((own["samples"], own.get("scope")), (640, None))
+        self.assertEqual((job["samples"], job["scope"], job["samples_per_s"]), (2560, "job", 12800.0))
+        # A report of unknown scope would be summed or not by guess: it is left out, and said.
+        self.assertEqual(last["step"], 12)
+        self.assertIn("scope must be one of rank, job", logs.output[0])
+
     def test_request_ids_are_unique(self):
         gp = self.attached({"batch_size": 64})
         for step in range(20):
