@@ -431,7 +431,10 @@ fn a_run_charged_no_gpu_has_no_energy_figure_but_keeps_its_samples() {
     assert_eq!((on_disk.energy_j, on_disk.energy.as_ref()), (None, None));
     let text = std::fs::read_to_string(run.dir().summary_path()).unwrap();
     let v: serde_json::Value = serde_json::from_str(&text).unwrap();
-    assert!(v["energy_j"].is_null() && v.get("energy").is_none(), "{text}");
+    assert!(
+        v["energy_j"].is_null() && v.get("energy").is_none(),
+        "{text}"
+    );
 
     let charged = vec![GpuEnergy {
         gpu: 0,
