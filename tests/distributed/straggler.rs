@@ -98,7 +98,9 @@ fn a_thermally_throttled_gpu_makes_its_rank_the_named_straggler() {
     assert!(summary.contains("slowdown threshold, SM "), "{summary}");
     assert!(summary.contains("while its siblings run at "), "{summary}");
     assert_eq!(hint["action"]["action"], "thermal_target");
-    assert_eq!(hint["action"]["gpus"], serde_json::json!([2]));
+    // A fix for a job acts on the job: a target for one rank's GPU alone would leave the
+    // others at their pace, and the advisor sets it for every GPU of the job.
+    assert_eq!(hint["action"]["gpus"], serde_json::json!([0, 1, 2, 3]));
     assert_eq!(
         hint["action"]["celsius"], 82.0,
         "7 °C under the H100's 89 °C slowdown"
