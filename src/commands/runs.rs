@@ -593,6 +593,7 @@ mod tests {
                 slowest_rank: Some(3),
                 data_wait_s: None,
                 loss: Some(0.5),
+                tokens_per_s: None,
             }),
             ..TrainerInfo::default()
         }
