@@ -8,6 +8,7 @@
 use crate::history::{Metric, Point};
 use crate::protocol::{KnobName, MetricsPoint as Report, TrainerInfo};
 use crate::telemetry::{GpuSample, throttle};
+use crate::training::job_points;
 
 use super::{GpuPoint, GpuSeries, Knob, KnobChange, RankWindow, RunWindow, StepPoint};
 
@@ -192,13 +193,14 @@ pub fn run_window(
     caps: Vec<KnobChange>,
 ) -> RunWindow {
     let ranks = rank_windows(trainer, reports);
-    // A job's run-level rules read rank 0 (or, where it does not report, every report).
-    let rank0 = reports.iter().any(|p| p.rank == Some(0)) && !ranks.is_empty();
-    let metrics: Vec<StepPoint> = reports
-        .iter()
-        .filter(|p| !rank0 || p.rank.is_none_or(|r| r == 0))
-        .map(point)
-        .collect();
+    // A job's run-level rules read the job's series (samples/s summed over its ranks, the
+    // slowest rank's step time: the figures every other output gives), a single process its
+    // reports.
+    let metrics: Vec<StepPoint> = if ranks.is_empty() {
+        reports.iter().map(point).collect()
+    } else {
+        job_points(reports).iter().map(point).collect()
+    };
     let mut changes = caps;
     for w in metrics.windows(2) {
         for (knob, old, new) in [

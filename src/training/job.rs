@@ -225,6 +225,9 @@ impl JobSeries {
             .filter(|(_, q)| p.t - q.t <= STALE_RANK_S)
             .map(|(n, q)| (*n, &q.report));
         let job = JobFigures::of(live)?;
+        // The knobs the job agreed on, as its lowest rank reports them (every rank applies a
+        // change at one step; the lowest one's view does not flap between ranks around it).
+        let first = self.newest.values().next().map(|q| &q.report);
         let mut report = MetricsReport {
             step: job.step,
             epoch: p.report.epoch,
@@ -232,6 +235,8 @@ impl JobSeries {
             samples_per_s: job.samples_per_s,
             step_time_s: job.step_time_s,
             data_wait_s: job.data_wait_s,
+            batch_size: first.and_then(|r| r.batch_size),
+            prefetch: first.and_then(|r| r.prefetch),
             ..MetricsReport::default()
         };
         if let Some(tokens) = job.tokens_per_s {

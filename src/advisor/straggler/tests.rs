@@ -422,17 +422,23 @@ fn each_rank_is_judged_on_its_newest_reports() {
 }
 
 #[test]
-fn two_ranks_are_enough_and_rank_0_speaks_for_the_job() {
+fn two_ranks_are_enough_and_the_run_level_rules_read_the_job() {
     let mut job = Job::new(|r| if r == 1 { (0.3, 0.004) } else { (0.2, 0.004) });
     job.ranks = 2;
     let input = job.input(&snapshot(|_| {}));
     let run = &input.runs[0];
     assert_eq!(run.ranks.len(), 2);
+    // The job's series: a point at every rank's report, its step time the slowest rank's
+    // once both have reported (the figures ps, the console and the report give).
+    assert_eq!(run.metrics.len(), 240);
+    assert_eq!(run.metrics[0].step_time_s, Some(0.2));
     assert!(
-        run.metrics.iter().all(|m| m.step_time_s == Some(0.2)),
-        "the run-level rules read rank 0's reports"
+        run.metrics[1..].iter().all(|m| m.step_time_s == Some(0.3)),
+        "the run-level rules read the job's series"
     );
-    assert_eq!(run.metrics.len(), 120);
+    // Its throughput is both ranks' (256 samples a step each), not rank 0's alone.
+    let rate = run.metrics.last().and_then(|m| m.samples_per_s).unwrap();
+    assert!((rate - (256.0 / 0.2 + 256.0 / 0.3)).abs() < 1e-9, "{rate}");
     let h = &straggler_hints(&input)[0];
     assert!(
         h.summary.starts_with("rank 1 on GPU 1 is 50% slower"),
