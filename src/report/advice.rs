@@ -18,6 +18,7 @@ use super::environment::Environment;
 use super::model::GpuSeries;
 use crate::advisor::adapt::{self, Rated};
 use crate::advisor::{self, AdvisorInput, Hint, Thresholds};
+use crate::control::owner::{CapOwner, GpuOwner, SAME_CAP_W, TunerChoice};
 use crate::history::Metric;
 use crate::profile::Knobs;
 use crate::protocol::{MetricsPoint, RankInfo, RankSpec, TrainerInfo};
@@ -46,6 +47,30 @@ pub struct RunRecord<'a> {
     pub knobs: Option<&'a Knobs>,
     pub end_s: f64,
     pub span_s: f64,
+    /// What an energy search on this run chose (its `tune-energy.json`), where one finished.
+    pub tuned: Option<TunerChoice>,
+}
+
+/// The choice a finished energy search on run `run` (of `gpus`) wrote to its result file,
+/// `text`, whose file was last written at `written_s`; None where it is not one.
+pub fn tuner_choice(run: &str, gpus: &[u32], text: &str, written_s: f64) -> Option<TunerChoice> {
+    let v: serde_json::Value = serde_json::from_str(text).ok()?;
+    let best = v.get("best")?;
+    let num = |v: &serde_json::Value, k: &str| v.get(k).and_then(serde_json::Value::as_f64);
+    let started_s = written_s - num(&v, "duration_s").unwrap_or(0.0).max(0.0);
+    Some(TunerChoice {
+        run: run.to_string(),
+        gpus: gpus.to_vec(),
+        eta: num(&v, "eta")?,
+        cap_w: num(best, "cap_w")?,
+        started: crate::time::rfc3339(
+            std::time::UNIX_EPOCH + std::time::Duration::from_secs_f64(started_s.max(0.0)),
+        ),
+        samples_per_s: num(best, "time_per_sample_s")
+            .filter(|t| *t > 0.0)
+            .map(|t| 1.0 / t),
+        power_w: num(best, "avg_power_w").filter(|w| *w > 0.0),
+    })
 }
 
 /// A GPU over the whole run as one sample, for the rules that compare a GPU with its
@@ -118,6 +143,25 @@ pub fn whole_run(rec: &RunRecord<'_>) -> Vec<Hint> {
             caps.extend(adapt::cap_changes(h.gpu, limits));
         }
     }
+    // The tuner's choice holds a GPU that ended the run at its cap: it is not advised
+    // against (docs/operations.md, "One voice"), as `advise` does while the run lives.
+    let owners = rec
+        .tuned
+        .iter()
+        .flat_map(|c| {
+            gpus.iter()
+                .filter(|g| c.gpus.contains(&g.index))
+                .filter_map(|g| {
+                    let cap = g.latest.as_ref()?.power_limit_w?;
+                    ((cap - c.cap_w).abs() <= SAME_CAP_W).then(|| GpuOwner {
+                        gpu: g.index,
+                        cap_w: Some(cap),
+                        owner: Some(CapOwner::Tuner(c.clone())),
+                    })
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect();
     let trainer = TrainerInfo {
         world_size: rec
             .environment
@@ -168,7 +212,7 @@ pub fn whole_run(rec: &RunRecord<'_>) -> Vec<Hint> {
         runs: vec![run],
         // A report judges the run as it ran, not against sweeps made since.
         curves: Vec::new(),
-        owners: Vec::new(),
+        owners,
     };
     advisor::advise(&input, &thresholds(rec.span_s))
 }

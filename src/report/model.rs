@@ -480,6 +480,7 @@ pub fn gather(dir: &RunDir, src: Sources<'_>) -> Result<Report, ReportError> {
             None
         }
     };
+    let tuned = read_tuner_choice(dir, &summary.id, gpus.as_deref().unwrap_or_default());
     let advice = super::advice::whole_run(&super::advice::RunRecord {
         run: &summary.id,
         gpus: gpus.as_deref(),
@@ -489,6 +490,7 @@ pub fn gather(dir: &RunDir, src: Sources<'_>) -> Result<Report, ReportError> {
         knobs: knobs.as_ref(),
         end_s,
         span_s: end_s - start_s,
+        tuned,
     });
 
     Ok(Report {
@@ -511,6 +513,28 @@ pub fn gather(dir: &RunDir, src: Sources<'_>) -> Result<Report, ReportError> {
         missing,
         summary,
     })
+}
+
+/// What a finished energy search on the run chose, from its result file in the run's
+/// directory (read within a bound, never through a link).
+fn read_tuner_choice(
+    dir: &RunDir,
+    run: &str,
+    gpus: &[u32],
+) -> Option<crate::control::owner::TunerChoice> {
+    let path = dir.path().join(crate::control::tuner::session::RESULT_FILE);
+    let f = safe_fs::open_regular(&path).ok()?;
+    let written_s = f
+        .metadata()
+        .ok()?
+        .modified()
+        .ok()?
+        .duration_since(UNIX_EPOCH)
+        .ok()?
+        .as_secs_f64();
+    let mut text = String::new();
+    io::Read::read_to_string(&mut io::Read::take(f, 1 << 20), &mut text).ok()?;
+    super::advice::tuner_choice(run, gpus, &text, written_s)
 }
 
 fn mean(values: impl Iterator<Item = f64>) -> Option<f64> {

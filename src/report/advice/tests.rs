@@ -111,6 +111,7 @@ fn record<'a>(
         knobs,
         end_s: T0 + SPAN,
         span_s: SPAN,
+        tuned: None,
     }
 }
 
@@ -212,4 +213,54 @@ fn without_history_or_rated_figures_gpu_rules_say_nothing() {
     let hints = whole_run(&record(&hot, &env, &points, None, &[0]));
     let kinds: Vec<HintKind> = hints.iter().map(|h| h.kind).collect();
     assert_eq!(kinds, [HintKind::ThermalThrottle], "{hints:#?}");
+}
+
+/// A run whose GPU ended at the cap an energy search on it chose: the report does not tell
+/// the operator to raise it to the default (one voice with `advise`); at another cap it does.
+#[test]
+fn the_tuners_choice_is_not_advised_against_in_the_report() {
+    let env = environment(1, &[]);
+    let points = reports(None, None, 64);
+    let mut capped = gpu(0, 0.0, 70.0, 60.0);
+    for (metric, v) in [
+        (Metric::PowerLimit, 400.0),
+        (Metric::PowerLimited, 0.9),
+        (Metric::Power, 398.0),
+    ] {
+        let i = capped
+            .series
+            .iter()
+            .position(|(m, _)| *m == metric)
+            .unwrap();
+        capped.series[i].1 = series(|_| v);
+    }
+    let history = [capped];
+    let raise = |hints: &[Hint]| {
+        hints
+            .iter()
+            .any(|h| matches!(h.action, Some(Suggestion::PowerCap { watts, .. }) if watts >= 700.0))
+    };
+    let hints = whole_run(&record(&history, &env, &points, None, &[0]));
+    assert!(
+        raise(&hints),
+        "without a search, the held clock is a finding: {hints:#?}"
+    );
+    let result = r#"{"eta":1.0,"duration_s":90.0,"best":{"cap_w":400.0,"time_per_sample_s":0.0015,"avg_power_w":398.0}}"#;
+    let choice = tuner_choice("r1", &[0], result, T0 + 100.0).unwrap();
+    assert_eq!(
+        (choice.cap_w, choice.eta, choice.power_w),
+        (400.0, 1.0, Some(398.0))
+    );
+    assert!((choice.samples_per_s.unwrap() - 1000.0 / 1.5).abs() < 1e-9);
+    let mut rec = record(&history, &env, &points, None, &[0]);
+    rec.tuned = Some(choice.clone());
+    let hints = whole_run(&rec);
+    assert!(!raise(&hints), "{hints:#?}");
+    // A search whose cap the GPU did not end at holds nothing.
+    rec.tuned = Some(TunerChoice {
+        cap_w: 325.0,
+        ..choice
+    });
+    assert!(raise(&whole_run(&rec)));
+    assert!(tuner_choice("r1", &[0], "{}", 0.0).is_none());
 }
