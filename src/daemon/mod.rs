@@ -202,6 +202,9 @@ async fn serve(opts: DaemonOptions) -> Result<(), DaemonError> {
     if let Some(control) = opts.control {
         daemon.attach_control(control, opts.restore_on_exit)?;
     }
+    if let Some(s) = &source {
+        daemon.tuning_reads_from(Arc::clone(s));
+    }
     // Sampling runs on the sampler's own threads; the one that assembles each snapshot also
     // takes it into history, the control loops and the pushes (the first one before this
     // goes on), so a sample wakes no thread of the daemon's own.

@@ -340,6 +340,12 @@ impl Daemon {
         self.control.loops_stopping()
     }
 
+    /// The tuning jobs read the GPUs' energy counters from `source` at their windows' edges
+    /// (call before [`Daemon::tuning_resume`]).
+    pub fn tuning_reads_from(&self, source: Arc<dyn crate::telemetry::Source>) {
+        self.tuning.reads_from(source)
+    }
+
     /// Go on with the tuning jobs the last daemon left unfinished (once the socket answers:
     /// a job talks to its daemon through it).
     pub fn tuning_resume(&self) {

@@ -8,6 +8,9 @@
 //! cap goes through `power_cap`, so it lands in the node's events and needs the rights any cap
 //! needs. When this daemon may not set caps (a user's daemon, not root) and a system daemon
 //! answers, the caps go to the system daemon instead, as `gpupilot --system power cap` would.
+//! The one thing a job does not ask over the socket is the GPUs' energy counters: it reads
+//! them from the daemon's telemetry source at each poll, at the moment it needs them (a
+//! snapshot may be a second old at the default rate, and a window is a few seconds).
 //!
 //! Each job's record ([`TuneJob`]) is rewritten under `$STATE/tune/` at every step (files
 //! opened without following links, read back bounded). A daemon that starts finds the jobs the
@@ -23,7 +26,7 @@ use std::collections::BTreeMap;
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -41,7 +44,7 @@ use crate::control::tuner::session::{
 };
 use crate::control::tuner::{JointTuner, Progress, Search, TuneSettings, Tuner, TunerConfig};
 use crate::protocol::{ErrorCode, NodeEvent};
-use crate::telemetry::Snapshot;
+use crate::telemetry::{GpuSample, Snapshot, Source};
 use crate::time::rfc3339;
 
 /// Between two polls of the run's counters.
@@ -70,6 +73,8 @@ pub struct Tuning {
     jobs: Mutex<BTreeMap<String, Slot>>,
     /// The daemon is stopping: a job that ends now is suspended, not cancelled.
     stopping: Arc<AtomicBool>,
+    /// Where the jobs read the energy counters (the daemon's telemetry source).
+    counters: Arc<OnceLock<Arc<dyn Source>>>,
 }
 
 /// What a job's thread needs besides its record.
@@ -79,6 +84,7 @@ struct Ctx {
     dir: PathBuf,
     events: Arc<NodeLog>,
     stopping: Arc<AtomicBool>,
+    counters: Arc<OnceLock<Arc<dyn Source>>>,
 }
 
 impl Tuning {
@@ -102,7 +108,14 @@ impl Tuning {
             events,
             jobs: Mutex::new(jobs),
             stopping: Arc::new(AtomicBool::new(false)),
+            counters: Arc::new(OnceLock::new()),
         }
+    }
+
+    /// The jobs read the GPUs' energy counters from `source` (the daemon's telemetry); set
+    /// once, before [`Tuning::resume`]. Without it they read the daemon's snapshots.
+    pub fn reads_from(&self, source: Arc<dyn Source>) {
+        let _ = self.counters.set(source);
     }
 
     fn ctx(&self) -> Ctx {
@@ -111,6 +124,7 @@ impl Tuning {
             dir: self.dir.clone(),
             events: Arc::clone(&self.events),
             stopping: Arc::clone(&self.stopping),
+            counters: Arc::clone(&self.counters),
         }
     }
 
@@ -134,7 +148,9 @@ impl Tuning {
     /// daemon), record it, and start it on its thread.
     pub fn start(&self, run: &str, settings: TuneSettings) -> Result<TuneJob, RequestError> {
         let internal = |e: String| RequestError::new(ErrorCode::Internal, e);
-        let client = JobDaemon::connect(&self.paths).map_err(internal)?;
+        let client = JobDaemon::connect(&self.paths)
+            .map_err(internal)?
+            .reading(self.counters.get().cloned());
         let seen = client
             .run(run)
             .map_err(|e| RequestError::new(ErrorCode::UnknownRun, format!("{e:#}")))?;
@@ -538,7 +554,9 @@ fn resume_job(ctx: &Ctx, shared: &Mutex<TuneJob>, stop: &AtomicBool) {
         if stop.load(Ordering::SeqCst) {
             break "stopped before it could resume".to_string();
         }
+        let reading = ctx.counters.get().cloned();
         let attempt = JobDaemon::connect(&ctx.paths).and_then(|d| {
+            let d = d.reading(reading);
             match d.run(&job.run) {
                 Ok(r) if !r.live() => return Err("the run is not training any more".into()),
                 Ok(_) => {}
@@ -715,6 +733,8 @@ pub struct JobDaemon {
     own: Client,
     own_socket: PathBuf,
     system: Mutex<Option<Client>>,
+    /// The daemon's telemetry source: the energy counters read on demand.
+    counters: Option<Arc<dyn Source>>,
 }
 
 impl JobDaemon {
@@ -725,7 +745,14 @@ impl JobDaemon {
             own,
             own_socket: crate::ipc::socket_path(paths),
             system: Mutex::new(None),
+            counters: None,
         })
+    }
+
+    /// Read the GPUs on demand from `counters` (the daemon's telemetry source), not from the
+    /// snapshots.
+    fn reading(self, counters: Option<Arc<dyn Source>>) -> JobDaemon {
+        JobDaemon { counters, ..self }
     }
 
     /// The system daemon, for a cap this (user's) daemon may not set; `None` when this is the
@@ -752,6 +779,20 @@ impl TunerDaemon for JobDaemon {
     }
     fn snapshot(&self) -> anyhow::Result<Option<Snapshot>> {
         self.own.snapshot()
+    }
+    /// Read from the telemetry source now, on this job's thread (a call the sampler makes
+    /// too: the source answers from any thread); a GPU the source does not have is left out.
+    fn read_gpus(&self, gpus: &[u32]) -> anyhow::Result<Option<Vec<GpuSample>>> {
+        let Some(source) = &self.counters else {
+            return Ok(self.own.snapshot()?.map(|s| s.gpus));
+        };
+        let count = source.gpu_count();
+        Ok(Some(
+            gpus.iter()
+                .filter(|g| (**g as usize) < count)
+                .map(|g| source.sample_gpu(*g as usize))
+                .collect(),
+        ))
     }
     fn reports(&self, run: &str, since: u64) -> anyhow::Result<Reports> {
         self.own.reports(run, since)

@@ -775,3 +775,61 @@ fn a_search_with_no_result_of_its_profile_starts_from_a_kept_power_sweep() {
     );
     home.ok(&["tune", "stop", &run]);
 }
+
+#[test]
+fn at_the_default_rate_the_claimed_saving_is_the_simulators_own() {
+    let home = Home::new();
+    // One snapshot a second, as a daemon started without --rate takes them.
+    let _daemon = home.daemon(&["--rate", "1"]);
+    let run = home.start_synthetic();
+    // Three seconds of warm-up: the synthetic trainer learns the clock a cap gives from the
+    // daemon's snapshots, up to two seconds late at this rate.
+    let args = [
+        "tune",
+        "energy",
+        &run,
+        "--seconds",
+        "3",
+        "--warmup",
+        "3",
+        "--step-w",
+        "250",
+        "--eta",
+        "1",
+    ];
+    succeeded(&home, &args, 180);
+    let saved = home.run_dir(&run).path().join("tune-energy.json");
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&saved).unwrap()).unwrap();
+    // The node's GPUs and the trainer run one model (ResNet-50, batch 256, on an H100), so
+    // the measured energy per sample is gpusim's times one factor at every cap (two GPUs'
+    // energy, the trainer's samples at four times the simulated speed).
+    let spec = gpusim::find("h100-sxm").unwrap();
+    let truth = |cap: f64| {
+        gpusim::energy_per_sample_at_cap(spec, "resnet50", 256, cap)
+            .unwrap()
+            .0
+    };
+    let curve = r["curve"].as_array().unwrap();
+    let ratio = |p: &serde_json::Value| {
+        p["energy_per_sample_j"].as_f64().unwrap() / truth(p["cap_w"].as_f64().unwrap())
+    };
+    let default = &r["default"];
+    assert_eq!(default["cap_w"].as_f64(), Some(700.0), "{r}");
+    for p in curve {
+        eprintln!(
+            "{} W: {:.4} J/sample, {:.3} of gpusim's",
+            p["cap_w"],
+            p["energy_per_sample_j"].as_f64().unwrap(),
+            ratio(p)
+        );
+    }
+    let best = r["best"]["cap_w"].as_f64().unwrap();
+    let saving = 100.0 * (1.0 - truth(best) / truth(700.0));
+    let claimed = r["energy_saving_pct"].as_f64().unwrap();
+    eprintln!("best {best} W: claimed {claimed:.1}%, gpusim {saving:.1}%");
+    assert!(
+        (claimed - saving).abs() < 2.0,
+        "claimed {claimed:.1}% at {best:.0} W, gpusim's curve gives {saving:.1}%: {r}"
+    );
+}

@@ -610,8 +610,10 @@ impl Tuner {
             Strategy::Descend | Strategy::Sweep => 0,
         };
         let cap = self.plan[idx];
-        if self.cfg.strategy == Strategy::Golden && (cap - self.cfg.start_w).abs() < 0.5 {
-            // The run has been training at this cap already: nothing to warm up.
+        if (cap - self.cfg.start_w).abs() < 0.5 && self.cfg.window.warmup <= 0.0 {
+            // The cap does not change and no warm-up is asked: measure from now. Otherwise the
+            // first cap warms up as every other does, so that the default's window (every
+            // saving is reported against it) is measured the way the others are.
             self.state = self.measuring(idx, now);
         } else {
             self.state = State::WarmUp {

@@ -2,9 +2,17 @@
 //! console's tuner both run. [`prepare`] opens the run as the daemon sees it (its GPUs, or a
 //! job's ranks' GPUs, their limits and starting caps) and sets up a [`Tuner`] with the
 //! [`TuneSettings`] asked for; [`DaemonRun`] is the [`LiveRun`] that [`drive`](super::live::drive)
-//! polls (the GPUs' energy from the daemon's snapshots, samples and steps from the run's
-//! metrics reports, caps through the daemon, so every change lands in the node's events and
-//! needs the rights any cap needs); [`save_result`] writes the result to the run's directory.
+//! polls (the GPUs' energy counters read at each poll, samples and steps from the run's metrics
+//! reports, caps through the daemon, so every change lands in the node's events and needs the
+//! rights any cap needs); [`save_result`] writes the result to the run's directory.
+//!
+//! A window's edges are reports (their samples and steps are exact there); the energy at an
+//! edge comes from the two reads of the counters that bracket it, read after the reports were
+//! fetched, so it is interpolated between reads and never extrapolated. A cap is set just
+//! after a read and the counters are read again at once, so the bracket that holds a change
+//! spans one request; an edge inside it is not used (the next report is). Where the power is
+//! steady between two reads the energy is exact; otherwise each edge is off by at most
+//! a quarter of the power's swing between the reads times the time between them.
 //! [`stop_flag`] turns Ctrl-C, SIGTERM and SIGHUP into a stop, so the caps go back first.
 //!
 //! The daemon is behind [`TunerDaemon`], which its client implements (`client::tuner`): this
@@ -33,6 +41,21 @@ pub const RESULT_FILE: &str = "tune-energy.json";
 /// How far a GPU's cap may be from the one the search set (the driver keeps milliwatts).
 const CAP_SLACK_W: f64 = 1.0;
 
+/// Reads of the energy counters kept (one a poll): a report older than the oldest has no
+/// bracket and is no window's edge.
+const READS_KEPT: usize = 64;
+
+/// One read of the run's GPUs' energy counters.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Read {
+    /// When, on the clock the reports are stamped with (Unix seconds, the daemon's).
+    t: f64,
+    /// The run's GPUs together, joules.
+    energy_j: f64,
+    /// A cap was set since the read before: the power between the two is not one cap's.
+    after_change: bool,
+}
+
 /// What the tuner asks of the daemon: the run, the GPUs' newest samples, the run's metrics
 /// reports, the GPUs' power limits, and caps. The daemon's client implements it; a test may
 /// fake it.
@@ -41,6 +64,13 @@ pub trait TunerDaemon {
     fn run(&self, spec: &str) -> anyhow::Result<RunSeen>;
     /// The daemon's newest snapshot; `None` while it has no GPU telemetry.
     fn snapshot(&self) -> anyhow::Result<Option<Snapshot>>;
+    /// GPUs `gpus` read now, at the call (a window's energy is the counters read at its
+    /// edges). A daemon that cannot read them on demand answers with its newest snapshot's,
+    /// each stamped with when it was read; `None` while it has no GPU telemetry.
+    fn read_gpus(&self, gpus: &[u32]) -> anyhow::Result<Option<Vec<GpuSample>>> {
+        let _ = gpus;
+        Ok(self.snapshot()?.map(|s| s.gpus))
+    }
     /// The run's metrics reports from `since` on (`u64::MAX`: none, only its trainer's side).
     fn reports(&self, run: &str, since: u64) -> anyhow::Result<Reports>;
     /// Each GPU's power limits, by index; `None` where they cannot be read.
@@ -239,8 +269,12 @@ pub struct DaemonRun<D: TunerDaemon> {
     since: u64,
     /// The samples and the step, from the reports (every rank's).
     tally: JobTally,
-    /// The two newest (time, energy of the run's GPUs) from the daemon's snapshots.
-    energy: Vec<(f64, f64)>,
+    /// The newest reads of the run's GPUs' energy counters, oldest first.
+    reads: Vec<Read>,
+    /// A cap was set since the last read.
+    cap_changed: bool,
+    /// Reports newer than the newest read: counted once a read brackets them.
+    held: Vec<MetricsPoint>,
     /// The batch-size knob when the search opened: (value, min, max).
     batch_knob: Option<(u32, u32, u32)>,
     /// A joint search's starting batch: what a stop puts back.
@@ -366,7 +400,9 @@ impl<D: TunerDaemon> DaemonRun<D> {
             unit: Unit::Steps,
             since: 0,
             tally: JobTally::from_now(),
-            energy: Vec::new(),
+            reads: Vec::new(),
+            cap_changed: false,
+            held: Vec::new(),
             batch_knob,
             start_batch: None,
             asked_batch: None,
@@ -516,13 +552,49 @@ impl<D: TunerDaemon> DaemonRun<D> {
             .map_err(|e| e.to_string())
     }
 
-    /// Energy of the run's GPUs at `t`, from the two newest snapshots.
-    fn energy_at(&self, t: f64) -> Option<f64> {
-        match self.energy.as_slice() {
-            [.., (t0, e0), (t1, e1)] if t1 > t0 => Some(e0 + (e1 - e0) * (t - t0) / (t1 - t0)),
-            [.., (_, e)] => Some(*e),
-            [] => None,
+    /// Read the run's GPUs' energy counters now (a read no newer than the last is dropped: a
+    /// daemon answering from its snapshots may not have a new one).
+    fn read_energy(&mut self) -> Result<(), String> {
+        let Some(gpus) = self
+            .daemon
+            .read_gpus(&self.gpus)
+            .map_err(|e| e.to_string())?
+        else {
+            return Ok(());
+        };
+        let energy_j = energy_of(&self.gpus, &gpus)?;
+        let times: Vec<f64> = gpus
+            .iter()
+            .filter(|g| self.gpus.contains(&g.index))
+            .map(|g| g.time_s)
+            .collect();
+        let t = times.iter().sum::<f64>() / times.len().max(1) as f64;
+        if self.reads.last().is_none_or(|r| r.t < t) {
+            self.reads.push(Read {
+                t,
+                energy_j,
+                after_change: std::mem::take(&mut self.cap_changed),
+            });
+            if self.reads.len() > READS_KEPT {
+                self.reads.remove(0);
+            }
         }
+        Ok(())
+    }
+
+    /// Energy of the run's GPUs at `t`, between the two reads that bracket it; `None` when no
+    /// two do (`t` before the oldest read or after the newest) or a cap changed between them.
+    fn energy_at(&self, t: f64) -> Option<f64> {
+        let i = self.reads.iter().position(|r| r.t >= t)?;
+        let b = self.reads[i];
+        if b.t == t {
+            return Some(b.energy_j);
+        }
+        let a = *self.reads.get(i.checked_sub(1)?)?;
+        if b.after_change {
+            return None;
+        }
+        Some(a.energy_j + (b.energy_j - a.energy_j) * (t - a.t) / (b.t - a.t))
     }
 }
 
@@ -532,16 +604,6 @@ impl<D: TunerDaemon> LiveRun for DaemonRun<D> {
         // measured from now on would be another cap's.
         if let Some(w) = self.trial {
             self.check_trial(w)?;
-        }
-        let snapshot = self.daemon.snapshot().map_err(|e| e.to_string())?;
-        if let Some(snap) = snapshot {
-            let total = energy_of(&self.gpus, &snap.gpus)?;
-            if self.energy.last().is_none_or(|(t, _)| *t < snap.time_s) {
-                self.energy.push((snap.time_s, total));
-                if self.energy.len() > 2 {
-                    self.energy.remove(0);
-                }
-            }
         }
         let m = self
             .daemon
@@ -560,10 +622,16 @@ impl<D: TunerDaemon> LiveRun for DaemonRun<D> {
             self.ask_batch(b, "energy tuner: trying a batch size")?;
         }
         let batch = self.batch_seen(&m.trainer, &m.points);
-        if m.points.is_empty() && !self.oom {
+        // After the reports: every report fetched lies before this read.
+        self.read_energy()?;
+        self.held.extend(m.points);
+        let newest = self.reads.last().map_or(f64::NEG_INFINITY, |r| r.t);
+        let ready = self.held.iter().take_while(|p| p.t <= newest).count();
+        if ready == 0 && !self.oom {
             return Ok(None);
         }
-        self.tally.absorb_all(&m.points);
+        let ready: Vec<MetricsPoint> = self.held.drain(..ready).collect();
+        self.tally.absorb_all(&ready);
         let Some(t) = self.tally.last_t() else {
             return Ok(None);
         };
@@ -591,6 +659,11 @@ impl<D: TunerDaemon> LiveRun for DaemonRun<D> {
         self.cap(self.gpus.clone(), watts, "energy tuner: trying a cap")?;
         // Checked at the next observation, before any of it is counted.
         self.trial = Some(watts);
+        // The read before the change was the observation's: reading again now closes the
+        // bracket that holds it. A read that fails here fails again at the next observation,
+        // which says so; meanwhile the change stays marked on the next read.
+        self.cap_changed = true;
+        let _ = self.read_energy();
         Ok(())
     }
 
@@ -657,6 +730,9 @@ pub fn run_gpus(visible: &str, gpus: &[GpuSample]) -> anyhow::Result<Vec<u32>> {
         .resolve(gpus.iter().map(|g| (g.index, g.uuid.as_deref())))
         .map_err(|e| anyhow::anyhow!("the run's {e}"))
 }
+
+#[cfg(test)]
+mod windows;
 
 #[cfg(test)]
 mod tests {

@@ -477,7 +477,7 @@ fn the_golden_search_finds_the_minimum_from_the_default_in_few_caps() {
         panic!("{end:?}")
     };
     assert_eq!(apply_w, 450.0, "{set:?}");
-    // The default first (the run sits there: no warm-up), then a bracket, never a cap twice.
+    // The default first, then a bracket, never a cap twice.
     assert_eq!(set[0], 700.0);
     let mut seen = set.clone();
     seen.sort_by(f64::total_cmp);
