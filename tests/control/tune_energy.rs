@@ -776,12 +776,31 @@ fn a_search_with_no_result_of_its_profile_starts_from_a_kept_power_sweep() {
     home.ok(&["tune", "stop", &run]);
 }
 
+/// The node's GPUs' energy counters together and when they were read (their mean time), from
+/// the daemon's newest snapshot.
+fn node_energy(c: &gpupilot::client::Client) -> (f64, f64) {
+    let gpus = c.status().unwrap().snapshot.unwrap().gpus;
+    let joules = gpus.iter().map(|g| g.energy_j.unwrap()).sum();
+    let t = gpus.iter().map(|g| g.time_s).sum::<f64>() / gpus.len() as f64;
+    (t, joules)
+}
+
 #[test]
-fn at_the_default_rate_the_claimed_saving_is_the_simulators_own() {
+fn at_the_default_rate_the_default_cap_and_the_saving_are_the_simulators_own() {
     let home = Home::new();
     // One snapshot a second, as a daemon started without --rate takes them.
     let _daemon = home.daemon(&["--rate", "1"]);
     let run = home.start_synthetic();
+    // The node's own power at the default cap, where it has trained since it started: its
+    // energy counters over six seconds.
+    let c = home.client();
+    let (t0, e0) = node_energy(&c);
+    let mut end = (t0, e0);
+    wait_for("six seconds of snapshots", Duration::from_secs(20), || {
+        end = node_energy(&c);
+        end.0 >= t0 + 6.0
+    });
+    let power_w = (end.1 - e0) / (end.0 - t0);
     // Three seconds of warm-up: the synthetic trainer learns the clock a cap gives from the
     // daemon's snapshots, up to two seconds late at this rate.
     let args = [
@@ -801,35 +820,34 @@ fn at_the_default_rate_the_claimed_saving_is_the_simulators_own() {
     let saved = home.run_dir(&run).path().join("tune-energy.json");
     let r: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&saved).unwrap()).unwrap();
+    let default = &r["default"];
+    assert_eq!(default["cap_w"].as_f64(), Some(700.0), "{r}");
+    // The default cap's window: the node's power as its own counters give it (a window that
+    // starts from an older reading overstates it by up to a third).
+    let measured_w = default["avg_power_w"].as_f64().unwrap();
+    assert!(
+        (measured_w / power_w - 1.0).abs() < 0.02,
+        "the default cap measured at {measured_w:.0} W, the node's counters give {power_w:.0} W: {r}"
+    );
     // The node's GPUs and the trainer run one model (ResNet-50, batch 256, on an H100), so
-    // the measured energy per sample is gpusim's times one factor at every cap (two GPUs'
-    // energy, the trainer's samples at four times the simulated speed).
+    // the measured energy per sample is gpusim's steady state times one factor at every cap
+    // (two GPUs' energy, the trainer's samples at four times the simulated speed), up to the
+    // node settling after each cap change (its temperature, a few seconds): the saving claimed
+    // is gpusim's within a few points.
     let spec = gpusim::find("h100-sxm").unwrap();
     let truth = |cap: f64| {
         gpusim::energy_per_sample_at_cap(spec, "resnet50", 256, cap)
             .unwrap()
             .0
     };
-    let curve = r["curve"].as_array().unwrap();
-    let ratio = |p: &serde_json::Value| {
-        p["energy_per_sample_j"].as_f64().unwrap() / truth(p["cap_w"].as_f64().unwrap())
-    };
-    let default = &r["default"];
-    assert_eq!(default["cap_w"].as_f64(), Some(700.0), "{r}");
-    for p in curve {
-        eprintln!(
-            "{} W: {:.4} J/sample, {:.3} of gpusim's",
-            p["cap_w"],
-            p["energy_per_sample_j"].as_f64().unwrap(),
-            ratio(p)
-        );
-    }
     let best = r["best"]["cap_w"].as_f64().unwrap();
     let saving = 100.0 * (1.0 - truth(best) / truth(700.0));
     let claimed = r["energy_saving_pct"].as_f64().unwrap();
-    eprintln!("best {best} W: claimed {claimed:.1}%, gpusim {saving:.1}%");
     assert!(
-        (claimed - saving).abs() < 2.0,
+        (claimed - saving).abs() < 4.0,
         "claimed {claimed:.1}% at {best:.0} W, gpusim's curve gives {saving:.1}%: {r}"
+    );
+    eprintln!(
+        "default {measured_w:.0} W against the node's {power_w:.0} W; saving claimed {claimed:.1}% at {best:.0} W, gpusim {saving:.1}%"
     );
 }
