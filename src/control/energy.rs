@@ -9,6 +9,12 @@
 //! time between them. A gap longer than [`MAX_GAP_S`] with no counter is not bridged (nothing
 //! is known about what the GPU drew meanwhile).
 //!
+//! A counter is believed only as far as physics allows: a GPU cannot draw more than its maximum
+//! power limit (else [`RATED_MAX_W`]), so a difference above [`counter_bound_j`] for the time
+//! between two samples (a wild reading, a wrap) is set aside like a counter that went back, and
+//! the interval is integrated from power instead. The meter keeps a note of the first such
+//! interval for the daemon to say once ([`GpuMeter::take_note`]).
+//!
 //! [`RunEnergy`] is what `ps --json`, `summary.json` and the Run view show. Samples come from
 //! the trainer's metrics (`metrics.jsonl`) when the run reports them.
 //!
@@ -25,6 +31,26 @@ pub const J_PER_KWH: f64 = 3.6e6;
 
 /// Without a counter, power readings further apart than this are not integrated, seconds.
 pub const MAX_GAP_S: f64 = 30.0;
+
+/// The most any GPU board draws, watts: the bound on a counter's increments when a GPU's own
+/// maximum power limit is unknown or does not read as a plausible number.
+pub const RATED_MAX_W: f64 = 3_000.0;
+
+/// A counter may run this much ahead of the GPU's maximum power times the time between two
+/// samples: power excursions above the limit, and NVML reads that are not at the sample's
+/// instant…
+pub const COUNTER_MARGIN: f64 = 1.5;
+/// … plus this many seconds at maximum power (a slow read shifts one reading by that much).
+pub const COUNTER_SLACK_S: f64 = 1.0;
+
+/// The most a counter may move in `dt_s` seconds on a GPU whose maximum power limit reads
+/// `max_w` (None, or implausible: [`RATED_MAX_W`]), joules.
+pub fn counter_bound_j(max_w: Option<f64>, dt_s: f64) -> f64 {
+    let max = max_w
+        .filter(|m| m.is_finite() && *m > 0.0 && *m <= RATED_MAX_W)
+        .unwrap_or(RATED_MAX_W);
+    max * (COUNTER_MARGIN * dt_s.max(0.0) + COUNTER_SLACK_S)
+}
 
 /// How an increment was measured.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -44,6 +70,12 @@ pub struct GpuMeter {
     /// Seconds covered by the counter and by integration, for saying which one measured.
     counter_s: f64,
     power_s: f64,
+    /// What measured the last increment.
+    last_source: Option<EnergySource>,
+    /// The first counter difference set aside, in words, until taken.
+    note: Option<String>,
+    /// A difference was set aside already (it is said once).
+    noted: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -58,9 +90,16 @@ impl GpuMeter {
         GpuMeter::default()
     }
 
-    /// Take a sample at `time_s` (seconds; only differences matter); returns the joules since
-    /// the previous sample (0 for the first, or for a sample that does not move time forward).
-    pub fn update(&mut self, time_s: f64, counter_j: Option<f64>, power_w: Option<f64>) -> f64 {
+    /// Take a sample at `time_s` (seconds; only differences matter) of a GPU whose maximum power
+    /// limit reads `max_w`; returns the joules since the previous sample (0 for the first, or
+    /// for a sample that does not move time forward).
+    pub fn update(
+        &mut self,
+        time_s: f64,
+        counter_j: Option<f64>,
+        power_w: Option<f64>,
+        max_w: Option<f64>,
+    ) -> f64 {
         let now = Reading {
             time_s,
             counter_j: counter_j.filter(|c| c.is_finite() && *c >= 0.0),
@@ -76,26 +115,64 @@ impl GpuMeter {
             return 0.0;
         }
         self.last = Some(now);
+        let bound = counter_bound_j(max_w, dt);
+        self.last_source = None;
         let delta = match (prev.counter_j, now.counter_j) {
-            (Some(a), Some(b)) if b >= a => {
+            (Some(a), Some(b)) if b >= a && b - a <= bound => {
                 self.counter_s += dt;
+                self.last_source = Some(EnergySource::Counter);
                 b - a
             }
-            _ => match (prev.power_w, now.power_w) {
-                _ if dt > MAX_GAP_S => 0.0,
-                (Some(a), Some(b)) => {
-                    self.power_s += dt;
-                    (a + b) / 2.0 * dt
+            counters => {
+                if let (Some(a), Some(b)) = counters {
+                    self.set_aside(a, b, dt, bound);
                 }
-                (None, Some(p)) | (Some(p), None) => {
-                    self.power_s += dt;
-                    p * dt
+                match (prev.power_w, now.power_w) {
+                    _ if dt > MAX_GAP_S => 0.0,
+                    (Some(a), Some(b)) => {
+                        self.power_s += dt;
+                        self.last_source = Some(EnergySource::Power);
+                        (a + b) / 2.0 * dt
+                    }
+                    (None, Some(p)) | (Some(p), None) => {
+                        self.power_s += dt;
+                        self.last_source = Some(EnergySource::Power);
+                        p * dt
+                    }
+                    (None, None) => 0.0,
                 }
-                (None, None) => 0.0,
-            },
+            }
         };
         self.total_j += delta;
         delta
+    }
+
+    /// The counter moved from `a` to `b` joules in `dt` seconds, back or beyond `bound`: the
+    /// first time, in words for the event log.
+    fn set_aside(&mut self, a: f64, b: f64, dt: f64, bound: f64) {
+        if self.noted {
+            return;
+        }
+        self.noted = true;
+        let moved = if b < a {
+            format!("went back by {:.3e} J", a - b)
+        } else {
+            format!("jumped by {:.3e} J", b - a)
+        };
+        self.note = Some(format!(
+            "its energy counter {moved} in {dt:.1} s (at most {bound:.0} J is possible at its \
+             maximum power): such an interval is counted from power × time instead; said once"
+        ));
+    }
+
+    /// The first counter difference set aside, in words, once (None afterwards, and before).
+    pub fn take_note(&mut self) -> Option<String> {
+        self.note.take()
+    }
+
+    /// What measured the last increment (None: nothing was added).
+    pub fn last_source(&self) -> Option<EnergySource> {
+        self.last_source
     }
 
     pub fn total_j(&self) -> f64 {
@@ -396,7 +473,8 @@ mod tests {
         loop {
             let r = node.gpu(0).unwrap().reading();
             let c = with_counter.then_some(r.energy_mj as f64 / 1000.0);
-            meter.update(node.time_s(), c, Some(r.power_w));
+            let max = node.gpu(0).unwrap().spec().power_max_w;
+            meter.update(node.time_s(), c, Some(r.power_w), Some(max));
             if t >= t_end - 1e-9 {
                 break;
             }
@@ -434,20 +512,62 @@ mod tests {
     #[test]
     fn a_counter_reset_is_bridged_by_power() {
         let mut m = GpuMeter::new();
-        assert_eq!(m.update(0.0, Some(1000.0), Some(100.0)), 0.0);
-        assert_eq!(m.update(1.0, Some(1100.0), Some(100.0)), 100.0);
+        assert_eq!(m.update(0.0, Some(1000.0), Some(100.0), Some(700.0)), 0.0);
+        assert_eq!(m.update(1.0, Some(1100.0), Some(100.0), Some(700.0)), 100.0);
         // The driver reloaded: the counter restarts near zero.
-        assert_eq!(m.update(2.0, Some(5.0), Some(300.0)), 200.0);
-        assert_eq!(m.update(3.0, Some(305.0), Some(300.0)), 300.0);
+        assert_eq!(m.update(2.0, Some(5.0), Some(300.0), Some(700.0)), 200.0);
+        assert_eq!(m.update(3.0, Some(305.0), Some(300.0), Some(700.0)), 300.0);
         assert_eq!(m.total_j(), 600.0);
         assert_eq!(m.source(), Some(EnergySource::Counter));
         // No counter at all, and a gap too long to bridge.
         let mut m = GpuMeter::new();
-        m.update(0.0, None, Some(200.0));
-        assert_eq!(m.update(2.0, None, Some(300.0)), 500.0);
-        assert_eq!(m.update(100.0, None, Some(300.0)), 0.0);
-        assert_eq!(m.update(100.0, None, Some(300.0)), 0.0);
+        m.update(0.0, None, Some(200.0), Some(700.0));
+        assert_eq!(m.update(2.0, None, Some(300.0), Some(700.0)), 500.0);
+        assert_eq!(m.update(100.0, None, Some(300.0), Some(700.0)), 0.0);
+        assert_eq!(m.update(100.0, None, Some(300.0), Some(700.0)), 0.0);
         assert_eq!(m.source(), Some(EnergySource::Power));
+    }
+
+    /// Observed: a counter that jumped by 1e15 mJ made a run's energy 1.0e12 J. A jump beyond
+    /// what the GPU's maximum power allows, a wrap and a counter that goes back are each
+    /// counted from power × time for their interval, and said once.
+    #[test]
+    fn a_counter_that_jumps_beyond_the_gpus_maximum_power_is_not_believed() {
+        let mut m = GpuMeter::new();
+        let max = Some(700.0);
+        m.update(0.0, Some(1000.0), Some(300.0), max);
+        assert_eq!(m.update(1.0, Some(1300.0), Some(300.0), max), 300.0);
+        assert_eq!(m.take_note(), None);
+        // 1e15 mJ in one second: 1e12 J against at most 700 × (1.5 + 1) = 1750 J.
+        assert_eq!(m.update(2.0, Some(1300.0 + 1e12), Some(400.0), max), 350.0);
+        assert_eq!(m.last_source(), Some(EnergySource::Power));
+        let note = m.take_note().expect("said");
+        assert!(
+            note.contains("jumped by 1.000e12 J") && note.contains("1750 J"),
+            "{note}"
+        );
+        assert_eq!(m.take_note(), None, "taken once");
+        // From the jumped value on, the counter's differences are plausible again.
+        assert_eq!(m.update(3.0, Some(1700.0 + 1e12), Some(400.0), max), 400.0);
+        assert_eq!(m.last_source(), Some(EnergySource::Counter));
+        // Wrapped to near zero: power again, and nothing said a second time.
+        assert_eq!(m.update(4.0, Some(3.0), Some(200.0), max), 300.0);
+        assert_eq!(m.take_note(), None);
+        assert_eq!(m.total_j(), 300.0 + 350.0 + 400.0 + 300.0);
+        // A difference just within the bound is believed: 1750 J in 1 s at 700 W.
+        let mut m = GpuMeter::new();
+        m.update(0.0, Some(0.0), Some(700.0), max);
+        assert_eq!(m.update(1.0, Some(1750.0), Some(700.0), max), 1750.0);
+        assert_eq!(m.update(2.0, Some(3501.0), Some(700.0), max), 700.0);
+        // No maximum known (or a wild one): the rated maximum of any GPU bounds it.
+        let mut m = GpuMeter::new();
+        m.update(0.0, Some(0.0), Some(100.0), Some(4_294_967.0));
+        assert_eq!(counter_bound_j(Some(4_294_967.0), 1.0), 7_500.0);
+        assert_eq!(m.update(1.0, Some(7_000.0), Some(100.0), None), 7_000.0);
+        assert_eq!(
+            m.update(2.0, Some(1e15), Some(100.0), Some(f64::NAN)),
+            100.0
+        );
     }
 
     #[test]

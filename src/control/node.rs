@@ -45,6 +45,8 @@ pub const ENERGY_WRITE_EVERY_S: f64 = 10.0;
 /// `by` of what the loops do by themselves.
 pub const BY_GOVERNOR: &str = "thermal governor";
 pub const BY_BUDGET: &str = "power budget";
+/// `by` of what the energy meter says about a GPU's counter.
+pub const BY_ENERGY: &str = "energy meter";
 /// A setter that failed is tried again after this long (seconds), doubled at each failure …
 pub const RETRY_FIRST_S: f64 = 2.0;
 /// … up to this.
@@ -104,7 +106,8 @@ pub enum ControlEvent {
     /// `old_w` → `new_w`), `stale` (telemetry went stale: it holds the cap), `resumed`,
     /// `flapping`, `restored` (nothing controls the cap any more: the user's cap is back),
     /// `failed` (a cap could not be set), `refused` (the GPU's limits make no sense), `job`
-    /// (another GPU of a job moved with the one it governs).
+    /// (another GPU of a job moved with the one it governs), `implausible` (by [`BY_ENERGY`]:
+    /// the GPU's energy counter went back or jumped beyond its maximum power, once per GPU).
     Governor {
         gpu: u32,
         change: String,
@@ -405,7 +408,7 @@ impl NodeControl {
             ),
             JobCaps::PerGpu => Vec::new(),
         };
-        self.meter(snap);
+        self.meter(snap, &mut out);
         self.run_energy(snap, runs, now, &mut out);
         self.notes.clear();
         match dev {

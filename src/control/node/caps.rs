@@ -79,7 +79,7 @@ impl NodeControl {
             self.set_user_cap(g, w, Some(w));
         }
         self.governors_step(snap, &limits, &bad, now, out);
-        self.budget_step(snap, &limits, now, out);
+        self.budget_step(snap, &limits, &bad, now, out);
         let holds = self.job_holds();
         // A GPU of a held job that nothing else controls is controlled from now on, so that
         // its user's cap comes back when the job is let go.
@@ -254,6 +254,7 @@ impl NodeControl {
         &mut self,
         snap: &Snapshot,
         limits: &BTreeMap<u32, PowerLimits>,
+        bad: &BTreeMap<u32, PowerLimits>,
         now: f64,
         out: &mut StepOutput,
     ) {
@@ -261,17 +262,13 @@ impl NodeControl {
             return;
         };
         let budget_w = b.budget_w;
-        let current: f64 = snap
-            .gpus
-            .iter()
-            .map(|s| {
-                limits
-                    .get(&s.index)
-                    .map(|l| l.current_w)
-                    .or(s.power_limit_w)
-                    .unwrap_or(0.0)
-            })
-            .sum();
+        let counted = |s: &GpuSample| {
+            limits
+                .get(&s.index)
+                .map(|l| l.current_w)
+                .unwrap_or_else(|| fixed_w(s, bad.get(&s.index)))
+        };
+        let current: f64 = snap.gpus.iter().map(counted).sum();
         if now - b.at_s < BUDGET_EVERY_S && current <= budget_w + 0.5 {
             return;
         }
@@ -281,7 +278,7 @@ impl NodeControl {
             .map(|s| {
                 let l = limits.get(&s.index);
                 let fixed = s.lost || l.is_none();
-                let cap = l.map(|l| l.current_w).or(s.power_limit_w).unwrap_or(0.0);
+                let cap = counted(s);
                 let (min, max) = l.map_or((cap, cap), |l| (l.min_w, l.max_w));
                 let user = l.map_or(cap, |l| self.user_cap(s.index, l));
                 let gov = self.governors.get(&s.index).and_then(|g| g.cmd_w);
@@ -487,6 +484,29 @@ impl NodeControl {
             ),
         });
     }
+}
+
+/// What a GPU the budget cannot change counts against it, watts: its limit as the snapshot read
+/// it, where that is plausible; else (a limit outside its range, non-finite, or unknown: as
+/// good as absent) the most it may draw, its maximum limit; else what it draws; else nothing
+/// known, 0. `bad`: its limits as read now, when they make no sense.
+fn fixed_w(s: &GpuSample, bad: Option<&PowerLimits>) -> f64 {
+    let max = bad
+        .map(|l| l.max_w)
+        .or(s.power_max_w)
+        .filter(|m| m.is_finite() && *m > 0.0 && *m <= crate::control::energy::RATED_MAX_W);
+    let min = bad.map(|l| l.min_w).or(s.power_min_w);
+    let limit = s.power_limit_w.filter(|w| {
+        bad.is_none()
+            && match (min, max) {
+                (Some(lo), Some(hi)) => crate::control::limits_problem(*w, lo, hi).is_none(),
+                _ => w.is_finite() && *w > 0.0 && *w <= crate::control::energy::RATED_MAX_W,
+            }
+    });
+    limit
+        .or(max)
+        .or(s.power_w.filter(|p| p.is_finite() && *p >= 0.0))
+        .unwrap_or(0.0)
 }
 
 fn governor_input(

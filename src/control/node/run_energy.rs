@@ -7,25 +7,40 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use super::{ControlledRun, ENERGY_WRITE_EVERY_S, NodeControl, RunTrack, StepOutput};
-use crate::control::energy::{EnergySource, GpuEnergy, RunEnergy};
+use super::{
+    BY_ENERGY, ControlEvent, ControlledRun, ENERGY_WRITE_EVERY_S, NodeControl, RunTrack, StepOutput,
+};
+use crate::control::energy::{EnergySource, GpuEnergy, RunEnergy, counter_bound_j};
 use crate::control::energy_ledger::{self, Ledger, LedgerGpu};
 use crate::telemetry::{GpuSample, Snapshot};
 
 impl NodeControl {
     /// Energy per GPU from this snapshot.
-    pub(super) fn meter(&mut self, snap: &Snapshot) {
+    /// A counter that went back or jumped beyond what the GPU can draw is said once per GPU.
+    pub(super) fn meter(&mut self, snap: &Snapshot, out: &mut StepOutput) {
         for s in &snap.gpus {
             if s.lost {
                 continue;
             }
             let m = self.meters.entry(s.index).or_default();
-            let d = m.update(s.time_s, s.energy_j, s.power_w);
+            let d = m.update(s.time_s, s.energy_j, s.power_w, s.power_max_w);
+            if let Some(why) = m.take_note() {
+                out.events.push(ControlEvent::Governor {
+                    gpu: s.index,
+                    change: "implausible".into(),
+                    target_c: None,
+                    temperature_c: None,
+                    old_w: None,
+                    new_w: None,
+                    by: BY_ENERGY.into(),
+                    why: format!("GPU {}: {why}", s.index),
+                });
+            }
             if d <= 0.0 {
                 continue;
             }
             // Which way most samples were measured, for saying so.
-            let counter = s.energy_j.is_some();
+            let counter = m.last_source() == Some(EnergySource::Counter);
             for (id, share) in charged(s, &self.runs) {
                 let Some(track) = self.runs.get_mut(&id) else {
                     continue;
@@ -172,8 +187,11 @@ pub(super) fn catch_up(l: &Ledger, snap: &Snapshot, per_gpu: &mut BTreeMap<u32, 
         if g.uuid.is_some() && s.uuid.is_some() && g.uuid != s.uuid {
             continue;
         }
+        // What the GPU could have drawn at most since the ledger was saved: a counter that
+        // moved more (a wild reading, a wrap) tells nothing.
+        let bound = counter_bound_j(s.power_max_w, snap.time_s - l.saved_s);
         match s.energy_j {
-            Some(now) if now >= saved && now.is_finite() => {
+            Some(now) if now >= saved && now.is_finite() && now - saved <= bound => {
                 *per_gpu.entry(g.gpu).or_default() += now - saved;
                 any = true;
             }

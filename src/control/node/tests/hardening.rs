@@ -8,6 +8,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 struct Faulty {
     dev: SimDev,
     zero_limit: AtomicBool,
+    /// GPU 0's limit reads 4,294,967 W (u32::MAX mW), far outside its range.
+    wild_limit: AtomicBool,
     refuse: AtomicBool,
     set_calls: AtomicUsize,
 }
@@ -17,6 +19,7 @@ impl Faulty {
         Faulty {
             dev,
             zero_limit: AtomicBool::new(false),
+            wild_limit: AtomicBool::new(false),
             refuse: AtomicBool::new(false),
             set_calls: AtomicUsize::new(0),
         }
@@ -33,6 +36,10 @@ impl PowerControl for Faulty {
             l.current_w = 0.0;
             l.enforced_w = None;
         }
+        if gpu == 0 && self.wild_limit.load(Ordering::Relaxed) {
+            l.current_w = WILD_W;
+            l.enforced_w = Some(WILD_W);
+        }
         Ok(l)
     }
     fn set_power_limit_w(&self, gpu: usize, watts: f64) -> Result<(), ControlError> {
@@ -45,6 +52,9 @@ impl PowerControl for Faulty {
         self.dev.set_power_limit_w(gpu, watts)
     }
 }
+
+/// u32::MAX milliwatts, as a limit read as watts.
+const WILD_W: f64 = 4_294_967.295;
 
 /// One simulated second of `sim`, then a step of the loops on `dev`: its events.
 fn second<P: PowerControl>(
@@ -110,6 +120,98 @@ fn a_limit_read_as_zero_is_never_acted_on_and_the_reason_is_said_once() {
     second(&mut nc, &f.dev, &f, false);
     assert_eq!(f.set_calls.load(Ordering::Relaxed), 0);
     assert_eq!(caps(&f.dev), vec![700.0]);
+}
+
+/// A limit of 4,294,967 W on an H100 (range 200–700 W) used to be refused by the governor and
+/// counted by the budget: "infeasible", GPU 1 pinned to its minimum, "raise node_budget_w to at
+/// least 4295168 W". It is absent to every loop: GPU 0 counts at its maximum, 700 W, and GPU 1
+/// gets the rest of the budget.
+#[test]
+fn a_limit_outside_its_range_is_absent_to_the_budget_too() {
+    let f = Faulty::new(hot(2));
+    f.wild_limit.store(true, Ordering::Relaxed);
+    let mut nc = NodeControl::new(ControlSettings::default());
+    nc.set_budget(Some(1000.0), "alice", "test");
+    let mut events = Vec::new();
+    for _ in 0..30 {
+        advance(&f.dev, 1.0);
+        let mut snap = snapshot(&f.dev, T0, true, false);
+        snap.gpus[0].power_limit_w = Some(WILD_W);
+        events.extend(nc.step(&snap, &[], &no_profile, Some(&f), "n").events);
+    }
+    let budget = nc.status().budget.expect("a budget");
+    assert_eq!(budget.infeasible, None, "{events:?}");
+    assert_eq!(budget.caps, vec![(0, 700.0), (1, 300.0)], "{budget:?}");
+    assert_eq!(budget.total_w, 1000.0);
+    assert!(
+        events
+            .iter()
+            .all(|e| !matches!(e, ControlEvent::Budget { why, .. }
+            if why.contains("raise node_budget_w"))),
+        "{events:?}"
+    );
+    assert_eq!(caps(&f.dev), vec![700.0, 300.0]);
+    let refused = governor_events(&events, "refused");
+    assert_eq!(refused.len(), 1, "said once: {events:?}");
+    let ControlEvent::Governor { gpu, by, why, .. } = refused[0] else {
+        unreachable!()
+    };
+    assert_eq!((*gpu, by.as_str()), (0, BY_BUDGET));
+    assert!(
+        why.contains("4294967 W, outside its range 200–700 W"),
+        "{why}"
+    );
+}
+
+/// A counter that jumps by 1e15 mJ (1e12 J) used to be a run's energy: it is counted from
+/// power for that second, and said once in the node's events.
+#[test]
+fn a_counter_jump_is_not_a_runs_energy_and_is_said_once() {
+    let dev = hot(1);
+    advance(&dev, 20.0);
+    let tmp = tempfile::tempdir().unwrap();
+    let view = ControlledRun {
+        visible: Some("0".into()),
+        ..run_view(tmp.path(), true)
+    };
+    let counter = |d: &SimDev| d.node().gpus()[0].reading().energy_mj as f64 / 1000.0;
+    let mut nc = NodeControl::new(ControlSettings::default());
+    let mut events = Vec::new();
+    let mut energy = 0.0;
+    let mut start = 0.0;
+    for s in 0..30 {
+        advance(&dev, 1.0);
+        if s == 0 {
+            start = counter(&dev);
+        }
+        let mut snap = snapshot(&dev, T0, true, false);
+        if s >= 10 {
+            // From second 10 on, the counter reads 1e15 mJ more than it should.
+            *snap.gpus[0].energy_j.as_mut().unwrap() += 1e12;
+        }
+        let out = nc.step(
+            &snap,
+            std::slice::from_ref(&view),
+            &no_profile,
+            None::<&SimDev>,
+            "n",
+        );
+        events.extend(out.events);
+        energy = out.energy.last().map_or(energy, |(_, e, _)| e.energy_j);
+    }
+    let truth = counter(&dev) - start;
+    // One second of 29 integrated from power instead of the counter.
+    assert!(
+        (energy - truth).abs() / truth < 0.01,
+        "{energy} J vs {truth} J"
+    );
+    let said = governor_events(&events, "implausible");
+    assert_eq!(said.len(), 1, "said once: {events:?}");
+    let ControlEvent::Governor { gpu, by, why, .. } = said[0] else {
+        unreachable!()
+    };
+    assert_eq!((*gpu, by.as_str()), (0, BY_ENERGY));
+    assert!(why.contains("jumped by 1.000e12 J"), "{why}");
 }
 
 #[test]
