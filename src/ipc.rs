@@ -102,6 +102,24 @@ pub fn find_in_db<T>(r: impl std::io::Read, mut f: impl FnMut(&str) -> Option<T>
     found
 }
 
+/// The uid and primary gid of the user `name` in `/etc/passwd` (no NSS).
+pub fn user_ids(name: &str) -> Option<(u32, u32)> {
+    let file = std::fs::File::open("/etc/passwd").ok()?;
+    ids_in_passwd(file, name)
+}
+
+/// The uid and gid of `name` in a passwd file.
+fn ids_in_passwd(r: impl std::io::Read, name: &str) -> Option<(u32, u32)> {
+    find_in_db(r, |line| {
+        let mut f = line.split(':');
+        if f.next()? != name {
+            return None;
+        }
+        let (uid, gid) = (f.nth(1)?.parse().ok()?, f.next()?.parse().ok()?);
+        Some((uid, gid))
+    })
+}
+
 /// The name of `uid` in a passwd file.
 fn name_in_passwd(r: impl std::io::Read, uid: u32) -> Option<String> {
     find_in_db(r, |line| {
@@ -157,6 +175,8 @@ mod tests {
         let odd = bytes.iter().position(|&b| b == 0xef).unwrap();
         bytes[odd] = 0xff;
         assert_eq!(name_in_passwd(&bytes[..], 1000).as_deref(), Some("bob"));
+        assert_eq!(ids_in_passwd(&bytes[..], "bob"), Some((1000, 1000)));
+        assert_eq!(ids_in_passwd(&bytes[..], "bo"), None);
         assert_eq!(name_in_passwd(&bytes[..], 0).as_deref(), Some("root"));
         assert_eq!(name_in_passwd(&bytes[..], 5), None);
         assert_eq!(name_in_passwd(&bytes[..], 7), None);

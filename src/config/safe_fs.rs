@@ -289,6 +289,80 @@ pub fn open_regular(path: &Path) -> io::Result<File> {
     Ok(f)
 }
 
+/// Read a settings file a daemon acts on (`control.toml`), at most `max` bytes, trusting it
+/// only as sshd's StrictModes does. A root daemon runs what it says as root (alert hooks, caps),
+/// so for it the file and its directory must be root's, writable by nobody else, and neither
+/// may be a symbolic link. A user's daemon takes its own files or root's, links followed (a
+/// dotfiles checkout), but none that any user may write. `NotFound` when there is no file (or,
+/// for root, no directory).
+pub fn read_config(path: &Path, max: u64) -> io::Result<String> {
+    let root = my_uid() == 0;
+    if root {
+        if let Some(dir) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            let d = OpenOptions::new()
+                .read(true)
+                .custom_flags(no_follow() | OFlags::DIRECTORY.bits() as i32)
+                .open(dir)
+                .map_err(|e| not_openable(dir, e, DIRECTORY))?;
+            check_trusted(dir, &d.metadata()?, true)?;
+        }
+    }
+    let mut o = OpenOptions::new();
+    o.read(true)
+        .custom_flags(OFlags::NONBLOCK.bits() as i32 | if root { no_follow() } else { 0 });
+    let f = o.open(path).map_err(|e| not_openable(path, e, FILE))?;
+    let meta = f.metadata()?;
+    check_regular(path, &meta)?;
+    check_trusted(path, &meta, root)?;
+    let mut text = String::new();
+    f.take(max).read_to_string(&mut text)?;
+    Ok(text)
+}
+
+/// A settings file or its directory that `root` (or a user's daemon) may act on: owned by root
+/// (or, for a user, by them) and not writable by others (for root, by its group either).
+fn check_trusted(path: &Path, meta: &std::fs::Metadata, root: bool) -> io::Result<()> {
+    let me = my_uid();
+    let mode = meta.mode() & 0o7777;
+    let owner_ok = meta.uid() == 0 || meta.uid() == me;
+    let forbidden = if root { 0o022 } else { 0o002 };
+    let chown = if root {
+        "chown root:root"
+    } else {
+        "chown $USER"
+    };
+    if !owner_ok {
+        return Err(Refused::error(
+            path,
+            format!(
+                "it belongs to uid {}, and the daemon (uid {me}) would act on what they write                  in it",
+                meta.uid()
+            ),
+            format!(
+                "`{chown} {}` once you have checked what is in it",
+                path.display()
+            ),
+        ));
+    }
+    if mode & forbidden != 0 {
+        let who = if root {
+            "its group or other users"
+        } else {
+            "other users"
+        };
+        let bits = if root { "go-w" } else { "o-w" };
+        return Err(Refused::error(
+            path,
+            format!("{who} may write it (mode {mode:04o})"),
+            format!(
+                "`chmod {bits} {}` once you have checked what is in it",
+                path.display()
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// The end of the open file `f`: its bytes from `max` before its end, or from `floor` when that
 /// is later, up to the size it has now (not what is written meanwhile); and where they start.
 pub fn read_end(f: &mut File, max: u64, floor: u64) -> io::Result<(Vec<u8>, u64)> {

@@ -19,6 +19,7 @@
 //! temp_c = 85
 //! power_w = 650
 //! hook = ["/usr/local/bin/page-oncall"]
+//! hook_user = "nobody"       # who hooks run as; a root daemon runs none without it
 //! ```
 //!
 //! Every section is optional; a missing file is no settings. Unknown keys are errors, as in
@@ -77,6 +78,9 @@ pub struct ControlSettings {
     pub job_caps: JobCaps,
     pub thermal: Option<Target>,
     pub alerts: AlertRules,
+    /// `[alerts] hook_user`: the user alert hooks run as. A root daemon runs hooks (its own and
+    /// runs' profiles') only as this user, never as root, and none without it.
+    pub hook_user: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -122,6 +126,7 @@ struct RawAlerts {
     power_w: Option<f64>,
     stalled_after_s: Option<f64>,
     hook: Option<Vec<String>>,
+    hook_user: Option<String>,
 }
 
 impl ControlSettings {
@@ -135,6 +140,9 @@ impl ControlSettings {
     }
 }
 
+/// The most of `control.toml` read: a settings file is a few lines.
+const MAX_FILE: u64 = 1 << 20;
+
 /// Where the file is for a config directory.
 pub fn path_in(config_dir: &Path) -> PathBuf {
     config_dir.join("control.toml")
@@ -144,9 +152,12 @@ pub fn path_in(config_dir: &Path) -> PathBuf {
 /// names the file and the problem.
 pub fn load(config_dir: &Path) -> Result<ControlSettings, String> {
     let path = path_in(config_dir);
-    match std::fs::read_to_string(&path) {
+    // Settings a root daemon acts on as root: read only from a file root owns, that no one
+    // else may write (see `safe_fs::read_config`).
+    match crate::config::safe_fs::read_config(&path, MAX_FILE) {
         Ok(text) => parse(&text).map_err(|e| format!("{}: {e}", path.display())),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(ControlSettings::default()),
+        Err(e) if crate::config::safe_fs::refusal(&e).is_some() => Err(e.to_string()),
         Err(e) => Err(format!("{}: {e}", path.display())),
     }
 }
@@ -199,6 +210,13 @@ pub fn parse(text: &str) -> Result<ControlSettings, String> {
             format!("power.job_caps = \"{s}\": expected \"together\" or \"per-gpu\"")
         })?,
     };
+    if let Some(u) = &raw.alerts.hook_user {
+        if u.is_empty() || u == "root" || !u.chars().all(|c| c.is_ascii_graphic() && c != ':') {
+            return Err(format!(
+                "alerts.hook_user = {u:?}: name an unprivileged user (e.g. \"nobody\")"
+            ));
+        }
+    }
     if raw.alerts.hook.as_ref().is_some_and(Vec::is_empty) {
         return Err("alerts.hook = []: give the program to run, e.g. [\"notify-send\"]".into());
     }
@@ -225,6 +243,7 @@ pub fn parse(text: &str) -> Result<ControlSettings, String> {
             stalled_after_s: positive(raw.alerts.stalled_after_s, "alerts.stalled_after_s")?,
             hook: raw.alerts.hook,
         },
+        hook_user: raw.alerts.hook_user,
     })
 }
 

@@ -6,6 +6,7 @@
 mod support;
 
 mod bench;
+mod config_trust;
 mod hardening;
 mod health;
 mod in_daemon;

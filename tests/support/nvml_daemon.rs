@@ -101,13 +101,24 @@ impl NvmlDaemon {
             node: FakeNode::new(scenario),
             daemon: None,
         };
-        let hooks = s.home.dir.path().join("hooks.jsonl");
+        // A root daemon (as in CI) runs hooks only as the unprivileged user control.toml
+        // names: nobody, who can reach this folder and write in it.
+        use std::os::unix::fs::PermissionsExt;
+        let root = rustix::process::geteuid().is_root();
+        let dir = s.home.dir.path().join("hooks");
+        std::fs::create_dir(&dir).unwrap();
+        if root {
+            std::fs::set_permissions(s.home.dir.path(), PermissionsExt::from_mode(0o711)).unwrap();
+            std::fs::set_permissions(&dir, PermissionsExt::from_mode(0o777)).unwrap();
+        }
+        let hooks = dir.join("hooks.jsonl");
         std::fs::create_dir_all(&s.home.paths.config).unwrap();
         std::fs::write(
             s.home.paths.config.join("control.toml"),
             format!(
-                "[alerts]\nhook = [\"sh\", \"-c\", \"cat >> {}\"]\n",
-                hooks.display()
+                "[alerts]\nhook = [\"sh\", \"-c\", \"cat >> {}\"]\n{}",
+                hooks.display(),
+                if root { "hook_user = \"nobody\"\n" } else { "" }
             ),
         )
         .unwrap();

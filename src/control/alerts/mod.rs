@@ -517,6 +517,53 @@ pub struct HookPayload {
 
 static HOOKS_RUNNING: AtomicUsize = AtomicUsize::new(0);
 
+/// Who an alert hook runs as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HookUser {
+    /// The daemon's own user (a user's daemon).
+    Daemon,
+    /// Another, unprivileged user: a root daemon drops to it (`setpriv(1)`: its uid and gid,
+    /// no supplementary groups) before the hook runs.
+    Ids { uid: u32, gid: u32 },
+}
+
+/// Who hooks run as for a daemon of uid `daemon_uid` whose `control.toml` names `hook_user`
+/// (looked up with `lookup`), or why none may run. A root daemon runs hooks (its own and its
+/// runs' profiles') only as an unprivileged user named in its settings: a hook from a file a
+/// user could influence never runs as root.
+pub fn hook_user(
+    daemon_uid: u32,
+    hook_user: Option<&str>,
+    lookup: impl Fn(&str) -> Option<(u32, u32)>,
+) -> Result<HookUser, String> {
+    let ids = |name: &str| {
+        lookup(name).ok_or_else(|| {
+            format!("alerts.hook_user = {name:?}: there is no such user in /etc/passwd")
+        })
+    };
+    match (daemon_uid, hook_user) {
+        (0, None) => Err(
+            "a root daemon runs alert hooks only as the unprivileged user named in \
+             control.toml's [alerts] hook_user (e.g. hook_user = \"nobody\"): none was run"
+                .into(),
+        ),
+        (0, Some(name)) => match ids(name)? {
+            (0, _) => Err(format!(
+                "alerts.hook_user = {name:?} has uid 0: a hook never runs as root"
+            )),
+            (uid, gid) => Ok(HookUser::Ids { uid, gid }),
+        },
+        (_, None) => Ok(HookUser::Daemon),
+        (me, Some(name)) => match ids(name)? {
+            (uid, _) if uid == me => Ok(HookUser::Daemon),
+            (uid, _) => Err(format!(
+                "alerts.hook_user = {name:?} (uid {uid}): a daemon of uid {me} runs hooks as \
+                 itself only; leave hook_user out"
+            )),
+        },
+    }
+}
+
 /// Run `argv` with `payload` as JSON on stdin, on its own thread, killed after `timeout`.
 /// Returns the thread (tests join it; the daemon does not wait), or None when the hook was not
 /// started (empty argv, or [`MAX_HOOKS`] already running: logged).
@@ -524,6 +571,7 @@ pub fn run_hook(
     argv: &[String],
     payload: &HookPayload,
     timeout: Duration,
+    user: HookUser,
 ) -> Option<std::thread::JoinHandle<HookOutcome>> {
     let (program, args) = argv.split_first()?;
     if HOOKS_RUNNING.fetch_add(1, Ordering::SeqCst) >= MAX_HOOKS {
@@ -540,7 +588,7 @@ pub fn run_hook(
     let spawned = std::thread::Builder::new()
         .name("alert-hook".into())
         .spawn(move || {
-            let outcome = hook_body(&program, &args, &json, timeout);
+            let outcome = hook_body(&program, &args, &json, timeout, user);
             HOOKS_RUNNING.fetch_sub(1, Ordering::SeqCst);
             match &outcome {
                 HookOutcome::Exited(0) => {}
@@ -570,9 +618,38 @@ pub enum HookOutcome {
     Failed(String),
 }
 
-fn hook_body(program: &str, args: &[String], json: &str, timeout: Duration) -> HookOutcome {
-    let mut child = match Command::new(program)
-        .args(args)
+/// setpriv(1) (util-linux), which drops a root daemon's hook to its user.
+const SETPRIV: &str = "/usr/bin/setpriv";
+
+fn hook_body(
+    program: &str,
+    args: &[String],
+    json: &str,
+    timeout: Duration,
+    user: HookUser,
+) -> HookOutcome {
+    let mut cmd = match user {
+        HookUser::Daemon => {
+            let mut c = Command::new(program);
+            c.args(args);
+            c
+        }
+        HookUser::Ids { uid, gid } => {
+            let mut c = Command::new(SETPRIV);
+            c.args([
+                format!("--reuid={uid}"),
+                format!("--regid={gid}"),
+                "--clear-groups".into(),
+                "--".into(),
+                program.into(),
+            ])
+            .args(args)
+            // Not a directory of root's that the hook could hold open.
+            .current_dir("/");
+            c
+        }
+    };
+    let mut child = match cmd
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::null())

@@ -180,7 +180,7 @@ fn the_hook_reads_the_alert_as_json_on_stdin() {
         "-c".into(),
         format!("cat > {}", out.display()),
     ];
-    let h = run_hook(&argv, &payload(), HOOK_TIMEOUT).unwrap();
+    let h = run_hook(&argv, &payload(), HOOK_TIMEOUT, HookUser::Daemon).unwrap();
     assert_eq!(h.join().unwrap(), HookOutcome::Exited(0));
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
@@ -195,7 +195,13 @@ fn the_hook_reads_the_alert_as_json_on_stdin() {
 fn a_hung_hook_is_killed_and_a_missing_one_is_reported() {
     let t = Instant::now();
     let argv = vec!["sleep".to_string(), "30".into()];
-    let h = run_hook(&argv, &payload(), Duration::from_millis(200)).unwrap();
+    let h = run_hook(
+        &argv,
+        &payload(),
+        Duration::from_millis(200),
+        HookUser::Daemon,
+    )
+    .unwrap();
     assert!(
         t.elapsed() < Duration::from_millis(150),
         "run_hook must not block"
@@ -203,9 +209,67 @@ fn a_hung_hook_is_killed_and_a_missing_one_is_reported() {
     assert_eq!(h.join().unwrap(), HookOutcome::TimedOut);
     assert!(t.elapsed() < Duration::from_secs(5));
     let argv = vec!["/no/such/hook".to_string()];
-    let h = run_hook(&argv, &payload(), HOOK_TIMEOUT).unwrap();
+    let h = run_hook(&argv, &payload(), HOOK_TIMEOUT, HookUser::Daemon).unwrap();
     assert!(matches!(h.join().unwrap(), HookOutcome::Failed(_)));
-    assert!(run_hook(&[], &payload(), HOOK_TIMEOUT).is_none());
+    assert!(run_hook(&[], &payload(), HOOK_TIMEOUT, HookUser::Daemon).is_none());
+}
+
+/// A root daemon runs a hook only as the unprivileged user its settings name; a user's daemon
+/// runs hooks as itself.
+#[test]
+fn a_root_daemon_runs_hooks_only_as_the_named_unprivileged_user() {
+    let users = |name: &str| match name {
+        "nobody" => Some((65534, 65534)),
+        "toor" => Some((0, 0)),
+        "alice" => Some((1000, 1000)),
+        _ => None,
+    };
+    let e = hook_user(0, None, users).unwrap_err();
+    assert!(e.contains("hook_user") && e.contains("none was run"), "{e}");
+    assert_eq!(
+        hook_user(0, Some("nobody"), users),
+        Ok(HookUser::Ids {
+            uid: 65534,
+            gid: 65534
+        })
+    );
+    let e = hook_user(0, Some("toor"), users).unwrap_err();
+    assert!(e.contains("never runs as root"), "{e}");
+    assert!(
+        hook_user(0, Some("ghost"), users)
+            .unwrap_err()
+            .contains("no such user")
+    );
+    assert_eq!(hook_user(1000, None, users), Ok(HookUser::Daemon));
+    assert_eq!(hook_user(1000, Some("alice"), users), Ok(HookUser::Daemon));
+    assert!(hook_user(1000, Some("nobody"), users).is_err());
+
+    // Run as root (as CI does): the hook really runs as that user, with no group of root's.
+    if rustix::process::geteuid().as_raw() != 0 {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(
+        tmp.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    let out = tmp.path().join("who");
+    let argv = vec![
+        "sh".to_string(),
+        "-c".into(),
+        format!("echo $(id -u) $(id -g) $(id -G) > {}", out.display()),
+    ];
+    let user = HookUser::Ids {
+        uid: 65534,
+        gid: 65534,
+    };
+    let h = run_hook(&argv, &payload(), HOOK_TIMEOUT, user).unwrap();
+    assert_eq!(h.join().unwrap(), HookOutcome::Exited(0));
+    assert_eq!(
+        std::fs::read_to_string(&out).unwrap().trim(),
+        "65534 65534 65534"
+    );
 }
 
 #[test]

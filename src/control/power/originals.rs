@@ -59,6 +59,11 @@ impl Originals {
     /// Read the record (none yet: an empty one). A file that does not parse is an error that
     /// names it: restoring from a guess would be worse than saying so.
     pub fn load(path: PathBuf) -> io::Result<Originals> {
+        // The directory too: a link there to another user's would have them write the
+        // record root restores from.
+        if let Some(dir) = path.parent().filter(|d| d.exists()) {
+            crate::config::safe_fs::own_dir(dir, crate::config::safe_fs::DirKind::Shared)?;
+        }
         // A few settings per GPU: a bounded read, never through a link.
         let gpus = match crate::config::safe_fs::read_capped_string(&path, 1 << 20) {
             Ok(text) => {
@@ -126,7 +131,9 @@ impl Originals {
             };
         }
         let dir = self.path.parent().unwrap_or(Path::new("."));
-        std::fs::create_dir_all(dir)?;
+        // Ours, writable by no one else, never a link to someone's directory: a root daemon
+        // writes here. (Not secret: older daemons made it 0755, which stays usable.)
+        crate::config::safe_fs::own_dir(dir, crate::config::safe_fs::DirKind::Shared)?;
         let mut text = serde_json::to_string_pretty(&File {
             gpus: self.gpus.clone(),
         })
@@ -191,6 +198,43 @@ mod tests {
         .unwrap();
         assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
         assert!(std::fs::read_to_string(&path).unwrap().contains("700"));
+    }
+
+    /// `state/control` linked to a directory someone else chose: the record is neither read
+    /// from nor written into it.
+    #[test]
+    fn a_link_in_the_place_of_the_records_directory_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let elsewhere = tmp.path().join("users-dir");
+        std::fs::create_dir(&elsewhere).unwrap();
+        std::fs::write(
+            elsewhere.join("originals.json"),
+            r#"{"gpus":{"0":{"power_limit_w":1}}}"#,
+        )
+        .unwrap();
+        let state = tmp.path().join("state");
+        std::fs::create_dir(&state).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, state.join("control")).unwrap();
+        let path = Originals::path_in(&state);
+        let e = Originals::load(path.clone()).unwrap_err();
+        assert!(
+            crate::config::safe_fs::refusal(&e)
+                .is_some_and(|r| r.problem.contains("symbolic link")),
+            "{e}"
+        );
+        // A record loaded before the link appeared is not written through it either.
+        std::fs::remove_file(state.join("control")).unwrap();
+        let mut o = Originals::load(path).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, state.join("control")).unwrap();
+        assert!(
+            o.update(1, None, |g| g.power_limit_w = Some(700.0))
+                .is_err()
+        );
+        assert!(
+            !std::fs::read_to_string(elsewhere.join("originals.json"))
+                .unwrap()
+                .contains("700")
+        );
     }
 
     #[test]

@@ -32,7 +32,7 @@ use std::sync::Mutex;
 
 use super::Control;
 use crate::control::ControlEvent;
-use crate::control::alerts::{HOOK_TIMEOUT, Observation, run_hook};
+use crate::control::alerts::{self, HOOK_TIMEOUT, HookUser, Observation, run_hook};
 use crate::control::governor::Target;
 use crate::control::node::{ControlledRun, NodeControl, RunRules};
 use crate::control::power::{GpuControl, Originals};
@@ -58,6 +58,9 @@ pub(super) struct Loops {
     settings_error: Option<String>,
     /// GPUs in the newest snapshot.
     gpus: Vec<u32>,
+    /// Who alert hooks run as, or why none may run (said once, then in `status`'s notes).
+    hook_user: Result<HookUser, String>,
+    hook_refusal_said: bool,
 }
 
 impl Control {
@@ -71,10 +74,17 @@ impl Control {
                     (Default::default(), Some(e))
                 }
             };
+            let hook_user = alerts::hook_user(
+                crate::config::safe_fs::my_uid(),
+                settings.hook_user.as_deref(),
+                crate::ipc::user_ids,
+            );
             Loops {
                 node: NodeControl::new(settings),
                 settings_error,
                 gpus: Vec::new(),
+                hook_user,
+                hook_refusal_said: false,
             }
         });
         f(inner)
@@ -109,7 +119,7 @@ impl Control {
         };
         let node = &self.node;
         let findings = self.straggler_findings(snap, runs);
-        let out = self.with_loops(|inner| {
+        let (out, hook_user) = self.with_loops(|inner| {
             inner.gpus.clear();
             inner.gpus.extend(snap.gpus.iter().map(|g| g.index));
             inner.node.set_job_findings(findings);
@@ -123,14 +133,27 @@ impl Control {
             if let Some(dev) = &dev {
                 dev.forget_restored(&out.events);
             }
-            out
+            let hook_user = match &inner.hook_user {
+                Ok(u) => Some(*u),
+                Err(why) => {
+                    if !out.hooks.is_empty()
+                        && !std::mem::replace(&mut inner.hook_refusal_said, true)
+                    {
+                        tracing::warn!("alert hooks not run: {why}");
+                    }
+                    None
+                }
+            };
+            (out, hook_user)
         });
         for e in out.events {
             self.events.record(e.into());
         }
-        for (argv, payload) in out.hooks {
-            // The thread is left to finish (or be killed at its timeout) on its own.
-            let _ = run_hook(&argv, &payload, HOOK_TIMEOUT);
+        if let Some(user) = hook_user {
+            for (argv, payload) in &out.hooks {
+                // The thread is left to finish (or be killed at its timeout) on its own.
+                let _ = run_hook(argv, payload, HOOK_TIMEOUT, user);
+            }
         }
         for (dir, ledger) in &out.ledgers {
             if let Err(e) = crate::control::energy_ledger::save(dir, ledger) {
@@ -232,6 +255,12 @@ impl Control {
             let mut s = inner.node.status();
             if let Some(e) = &inner.settings_error {
                 s.notes.push(format!("control.toml not used: {e}"));
+            }
+            if let (Err(why), true) = (
+                &inner.hook_user,
+                inner.node.settings().alerts.hook.is_some(),
+            ) {
+                s.notes.push(format!("alert hooks not run: {why}"));
             }
             s
         })
