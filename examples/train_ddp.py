@@ -67,6 +67,7 @@ def main():
     loss_fn = torch.nn.MSELoss()
 
     step = 0
+    seen = 0  # this rank's samples: gpupilot sums the ranks' counts into the job's
     for epoch in range(args.epochs):
         shard.set_epoch(epoch)
         for xb, yb in loader:
@@ -83,7 +84,10 @@ def main():
             # and its newline apart when Python's output is unbuffered.
             sys.stdout.write(json.dumps({"rank": rank, "step": step, "epoch": epoch, "bs": len(xb)}) + "\n")
             sys.stdout.flush()
-            gp.report(step=step, epoch=epoch, loss=loss.item(), samples_per_s=len(xb) / took, step_time_s=took)
+            seen += len(xb)
+            gp.report(
+                step=step, epoch=epoch, loss=loss.item(), samples_per_s=len(xb) / took, step_time_s=took, samples=seen
+            )
             step += 1
     dist.barrier()
     dist.destroy_process_group()
