@@ -29,6 +29,15 @@ pub enum Fault {
     },
     /// The power limit reads as 0 mW (current and enforced), an odd value consumers must survive.
     PowerLimitZero { gpu: Option<usize> },
+    /// From `at_s` simulated seconds, readings no driver should give but some do: the energy
+    /// counter reads `energy_offset_mj` off the truth (wrapping round 2^64, as the `u64` it
+    /// is), and the power limit (current and enforced) reads `power_limit_mw`.
+    WildReadings {
+        gpu: Option<usize>,
+        at_s: f64,
+        energy_offset_mj: Option<i64>,
+        power_limit_mw: Option<u32>,
+    },
     /// A critical XID event on `gpu` (or every GPU) at `at_s` simulated seconds, and again every
     /// `every_s` after that when set: what an event set registered for XIDs delivers.
     Xid {
@@ -189,6 +198,37 @@ impl Faults {
                 _ => None,
             })
             .reduce(f64::min)
+    }
+
+    /// What `gpu`'s energy counter reads off by at simulated time `t_s`, millijoules (several
+    /// matching entries add up).
+    pub fn energy_offset_mj(&self, gpu: usize, t_s: f64) -> i64 {
+        self.entries
+            .iter()
+            .filter_map(|f| match f {
+                Fault::WildReadings {
+                    gpu: scope,
+                    at_s,
+                    energy_offset_mj: Some(o),
+                    ..
+                } if on(*scope, Some(gpu)) && t_s >= *at_s => Some(*o),
+                _ => None,
+            })
+            .fold(0i64, |a, o| a.wrapping_add(o))
+    }
+
+    /// What `gpu`'s power limit reads at simulated time `t_s` under a `wild_readings` fault,
+    /// milliwatts (the first matching entry's).
+    pub fn wild_power_limit_mw(&self, gpu: usize, t_s: f64) -> Option<u32> {
+        self.entries.iter().find_map(|f| match f {
+            Fault::WildReadings {
+                gpu: scope,
+                at_s,
+                power_limit_mw: Some(mw),
+                ..
+            } if on(*scope, Some(gpu)) && t_s >= *at_s => Some(*mw),
+            _ => None,
+        })
     }
 
     pub fn power_limit_zero(&self, gpu: usize) -> bool {

@@ -182,6 +182,65 @@ gpu = 1
 }
 
 #[test]
+fn wild_readings_jump_the_counter_and_put_the_limit_outside_its_range() {
+    let scenario = r#"
+count = 3
+[[faults]]
+kind = "wild_readings"
+gpu = 0
+energy_offset_mj = 1000000000000000
+power_limit_mw = 4294967295
+[[faults]]
+kind = "wild_readings"
+gpu = 1
+energy_offset_mj = -1000000000000000000
+[[faults]]
+kind = "wild_readings"
+gpu = 2
+at_s = 1.0
+energy_offset_mj = 1000000000000000
+"#;
+    let Some(_) = isolate(
+        "wild_readings_jump_the_counter_and_put_the_limit_outside_its_range",
+        scenario,
+    ) else {
+        return;
+    };
+    let nvml = nvml();
+    let zero = nvml.device_by_index(0).unwrap();
+    assert_eq!(zero.power_management_limit().unwrap(), 4_294_967_295);
+    assert_eq!(zero.enforced_power_limit().unwrap(), 4_294_967_295);
+    let c = zero.power_management_limit_constraints().unwrap();
+    assert_eq!(
+        (c.min_limit, c.max_limit),
+        (200_000, 700_000),
+        "the range stays"
+    );
+    let e0 = zero.total_energy_consumption().unwrap();
+    assert!(
+        (1_000_000_000_000_000..1_000_000_100_000_000).contains(&e0),
+        "{e0}"
+    );
+    // 1e18 mJ below a counter near zero: it wraps round 2^64.
+    let e1 = nvml
+        .device_by_index(1)
+        .unwrap()
+        .total_energy_consumption()
+        .unwrap();
+    assert!(e1 > u64::MAX - 1_000_000_000_000_000_000, "{e1}");
+    // GPU 2 reads true until 1 s, then jumps.
+    let two = nvml.device_by_index(2).unwrap();
+    let before = two.total_energy_consumption().unwrap();
+    assert!(before < 1_000_000_000, "{before}");
+    assert_eq!(two.power_management_limit().unwrap(), 700_000);
+    let jumped = eventually(5.0, || {
+        let e = two.total_energy_consumption().unwrap();
+        (e >= 1_000_000_000_000_000).then_some(e)
+    });
+    assert!(jumped.is_some(), "GPU 2's counter jumps at 1 s");
+}
+
+#[test]
 fn bad_scenario_fails_init_with_a_located_message() {
     let scenario = "count = 2\n[training]\nmodel = \"resnet50\"\nbatchsize = 3\n";
     let check = |out: &std::process::Output| {

@@ -15,10 +15,17 @@ pub unsafe extern "C" fn nvmlDeviceGetPowerUsage(
     })
 }
 
-/// The limit in force, or 0 under a `power_limit_zero` fault.
+/// The limit in force, or 0 under a `power_limit_zero` fault, or what a `wild_readings` fault
+/// says.
 fn limit_mw(ctx: &mut Context, i: usize) -> c_uint {
-    if HAS_FAULTS.load(Ordering::Relaxed) && ctx.scenario.faults.power_limit_zero(i) {
-        return 0;
+    if HAS_FAULTS.load(Ordering::Relaxed) {
+        let faults = &ctx.scenario.faults;
+        if faults.power_limit_zero(i) {
+            return 0;
+        }
+        if let Some(wild) = faults.wild_power_limit_mw(i, ctx.sim_time_s()) {
+            return wild;
+        }
     }
     mw(ctx.reading(i).power_limit_w)
 }
@@ -81,6 +88,11 @@ pub unsafe extern "C" fn nvmlDeviceGetTotalEnergyConsumption(
     energy: *mut c_ulonglong,
 ) -> nvmlReturn_t {
     with_device("nvmlDeviceGetTotalEnergyConsumption", device, |ctx, i| {
-        put(energy, ctx.reading(i).energy_mj)
+        let mut mj = ctx.reading(i).energy_mj;
+        if HAS_FAULTS.load(Ordering::Relaxed) {
+            let t = ctx.sim_time_s();
+            mj = mj.wrapping_add_signed(ctx.scenario.faults.energy_offset_mj(i, t));
+        }
+        put(energy, mj)
     })
 }

@@ -162,6 +162,11 @@ struct RawFault {
     every_s: Option<Spanned<f64>>,
     /// `nvlink_down` only: the link that did not train.
     link: Option<Spanned<u32>>,
+    /// `wild_readings` only: what the energy counter reads off by, millijoules (wrapping: a
+    /// negative offset larger than the counter wraps it round 2^64)…
+    energy_offset_mj: Option<Spanned<i64>>,
+    /// … and what the power limit reads, milliwatts.
+    power_limit_mw: Option<Spanned<i64>>,
 }
 
 /// An error message and the byte range it is about.
@@ -589,6 +594,36 @@ fn resolve_fault(f: RawFault, n: usize) -> Result<Fault, Located> {
         "thermal_resistance_scale",
         f.thermal_resistance_scale.is_some(),
     )?;
+    if f.kind.get_ref() == "wild_readings" {
+        reject("functions", functions.is_some())?;
+        reject("delay_ms", f.delay_ms.is_some())?;
+        reject("xid", f.xid.is_some())?;
+        reject("every_s", f.every_s.is_some())?;
+        let power_limit_mw = match f.power_limit_mw {
+            None => None,
+            Some(mw) => Some(u32::try_from(*mw.get_ref()).map_err(|_| {
+                (
+                    mw.span(),
+                    format!(
+                        "power_limit_mw {} does not fit NVML's unsigned 32 bits (0..=4294967295)",
+                        mw.get_ref()
+                    ),
+                )
+            })?),
+        };
+        let energy_offset_mj = f.energy_offset_mj.map(|o| *o.get_ref());
+        if energy_offset_mj.is_none() && power_limit_mw.is_none() {
+            return Err(need("energy_offset_mj or power_limit_mw"));
+        }
+        return Ok(Fault::WildReadings {
+            gpu,
+            at_s: f.at_s.map_or(0.0, |a| *a.get_ref()),
+            energy_offset_mj,
+            power_limit_mw,
+        });
+    }
+    reject("energy_offset_mj", f.energy_offset_mj.is_some())?;
+    reject("power_limit_mw", f.power_limit_mw.is_some())?;
     if f.kind.get_ref() == "xid" {
         return resolve_xid(
             f.xid, f.at_s, f.every_s, functions, f.delay_ms, gpu, need, reject,
@@ -636,7 +671,7 @@ fn resolve_fault(f: RawFault, n: usize) -> Result<Fault, Located> {
         other => Err((
             kind_span,
             format!(
-                "unknown fault kind `{other}`; known: gpu_lost, not_supported, slow, no_permission, power_limit_zero, xid, cooling, nvlink_down"
+                "unknown fault kind `{other}`; known: gpu_lost, not_supported, slow, no_permission, power_limit_zero, wild_readings, xid, cooling, nvlink_down"
             ),
         )),
     }

@@ -105,6 +105,27 @@ gpu = 1
     assert!(e.message.contains("delay_ms"), "{e}");
     let e = err("count = 2\n[[faults]]\nkind = \"exploded\"\n");
     assert!(e.message.contains("unknown fault kind"), "{e}");
+    assert!(e.message.contains("wild_readings"), "{e}");
+    let e = err("count = 2\n[[faults]]\nkind = \"wild_readings\"\n");
+    assert!(
+        e.message
+            .contains("needs `energy_offset_mj or power_limit_mw`"),
+        "{e}"
+    );
+    let e = err("count = 2\n[[faults]]\nkind = \"wild_readings\"\npower_limit_mw = -1\n");
+    assert!(e.message.contains("unsigned 32 bits"), "{e}");
+    assert_eq!(e.line, 4, "{e}");
+    let e = err("count = 2\n[[faults]]\nkind = \"gpu_lost\"\ngpu = 0\npower_limit_mw = 5\n");
+    assert!(e.message.contains("takes no `power_limit_mw`"), "{e}");
+    let s = Scenario::parse(
+        "count = 2\n[[faults]]\nkind = \"wild_readings\"\ngpu = 1\nat_s = 3.0\nenergy_offset_mj = -5\n",
+        "s.toml",
+    )
+    .unwrap();
+    assert_eq!(s.faults.energy_offset_mj(1, 2.9), 0);
+    assert_eq!(s.faults.energy_offset_mj(1, 3.0), -5);
+    assert_eq!(s.faults.energy_offset_mj(0, 3.0), 0);
+    assert_eq!(s.faults.wild_power_limit_mw(1, 3.0), None);
     let e = err(
         "count = 2\n[[faults]]\nkind = \"no_permission\"\nfunctions = [\"nvmlDeviceGetPowerUsage\"]\n",
     );
