@@ -1,7 +1,9 @@
 //! Control on bad readings, through a real daemon on the fake NVML library: a GPU whose limit
 //! reads 0 W is left alone, a limit changed outside gpupilot is recorded and undone by `power
 //! reset`, a run's energy survives a kill -9 of the daemon, a CPU-only run is charged no GPU
-//! energy, and a lost GPU keeps its identity in the daemon's `status` and `/metrics`.
+//! energy, a lost GPU keeps its identity in the daemon's `status` and `/metrics`, and wild
+//! readings (an energy counter that jumps or wraps, a limit outside its range) are set aside by
+//! the energy meter and the budget, and said once.
 
 use std::time::Duration;
 
@@ -284,4 +286,114 @@ fn a_limit_changed_outside_gpupilot_is_an_event_once_and_reset_restores_it() {
     // gpupilot's own restore is not an outside change.
     std::thread::sleep(Duration::from_secs(2));
     assert_eq!(outside_events(&s).len(), 1, "{:?}", outside_events(&s));
+}
+
+/// Two H100 training; 8 simulated seconds in, GPU 0's energy counter jumps by 1e15 mJ and GPU
+/// 1's goes back by 1e18 mJ, further than it has counted: it wraps round 2^64.
+const WILD_COUNTERS: &str = r#"
+model = "h100-sxm"
+count = 2
+[training]
+model = "resnet50"
+[[faults]]
+kind = "wild_readings"
+gpu = 0
+at_s = 8.0
+energy_offset_mj = 1000000000000000
+[[faults]]
+kind = "wild_readings"
+gpu = 1
+at_s = 8.0
+energy_offset_mj = -1000000000000000000
+"#;
+
+#[test]
+fn wild_energy_counters_are_not_a_runs_energy_and_are_said_once_per_gpu() {
+    let s = NvmlDaemon::new(WILD_COUNTERS, &[]);
+    let started = std::time::Instant::now();
+    let id = start(&s, "sleep 60", Some("[0, 1]"));
+    let implausible = || governor_events(&s, "implausible");
+    wait_for(
+        "the meter to set both counters aside",
+        Duration::from_secs(30),
+        || implausible().len() >= 2,
+    );
+    // Several more samples after the jump: said once per GPU, not at every sample.
+    std::thread::sleep(Duration::from_secs(3));
+    let said = implausible();
+    assert_eq!(said.len(), 2, "{said:?}");
+    let by_gpu = |g: u64| -> String {
+        let e = said
+            .iter()
+            .find(|e| e["gpu"] == g)
+            .expect("said for each GPU");
+        assert_eq!(e["by"], "energy meter", "{e}");
+        e["why"].as_str().unwrap().to_string()
+    };
+    let why = by_gpu(0);
+    assert!(why.contains("jumped by 1.000e12 J"), "{why}");
+    let why = by_gpu(1);
+    // 2^64 mJ less 1e15 J and what it had counted: a jump of about 1.745e16 J.
+    assert!(why.contains("jumped by 1.74"), "{why}");
+    // No more than two H100s at their 700 W maximum could have drawn since the run started.
+    let e = run_energy_j(&s, &id).expect("the run's energy");
+    let most = 2.0 * 700.0 * started.elapsed().as_secs_f64();
+    assert!(e > 0.0 && e < most, "{e:.3e} J in at most {most:.0} J");
+}
+
+/// Two H100 training, GPU 0's limit reading 4294967295 mW: 4,294,967 W, outside its 200–700 W.
+const WILD_LIMIT: &str = r#"
+model = "h100-sxm"
+count = 2
+[training]
+model = "resnet50"
+[[faults]]
+kind = "wild_readings"
+gpu = 0
+power_limit_mw = 4294967295
+"#;
+
+#[test]
+fn a_limit_outside_its_range_is_absent_to_the_budget() {
+    let s = NvmlDaemon::new(WILD_LIMIT, &[]);
+    s.ok(&["budget", "1000"]);
+    wait_for("the budget to cap GPU 1", Duration::from_secs(30), || {
+        s.setter_calls().iter().any(|c| c["gpu"] == 1)
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    let calls = s.setter_calls();
+    assert!(
+        calls.iter().all(|c| c["gpu"] != 0),
+        "GPU 0 was set: {calls:?}"
+    );
+    // GPU 0 counts at its maximum, 700 W: GPU 1 gets the other 300 W, not its 200 W minimum.
+    let last = calls.iter().rev().find(|c| c["gpu"] == 1).unwrap();
+    assert_eq!(last["value"], 300_000, "{calls:?}");
+    let v: Value = serde_json::from_str(&s.ok(&["thermal", "--json"])).unwrap();
+    let b = &v["budget"];
+    assert_eq!(b["infeasible"], Value::Null, "{b}");
+    assert_eq!(
+        b["caps"],
+        serde_json::json!([[0, 700.0], [1, 300.0]]),
+        "{b}"
+    );
+    assert_eq!(b["total_w"], 1000.0, "{b}");
+    let budget_events = s.home.events_named("budget");
+    assert!(
+        budget_events
+            .iter()
+            .all(|e| !e["why"].as_str().unwrap().contains("raise node_budget_w")),
+        "{budget_events:?}"
+    );
+    let refused = governor_events(&s, "refused");
+    assert_eq!(refused.len(), 1, "said once: {refused:?}");
+    assert_eq!(
+        (&refused[0]["gpu"], &refused[0]["by"]),
+        (&0.into(), &"power budget".into())
+    );
+    let why = refused[0]["why"].as_str().unwrap();
+    assert!(
+        why.contains("4294967 W, outside its range 200–700 W"),
+        "{why}"
+    );
 }
