@@ -1,5 +1,6 @@
 //! Where a client finds the daemon and how each end checks the other: a leaf below both
-//! `client` and `daemon`, which uses only [`crate::config`]'s paths.
+//! `client` and `daemon`, which uses only [`crate::config`]'s paths and
+//! [`crate::text::printable`].
 //!
 //! - [`socket_path`], [`log_path`]: the daemon's socket and its log for a set of paths.
 //! - [`Peer`]: the process at the other end of a Unix socket, from the kernel (SO_PEERCRED);
@@ -12,6 +13,7 @@ use std::os::fd::AsFd;
 use std::path::PathBuf;
 
 use crate::config::Paths;
+use crate::text::printable;
 
 /// The socket's file name in the runtime directory.
 pub const SOCKET_NAME: &str = "daemon.sock";
@@ -49,15 +51,17 @@ impl Peer {
         })
     }
 
-    /// `alice (uid 1000) via gpupilot (pid 4242)`: the `by` of events.
+    /// `alice (uid 1000) via gpupilot (pid 4242)`: the `by` of events, shown by every command,
+    /// the console and the daemon's log. The process name is whatever the peer chose to call
+    /// itself, so it is made [`printable`] here, once, for every reader.
     pub fn describe(&self) -> String {
         let who = match user_name(self.uid) {
-            Some(name) => format!("{name} (uid {})", self.uid),
+            Some(name) => format!("{} (uid {})", printable(&name), self.uid),
             None => format!("uid {}", self.uid),
         };
         match self.pid {
             Some(pid) => match process_name(pid) {
-                Some(comm) => format!("{who} via {comm} (pid {pid})"),
+                Some(comm) => format!("{who} via {} (pid {pid})", printable(&comm)),
                 None => format!("{who} via pid {pid}"),
             },
             None => who,
@@ -161,6 +165,29 @@ mod tests {
         let d = peer.describe();
         assert!(d.contains(&format!("(pid {})", std::process::id())), "{d}");
         assert!(d.contains(&format!("uid {}", peer.uid)), "{d}");
+    }
+
+    #[test]
+    fn a_hostile_process_name_is_described_printably() {
+        // The kernel names a process after the file it runs: a link whose name clears the
+        // screen and forges a line gives its peer that name.
+        let dir = tempfile::tempdir().unwrap();
+        let name = "gp\u{1b}[2J\nFAKE";
+        let link = dir.path().join(name);
+        std::os::unix::fs::symlink("/bin/sleep", &link).unwrap();
+        let mut child = std::process::Command::new(&link).arg("30").spawn().unwrap();
+        let peer = Peer {
+            uid: 0,
+            gid: 0,
+            pid: Some(child.id()),
+        };
+        let d = peer.describe();
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert_eq!(
+            d,
+            format!("root (uid 0) via gp\\x1b[2J\\nFAKE (pid {})", child.id())
+        );
     }
 
     #[test]

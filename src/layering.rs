@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 /// Bottom to top. A module may use the modules of earlier layers only.
 pub const LAYERS: &[&[&str]] = &[
     // Leaves: they use no other module of the crate.
-    &["units", "time", "config"],
+    &["units", "text", "time", "config"],
     // Socket and log paths, peer checks: shared by the daemon and its clients.
     &["ipc"],
     // What the node and its runs are: samples, profiles, what trainers say, real load on the

@@ -9,10 +9,10 @@
 //! (`layering.rs`) holds every `use crate::…` to that. docs/architecture.md follows a sample
 //! and a knob change through them.
 //!
-//! - Leaves: [`units`] (how durations and quantities read to a person), [`time`] (RFC 3339
-//!   and run-id times), [`config`] (where files live, XDG or `GPUPILOT_HOME`; opening them
-//!   without following planted links), then [`ipc`] (the daemon's socket and log paths, peer
-//!   checks).
+//! - Leaves: [`units`] (how durations and quantities read to a person), [`text`] (untrusted
+//!   text made safe for a terminal or a log line), [`time`] (RFC 3339 and run-id times),
+//!   [`config`] (where files live, XDG or `GPUPILOT_HOME`; opening them without following
+//!   planted links), then [`ipc`] (the daemon's socket and log paths, peer checks).
 //! - What the node and its runs are: [`telemetry`] (sample types, every metric optional; the
 //!   [`telemetry::Source`] trait, NVML, the simulator over `gpusim`, the host, and the sampler
 //!   that reads each GPU on its own thread so one hung driver call stalls nothing else);
@@ -68,6 +68,7 @@ pub mod report;
 pub mod status;
 pub mod supervisor;
 pub mod telemetry;
+pub mod text;
 pub mod time;
 pub mod trainer;
 pub mod training;

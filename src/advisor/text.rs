@@ -3,6 +3,7 @@
 //! same words and numbers).
 
 use super::{Hint, HintKind};
+use crate::text::printable;
 
 /// A hint's kind in words.
 pub fn label(k: HintKind) -> &'static str {
@@ -44,11 +45,16 @@ pub fn render(hints: &[Hint], window_s: f64) -> String {
     let mut out = String::new();
     for h in hints {
         let whose = match (&h.run, h.gpu) {
-            (Some(r), _) => format!("run {r}"),
+            (Some(r), _) => format!("run {}", printable(r)),
             (None, Some(g)) => format!("GPU {g}"),
             (None, None) => "node".into(),
         };
-        out.push_str(&format!("{} ({whose}): {}\n", label(h.kind), h.summary));
+        // A summary may quote a GPU's name or who holds its cap: a peer's words.
+        out.push_str(&format!(
+            "{} ({whose}): {}\n",
+            label(h.kind),
+            printable(&h.summary)
+        ));
         let numbers: Vec<String> = h
             .evidence
             .iter()
@@ -63,7 +69,7 @@ pub fn render(hints: &[Hint], window_s: f64) -> String {
             .collect();
         out.push_str(&format!("    evidence: {}\n", numbers.join("; ")));
         if let Some(a) = &h.action {
-            out.push_str(&format!("    action:   {}\n", a.command()));
+            out.push_str(&format!("    action:   {}\n", printable(&a.command())));
         }
     }
     out
@@ -104,6 +110,18 @@ mod tests {
             "data stall (run r1): data stalls\n    evidence: data wait share of step 30%; step time 0.1 s\n    action:   gpupilot set r1 prefetch 4\n"
         );
         assert!(render(&[], 300.0).starts_with("no hints"));
+        let hostile = Hint {
+            kind: HintKind::DataStall,
+            gpu: Some(0),
+            run: None,
+            summary: "cap held by gp\u{1b}[2J\nFAKE".into(),
+            evidence: Vec::new(),
+            action: None,
+        };
+        assert_eq!(
+            render(&[hostile], 300.0),
+            "data stall (GPU 0): cap held by gp\\x1b[2J\\nFAKE\n    evidence: \n"
+        );
         assert_eq!(
             [num(3210.4), num(62.54), num(0.0125), num(30.0), num(-0.5)],
             ["3210", "62.5", "0.013", "30", "-0.5"]

@@ -201,37 +201,11 @@ pub(crate) fn ctrl_c_flag() -> Arc<AtomicBool> {
     flag
 }
 
-/// `text` with its control characters escaped (`\n`, `\t`, `\x1b`), for one cell of a table
-/// or one line: a command with a newline or an escape sequence cannot break the layout, or
-/// the terminal.
-pub fn printable(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if c.is_control() => out.push_str(&format!("\\x{:02x}", u32::from(c))),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
 pub use crate::units::format_duration;
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn control_characters_are_shown_escaped() {
-        assert_eq!(
-            printable("a\nb\tc\r\u{1b}[2J\u{7f}é"),
-            "a\\nb\\tc\\r\\x1b[2J\\x7fé"
-        );
-        assert_eq!(printable("plain -x 'y'"), "plain -x 'y'");
-    }
 
     #[test]
     fn daemon_args_carry_the_source_and_the_simulated_node() {

@@ -123,7 +123,7 @@ pub fn render_changes(changes: &[GpuChange], notes: &[String]) -> String {
         ));
     }
     for n in notes {
-        out.push_str(n);
+        out.push_str(&crate::text::printable(n));
         out.push('\n');
     }
     if changes.is_empty() && notes.is_empty() {
@@ -221,7 +221,7 @@ pub fn render_table(gpus: &[GpuSettings], restore_on_exit: bool) -> String {
     }
     for g in gpus {
         for n in &g.notes {
-            out.push_str(&format!("GPU {}: {n}\n", g.index));
+            out.push_str(&format!("GPU {}: {}\n", g.index, crate::text::printable(n)));
         }
     }
     out.push_str(if restore_on_exit {

@@ -34,7 +34,7 @@ pub fn summary(file: &Path, p: &Profile) -> String {
     if let Some(d) = &p.description {
         row("description", d.clone());
     }
-    row("command", super::printable(&p.run.command.display()));
+    row("command", crate::text::printable(&p.run.command.display()));
     row(
         "cwd",
         p.run
@@ -133,7 +133,7 @@ pub fn summary(file: &Path, p: &Profile) -> String {
             format!("JSON lines: {}", if m.json { "yes" } else { "no" }),
         );
         for pattern in &m.patterns {
-            row("", format!("pattern {}", super::printable(pattern)));
+            row("", format!("pattern {}", crate::text::printable(pattern)));
         }
     }
     if let Some(cap) = p.power.cap_w {

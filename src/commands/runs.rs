@@ -366,7 +366,7 @@ pub fn ps_table(runs: &[RunInfo], trainers: &BTreeMap<String, TrainerInfo>) -> S
                 (None, None) if r.is_final() => "?".to_string(),
                 (None, None) => "-".to_string(),
             };
-            let mut row = vec![r.id.clone(), r.status.as_str().to_string()];
+            let mut row = vec![crate::text::printable(&r.id), r.status.as_str().to_string()];
             if with_ranks {
                 row.push(ranks.clone().unwrap_or_else(|| "-".into()));
             }
@@ -382,7 +382,7 @@ pub fn ps_table(runs: &[RunInfo], trainers: &BTreeMap<String, TrainerInfo>) -> S
                 r.energy.as_ref().map_or("-".into(), energy_cell),
                 report_of(r).map_or("-".into(), |p| p.display().to_string()),
                 // A command with a newline or an escape in it must not break the table.
-                super::printable(&shell_words::join(&r.command)),
+                crate::text::printable(&shell_words::join(&r.command)),
             ]);
             row
         })

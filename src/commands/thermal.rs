@@ -10,6 +10,7 @@ use crate::config::Paths;
 use crate::control::energy::joules_text;
 use crate::control::status::ControlStatus;
 use crate::protocol::{Request, Response, TargetGpus};
+use crate::text::printable;
 
 /// `gpupilot thermal …`.
 pub fn thermal(g: &GlobalArgs, args: &ThermalArgs) -> anyhow::Result<ExitCode> {
@@ -85,7 +86,8 @@ fn ask(g: &GlobalArgs, request: Request, json: bool) -> anyhow::Result<ExitCode>
     Ok(ExitCode::SUCCESS)
 }
 
-/// The control loops in words: one line per governor, the budget, alerts, energy.
+/// The control loops in words: one line per governor, the budget, alerts, energy. Who set
+/// each, and why, are a peer's words: they are shown [`printable`].
 pub fn render(s: &ControlStatus) -> String {
     let mut out = String::new();
     if s.governors.is_empty() {
@@ -94,15 +96,15 @@ pub fn render(s: &ControlStatus) -> String {
     for g in &s.governors {
         out.push_str(&format!("GPU {}: {}\n", g.gpu, g.line()));
         if let Some(d) = &g.last {
-            out.push_str(&format!("       last: {}\n", d.why));
+            out.push_str(&format!("       last: {}\n", printable(&d.why)));
         }
-        out.push_str(&format!("       by {}\n", g.by));
+        out.push_str(&format!("       by {}\n", printable(&g.by)));
     }
     match &s.budget {
         Some(b) => {
-            out.push_str(&format!("{} (by {})\n", b.line(), b.by));
+            out.push_str(&format!("{} (by {})\n", b.line(), printable(&b.by)));
             if let Some(why) = &b.infeasible {
-                out.push_str(&format!("       {why}\n"));
+                out.push_str(&format!("       {}\n", printable(why)));
             }
             if !b.caps.is_empty() {
                 let caps: Vec<String> = b
@@ -119,7 +121,7 @@ pub fn render(s: &ControlStatus) -> String {
         out.push_str("alerts: none\n");
     }
     for a in &s.alerts {
-        out.push_str(&format!("ALERT {}\n", a.message));
+        out.push_str(&format!("ALERT {}\n", printable(&a.message)));
     }
     if !s.energy.is_empty() {
         let e: Vec<String> = s
@@ -133,7 +135,7 @@ pub fn render(s: &ControlStatus) -> String {
         ));
     }
     for n in &s.notes {
-        out.push_str(&format!("note: {n}\n"));
+        out.push_str(&format!("note: {}\n", printable(n)));
     }
     out
 }
@@ -184,6 +186,29 @@ mod tests {
         );
         let cli = crate::cli::Cli::try_parse_from(["gpupilot", "budget", "off"]).unwrap();
         assert!(matches!(cli.command, Some(crate::cli::Command::Budget(_))));
+    }
+
+    #[test]
+    fn who_set_the_budget_is_shown_printably() {
+        let s = ControlStatus {
+            budget: Some(crate::control::status::BudgetStatus {
+                budget_w: 2800.0,
+                total_w: 2400.0,
+                demand_w: 2600.0,
+                caps: Vec::new(),
+                infeasible: None,
+                by: "root (uid 0) via gp\u{1b}[2J\nFAKE (pid 7)".into(),
+            }),
+            notes: vec!["held by\u{202e}x".into()],
+            ..ControlStatus::default()
+        };
+        assert_eq!(
+            render(&s),
+            "thermal governor: off\n\
+             budget 2400/2800 W (by root (uid 0) via gp\\x1b[2J\\nFAKE (pid 7))\n\
+             alerts: none\n\
+             note: held by\\u{202e}x\n"
+        );
     }
 
     #[test]

@@ -47,7 +47,12 @@ impl Home {
 
     /// `gpupilot --source sim --gpus 2 ARGS…` in this home (cwd: the temp dir).
     pub fn gpupilot(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpupilot"));
+        self.gpupilot_via(Path::new(env!("CARGO_BIN_EXE_gpupilot")), args)
+    }
+
+    /// The same through `program`: a link to the binary, whose name the process takes.
+    pub fn gpupilot_via(&self, program: &Path, args: &[&str]) -> Command {
+        let mut cmd = Command::new(program);
         cmd.args(["--source", "sim", "--gpus", "2"])
             .args(args)
             .current_dir(self.dir.path())

@@ -16,6 +16,7 @@ mod feed;
 mod feed_knobs;
 mod feed_tuner;
 mod health;
+mod hostile_text;
 mod knobs;
 mod mig;
 mod power;

@@ -10,6 +10,7 @@
 use super::Ctx;
 use crate::history::Metric;
 use crate::telemetry::{GpuSample, throttle_reason_names};
+use crate::text::printable;
 use crate::tui::format;
 use crate::tui::theme::Theme;
 use crate::tui::widgets::{badges, segments};
@@ -147,7 +148,7 @@ fn info_line<'a>(g: &GpuSample, name: Option<&str>, t: &Theme) -> Line<'a> {
     let dim = |s: &'static str| Span::styled(s, t.dim);
     let mut spans = vec![
         Span::styled(format!(" GPU {} ", g.index), t.title),
-        Span::styled(name.map_or_else(na, str::to_string), t.title),
+        Span::styled(name.map_or_else(na, printable), t.title),
         dim(" · bus "),
         Span::raw(g.pci_bus_id.clone().unwrap_or_else(na)),
         dim(" · P-state "),
@@ -516,11 +517,21 @@ fn render_processes(v: &DetailView, g: &GpuSample, area: Rect, buf: &mut Buffer)
             cells.push(
                 owner
                     .and_then(|o| o.user_label())
+                    .map(|u| printable(&u))
                     .unwrap_or_else(|| format::NA.to_string()),
             );
-            cells.push(owner.and_then(|o| o.place()).unwrap_or_default());
+            cells.push(
+                owner
+                    .and_then(|o| o.place())
+                    .map(|p| printable(&p))
+                    .unwrap_or_default(),
+            );
         }
-        cells.push(p.name.clone().unwrap_or_else(|| format::NA.to_string()));
+        cells.push(
+            p.name
+                .as_deref()
+                .map_or_else(|| format::NA.to_string(), printable),
+        );
         Row::new(cells)
     });
     let (widths, header) = if owned {

@@ -3,6 +3,7 @@
 
 use super::Ctx;
 use crate::protocol::{NodeEvent, NodeEventRecord};
+use crate::text::printable;
 use crate::tui::action::Action;
 use crate::tui::feed::Link;
 use ratatui::buffer::Buffer;
@@ -372,7 +373,8 @@ impl Widget for EventsView<'_> {
             .skip(scroll)
             .take(page)
             .map(|e: &NodeEventRecord| {
-                let [who, what, change, why] = columns(&e.event);
+                // Who and why are a peer's words, and so may be a run's name.
+                let [who, what, change, why] = columns(&e.event).map(|c| printable(&c));
                 let (time, who) = if narrow {
                     let name = who.split(" (uid").next().unwrap_or(&who).to_string();
                     (e.time.get(11..19).unwrap_or(&e.time).to_string(), name)

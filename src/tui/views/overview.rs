@@ -341,7 +341,8 @@ impl BlockModel {
     fn of(b: &GpuBlock, area: Rect, prev: Option<&BlockModel>) -> BlockModel {
         let t = b.ctx.theme;
         let g = b.g;
-        let name = b.ctx.data.name(b.pos).unwrap_or(format::NA);
+        // A GPU's name is the driver's, or a remote node's, words.
+        let name = crate::text::printable(b.ctx.data.name(b.pos).unwrap_or(format::NA));
         let border = if b.selected {
             t.border_selected
         } else {
@@ -350,7 +351,7 @@ impl BlockModel {
         // The name is in the title: taken over only where it reads the same.
         let same_name = |m: &&BlockModel| {
             let shown = m.title.text.spans.get(1);
-            shown.and_then(|s| s.content.strip_suffix(' ')) == Some(name)
+            shown.and_then(|s| s.content.strip_suffix(' ')) == Some(name.as_str())
         };
         let title = Made::of(
             prev.filter(same_name).map(|m| &m.title),

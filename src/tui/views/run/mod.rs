@@ -12,6 +12,7 @@ pub mod tuner_panel;
 use super::Ctx;
 use crate::protocol::{LogStream, RunInfo};
 use crate::supervisor::RunStatus;
+use crate::text::printable;
 use crate::tui::data::Data;
 use crate::tui::feed::{Link, local::NO_RUNS};
 use crate::tui::log::{LogBuffer, matches};
@@ -202,12 +203,12 @@ fn render_list(v: &RunView, shown: &RunInfo, area: Rect, buf: &mut Buffer) {
             let mark = if r.id == shown.id { "▶" } else { " " };
             let row = Row::new(vec![
                 Cell::from(mark),
-                Cell::from(r.id.clone()),
+                Cell::from(printable(&r.id)),
                 Cell::from(Span::styled(r.status.as_str(), status_style(r.status, t))),
                 Cell::from(r.uptime_s.map_or("-".into(), format_duration)),
                 Cell::from(r.restarts.to_string()),
                 Cell::from(exit_cell(r)),
-                Cell::from(shell_words::join(&r.command)),
+                Cell::from(printable(&shell_words::join(&r.command))),
             ]);
             if i == v.state.selected {
                 row.style(t.selected)
@@ -293,8 +294,11 @@ fn render_info(ctx: Ctx, r: &RunInfo, area: Rect, buf: &mut Buffer) {
     let second = Line::from(second);
     let third = Line::from(vec![
         Span::styled("$ ", t.dim),
-        Span::raw(shell_words::join(&r.command)),
-        Span::styled(format!("   in {}", r.cwd.display()), t.dim),
+        Span::raw(printable(&shell_words::join(&r.command))),
+        Span::styled(
+            format!("   in {}", printable(&r.cwd.display().to_string())),
+            t.dim,
+        ),
     ]);
     let status = Span::styled(
         format!(" {} ", r.status.as_str()),
@@ -302,7 +306,7 @@ fn render_info(ctx: Ctx, r: &RunInfo, area: Rect, buf: &mut Buffer) {
     );
     let block = Block::bordered()
         .border_style(t.border)
-        .title(Span::styled(format!(" Run {} ", r.id), t.title))
+        .title(Span::styled(format!(" Run {} ", printable(&r.id)), t.title))
         .title(Line::from(status).right_aligned())
         .padding(Padding::horizontal(1));
     Paragraph::new(vec![Line::from(first), second, third])
