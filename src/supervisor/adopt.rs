@@ -58,16 +58,24 @@ pub fn is_alive(rec: &PidRecord) -> bool {
 /// Look at a run directory and say what its run is now. Reads only.
 pub fn adopt(dir: &RunDir) -> io::Result<Adopted> {
     let pid = dir.read_pid()?;
+    if pid.as_ref().and_then(live_process).is_some() {
+        return Ok(judge(pid, None));
+    }
+    Ok(judge(pid, dir.read_summary()?))
+}
+
+/// What a run is now, from its process record and its summary (each read from its directory,
+/// or found another way when its file could not be read).
+pub fn judge(pid: Option<PidRecord>, summary: Option<Summary>) -> Adopted {
     if let Some(st) = pid.as_ref().and_then(live_process) {
-        return Ok(Adopted::Live {
+        return Adopted::Live {
             pid: st.pid,
             start_time: st.start_time,
             paused: st.is_stopped(),
-        });
+        };
     }
-    let summary = dir.read_summary()?;
     match summary {
-        Some(s) if s.status.is_final() => Ok(Adopted::Finished(s)),
-        summary => Ok(Adopted::Gone { pid, summary }),
+        Some(s) if s.status.is_final() => Adopted::Finished(s),
+        summary => Adopted::Gone { pid, summary },
     }
 }

@@ -57,12 +57,27 @@ impl ExitRecord {
     }
 }
 
-/// How the process `rec` names ended, if its monitor wrote it down.
-pub fn recorded_exit(dir: &RunDir, rec: &PidRecord) -> Option<ExitInfo> {
+/// The exit record its monitor wrote (`exit.json`), whichever process it is about.
+pub fn read_record(dir: &RunDir) -> Option<ExitRecord> {
     // One small object: a bounded read, never through a link.
     let bytes = crate::config::safe_fs::read_capped(&dir.exit_record_path(), 64 << 10).ok()?;
-    let r: ExitRecord = serde_json::from_slice(&bytes).ok()?;
-    (r.pid == rec.pid && r.start_time == rec.start_time).then(|| r.exit())
+    serde_json::from_slice(&bytes).ok()
+}
+
+/// The exit record of the process `rec` names, if its monitor wrote one.
+fn record_of(dir: &RunDir, rec: &PidRecord) -> Option<ExitRecord> {
+    read_record(dir).filter(|r| r.pid == rec.pid && r.start_time == rec.start_time)
+}
+
+/// How the process `rec` names ended, if its monitor wrote it down.
+pub fn recorded_exit(dir: &RunDir, rec: &PidRecord) -> Option<ExitInfo> {
+    record_of(dir, rec).map(|r| r.exit())
+}
+
+/// When the process `rec` names ended, as its monitor saw it: the time a run's end is
+/// recorded with, however late a supervisor notices it.
+pub fn recorded_end(dir: &RunDir, rec: &PidRecord) -> Option<SystemTime> {
+    crate::time::parse_rfc3339(&record_of(dir, rec)?.ended_at)
 }
 
 /// A command just started through a monitor.

@@ -372,3 +372,132 @@ fn a_knob_restart_is_shown_as_a_restart_for_the_change() {
     assert!(run["signal_name"].is_null(), "{run}");
     home.ok(&["stop", "--kill", &id]);
 }
+
+/// A script that waits until its supervisor recorded its start, then puts a link to
+/// `/dev/zero` in place of its `events.jsonl` and a FIFO in place of its `pid` file (as any run
+/// can: its directory is `$GPUPILOT_RUN_DIR`), says so in `marker`, and runs `rest`.
+fn replacing_its_records(marker: &std::path::Path, rest: &str) -> String {
+    format!(
+        "d=\"$GPUPILOT_RUN_DIR\"; \
+         until grep -q '\"started\"' \"$d/events.jsonl\" 2>/dev/null; do sleep 0.05; done; \
+         ln -sfn /dev/zero \"$d/events.jsonl\" && rm -f \"$d/pid\" && mkfifo \"$d/pid\" && \
+         touch {}; {rest}",
+        marker.display()
+    )
+}
+
+/// Start `sh -c SCRIPT` (made by [`replacing_its_records`]) and wait for it to replace its
+/// records; its id.
+fn run_replacing_its_records(home: &Home, name: &str, rest: &str) -> String {
+    let marker = home.dir.path().join(format!("{name}.replaced"));
+    let script = replacing_its_records(&marker, rest);
+    let id = home
+        .ok(&["run", "-d", "--name", name, "--", "sh", "-c", &script])
+        .trim()
+        .to_string();
+    wait_for(
+        "the run to replace its records",
+        Duration::from_secs(10),
+        || marker.exists(),
+    );
+    let dir = home.run_dir(&id);
+    assert!(
+        std::fs::symlink_metadata(dir.events_path())
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    use std::os::unix::fs::FileTypeExt;
+    assert!(
+        std::fs::symlink_metadata(dir.pid_path())
+            .unwrap()
+            .file_type()
+            .is_fifo()
+    );
+    id
+}
+
+/// A run that replaces `events.jsonl` with a link and `pid` with a FIFO still ends with its
+/// exit code, can still be stopped, and is still listed (and watched) by a restarted daemon,
+/// which says what is wrong with its directory.
+#[test]
+fn a_run_that_replaces_its_records_still_ends_stops_and_is_adopted() {
+    let home = Home::new();
+    let mut d = home.daemon(&[]);
+    let c = home.client();
+
+    // Ends by itself while this daemon watches.
+    let ended = run_replacing_its_records(&home, "ends", "sleep 0.5; exit 7");
+    wait_for("the run to end", Duration::from_secs(10), || {
+        c.run(&ended).is_ok_and(|r| r.is_final())
+    });
+    let run = ps_entry(&home, &ended);
+    assert_eq!(run["status"], "failed", "{run}");
+    assert_eq!(run["exit_code"], 7, "{run}");
+
+    // Stopped while it lives.
+    let stopped = run_replacing_its_records(&home, "stopped", "sleep 30");
+    let out = home.ok(&["stop", "--grace", "2", &stopped]);
+    assert!(out.contains("stopped"), "{out}");
+    let run = ps_entry(&home, &stopped);
+    assert_eq!(run["status"], "stopped", "{run}");
+    assert_eq!(run["signal_name"], "SIGTERM", "{run}");
+
+    // Alive through a daemon's kill; the next daemon watches it to its end.
+    let adopted = run_replacing_its_records(&home, "adopted", "sleep 4; exit 5");
+    drop(c);
+    d.signal_and_wait(Signal::KILL);
+    let _d = home.daemon(&[]);
+    let c = home.client();
+    let run = ps_entry(&home, &adopted);
+    assert_eq!(run["status"], "running", "{run}");
+    let description = run["description"].as_str().unwrap_or_default();
+    assert!(
+        description.contains("events.jsonl not read") && description.contains("symbolic link"),
+        "{run}"
+    );
+    assert!(description.contains("pid not read"), "{run}");
+    wait_for("the adopted run to end", Duration::from_secs(15), || {
+        c.run(&adopted).is_ok_and(|r| r.is_final())
+    });
+    let run = ps_entry(&home, &adopted);
+    assert_eq!(run["status"], "failed", "{run}");
+    assert_eq!(run["exit_code"], 5, "{run}");
+    // The runs that ended before the restart are still listed as they ended.
+    assert_eq!(ps_entry(&home, &ended)["exit_code"], 7);
+    assert_eq!(ps_entry(&home, &stopped)["status"], "stopped");
+}
+
+/// A run that ends while no daemon runs has the duration it ran (its monitor's `exit.json`
+/// says when it ended), not the time until the next daemon noticed.
+#[test]
+fn a_run_that_ends_while_no_daemon_runs_keeps_its_real_duration() {
+    let home = Home::new();
+    let mut d = home.daemon(&[]);
+    let id = home
+        .ok(&["run", "-d", "--", "sleep", "2"])
+        .trim()
+        .to_string();
+    d.signal_and_wait(Signal::KILL);
+    let rec = home.run_dir(&id).read_pid().unwrap().expect("a pid file");
+    wait_for("the run to end", Duration::from_secs(10), || {
+        !adopt::is_alive(&rec)
+    });
+    // Well after its end.
+    std::thread::sleep(Duration::from_secs(4));
+    let _d = home.daemon(&[]);
+    let run = ps_entry(&home, &id);
+    assert_eq!(run["status"], "succeeded", "{run}");
+    let took = run["uptime_s"].as_f64().expect("a duration");
+    assert!(
+        (1.9..3.0).contains(&took),
+        "ran 2 s, shown as {took} s: {run}"
+    );
+    let started = gpupilot::time::parse_rfc3339(run["started_at"].as_str().unwrap()).unwrap();
+    let ended = gpupilot::time::parse_rfc3339(run["ended_at"].as_str().unwrap()).unwrap();
+    let shown = ended.duration_since(started).unwrap().as_secs_f64();
+    assert!(
+        (1.9..3.0).contains(&shown),
+        "ended {shown} s after its start: {run}"
+    );
+}

@@ -107,7 +107,7 @@ fn no_output_line_is_lost_when_the_supervisor_is_killed() {
     );
     assert_eq!(live_pid(&dir), pid, "the run died with its supervisor");
 
-    let mut run = Run::adopt(dir.clone(), &SystemClock).unwrap();
+    let mut run = Run::adopt(dir.clone(), &SystemClock);
     assert!(run.is_adopted());
     assert_eq!((run.pid(), run.status()), (Some(pid), RunStatus::Running));
     assert!(run.wait(&SystemClock, LONG).unwrap());
@@ -158,7 +158,7 @@ fn a_dropped_ssh_session_kills_no_run() {
     );
 
     // A new supervisor adopts it and can still stop it gracefully.
-    let mut run = Run::adopt(dir.clone(), &SystemClock).unwrap();
+    let mut run = Run::adopt(dir.clone(), &SystemClock);
     assert_eq!(
         run.stop_and_wait(Duration::from_secs(5), &SystemClock)
             .unwrap(),
@@ -202,7 +202,7 @@ fn an_adopted_run_that_records_its_exit_code_is_restarted_by_its_policy() {
     sup.kill().unwrap();
     sup.wait().unwrap();
 
-    let mut run = Run::adopt(dir.clone(), &SystemClock).unwrap();
+    let mut run = Run::adopt(dir.clone(), &SystemClock);
     assert!(run.is_adopted());
     std::fs::write(tmp.path().join("go"), "").unwrap();
     assert!(run.wait(&SystemClock, LONG).unwrap());
@@ -296,7 +296,7 @@ fn run_adopt_treats_a_recycled_pid_as_ended_and_a_finished_run_as_finished() {
     let dir = run.dir().clone();
     let events_before = event_names(&dir);
 
-    let again = Run::adopt(dir.clone(), &SystemClock).unwrap();
+    let again = Run::adopt(dir.clone(), &SystemClock);
     assert!(again.is_finished());
     assert_eq!(again.status(), RunStatus::Succeeded);
     assert_eq!(
@@ -317,7 +317,7 @@ fn run_adopt_treats_a_recycled_pid_as_ended_and_a_finished_run_as_finished() {
         boot_id: procfs::boot_id(),
     })
     .unwrap();
-    let adopted = Run::adopt(dir.clone(), &SystemClock).unwrap();
+    let adopted = Run::adopt(dir.clone(), &SystemClock);
     assert!(adopted.is_finished());
     assert_eq!(adopted.status(), RunStatus::Unknown);
     let names = event_names(&dir);

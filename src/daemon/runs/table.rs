@@ -49,8 +49,9 @@ pub struct RunTable {
 }
 
 impl RunTable {
-    /// Take over every run directory under `state_dir`. A directory that cannot be adopted (a
-    /// profile that no longer loads, a damaged file) is logged and left alone.
+    /// Take over every run directory under `state_dir`. Every one is listed: a file that
+    /// cannot be read (a profile that no longer loads, a link or a FIFO the run put in a
+    /// record's place) is passed over, and the run says so (see [`Run::problem`]).
     pub fn adopt_all(state_dir: &Path, clock: &dyn Clock) -> (RunTable, Vec<Adoption>) {
         let mut table = RunTable::default();
         let mut found = Vec::new();
@@ -64,18 +65,14 @@ impl RunTable {
         for dir in dirs {
             let was_open = !matches!(dir.read_summary(), Ok(Some(s)) if s.status.is_final());
             let id = dir.id().to_string();
-            match Run::adopt(dir, clock) {
-                Ok(run) => {
-                    found.push(Adoption {
-                        id: id.clone(),
-                        pid: run.pid(),
-                        status: run.status(),
-                        was_open,
-                    });
-                    table.entries.insert(id, Entry { run, adopted: true });
-                }
-                Err(e) => tracing::warn!("run {id} not adopted: {e}"),
-            }
+            let run = Run::adopt(dir, clock);
+            found.push(Adoption {
+                id: id.clone(),
+                pid: run.pid(),
+                status: run.status(),
+                was_open,
+            });
+            table.entries.insert(id, Entry { run, adopted: true });
         }
         (table, found)
     }
@@ -303,7 +300,11 @@ pub fn info(entry: &Entry, now: SystemTime) -> RunInfo {
         uptime_s,
         exit_code: s.exit_code,
         signal_name: s.signal_name.clone(),
-        description: s.description.clone(),
+        // What is wrong with its directory, after how it stands.
+        description: match (s.description.as_deref(), run.problem()) {
+            (Some(d), Some(p)) => Some(format!("{d}; {p}")),
+            (d, p) => d.or(p).map(str::to_string),
+        },
         command: plan.argv.clone(),
         cwd: plan.cwd.clone(),
         gpus: plan

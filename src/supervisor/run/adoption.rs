@@ -6,12 +6,13 @@
 use std::ops::ControlFlow;
 use std::time::Duration;
 
-use super::{Current, DEFAULT_GRACE, Phase, Run, io_err};
+use super::{Current, DEFAULT_GRACE, Phase, Run};
 use crate::profile;
 use crate::supervisor::SupervisorError;
 use crate::supervisor::adopt::{self, Adopted};
 use crate::supervisor::clock::Clock;
 use crate::supervisor::events::{Event, ExitInfo, RunStatus, Summary};
+use crate::supervisor::launch::LaunchPlan;
 use crate::supervisor::monitor;
 use crate::supervisor::procfs;
 use crate::supervisor::restart::Attempt;
@@ -23,30 +24,80 @@ impl Run {
     /// Take over the run in `dir` from a supervisor that is gone: watch it if it is alive,
     /// record how it ended if it ended unwatched (applying the restart policy), or just report
     /// a finished run.
-    pub fn adopt(dir: RunDir, clock: &dyn Clock) -> Result<Run, SupervisorError> {
-        let plan = dir
-            .read_launch()
-            .map_err(io_err(format!("reading {}", dir.launch_path().display())))?;
-        let profile = profile::Loader::new()
-            .load(&dir.profile_path())
-            .map_err(|source| SupervisorError::Profile {
-                path: dir.profile_path(),
-                source: Box::new(source),
-            })?;
+    ///
+    /// The run can replace any file in its directory (a link, a FIFO, garbage): a file that
+    /// cannot be read is passed over and noted as the run's [`Run::problem`], and what the
+    /// others say is used — the process from `pid`, else from the last start in
+    /// `events.jsonl`, else from `exit.json`; the command from `launch.json`, else none (and
+    /// then no restart). What cannot be written (the summary, say) is noted the same way:
+    /// a run directory is always adopted, and listed with what is known of it.
+    pub fn adopt(dir: RunDir, clock: &dyn Clock) -> Run {
+        let mut problems: Vec<String> = Vec::new();
+        let mut unread = |file: &str, e: &dyn std::fmt::Display| {
+            tracing::warn!("run {}: reading {file}: {e}", dir.id());
+            problems.push(format!("{file} not read: {e}"));
+        };
+        let read_plan = dir.read_launch();
+        let profile = match profile::Loader::new().load(&dir.profile_path()) {
+            Ok(p) => p,
+            Err(e) => {
+                unread("run.toml", &e);
+                profile::Profile::from_command(Vec::new())
+            }
+        };
+        let plan = match read_plan {
+            Ok(plan) => plan,
+            Err(e) => {
+                unread("launch.json", &e);
+                LaunchPlan {
+                    argv: Vec::new(),
+                    cwd: dir.path().to_path_buf(),
+                    env: Default::default(),
+                    template: None,
+                    slurm: None,
+                    monitor: None,
+                }
+            }
+        };
         let mut attempts = Attempts::default();
-        dir.visit_events(|rec| {
+        let events_read = dir.visit_events(|rec| {
             attempts.take(&rec.event);
             ControlFlow::Continue(())
-        })
-        .map_err(io_err(format!("reading {}", dir.events_path().display())))?;
+        });
+        if let Err(e) = &events_read {
+            unread("events.jsonl", e);
+        }
         let Attempts {
-            history, attempt, ..
+            history,
+            mut attempt,
+            last_start,
+            ..
         } = attempts;
-        let read_summary = dir
-            .read_summary()
-            .map_err(io_err(format!("reading {}", dir.summary_path().display())))?;
-        let found =
-            adopt::adopt(&dir).map_err(io_err(format!("reading {}", dir.pid_path().display())))?;
+        let read_summary = dir.read_summary().unwrap_or_else(|e| {
+            unread("summary.json", &e);
+            None
+        });
+        if events_read.is_err() {
+            // The attempt number is still in the summary.
+            attempt = read_summary.as_ref().map_or(attempt, |s| s.attempt);
+        }
+        let pid_rec = match dir.read_pid() {
+            Ok(rec) => rec,
+            Err(e) => {
+                unread("pid", &e);
+                let summary_pid = read_summary.as_ref().and_then(|s| s.pid);
+                last_start
+                    .or_else(|| monitor_child(&dir, summary_pid?))
+                    .or_else(|| {
+                        monitor::read_record(&dir).map(|r| PidRecord {
+                            pid: r.pid,
+                            start_time: r.start_time,
+                            boot_id: None,
+                        })
+                    })
+            }
+        };
+        let found = adopt::judge(pid_rec.clone(), read_summary.clone());
         let summary = read_summary.unwrap_or_else(|| Summary {
             id: dir.id().to_string(),
             name: profile.name.clone(),
@@ -67,10 +118,16 @@ impl Run {
         });
         let first_start = parse_rfc3339(&summary.started_at).unwrap_or_else(|| clock.wall());
         let stderr_from = std::fs::metadata(dir.stderr_path()).map_or(0, |m| m.len());
+        let mut policy = profile.run.restart;
+        if plan.argv.is_empty() {
+            // Nothing known to start again.
+            policy.mode = profile::RestartMode::Never;
+        }
+        let problem = (!problems.is_empty()).then(|| problems.join("; "));
         let mut run = Run {
             dir,
             plan,
-            policy: profile.run.restart,
+            policy,
             current: None,
             phase: Phase::Finished,
             history,
@@ -85,14 +142,29 @@ impl Run {
             // out-of-memory error: it cannot be told apart from an earlier attempt's.
             stderr_from,
             slurm_job: None,
+            problem,
         };
+        if let Err(e) = run.take_over(found, pid_rec, clock) {
+            tracing::warn!("run {}: taking it over: {e}", run.id());
+            run.note_problem(e.to_string());
+        }
+        run
+    }
+
+    /// Watch what `found` says is alive, or record how it ended (see [`Run::adopt`]).
+    fn take_over(
+        &mut self,
+        found: Adopted,
+        pid_rec: Option<PidRecord>,
+        clock: &dyn Clock,
+    ) -> Result<(), SupervisorError> {
+        let run = self;
         if run.plan.slurm.is_some() {
             run.slurm_job = crate::supervisor::slurm::SlurmJob::read(&run.dir)
                 .ok()
                 .flatten();
             if !matches!(found, Adopted::Finished(_)) {
-                run.adopt_job(clock)?;
-                return Ok(run);
+                return run.adopt_job(clock);
             }
         }
         match found {
@@ -102,7 +174,7 @@ impl Run {
                 start_time,
                 paused,
             } => {
-                let rec = run.dir.read_pid().ok().flatten().unwrap_or(PidRecord {
+                let rec = pid_rec.unwrap_or(PidRecord {
                     pid,
                     start_time,
                     boot_id: procfs::boot_id(),
@@ -124,7 +196,7 @@ impl Run {
                 } else {
                     Phase::Running
                 };
-                run.event(clock, Event::Adopted { pid, start_time })?;
+                run.event(clock, Event::Adopted { pid, start_time });
                 run.summary.pid = Some(pid);
                 run.set_status(run.phase_status())?;
             }
@@ -160,14 +232,17 @@ impl Run {
                 }
             }
         }
-        Ok(run)
+        Ok(())
     }
 
     pub(super) fn adopted_current(&self, rec: PidRecord, clock: &dyn Clock) -> Current {
         // The pid file was written when the process started: its age is the attempt's age.
-        let started_wall = std::fs::metadata(self.dir.pid_path())
-            .and_then(|m| m.modified())
-            .unwrap_or_else(|_| clock.wall());
+        // Something else in its place (the run can replace it) says nothing of the start.
+        let pid_written = std::fs::symlink_metadata(self.dir.pid_path())
+            .ok()
+            .filter(|m| m.is_file())
+            .and_then(|m| m.modified().ok());
+        let started_wall = pid_written.unwrap_or(self.first_start).min(clock.wall());
         let age = clock
             .wall()
             .duration_since(started_wall)
@@ -175,11 +250,15 @@ impl Run {
         let now = clock.now();
         let own_group = procfs::stat(rec.pid).is_ok_and(|st| st.pgrp == rec.pid as i32);
         // The monitor file is written after the pid file: an older one belongs to an earlier
-        // attempt, whose monitor (if it still runs) is not this process's.
-        let monitor = self.dir.read_monitor().ok().flatten().filter(|_| {
-            let modified =
-                |p: std::path::PathBuf| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-            modified(self.dir.monitor_path()) >= modified(self.dir.pid_path())
+        // attempt, whose monitor (if it still runs) is not this process's. Without a pid file
+        // to compare with, the monitor counts if it is the process's parent.
+        let monitor = self.dir.read_monitor().ok().flatten().filter(|m| {
+            let Some(pid_written) = pid_written else {
+                return procfs::stat(rec.pid).is_ok_and(|st| st.ppid == m.pid as i32);
+            };
+            std::fs::metadata(self.dir.monitor_path())
+                .and_then(|m| m.modified())
+                .is_ok_and(|t| t >= pid_written)
         });
         Current {
             child: None,
@@ -213,22 +292,56 @@ impl Run {
     }
 }
 
+/// The process `pid` (the summary's) as a pid record, if it is the child of the run's live
+/// monitor: the monitor's record tells it from a recycled pid.
+fn monitor_child(dir: &RunDir, pid: u32) -> Option<PidRecord> {
+    let monitor = dir.read_monitor().ok().flatten()?;
+    adopt::live_process(&monitor)?;
+    let st = procfs::stat(pid).ok()?;
+    (st.ppid == monitor.pid as i32 && st.is_running()).then(|| PidRecord {
+        pid,
+        start_time: st.start_time,
+        boot_id: procfs::boot_id(),
+    })
+}
+
 /// Attempts and the current attempt number, rebuilt from `events.jsonl` one event at a time.
 #[derive(Default)]
 struct Attempts {
     history: Vec<Attempt>,
     attempt: u32,
     stop_asked: bool,
+    /// The process of the last attempt started (for a run whose pid file cannot be read).
+    last_start: Option<PidRecord>,
 }
 
 impl Attempts {
     fn take(&mut self, event: &Event) {
         match event {
-            Event::Started { attempt: a, .. }
-            | Event::Restarted { attempt: a, .. }
-            | Event::Submitted { attempt: a, .. } => {
+            Event::Started {
+                attempt: a,
+                pid,
+                start_time,
+                ..
+            }
+            | Event::Restarted {
+                attempt: a,
+                pid,
+                start_time,
+                ..
+            } => {
                 self.attempt = *a;
                 self.stop_asked = false;
+                self.last_start = Some(PidRecord {
+                    pid: *pid,
+                    start_time: *start_time,
+                    boot_id: None,
+                });
+            }
+            Event::Submitted { attempt: a, .. } => {
+                self.attempt = *a;
+                self.stop_asked = false;
+                self.last_start = None;
             }
             Event::StopRequested { .. } | Event::Killed { .. } => self.stop_asked = true,
             Event::Exited {

@@ -1,7 +1,7 @@
 //! One attempt of a run: starting its process, noticing its end, signalling its group, and
 //! what the restart policy makes of the end.
 
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use super::{Current, Phase, Run, io_err};
 use crate::supervisor::SupervisorError;
@@ -116,7 +116,7 @@ impl Run {
                     own_session,
                 }
             },
-        )?;
+        );
         self.summary.pid = Some(pid);
         self.summary.attempt = attempt;
         self.summary.restarts = attempt;
@@ -228,7 +228,8 @@ impl Run {
             Event::Killed {
                 after_s: after.as_secs_f64(),
             },
-        )
+        );
+        Ok(())
     }
 
     /// The current attempt's main process ended with `exit`.
@@ -260,7 +261,15 @@ impl Run {
         if cur.own_group && !procfs::running_in_group(pid).is_empty() {
             let _ = signal::to_group(pid, Sig::Kill);
         }
-        let ran_for = clock.now().saturating_duration_since(cur.started);
+        // When it ended: as its monitor saw it (`exit.json`), not when this supervisor noticed
+        // (which, for a run that ended while no daemon ran, is at the next adoption).
+        let recorded_end = monitor::recorded_end(&self.dir, &cur.rec)
+            .filter(|t| *t >= cur.started_wall && *t <= clock.wall());
+        let ended_at = recorded_end.unwrap_or_else(|| clock.wall());
+        let ran_for = match recorded_end {
+            Some(t) => t.duration_since(cur.started_wall).unwrap_or_default(),
+            None => clock.now().saturating_duration_since(cur.started),
+        };
         let mut description = exit.describe();
         if exit.signal == Some(SIGKILL) {
             match killed {
@@ -275,8 +284,8 @@ impl Run {
             Some(why) => format!("{description}; {why}"),
             None => description.clone(),
         };
-        self.event(
-            clock,
+        self.event_at(
+            ended_at,
             Event::Exited {
                 attempt: self.attempt,
                 pid,
@@ -286,7 +295,7 @@ impl Run {
                 description: event_description,
                 duration_s: ran_for.as_secs_f64(),
             },
-        )?;
+        );
         self.history.push(Attempt {
             exit,
             stopped_by_user,
@@ -337,7 +346,7 @@ impl Run {
                             new: Some(half.to_string()),
                             why: Some("out of memory; on_oom = \"halve_batch\"".into()),
                         },
-                    )?;
+                    );
                     return self.launch_attempt(clock).or_else(|e| {
                         let description = format!("restart failed: {e}");
                         self.finish(clock, RunStatus::Failed, ExitInfo::unknown(), description)
@@ -346,9 +355,9 @@ impl Run {
             }
         }
         if stopped_by_user {
-            self.event(clock, Event::Stopped {})?;
-            return self.finish(
-                clock,
+            self.event(clock, Event::Stopped {});
+            return self.finish_at(
+                ended_at,
                 RunStatus::Stopped,
                 exit,
                 format!("stopped: {description}"),
@@ -365,7 +374,7 @@ impl Run {
                         attempt: self.attempt + 1,
                         after_s: after.as_secs_f64(),
                     },
-                )?;
+                );
                 self.set_status(RunStatus::Backoff)
             }
             AfterExit::GiveUp(why) => {
@@ -382,10 +391,10 @@ impl Run {
                         Event::GaveUp {
                             reason: why.to_string(),
                         },
-                    )?;
+                    );
                     description = format!("{description}; {why}");
                 }
-                self.finish(clock, status, exit, description)
+                self.finish_at(ended_at, status, exit, description)
             }
         }
     }
@@ -407,6 +416,7 @@ impl Run {
         tail.contains("out of memory") || tail.contains("outofmemoryerror")
     }
 
+    /// The run is over for good, now.
     pub(super) fn finish(
         &mut self,
         clock: &dyn Clock,
@@ -414,7 +424,17 @@ impl Run {
         exit: ExitInfo,
         description: String,
     ) -> Result<(), SupervisorError> {
-        let now = clock.wall();
+        self.finish_at(clock.wall(), status, exit, description)
+    }
+
+    /// The run is over for good; it ended at `now` (its last process's end).
+    pub(super) fn finish_at(
+        &mut self,
+        now: SystemTime,
+        status: RunStatus,
+        exit: ExitInfo,
+        description: String,
+    ) -> Result<(), SupervisorError> {
         self.phase = Phase::Finished;
         self.summary.status = status;
         self.summary.ended_at = Some(rfc3339(now));
@@ -427,13 +447,13 @@ impl Run {
         self.summary.signal = exit.signal;
         self.summary.signal_name = exit.signal_name().map(str::to_string);
         self.summary.description = Some(description.clone());
-        self.event(
-            clock,
+        self.event_at(
+            now,
             Event::Finished {
                 status,
                 description,
             },
-        )?;
+        );
         self.write_summary()
     }
 }

@@ -57,7 +57,7 @@ impl Run {
                 attempt,
                 job_id: job.job_id.clone(),
             },
-        )?;
+        );
         if restart {
             tracing::info!("run {} resubmitted as job {}", self.id(), job.job_id);
         }
@@ -198,7 +198,7 @@ impl Run {
         } else {
             Phase::Running
         };
-        self.event(clock, Event::AdoptedJob { job_id: job.job_id })?;
+        self.event(clock, Event::AdoptedJob { job_id: job.job_id });
         self.summary.pid = None;
         self.set_status(self.phase_status())
     }

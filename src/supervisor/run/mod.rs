@@ -4,7 +4,9 @@
 //! [`Run`] is a state machine driven by [`Run::poll`]: nothing here blocks except the explicit
 //! `wait*` helpers, so a daemon can poll many runs from one loop. Every change of state is
 //! appended to `events.jsonl` and written to `summary.json` as it happens, so the run directory
-//! is always the truth a new supervisor can start from.
+//! is always the truth a new supervisor can start from. The run can replace those files too:
+//! an event that cannot be written is noted ([`Run::problem`]) and never stops the machine, and
+//! its end is taken from its monitor (`exit.json`), time included.
 //!
 //! When a run's main process ends, whatever is left in its process group (orphaned dataloader
 //! workers, say) is killed, so a restart never competes with the last attempt's leftovers for
@@ -99,6 +101,8 @@ pub struct Run {
     stderr_from: u64,
     /// A Slurm run's current (or last) job.
     slurm_job: Option<super::slurm::SlurmJob>,
+    /// What is wrong with the run directory (a file that cannot be read or written), if any.
+    problem: Option<String>,
 }
 
 fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> SupervisorError {
@@ -175,6 +179,7 @@ impl Run {
             oom: false,
             stderr_from: 0,
             slurm_job: None,
+            problem: None,
         };
         run.event(
             clock,
@@ -184,7 +189,7 @@ impl Run {
                 cwd: run.plan.cwd.display().to_string(),
                 profile: profile.source.as_ref().map(|p| p.display().to_string()),
             },
-        )?;
+        );
         if let Err(e) = run.launch_attempt(clock) {
             let description = format!("could not start: {e}");
             run.finish(clock, RunStatus::Failed, ExitInfo::unknown(), description)?;
@@ -367,11 +372,11 @@ impl Run {
                     Event::StopRequested {
                         grace_s: grace.as_secs_f64(),
                     },
-                )?;
+                );
                 self.set_status(RunStatus::Stopping)
             }
             Phase::Backoff { .. } => {
-                self.event(clock, Event::Stopped {})?;
+                self.event(clock, Event::Stopped {});
                 let exit = self.history.last().map(|a| a.exit).unwrap_or_default();
                 self.finish(
                     clock,
@@ -422,7 +427,7 @@ impl Run {
         }
         self.signal(Sig::Stop)?;
         self.phase = Phase::Paused;
-        self.event(clock, Event::Paused {})?;
+        self.event(clock, Event::Paused {});
         self.set_status(RunStatus::Paused)
     }
 
@@ -433,7 +438,7 @@ impl Run {
         }
         self.signal(Sig::Cont)?;
         self.phase = Phase::Running;
-        self.event(clock, Event::Resumed {})?;
+        self.event(clock, Event::Resumed {});
         self.set_status(RunStatus::Running)
     }
 
@@ -483,15 +488,34 @@ impl Run {
         }
     }
 
-    fn event(&self, clock: &dyn Clock, event: Event) -> Result<(), SupervisorError> {
+    /// Append `event` to `events.jsonl`, stamped now.
+    fn event(&mut self, clock: &dyn Clock, event: Event) {
+        self.event_at(clock.wall(), event);
+    }
+
+    /// Append `event` to `events.jsonl`, stamped `at`. The run can replace the file (a link, a
+    /// FIFO): an event that cannot be written is logged and noted as the run's problem, and
+    /// the run goes on as if it had been written — its exit, stop and status never wait on
+    /// the log.
+    fn event_at(&mut self, at: SystemTime, event: Event) {
         let rec = EventRecord {
-            time: rfc3339(clock.wall()),
+            time: rfc3339(at),
             event,
         };
-        self.dir.append_event(&rec).map_err(io_err(format!(
-            "writing {}",
-            self.dir.events_path().display()
-        )))
+        if let Err(e) = self.dir.append_event(&rec) {
+            tracing::warn!("run {}: writing an event: {e}", self.id());
+            self.note_problem(format!("events.jsonl not written: {e}"));
+        }
+    }
+
+    /// What is wrong with the run's directory, as `ps` shows it beside the status (the first
+    /// problem found: later ones are most often the same).
+    pub fn problem(&self) -> Option<&str> {
+        self.problem.as_deref()
+    }
+
+    fn note_problem(&mut self, what: String) {
+        self.problem.get_or_insert(what);
     }
 
     /// Record the run's energy (measured by the daemon's control loop); `write`: into
