@@ -1,8 +1,11 @@
-//! `gpupilot status`: a one-shot snapshot of every GPU, as a table or as JSON.
+//! `gpupilot status`: a one-shot snapshot of every GPU, as a table or as JSON. Names in the
+//! table (a GPU's, a process's, its user's) are someone else's words: they are shown
+//! [`printable`].
 
 use crate::telemetry::nvlink::{NvLinkSample, rate_text};
 use crate::telemetry::xid::explain;
 use crate::telemetry::{GpuSample, Snapshot, throttle_reason_badges};
+use crate::text::printable;
 use crate::units::format_duration;
 use std::fmt::Write;
 
@@ -28,7 +31,7 @@ pub fn render_table(snap: &Snapshot) -> String {
     let name_w = snap
         .gpus
         .iter()
-        .filter_map(|g| g.name.as_ref().map(String::len))
+        .filter_map(|g| g.name.as_deref().map(|n| printable(n).chars().count()))
         .max()
         .unwrap_or(4)
         .max(4);
@@ -67,9 +70,11 @@ pub fn render_table(snap: &Snapshot) -> String {
                 )),
                 owner
                     .and_then(|o| o.user_label())
-                    .unwrap_or_else(|| "N/A".into()),
-                owner.and_then(|o| o.place()).unwrap_or_else(|| "-".into()),
-                p.name.as_deref().unwrap_or("N/A")
+                    .map_or_else(|| "N/A".into(), |u| printable(&u)),
+                owner
+                    .and_then(|o| o.place())
+                    .map_or_else(|| "-".into(), |p| printable(&p)),
+                printable(p.name.as_deref().unwrap_or("N/A"))
             );
         }
     }
@@ -169,7 +174,7 @@ fn nvlink_lines(out: &mut String, snap: &Snapshot) {
 }
 
 fn gpu_row(g: &GpuSample, name_w: usize) -> String {
-    let name = g.name.as_deref().unwrap_or("N/A");
+    let name = printable(g.name.as_deref().unwrap_or("N/A"));
     if g.lost {
         return format!(
             "{:>3}  {:<name_w$}  LOST: the GPU has fallen off the bus",
@@ -402,6 +407,25 @@ mod tests {
                 explain(79).action
             )
         );
+    }
+
+    #[test]
+    fn another_users_process_name_is_shown_escaped() {
+        use crate::telemetry::owner::ProcessOwner;
+        let mut s = snap();
+        let p = &mut s.gpus[0].processes.as_mut().unwrap()[0];
+        p.name = Some("gp\u{1b}[2J\nFAKE".into());
+        p.owner = Some(ProcessOwner {
+            user: Some("bob\u{202e}".into()),
+            ..ProcessOwner::default()
+        });
+        let t = render_table(&s);
+        let line = t.lines().find(|l| l.contains("FAKE")).expect("the process");
+        assert_eq!(
+            line,
+            "  0      4242    54.0 GiB  bob\\u{202e}   -                   gp\\x1b[2J\\nFAKE"
+        );
+        assert!(!t.contains('\u{1b}') && !t.contains('\u{202e}'), "{t}");
     }
 
     #[test]
