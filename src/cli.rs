@@ -88,6 +88,7 @@ impl SimArgs {
             model: self.model.clone(),
             workload: self.workload.clone(),
             seed: self.seed,
+            counters: None,
         }
     }
 }

@@ -56,7 +56,12 @@ pub fn daemon(g: &GlobalArgs, args: &DaemonArgs) -> anyhow::Result<ExitCode> {
     let (metrics_addr, metrics_hostname_label) =
         exporter_settings(args.metrics_addr.as_deref(), &paths)?;
     logging::init(&crate::ipc::log_path(&paths), !args.new_session);
-    let node = match open_node(g.source, g.nvml_lib.as_deref(), &g.sim.spec()) {
+    // The simulator's energy counters go on across restarts, as NVML's do.
+    let sim = crate::telemetry::open::SimSpec {
+        counters: Some(paths.state.join(crate::telemetry::sim_energy::FILE)),
+        ..g.sim.spec()
+    };
+    let node = match open_node(g.source, g.nvml_lib.as_deref(), &sim) {
         Ok(n) => Ok(n),
         // `auto` on a machine without NVML: supervise runs all the same, without telemetry.
         Err(e) if g.source == SourceKind::Auto => {

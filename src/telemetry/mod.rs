@@ -19,6 +19,7 @@ pub mod open;
 pub mod owner;
 pub mod sampler;
 pub mod sim;
+pub mod sim_energy;
 pub mod xid;
 
 use serde::{Deserialize, Serialize};

@@ -3,7 +3,7 @@
 //! [`SimSpec`] (`cli` converts); nothing here knows about argument parsing.
 
 use std::fmt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::Source;
@@ -51,6 +51,10 @@ pub struct SimSpec {
     /// A gpusim training model id, or `idle`/`none`.
     pub workload: String,
     pub seed: u64,
+    /// Where the simulator keeps its energy counters, so that they go on across openings
+    /// (the daemon's `$STATE/sim-energy.json`, see `telemetry::sim_energy`); None: they count
+    /// from this opening.
+    pub counters: Option<PathBuf>,
 }
 
 /// Simulated seconds a `--source sim` node has already run when first read, so it looks like
@@ -118,8 +122,11 @@ pub fn open(kind: SourceKind, nvml_lib: Option<&Path>, sim: &SimSpec) -> Result<
     match kind {
         SourceKind::Sim => {
             let config = sim_config(sim)?;
-            let src =
+            let mut src =
                 SimSource::new(&config, SIM_WARMUP_S).map_err(|e| OpenError::Sim(e.to_string()))?;
+            if let Some(path) = &sim.counters {
+                src = src.with_counters(path);
+            }
             Ok(Opened::Sim(src))
         }
         SourceKind::Nvml | SourceKind::Auto => {

@@ -9,9 +9,15 @@
 //! source opens (wall-clock seconds at the usual speed of 1). `gpupilot demo` gives it to its
 //! daemon (`2:60:3`: GPU 2 runs hot after a minute and throttles, so the demo's data-parallel
 //! job has a straggler to name). A value that does not parse is logged and ignored.
+//!
+//! A daemon's source keeps its energy counters in the state directory
+//! ([`SimSource::with_counters`], see `sim_energy`), so that they go on across its restarts as
+//! NVML's do; any other source's count from its own start.
 
+use super::sim_energy::{Counters, SavedGpu};
 use super::{GpuProcess, GpuSample, NodeInfo, RemappedRows, RetiredPages, Source, now_s};
 use gpusim::{CoolingFault, Node, NodeConfig};
+use std::path::Path;
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -27,6 +33,10 @@ pub struct SimSource {
     warmup_s: f64,
     /// Simulated seconds per wall-clock second.
     speed: f64,
+    /// The energy counters kept across openings, if this source keeps them. After `node`,
+    /// never before.
+    /// Boxed: most sources keep none, and the source stays small.
+    counters: Mutex<Option<Box<Counters>>>,
 }
 
 impl SimSource {
@@ -49,7 +59,28 @@ impl SimSource {
             started: Instant::now(),
             warmup_s,
             speed: 1.0,
+            counters: Mutex::new(None),
         })
+    }
+
+    /// Keep the energy counters in `path` (the daemon's state directory): they start where a
+    /// source on the same file left them, plus what the GPUs drew meanwhile (see
+    /// `sim_energy`).
+    pub fn with_counters(self, path: &Path) -> Self {
+        let gpus: Vec<(String, String, f64)> = self.with_node(|node| {
+            let seed = node.config().seed;
+            node.gpus()
+                .iter()
+                .enumerate()
+                .map(|(i, g)| {
+                    let own_j = g.reading().energy_mj as f64 / 1000.0;
+                    (sim_uuid(seed, i), g.spec().name.to_string(), own_j)
+                })
+                .collect()
+        });
+        *self.counters.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some(Box::new(Counters::open(path, &gpus, now_s())));
+        self
     }
 
     /// Run simulated time `speed` times faster than the wall clock (demos, tests).
@@ -102,6 +133,25 @@ impl Source for SimSource {
             };
             let spec = gpu.spec();
             let r = gpu.reading();
+            let time_s = now_s();
+            let uuid = sim_uuid(node.config().seed, index);
+            let mut energy_j = r.energy_mj as f64 / 1000.0;
+            if let Some(c) = self
+                .counters
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .as_mut()
+            {
+                energy_j += c.offset_j(index);
+                let saved = SavedGpu {
+                    uuid: uuid.clone(),
+                    name: spec.name.to_string(),
+                    energy_j,
+                    power_w: r.power_w,
+                    at_s: time_s,
+                };
+                c.read(index, saved, time_s);
+            }
             let processes = gpu
                 .training()
                 .filter(|t| !t.oom)
@@ -117,11 +167,11 @@ impl Source for SimSource {
             GpuSample {
                 index: index as u32,
                 name: Some(spec.name.to_string()),
-                uuid: Some(sim_uuid(node.config().seed, index)),
+                uuid: Some(uuid),
                 pci_bus_id: Some(format!("00000000:{:02X}:00.0", 0x18 + index * 0x10)),
                 lost: false,
                 stale: false,
-                time_s: now_s(),
+                time_s,
                 util_gpu_pct: Some(r.util_gpu_pct),
                 util_mem_pct: Some(r.util_mem_pct),
                 memory_used_bytes: Some(r.memory_used_bytes),
@@ -136,7 +186,7 @@ impl Source for SimSource {
                 power_default_w: Some(spec.power_default_w),
                 power_min_w: Some(spec.power_min_w),
                 power_max_w: Some(spec.power_max_w),
-                energy_j: Some(r.energy_mj as f64 / 1000.0),
+                energy_j: Some(energy_j),
                 sm_clock_mhz: Some(r.sm_clock_mhz),
                 sm_clock_max_mhz: Some(spec.sm_clock_max_mhz),
                 mem_clock_mhz: Some(r.mem_clock_mhz),

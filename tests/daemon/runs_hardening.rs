@@ -501,3 +501,76 @@ fn a_run_that_ends_while_no_daemon_runs_keeps_its_real_duration() {
         "ended {shown} s after its start: {run}"
     );
 }
+
+/// GPU 0's energy counter (J), power (W) and the time of its sample, as the daemon last read it.
+fn gpu0_counter(c: &gpupilot::client::Client) -> (f64, f64, f64) {
+    let snap = c.status().unwrap().snapshot.expect("telemetry");
+    let g = &snap.gpus[0];
+    (g.energy_j.unwrap(), g.power_w.unwrap(), g.time_s)
+}
+
+/// The run's energy (J) as `ps` shows it, once it has one.
+fn run_energy(c: &gpupilot::client::Client, id: &str) -> f64 {
+    let mut j = 0.0;
+    wait_for("the run's energy", Duration::from_secs(10), || {
+        j = c
+            .run(id)
+            .ok()
+            .and_then(|r| r.energy)
+            .map_or(0.0, |e| e.energy_j);
+        j > 0.0
+    });
+    j
+}
+
+/// On the simulator, as on NVML, the energy counter goes on across a daemon's restart (a kill
+/// here): it moves by what the GPU drew meanwhile, and the run on the GPU is charged that too,
+/// not only what the second daemon measured itself.
+#[test]
+fn a_sim_daemon_restart_loses_no_energy() {
+    let home = Home::new();
+    let mut d = home.daemon(&[]);
+    let profile = home.dir.path().join("on-gpu0.toml");
+    std::fs::write(
+        &profile,
+        "name = \"on-gpu0\"\n[run]\ncommand = [\"sleep\", \"60\"]\n\
+         env = { CUDA_VISIBLE_DEVICES = \"0\" }\n",
+    )
+    .unwrap();
+    let id = home
+        .ok(&["run", "-d", &profile.display().to_string()])
+        .trim()
+        .to_string();
+    let _sleep = KillOnDrop(home.run_dir(&id).read_pid().unwrap().unwrap().pid, "60");
+    let c = home.client();
+    run_energy(&c, &id);
+    std::thread::sleep(Duration::from_secs(3));
+    let run0 = run_energy(&c, &id);
+    let (e0, p0, t0) = gpu0_counter(&c);
+    drop(c);
+    d.signal_and_wait(Signal::KILL);
+    // Down for a while: the GPU draws all the same.
+    std::thread::sleep(Duration::from_secs(3));
+    let _d = home.daemon(&[]);
+    let c = home.client();
+    std::thread::sleep(Duration::from_secs(4));
+    let (e1, p1, t1) = gpu0_counter(&c);
+    let run1 = run_energy(&c, &id);
+    let drawn = (p0 + p1) / 2.0 * (t1 - t0);
+    assert!(t1 - t0 > 6.0, "{t0} → {t1}");
+    let moved = e1 - e0;
+    assert!(
+        (0.8 * drawn..1.2 * drawn).contains(&moved),
+        "the counter moved {moved:.0} J over {:.1} s at about {:.0} W ({drawn:.0} J)",
+        t1 - t0,
+        (p0 + p1) / 2.0
+    );
+    // The run's figure lags its samples by at most a second or so at either end.
+    let charged = run1 - run0;
+    assert!(
+        (0.75 * drawn..1.25 * drawn).contains(&charged),
+        "the run was charged {charged:.0} J over {:.1} s at about {:.0} W ({drawn:.0} J)",
+        t1 - t0,
+        (p0 + p1) / 2.0
+    );
+}
