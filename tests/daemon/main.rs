@@ -14,6 +14,7 @@ mod support;
 mod auth;
 mod bounds;
 mod hostile_text;
+mod metrics_flood;
 mod protocol;
 mod runs;
 mod runs_hardening;
