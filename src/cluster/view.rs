@@ -2,6 +2,7 @@
 //! node's GPUs in detail. [`ViewState`] holds what the keys change; [`render`] borrows the model
 //! and the state and changes nothing.
 
+use crate::text::printable;
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style};
@@ -286,7 +287,7 @@ fn header(model: &ClusterModel, state: &ViewState) -> Vec<Line<'static>> {
     ]);
     let status = match (&state.error, state.age_s) {
         (Some(e), _) => Span::styled(
-            format!("query failed: {e}"),
+            format!("query failed: {}", printable(e)),
             Style::default().fg(Color::Red),
         ),
         (None, None) => Span::raw("waiting for the first answer…".to_string()),
@@ -294,7 +295,7 @@ fn header(model: &ClusterModel, state: &ViewState) -> Vec<Line<'static>> {
     };
     let mut filter = String::new();
     if !state.filter.is_empty() {
-        filter = format!(" · filter \"{}\"", state.filter);
+        filter = format!(" · filter \"{}\"", printable(&state.filter));
     }
     // A failure takes the whole line (it names the URL): what to fix comes first.
     let second = if state.error.is_some() {
@@ -312,9 +313,9 @@ fn header(model: &ClusterModel, state: &ViewState) -> Vec<Line<'static>> {
     };
     let mut lines = vec![first, second];
     match &state.notice {
-        Some(Notice::Info(m)) => lines.push(Line::raw(m.clone())),
+        Some(Notice::Info(m)) => lines.push(Line::raw(printable(m))),
         Some(Notice::Error(m)) => lines.push(Line::styled(
-            format!("attach failed: {m}"),
+            format!("attach failed: {}", printable(m)),
             Style::default().fg(Color::Red),
         )),
         None => {}
@@ -324,11 +325,13 @@ fn header(model: &ClusterModel, state: &ViewState) -> Vec<Line<'static>> {
 
 /// The grid's job column: each live Slurm job on the node, `run #job`.
 fn jobs_label(n: &Node) -> String {
-    n.jobs
-        .iter()
-        .map(|j| j.label())
-        .collect::<Vec<_>>()
-        .join(", ")
+    printable(
+        &n.jobs
+            .iter()
+            .map(|j| j.label())
+            .collect::<Vec<_>>()
+            .join(", "),
+    )
 }
 
 fn state_style(s: NodeState) -> Style {
@@ -371,7 +374,7 @@ fn render_grid(frame: &mut Frame<'_>, area: Rect, model: &ClusterModel, state: &
     }
     let name_w = nodes
         .iter()
-        .map(|n| n.name.chars().count())
+        .map(|n| printable(&n.name).chars().count())
         .max()
         .unwrap_or(4)
         .clamp(4, (area.width as usize / 4).max(8));
@@ -390,7 +393,7 @@ fn render_grid(frame: &mut Frame<'_>, area: Rect, model: &ClusterModel, state: &
     let job_room = if job_w > 0 { job_w + 3 } else { 0 };
     let cells_room = (area.width as usize).saturating_sub(name_w + 8 + 12 + job_room) / 5;
     for (i, n) in nodes.iter().enumerate().skip(first).take(rows) {
-        let mut name: String = n.name.chars().take(name_w).collect();
+        let mut name: String = printable(&n.name).chars().take(name_w).collect();
         while name.chars().count() < name_w {
             name.push(' ');
         }
@@ -447,15 +450,15 @@ fn render_detail(frame: &mut Frame<'_>, area: Rect, node: &Node, state: &ViewSta
     let mut title_text = vec![
         Line::from(vec![
             Span::styled(
-                node.name.clone(),
+                printable(&node.name),
                 Style::default().add_modifier(Modifier::BOLD),
             ),
             Span::raw(" · "),
             Span::styled(node.state.word().to_string(), state_style(node.state)),
             Span::raw(format!(
                 " · target {} · job {}{scrape}",
-                node.instance,
-                node.job.as_deref().unwrap_or("?")
+                printable(&node.instance),
+                printable(node.job.as_deref().unwrap_or("?"))
             )),
         ]),
         Line::raw(format!(
@@ -469,7 +472,7 @@ fn render_detail(frame: &mut Frame<'_>, area: Rect, node: &Node, state: &ViewSta
     ];
     for j in &node.jobs {
         title_text.push(Line::styled(
-            format!(
+            printable(&format!(
                 "Slurm job {} ({}{}) · run {} ({})",
                 j.job_id,
                 j.state.as_deref().unwrap_or("state unknown"),
@@ -478,7 +481,7 @@ fn render_detail(frame: &mut Frame<'_>, area: Rect, node: &Node, state: &ViewSta
                     .map_or(String::new(), |p| format!(", partition {p}")),
                 j.run,
                 j.run_id
-            ),
+            )),
             Style::default().fg(Color::Cyan),
         ));
     }
@@ -539,7 +542,7 @@ fn render_detail(frame: &mut Frame<'_>, area: Rect, node: &Node, state: &ViewSta
                 g.energy_mj
                     .map_or("N/A".to_string(), |e| format!("{:>10.2}", e / 3.6e9)),
                 st.to_string(),
-                g.uuid.clone().unwrap_or_else(|| "N/A".into()),
+                g.uuid.as_deref().map_or_else(|| "N/A".into(), printable),
             ])
         })
         .collect();
@@ -569,9 +572,12 @@ fn models(node: &Node) -> String {
     }
     match seen.as_slice() {
         [] => String::new(),
-        [(m, _)] => format!(" ({m})"),
+        [(m, _)] => format!(" ({})", printable(m)),
         many => {
-            let parts: Vec<String> = many.iter().map(|(m, n)| format!("{n}× {m}")).collect();
+            let parts: Vec<String> = many
+                .iter()
+                .map(|(m, n)| format!("{n}× {}", printable(m)))
+                .collect();
             format!(" ({})", parts.join(", "))
         }
     }

@@ -317,3 +317,34 @@ fn attach_through_a_failing_ssh_shows_why_in_the_header() {
     st.key(Key::Down, &m);
     assert_eq!(st.notice, None, "the next key clears it");
 }
+
+/// Names come from Prometheus labels, which any exporter can set: one that clears the screen,
+/// forges a line or turns the text around is shown escaped, in the grid and in detail, and the
+/// columns are measured on what is shown.
+#[test]
+fn hostile_labels_are_shown_escaped() {
+    let mut m = model();
+    let evil = "gpu\u{1b}[2J\nFAKE\u{202e}";
+    m.nodes[0].name = evil.into();
+    m.nodes[0].job = Some("dcgm\u{7}".into());
+    m.nodes[0].gpus[0].model = Some("H100\r\u{1b}[31m".into());
+    let shown = "gpu\\x1b[2J\\nFAKE\\u{202e}";
+    let s = text(&render_to(&m, &state(), 200, 50));
+    assert!(s.contains(shown), "{s}");
+    let mut st = state();
+    st.key(Key::Enter, &m);
+    let s = text(&render_to(&m, &st, 200, 50));
+    assert!(s.contains(shown), "{s}");
+    assert!(s.contains("job dcgm\\x07"), "{s}");
+    assert!(s.contains("H100\\r\\x1b[31m"), "{s}");
+    for c in ['\u{1b}', '\u{7}', '\r', '\u{202e}'] {
+        assert!(!s.contains(c), "{c:?} reached the screen");
+    }
+    let mut failing = state();
+    failing.error = Some("bad answer: \u{1b}]0;owned\u{7}".into());
+    let s = text(&render_to(&m, &failing, 200, 50));
+    assert!(
+        s.contains("query failed: bad answer: \\x1b]0;owned\\x07"),
+        "{s}"
+    );
+}
