@@ -54,6 +54,7 @@ fn main() {
             model: "h100-sxm".into(),
             workload: "resnet50".into(),
             seed: 0,
+            counters: None,
         },
     )
     .expect("simulator");

@@ -42,6 +42,7 @@ fn main() {
                 model: "h100-sxm".into(),
                 workload: "resnet50".into(),
                 seed: 0,
+                counters: None,
             };
             let Ok(Opened::Sim(sim)) = open(SourceKind::Sim, None, &spec) else {
                 panic!("the simulator did not open")
