@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use crate::control::bench::Workload as BenchWorkload;
 use crate::control::bench::sweep::CapSteps;
 use crate::control::tuner::{Strategy, TuneSettings};
+use crate::protocol::bounds::{self, brief};
 
 pub use crate::telemetry::open::{SimSpec, SourceKind};
 
@@ -1119,25 +1120,12 @@ pub fn finite_in(s: &str, what: &str, lo: f64, hi: f64, unit: &str) -> Result<f6
     }
 }
 
-/// Text as typed, cut to a length that reads at a glance.
-fn brief(s: &str) -> String {
-    const MAX: usize = 24;
-    if s.chars().count() <= MAX {
-        s.to_string()
-    } else {
-        format!("{}…", s.chars().take(MAX).collect::<String>())
-    }
-}
+// The values the daemon also checks (budget, cap, temperatures) take their bounds from
+// `protocol::bounds`, so a raw request and the command line accept the same values.
 
 /// A power cap of one GPU.
 fn parse_cap_w(s: &str) -> Result<f64, String> {
-    finite_in(
-        s.trim_end_matches(['W', 'w']),
-        "power cap in watts",
-        1.0,
-        10_000.0,
-        " W",
-    )
+    bounds::CAP_W.parse(s.trim_end_matches(['W', 'w']))
 }
 
 /// The node budget: watts (the sum of every cap), or `off`; the number as text for the command.
@@ -1145,30 +1133,20 @@ fn parse_budget(s: &str) -> Result<String, String> {
     if s.trim() == "off" {
         return Ok("off".into());
     }
-    let w = finite_in(
-        s.trim_end_matches(['W', 'w']),
-        "budget in watts (or `off`)",
-        1.0,
-        1_000_000.0,
-        " W",
-    )?;
+    let w = bounds::BUDGET_W
+        .named("budget in watts (or `off`)")
+        .parse(s.trim_end_matches(['W', 'w']))?;
     Ok(w.to_string())
 }
 
-/// A temperature the GPUs are held at.
+/// A temperature the governor holds the GPUs at.
 fn parse_celsius(s: &str) -> Result<f64, String> {
-    finite_in(
-        s.trim_end_matches("°C"),
-        "temperature in °C",
-        0.0,
-        150.0,
-        " °C",
-    )
+    bounds::TARGET_C.parse(s.trim_end_matches("°C"))
 }
 
 /// Degrees below each GPU's slowdown temperature.
 fn parse_margin(s: &str) -> Result<f64, String> {
-    finite_in(s.trim_end_matches("°C"), "margin in °C", 0.0, 100.0, " °C")
+    bounds::MARGIN_C.parse(s.trim_end_matches("°C"))
 }
 
 /// The driver's target temperature, or `reset`; the number as text for the command.
@@ -1176,7 +1154,9 @@ fn parse_gpu_max(s: &str) -> Result<String, String> {
     if s.trim() == "reset" {
         return Ok("reset".into());
     }
-    parse_celsius(s).map(|c| c.to_string())
+    bounds::GPU_MAX_C
+        .parse(s.trim_end_matches("°C"))
+        .map(|c| c.to_string())
 }
 
 /// A wait or a timeout.
@@ -1308,6 +1288,10 @@ mod tests {
         assert_eq!(parse_celsius("78°C"), Ok(78.0));
         assert!(parse_celsius("nan").is_err() && parse_celsius("151").is_err());
         assert!(parse_celsius("-1").is_err());
+        // The governor's bounds, as the daemon's: 20–120 °C.
+        assert!(parse_celsius("19.5").is_err() && parse_celsius("120.5").is_err());
+        assert_eq!(parse_celsius("120"), Ok(120.0));
+        assert_eq!(parse_gpu_max("5"), Ok("5".into()));
         assert_eq!(parse_gpu_max("reset"), Ok("reset".into()));
         assert_eq!(parse_gpu_max("85"), Ok("85".into()));
         assert!(parse_gpu_max("inf").is_err());

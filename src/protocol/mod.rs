@@ -14,6 +14,7 @@
 //!
 //! This module only defines messages and their encoding; it does no I/O.
 
+pub mod bounds;
 mod control;
 pub mod delta;
 mod types;

@@ -118,6 +118,95 @@ fn a_governor_asked_for_moves_its_gpus_cap_and_lets_go_when_turned_off() {
     }
 }
 
+/// A raw request and the command line accept the same values: at each bound, just inside and
+/// just outside, the daemon answers `bad_request` exactly where `gpupilot` refuses to send, with
+/// the same bounds in words. Observed: budgets of 1e-6 W and 1e308 W went through the raw
+/// protocol; a target of 130 °C through the command line.
+#[test]
+fn raw_requests_have_the_command_lines_bounds() {
+    use clap::Parser;
+    use gpupilot::cli::Cli;
+    use gpupilot::protocol::bounds::{self, Bound};
+    let tmp = tempfile::tempdir().unwrap();
+    let src = sim();
+    let d = daemon(tmp.path(), false, &src);
+    tick(&d, &src);
+    type Ask = fn(f64) -> Request;
+    let cases: [(Bound, &[&str], Ask); 4] = [
+        (bounds::BUDGET_W, &["budget"], |w| Request::PowerBudget {
+            budget_w: Some(w),
+            why: None,
+        }),
+        (bounds::CAP_W, &["power", "cap"], |w| Request::PowerCap {
+            gpus: TargetGpus::All,
+            watts: w,
+            why: None,
+        }),
+        (bounds::TARGET_C, &["thermal", "target"], |c| {
+            Request::ThermalSet {
+                gpus: TargetGpus::All,
+                target_c: Some(c),
+                margin_c: None,
+                why: None,
+            }
+        }),
+        (bounds::MARGIN_C, &["thermal", "target", "--margin"], |m| {
+            Request::ThermalSet {
+                gpus: TargetGpus::All,
+                target_c: None,
+                margin_c: Some(m),
+                why: None,
+            }
+        }),
+    ];
+    // Whether `gpupilot WORDS… V` parses.
+    let cli_takes = |words: &[&str], v: f64| {
+        let text = v.to_string();
+        let argv = ["gpupilot"].iter().chain(words).copied();
+        Cli::try_parse_from(argv.chain([text.as_str()])).is_ok()
+    };
+    for (b, words, ask) in cases {
+        let outside = [b.lo - 0.5, b.hi + 0.5, 1e-6_f64.min(b.lo - 0.5), 1e308];
+        for v in outside {
+            assert!(!cli_takes(words, v), "{words:?} {v}");
+            let r = d.answer(&me(), ask(v));
+            let Response::Error {
+                code: ErrorCode::BadRequest,
+                message,
+            } = &r
+            else {
+                panic!("{} {v}: {r:?}", b.what)
+            };
+            assert!(
+                message.contains(&format!("{} must be {}", b.what, b.range())),
+                "{message}"
+            );
+        }
+        for v in [b.lo, b.hi] {
+            assert!(cli_takes(words, v), "{words:?} {v}");
+            // Within the bounds, the daemon goes on to the GPU's own range, or acts.
+            let r = d.answer(&me(), ask(v));
+            if let Response::Error { message, .. } = &r {
+                assert!(!message.contains(b.what), "{} {v}: {message}", b.what);
+            }
+        }
+    }
+    let r = d.answer(
+        &me(),
+        Request::PowerBudget {
+            budget_w: Some(1e-6),
+            why: None,
+        },
+    );
+    let Response::Error { message, .. } = r else {
+        panic!("{r:?}")
+    };
+    assert_eq!(
+        message,
+        "budget in watts must be between 1 and 1000000 W, not 1e-6"
+    );
+}
+
 #[test]
 fn a_budget_holds_the_sum_of_caps() {
     let tmp = tempfile::tempdir().unwrap();

@@ -15,6 +15,7 @@ use crate::control::ControlError;
 use crate::control::power::{check_clocks, check_gpu_max, check_power, watts};
 use crate::daemon::state::{RequestError, lock};
 use crate::ipc::Peer;
+use crate::protocol::bounds;
 use crate::protocol::{
     ErrorCode, GpuChange, GpuSettings, NodeEvent, Request, Response, TargetGpus,
 };
@@ -207,6 +208,9 @@ impl Control {
         w: f64,
         why: Option<String>,
     ) -> Result<Response, RequestError> {
+        bounds::CAP_W
+            .check(w)
+            .map_err(|m| RequestError::new(ErrorCode::BadRequest, m))?;
         let c = self.controller()?;
         let gpus = self.targets(c, sel)?;
         // Every GPU is checked before any is changed: a bad value changes nothing.
@@ -320,6 +324,9 @@ impl Control {
         target_c: f64,
         why: Option<String>,
     ) -> Result<Response, RequestError> {
+        bounds::GPU_MAX_C
+            .check(target_c)
+            .map_err(|m| RequestError::new(ErrorCode::BadRequest, m))?;
         let c = self.controller()?;
         let gpus = self.targets(c, sel)?;
         let mut plan = Vec::new();

@@ -43,6 +43,7 @@ use crate::daemon::runs::Runs;
 use crate::daemon::state::{RequestError, lock};
 use crate::daemon::telemetry::Telemetry;
 use crate::ipc::Peer;
+use crate::protocol::bounds;
 use crate::protocol::{ErrorCode, Request, Response, TargetGpus};
 use crate::telemetry::Snapshot;
 use crate::time::parse_rfc3339;
@@ -300,12 +301,9 @@ impl Control {
             }
             Request::PowerBudget { budget_w, why } => {
                 if let Some(w) = budget_w {
-                    if !(w.is_finite() && w > 0.0) {
-                        return Err(RequestError::new(
-                            ErrorCode::BadRequest,
-                            format!("a budget of {w} W makes no sense: give watts above 0"),
-                        ));
-                    }
+                    bounds::BUDGET_W
+                        .check(w)
+                        .map_err(|m| RequestError::new(ErrorCode::BadRequest, m))?;
                     self.needs_control()?;
                 }
                 let why = why.unwrap_or_else(|| match budget_w {
@@ -394,16 +392,11 @@ impl Control {
 fn thermal_target(target_c: Option<f64>, margin_c: Option<f64>) -> Result<Target, RequestError> {
     let bad = |m: String| RequestError::new(ErrorCode::BadRequest, m);
     match (target_c, margin_c) {
-        (Some(c), None) if c.is_finite() && (20.0..=120.0).contains(&c) => Ok(Target::Celsius(c)),
-        (Some(c), None) => Err(bad(format!(
-            "a target of {c} °C makes no sense: give degrees Celsius between 20 and 120"
-        ))),
-        (None, Some(m)) if m.is_finite() && (0.0..=100.0).contains(&m) => {
-            Ok(Target::BelowSlowdown(m))
-        }
-        (None, Some(m)) => Err(bad(format!(
-            "a margin of {m} °C makes no sense: give degrees between 0 and 100"
-        ))),
+        (Some(c), None) => bounds::TARGET_C.check(c).map(Target::Celsius).map_err(bad),
+        (None, Some(m)) => bounds::MARGIN_C
+            .check(m)
+            .map(Target::BelowSlowdown)
+            .map_err(bad),
         _ => Err(bad(
             "give a target temperature (`target_c`) or a margin below slowdown (`margin_c`), \
              one of the two"
