@@ -330,3 +330,40 @@ fn run_adopt_treats_a_recycled_pid_as_ended_and_a_finished_run_as_finished() {
     other.kill().unwrap();
     other.wait().unwrap();
 }
+
+/// A live run whose pid file was removed is still adopted as live: its process is the last
+/// start in `events.jsonl`; with that unreadable too (a link), the process is not known, and
+/// the run says why rather than vanish.
+#[test]
+fn run_adopt_finds_a_live_run_whose_pid_file_is_gone() {
+    let tmp = tempfile::tempdir().unwrap();
+    let p = sh_profile("live", "sleep 30", "");
+    let mut run = Run::start_new(
+        tmp.path(),
+        &p,
+        &caller(tmp.path()),
+        &LaunchOptions::default(),
+        &SystemClock,
+    )
+    .unwrap();
+    let pid = run.pid().unwrap();
+    let dir = run.dir().clone();
+    std::fs::remove_file(dir.pid_path()).unwrap();
+    let adopted = Run::adopt(dir.clone(), &SystemClock);
+    assert!(!adopted.is_finished());
+    assert_eq!(
+        (adopted.status(), adopted.pid()),
+        (RunStatus::Running, Some(pid))
+    );
+    assert_eq!(adopted.problem(), None);
+
+    std::fs::rename(dir.events_path(), tmp.path().join("events.jsonl")).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", dir.events_path()).unwrap();
+    let blind = Run::adopt(dir.clone(), &SystemClock);
+    assert_eq!(blind.status(), RunStatus::Unknown);
+    let problem = blind.problem().unwrap_or_default();
+    assert!(problem.starts_with("events.jsonl not read: "), "{problem}");
+    assert!(problem.contains("symbolic link"), "{problem}");
+    run.kill(&SystemClock).unwrap();
+    assert!(run.wait(&SystemClock, LONG).unwrap());
+}

@@ -81,10 +81,14 @@ impl Run {
             // The attempt number is still in the summary.
             attempt = read_summary.as_ref().map_or(attempt, |s| s.attempt);
         }
+        // A pid file that is gone (removed: it is written before the start is recorded) or
+        // unreadable: the process from what else says it.
         let pid_rec = match dir.read_pid() {
-            Ok(rec) => rec,
-            Err(e) => {
-                unread("pid", &e);
+            Ok(Some(rec)) => Some(rec),
+            read => {
+                if let Err(e) = read {
+                    unread("pid", &e);
+                }
                 let summary_pid = read_summary.as_ref().and_then(|s| s.pid);
                 last_start
                     .or_else(|| monitor_child(&dir, summary_pid?))
