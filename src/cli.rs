@@ -979,8 +979,8 @@ pub struct TuneEnergyArgs {
     #[arg(long, value_name = "HOW", default_value = "golden", value_parser = parse_strategy)]
     pub search: Strategy,
     /// Warm-up per cap, in steps (in seconds with --seconds); default 5 steps or 3 s (golden),
-    /// 10 steps or 5 s (descend, sweep).
-    #[arg(long, value_name = "N", value_parser = parse_window)]
+    /// 10 steps or 5 s (descend, sweep); 0 for none.
+    #[arg(long, value_name = "N", value_parser = parse_warmup)]
     pub warmup: Option<f64>,
     /// Measured window per cap, in steps (the most, for golden); default 40.
     #[arg(long, value_name = "STEPS", conflicts_with = "seconds", value_parser = parse_window)]
@@ -1166,7 +1166,11 @@ fn parse_wait_s(s: &str) -> Result<f64, String> {
 
 /// A window of steps or seconds (a tuner's warm-up and measure, advise's look back).
 fn parse_window(s: &str) -> Result<f64, String> {
-    finite_in(s, "number of steps or seconds", 1.0, 1e6, "")
+    bounds::WINDOW.parse(s)
+}
+
+fn parse_warmup(s: &str) -> Result<f64, String> {
+    bounds::WARMUP.parse(s)
 }
 
 /// The tuner's step between caps.
@@ -1178,13 +1182,7 @@ fn parse_strategy(s: &str) -> Result<Strategy, String> {
 }
 
 fn parse_step_w(s: &str) -> Result<f64, String> {
-    finite_in(
-        s.trim_end_matches(['W', 'w']),
-        "step in watts",
-        1.0,
-        1_000.0,
-        " W",
-    )
+    bounds::STEP_W.parse(s.trim_end_matches(['W', 'w']))
 }
 
 /// Simulated seconds per wall-clock second.
@@ -1193,7 +1191,7 @@ fn parse_speed(s: &str) -> Result<f64, String> {
 }
 
 fn parse_eta(s: &str) -> Result<f64, String> {
-    finite_in(s, "weight eta (0: time only, 1: energy only)", 0.0, 1.0, "")
+    bounds::ETA.parse(s)
 }
 
 fn parse_rate(s: &str) -> Result<f64, String> {

@@ -147,6 +147,8 @@ impl Tuning {
     /// `tune_start`: prepare the search on `run` (its GPUs, their limits and caps, through this
     /// daemon), record it, and start it on its thread.
     pub fn start(&self, run: &str, settings: TuneSettings) -> Result<TuneJob, RequestError> {
+        // The command line's bounds, whoever wrote the request.
+        check_settings(&settings).map_err(|e| RequestError::new(ErrorCode::BadRequest, e))?;
         let internal = |e: String| RequestError::new(ErrorCode::Internal, e);
         let client = JobDaemon::connect(&self.paths)
             .map_err(internal)?
@@ -348,6 +350,19 @@ impl Tuning {
             join_within(t, until.saturating_duration_since(Instant::now()));
         }
     }
+}
+
+/// A search's settings within the bounds the command line takes (`protocol::bounds`).
+fn check_settings(s: &TuneSettings) -> Result<(), String> {
+    use crate::protocol::bounds;
+    bounds::ETA.check(s.eta)?;
+    bounds::STEP_W.check(s.step_w)?;
+    bounds::WARMUP.check(s.window.warmup)?;
+    bounds::WINDOW.check(s.window.measure)?;
+    if let Some(w) = s.prior_w {
+        bounds::CAP_W.named("expected best cap in watts").check(w)?;
+    }
+    Ok(())
 }
 
 fn names(j: &TuneJob, spec: &str) -> bool {
@@ -885,5 +900,71 @@ mod tests {
         std::os::unix::fs::symlink(&target, &link).unwrap();
         assert!(read_record(&link).is_err());
         assert!(read_records(dir.path()).is_empty());
+    }
+
+    /// A raw `tune_start` takes the values the command line takes, and no others.
+    #[test]
+    fn settings_outside_the_command_lines_bounds_are_refused() {
+        let ok = TuneSettings::default();
+        assert_eq!(check_settings(&ok), Ok(()));
+        for (what, s) in [
+            (
+                "weight eta",
+                TuneSettings {
+                    eta: 1.5,
+                    ..ok.clone()
+                },
+            ),
+            (
+                "weight eta",
+                TuneSettings {
+                    eta: f64::NAN,
+                    ..ok.clone()
+                },
+            ),
+            (
+                "step in watts",
+                TuneSettings {
+                    step_w: 0.5,
+                    ..ok.clone()
+                },
+            ),
+            (
+                "step in watts",
+                TuneSettings {
+                    step_w: 1e9,
+                    ..ok.clone()
+                },
+            ),
+            ("number of steps or seconds", {
+                let mut s = ok.clone();
+                s.window.measure = 1e12;
+                s
+            }),
+            ("warm-up", {
+                let mut s = ok.clone();
+                s.window.warmup = -1.0;
+                s
+            }),
+            (
+                "expected best cap",
+                TuneSettings {
+                    prior_w: Some(1e308),
+                    ..ok.clone()
+                },
+            ),
+        ] {
+            let e = check_settings(&s).unwrap_err();
+            assert!(e.contains(what), "{e}");
+        }
+        // The bounds' edges, as the command line's parsers take them.
+        let mut edge = ok;
+        (
+            edge.eta,
+            edge.step_w,
+            edge.window.warmup,
+            edge.window.measure,
+        ) = (0.0, 1000.0, 0.0, 1e6);
+        assert_eq!(check_settings(&edge), Ok(()));
     }
 }

@@ -57,6 +57,40 @@ pub const GPU_MAX_C: Bound = Bound {
     unit: " °C",
 };
 
+/// The energy tuner's weight of energy against time (`tune energy --eta`, `tune_start`'s
+/// `eta`): 1 energy only, 0 time only.
+pub const ETA: Bound = Bound {
+    what: "weight eta (0: time only, 1: energy only)",
+    lo: 0.0,
+    hi: 1.0,
+    unit: "",
+};
+
+/// Watts between the caps the tuner tries (`--step-w`, `step_w`).
+pub const STEP_W: Bound = Bound {
+    what: "step in watts",
+    lo: 1.0,
+    hi: 1_000.0,
+    unit: " W",
+};
+
+/// The tuner's warm-up per cap, steps or seconds (`--warmup`, `window.warmup`; 0: none).
+pub const WARMUP: Bound = Bound {
+    what: "warm-up in steps or seconds",
+    lo: 0.0,
+    hi: 1e6,
+    unit: "",
+};
+
+/// A measured window, steps or seconds (`--measure`, `--seconds`, `window.measure`; and
+/// `advise --window`).
+pub const WINDOW: Bound = Bound {
+    what: "number of steps or seconds",
+    lo: 1.0,
+    hi: 1e6,
+    unit: "",
+};
+
 impl Bound {
     /// The same bounds under another name (`budget in watts (or `off`)`).
     pub const fn named(self, what: &'static str) -> Bound {

@@ -173,5 +173,10 @@ max = 1024
         .unwrap();
     assert!(status.success());
     let report: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-    assert_eq!(report["throughput"]["samples"], 3 * 8192, "{}", report["throughput"]);
+    assert_eq!(
+        report["throughput"]["samples"],
+        3 * 8192,
+        "{}",
+        report["throughput"]
+    );
 }
