@@ -36,6 +36,6 @@ pub mod sim;
 
 pub use joint::JointTuner;
 pub use search::{
-    CapPoint, NOISE_TOL, Observation, Phase, Progress, Search, SearchStep, Strategy, TuneResult,
-    TuneSettings, Tuner, TunerConfig, TunerError, Unit, Window, zeus_cost,
+    CapPoint, Confidence, NOISE_TOL, Observation, Phase, Progress, Search, SearchStep, Strategy,
+    TuneResult, TuneSettings, Tuner, TunerConfig, TunerError, Unit, Window, zeus_cost,
 };

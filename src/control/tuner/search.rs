@@ -495,6 +495,27 @@ enum State {
     Cancelled,
 }
 
+/// How sure a search is of its best cap ([`Tuner::confidence`]).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Confidence {
+    /// The second-cheapest cap measured.
+    pub runner_up_w: f64,
+    /// How much more it cost than the best, percent.
+    pub margin_pct: f64,
+    /// The largest relative standard error of a window's cost, percent (0: no window was
+    /// cut into chunks, so none was measured).
+    pub noise_pct: f64,
+}
+
+impl Confidence {
+    /// Whether the best is told apart from the runner-up: the margin is more than twice the
+    /// noise of a window (two windows' errors, added). Otherwise the two cost the same as far
+    /// as the measurement can say, and either is a fine cap.
+    pub fn resolved(&self) -> bool {
+        self.margin_pct > 2.0 * self.noise_pct
+    }
+}
+
 /// The search. `start`, then `observe` as counters arrive (every second, or on every metrics
 /// report), carrying out each [`SearchStep`]; `cancel` at any time.
 #[derive(Debug, Clone)]
@@ -507,6 +528,9 @@ pub struct Tuner {
     started_s: f64,
     /// The golden search's bracket, positions in `plan`.
     bracket: (usize, usize),
+    /// The largest relative standard error of a measured window's cost so far (0 until a
+    /// window is cut into chunks): what [`Tuner::confidence`] weighs the margin against.
+    noise: f64,
 }
 
 impl Tuner {
@@ -531,6 +555,7 @@ impl Tuner {
             rises: 0,
             started_s: 0.0,
             bracket,
+            noise: 0.0,
         })
     }
 
@@ -583,9 +608,33 @@ impl Tuner {
             }
         }
         let mut b = self.bracket;
-        let next = super::golden::next_probe(&mut b, self.plan.len(), &|i| costs[i]);
+        let n = self.plan.len();
+        let next = super::golden::next_probe(&mut b, n, &|i| costs[i]);
         self.bracket = b;
-        next
+        // A search of the whole range covers it too (a second dip); one around a prior
+        // searches where the prior says.
+        next.or_else(|| {
+            self.cfg.prior_w.is_none().then(|| {
+                let step = super::golden::cover_step(n.saturating_sub(1));
+                super::golden::next_gap_probe(n, step, &|i| costs[i])
+            })?
+        })
+    }
+
+    /// How sure the choice is, once two caps are measured: the runner-up and how much more
+    /// it cost, against the noise of the windows.
+    pub fn confidence(&self) -> Option<Confidence> {
+        let best = self.best()?;
+        let runner_up = self
+            .curve
+            .iter()
+            .filter(|p| (p.cap_w - best.cap_w).abs() >= 0.5)
+            .min_by(|a, b| a.cost.total_cmp(&b.cost))?;
+        Some(Confidence {
+            runner_up_w: runner_up.cap_w,
+            margin_pct: 100.0 * (runner_up.cost - best.cost) / best.cost,
+            noise_pct: 100.0 * self.noise,
+        })
     }
 
     fn default_idx(&self) -> Option<usize> {
@@ -717,6 +766,9 @@ impl Tuner {
                     // to score, measure again.
                     self.state = self.measuring(idx, obs);
                     return None;
+                }
+                if chunks.len() >= 2 {
+                    self.noise = self.noise.max(relative_se(&chunks));
                 }
                 let point = CapPoint::new(
                     self.plan[idx],
@@ -905,5 +957,7 @@ fn relative_se(xs: &[f64]) -> f64 {
     (var / n).sqrt() / mean.abs().max(f64::MIN_POSITIVE)
 }
 
+#[cfg(test)]
+mod measured;
 #[cfg(test)]
 mod tests;

@@ -589,3 +589,24 @@ fn a_prior_brackets_the_search_and_a_wrong_one_is_walked_off() {
         assert!(set.len() <= most, "prior {prior}: {set:?}");
     }
 }
+
+#[test]
+fn the_result_states_its_runner_up_and_the_noise() {
+    let mut c = TunerConfig::new(200.0, 700.0, 700.0, 700.0, 1);
+    c.eta = 1.0;
+    let mut t = Tuner::new(c).unwrap();
+    assert_eq!(t.confidence(), None);
+    FakeRun::new(bowl).drive(&mut t);
+    // 450 W costs 2 J; its neighbours 2 + 0.5 · 0.25² = 2.03125 J: 1.5625% more. Every step
+    // of the fake run costs the same, so the windows have no noise.
+    let k = t.confidence().unwrap();
+    assert!([425.0, 475.0].contains(&k.runner_up_w), "{k:?}");
+    assert!((k.margin_pct - 1.5625).abs() < 1e-9, "{k:?}");
+    assert!(k.noise_pct < 1e-9, "{k:?}");
+    assert!(k.resolved());
+    let noisy = Confidence {
+        noise_pct: 1.0,
+        ..k
+    };
+    assert!(!noisy.resolved());
+}
