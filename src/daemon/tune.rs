@@ -912,37 +912,37 @@ mod tests {
                 "weight eta",
                 TuneSettings {
                     eta: 1.5,
-                    ..ok.clone()
+                    ..ok
                 },
             ),
             (
                 "weight eta",
                 TuneSettings {
                     eta: f64::NAN,
-                    ..ok.clone()
+                    ..ok
                 },
             ),
             (
                 "step in watts",
                 TuneSettings {
                     step_w: 0.5,
-                    ..ok.clone()
+                    ..ok
                 },
             ),
             (
                 "step in watts",
                 TuneSettings {
                     step_w: 1e9,
-                    ..ok.clone()
+                    ..ok
                 },
             ),
             ("number of steps or seconds", {
-                let mut s = ok.clone();
+                let mut s = ok;
                 s.window.measure = 1e12;
                 s
             }),
             ("warm-up", {
-                let mut s = ok.clone();
+                let mut s = ok;
                 s.window.warmup = -1.0;
                 s
             }),
@@ -950,7 +950,7 @@ mod tests {
                 "expected best cap",
                 TuneSettings {
                     prior_w: Some(1e308),
-                    ..ok.clone()
+                    ..ok
                 },
             ),
         ] {
