@@ -908,13 +908,7 @@ mod tests {
         let ok = TuneSettings::default();
         assert_eq!(check_settings(&ok), Ok(()));
         for (what, s) in [
-            (
-                "weight eta",
-                TuneSettings {
-                    eta: 1.5,
-                    ..ok
-                },
-            ),
+            ("weight eta", TuneSettings { eta: 1.5, ..ok }),
             (
                 "weight eta",
                 TuneSettings {
@@ -922,20 +916,8 @@ mod tests {
                     ..ok
                 },
             ),
-            (
-                "step in watts",
-                TuneSettings {
-                    step_w: 0.5,
-                    ..ok
-                },
-            ),
-            (
-                "step in watts",
-                TuneSettings {
-                    step_w: 1e9,
-                    ..ok
-                },
-            ),
+            ("step in watts", TuneSettings { step_w: 0.5, ..ok }),
+            ("step in watts", TuneSettings { step_w: 1e9, ..ok }),
             ("number of steps or seconds", {
                 let mut s = ok;
                 s.window.measure = 1e12;
