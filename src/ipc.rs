@@ -176,6 +176,13 @@ mod tests {
         let link = dir.path().join(name);
         std::os::unix::fs::symlink("/bin/sleep", &link).unwrap();
         let mut child = std::process::Command::new(&link).arg("30").spawn().unwrap();
+        // Until the child has exec'd, it still bears this thread's name.
+        let t = std::time::Instant::now();
+        while process_name(child.id()).is_none_or(|c| !c.starts_with("gp"))
+            && t.elapsed() < std::time::Duration::from_secs(10)
+        {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
         let peer = Peer {
             uid: 0,
             gid: 0,
