@@ -163,15 +163,7 @@ fn every_output_counts_all_four_ranks() {
         per_sample
     ));
 
-    // The report carries every point: larger than a pipe holds, so it goes to a file.
-    let path = home.dir.path().join("report.json");
-    let status = home
-        .gpupilot(&["report", &run, "--json"])
-        .stdout(std::fs::File::create(&path).unwrap())
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let report: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let report = home.report_json(&run);
     assert_eq!(report["energy"]["samples"], total, "{}", report["energy"]);
     assert!(close(
         report["energy"]["j_per_sample"].as_f64().unwrap(),

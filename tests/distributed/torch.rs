@@ -165,14 +165,7 @@ max = 1024
 
     // The job trained 3 epochs of 8,192 samples, whatever its batches were (the last of an
     // epoch is short): each rank counts its own, and the report counts the job's.
-    let path = home.dir.path().join("report.json");
-    let status = home
-        .gpupilot(&["report", &run, "--json"])
-        .stdout(std::fs::File::create(&path).unwrap())
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let report: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let report = home.report_json(&run);
     assert_eq!(
         report["throughput"]["samples"],
         3 * 8192,

@@ -77,6 +77,19 @@ impl Home {
         finish(child, &format!("gpupilot {args:?}"), timeout)
     }
 
+    /// `gpupilot report RUN --json`, parsed. It carries every point of the run, more than a
+    /// pipe holds while the test waits, so it goes through a file.
+    pub fn report_json(&self, run: &str) -> serde_json::Value {
+        let path = self.dir.path().join(format!("report-{run}.json"));
+        let status = self
+            .gpupilot(&["report", run, "--json"])
+            .stdout(std::fs::File::create(&path).unwrap())
+            .status()
+            .unwrap();
+        assert!(status.success(), "gpupilot report {run} --json failed");
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
+    }
+
     /// Run `gpupilot ARGS…`, which must succeed; its stdout.
     pub fn ok(&self, args: &[&str]) -> String {
         let out = self.run(args, Duration::from_secs(30));
