@@ -2,8 +2,9 @@
 //! a throughput of its own (100, 200, 300 and 400 samples/s), started by the `ranks` launcher
 //! through a real daemon. Every output that shows the job's figures must give the job's, not
 //! one rank's: `ps --json`, `/metrics` and the console's chart while it trains (1,000
-//! samples/s), then `summary.json`, `report --json`, `ps --json` and `export` once it ended
-//! (19,200 samples, and J/sample = energy / 19,200). The ranks also print their reports as
+//! samples/s; 128,000 tokens/s in `ps --json` and `/metrics`), then `summary.json`, `report
+//! --json`, `ps --json` and `export` once it ended (19,200 samples, and J/sample = energy /
+//! 19,200). The ranks also print their reports as
 //! JSON lines, before and after they detach: none of them is read as a second report.
 
 use std::time::Duration;
@@ -33,7 +34,8 @@ gp = gpupilot.connect(knobs={"batch_size": 32}, gpu=rank % 2)
 rate = 100.0 * (rank + 1)
 for step in range(150):
     time.sleep(0.01)
-    gp.report(step=step, samples_per_s=rate, step_time_s=0.01 * (rank + 1), loss=1.0 / (step + 1))
+    gp.report(step=step, samples_per_s=rate, step_time_s=0.01 * (rank + 1), loss=1.0 / (step + 1),
+              tokens_per_s=128 * rate)
     sys.stdout.write(json.dumps({"rank": rank, "step": step, "samples_per_s": rate}) + "\n")
 deadline = time.time() + 60
 while not os.path.exists(os.environ["RELEASE"]) and time.time() < deadline:
@@ -115,9 +117,19 @@ fn every_output_counts_all_four_ranks() {
     assert_eq!(job["step"], STEPS - 1);
     assert!(close(job["step_time_s"].as_f64().unwrap(), 0.04), "{job}");
     assert_eq!(job["slowest_rank"], 3);
+    // 128 tokens a sample: the job's tokens/s are every rank's.
+    assert!(
+        close(job["tokens_per_s"].as_f64().unwrap(), 128.0 * JOB_RATE),
+        "{job}"
+    );
     let body = http_get(port, "/metrics").1;
     let rate = gauge(&body, "gpupilot_run_samples_per_second", &run);
     assert!(rate.is_some_and(|r| close(r, JOB_RATE)), "{rate:?}\n{body}");
+    let tokens = gauge(&body, "gpupilot_run_tokens_per_second", &run);
+    assert!(
+        tokens.is_some_and(|r| close(r, 128.0 * JOB_RATE)),
+        "{tokens:?}"
+    );
     let step = gauge(&body, "gpupilot_run_step", &run);
     assert_eq!(step, Some((STEPS - 1) as f64));
     // The console's chart: the job's series from the same reports.
