@@ -4,8 +4,8 @@
 //! one rank's: `ps --json`, `/metrics` and the console's chart while it trains (1,000
 //! samples/s; 128,000 tokens/s in `ps --json` and `/metrics`), then `summary.json`, `report
 //! --json`, `ps --json` and `export` once it ended (19,200 samples, and J/sample = energy /
-//! 19,200). The ranks also print their reports as
-//! JSON lines, before and after they detach: none of them is read as a second report.
+//! 19,200). The ranks also print their reports as JSON lines, before and after they detach:
+//! none of them is read as a second report.
 
 use std::time::Duration;
 
