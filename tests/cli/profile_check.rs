@@ -373,6 +373,16 @@ fn validation_messages_are_precise() {
             "p.toml:2:11: command uses {batch_size} but [knobs.batch_size] is not set: add it with an initial value"
         ]
     );
+    // Written but invalid: only its own error, not a second one saying it is not set.
+    assert_eq!(
+        problems(
+            "[run]\ncommand = [\"t\", \"--bs\", \"{batch_size}\", \"--pf\", \"{prefetch}\"]\n[knobs.batch_size]\ninitial = 2048\nmax = 1024\n[knobs.prefetch]\nmax = 4\n"
+        ),
+        [
+            "p.toml:4:11: knobs.batch_size: initial = 2048 is outside the allowed range 1..=1024",
+            "p.toml:6:1: knobs.prefetch needs initial = N (the value the run starts with)",
+        ]
+    );
     assert_eq!(
         problems(
             "[run]\ncommand = [\"t\"]\n[thermal]\ntarget_c = 80\nmargin_c = 5\n[power]\ncap_w = 0\n[alerts]\nhook = \"\"\n"

@@ -70,9 +70,10 @@ pub(crate) fn resolve(
         None => clean_name(&files[0].stem),
     };
     let run = run_spec(&mut cx, raw.run.unwrap_or_default());
-    let knobs = knobs(&mut cx, raw.knobs.unwrap_or_default());
+    let raw_knobs = raw.knobs.unwrap_or_default();
+    let knobs = knobs(&mut cx, &raw_knobs);
     if let Some((command, at)) = &run {
-        placeholders(&mut cx, &command.command, at, &knobs);
+        placeholders(&mut cx, &command.command, at, &raw_knobs);
     }
     let power = power(&mut cx, raw.power.unwrap_or_default());
     let thermal = thermal(&mut cx, raw.thermal.unwrap_or_default());

@@ -87,7 +87,7 @@ pub(super) fn restart(cx: &mut Ctx, r: RawRestart) -> RestartPolicy {
     p
 }
 
-pub(super) fn knobs(cx: &mut Ctx, k: RawKnobs) -> Knobs {
+pub(super) fn knobs(cx: &mut Ctx, k: &RawKnobs) -> Knobs {
     Knobs {
         batch_size: k
             .batch_size
@@ -151,16 +151,17 @@ pub(super) fn knob(cx: &mut Ctx, at: &At<RawKnob>, name: &str, floor: i64) -> Op
     Some(knob)
 }
 
-/// `{batch_size}` / `{prefetch}` in the command need the knob they name.
-pub(super) fn placeholders(cx: &mut Ctx, command: &CommandSpec, at: &At<()>, knobs: &Knobs) {
+/// `{batch_size}` / `{prefetch}` in the command need the knob they name written. A knob
+/// written but invalid has its own error where it is written, and none here.
+pub(super) fn placeholders(cx: &mut Ctx, command: &CommandSpec, at: &At<()>, written: &RawKnobs) {
     let words: Vec<&str> = match command {
         CommandSpec::Argv(argv) => argv.iter().map(String::as_str).collect(),
         CommandSpec::Shell(script) => vec![script.as_str()],
     };
     for (placeholder, knob) in KNOB_PLACEHOLDERS {
         let defined = match knob {
-            "batch_size" => knobs.batch_size.is_some(),
-            _ => knobs.prefetch.is_some(),
+            "batch_size" => written.batch_size.is_some(),
+            _ => written.prefetch.is_some(),
         };
         if !defined && words.iter().any(|w| w.contains(placeholder)) {
             cx.err(at, format!(
