@@ -149,8 +149,8 @@ impl MigCache {
 fn read_layout(m: &Device<'_>, uuid: Option<String>) -> Layout {
     Layout {
         uuid,
-        gpu_instance_id: nvml_mig::gpu_instance_id(m).ok(),
-        compute_instance_id: nvml_mig::compute_instance_id(m).ok(),
+        gpu_instance_id: nvml_calls::gpu_instance_id(m).ok(),
+        compute_instance_id: nvml_calls::compute_instance_id(m).ok(),
         profile: m.name().ok().as_deref().and_then(profile_of_name),
         slices: m.attributes().ok().map(|a| a.gpu_instance_slice_count),
     }

@@ -250,6 +250,18 @@ fn retired_pages(dev: &nvml_wrapper::Device<'_>, r: &mut Reader) -> Option<Retir
     })
 }
 
+/// The first fan's speed: `nvmlDeviceGetFanSpeed_v2`, else `nvmlDeviceGetFanSpeed` where the
+/// library lacks `_v2` or answers it NOT_SUPPORTED while the older call works (as nvtop and
+/// gpustat read it). Unsupported by both: the error, so the field stays absent.
+fn fan_speed(dev: &nvml_wrapper::Device<'_>) -> Result<u32, NvmlError> {
+    match dev.fan_speed(0) {
+        Err(NvmlError::NotSupported | NvmlError::FailedToLoadSymbol(_)) => {
+            nvml_calls::fan_speed_v1(dev)
+        }
+        other => other,
+    }
+}
+
 impl Source for NvmlSource {
     fn node_info(&self) -> NodeInfo {
         let cuda = self.nvml.sys_cuda_driver_version().ok().map(|v| {
@@ -337,7 +349,7 @@ impl Source for NvmlSource {
             .map(|mj| mj as f64 / 1000.0);
         s.sm_clock_mhz = r.get(dev.clock_info(Clock::SM));
         s.mem_clock_mhz = r.get(dev.clock_info(Clock::Memory));
-        s.fan_pct = r.get(dev.fan_speed(0)).map(f64::from);
+        s.fan_pct = r.get(fan_speed(&dev)).map(f64::from);
         s.pstate = r.get(dev.performance_state()).map(|p| p.as_c());
         s.throttle_reasons = r.get(dev.current_throttle_reasons()).map(|t| t.bits());
         s.pcie_rx_kbps = r

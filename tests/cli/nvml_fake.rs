@@ -134,6 +134,42 @@ fn not_supported_is_absent_not_zero() {
 }
 
 #[test]
+fn fan_speed_reads_through_the_older_call_where_v2_is_not_supported() {
+    const TWO_4090: &str = "count = 2\nmodel = \"rtx-4090\"\n";
+    let fans = |faults: &str| {
+        let node = FakeNode::new(&format!("{TWO_4090}{faults}"));
+        let (v, _) = status_json(&node, &[]);
+        let gpus = v["gpus"].as_array().unwrap().clone();
+        gpus.iter()
+            .map(|g| g["fan_pct"].as_f64())
+            .collect::<Vec<_>>()
+    };
+    let fault = |functions: &str| {
+        format!("[[faults]]\nkind = \"not_supported\"\nfunctions = [{functions}]\ngpu = 0\n")
+    };
+    // In the fake both calls read the same fan; each case is a fresh node.
+    let baseline = fans("");
+    assert!(
+        baseline
+            .iter()
+            .all(|f| f.is_some_and(|p| p > 0.0 && p <= 100.0)),
+        "{baseline:?}"
+    );
+    // A library that answers nvmlDeviceGetFanSpeed but not its _v2: the fan is still shown.
+    let old_library = fans(&fault("\"nvmlDeviceGetFanSpeed_v2\""));
+    let fan0 = old_library[0].expect("GPU 0's fan through nvmlDeviceGetFanSpeed");
+    assert!(fan0 > 0.0 && fan0 <= 100.0, "{old_library:?}");
+    assert!(old_library[1].is_some(), "{old_library:?}");
+    // Neither call answers: absent, never zero.
+    let neither = fans(&fault("\"nvmlDeviceGetFanSpeed\""));
+    assert_eq!(neither[0], None, "{neither:?}");
+    assert!(
+        neither[1].is_some(),
+        "the fault names GPU 0 only: {neither:?}"
+    );
+}
+
+#[test]
 fn slow_call_leaves_that_gpu_stale_and_stalls_nothing() {
     let node = FakeNode::new(&format!(
         "{TWO_H100}\n[[faults]]\nkind = \"slow\"\nfunctions = [\"nvmlDeviceGetPowerUsage\"]\ngpu = 1\ndelay_ms = 8000\n"

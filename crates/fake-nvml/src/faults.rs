@@ -307,7 +307,14 @@ mod tests {
                 gpu: Some(0),
             },
             Fault::PowerLimitZero { gpu: Some(3) },
+            Fault::NotSupported {
+                functions: vec!["nvmlDeviceGetFanSpeed_v2".into()],
+                gpu: None,
+            },
         ]);
+        // A versioned name is that version alone: the call before it still answers.
+        assert!(f.not_supported("nvmlDeviceGetFanSpeed_v2", Some(0)));
+        assert!(!f.not_supported("nvmlDeviceGetFanSpeed", Some(0)));
         assert!(!f.lost(2, 4.9));
         assert!(f.lost(2, 5.0));
         assert!(!f.lost(1, 100.0));
