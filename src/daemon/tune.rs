@@ -413,10 +413,25 @@ impl Ctx {
         cost: Option<f64>,
         why: Option<String>,
     ) {
+        self.event_from(job, change, None, cap_w, cost, why)
+    }
+
+    /// [`event`](Self::event) of a step that moved the caps from `old_w`.
+    fn event_from(
+        &self,
+        job: &TuneJob,
+        change: &str,
+        old_w: Option<f64>,
+        cap_w: Option<f64>,
+        cost: Option<f64>,
+        why: Option<String>,
+    ) {
         self.events.record(NodeEvent::Tune {
             job: job.id.clone(),
             run: job.run.clone(),
             change: change.into(),
+            gpus: job.gpus.clone(),
+            old_w,
             cap_w,
             cost,
             why,
@@ -438,7 +453,12 @@ impl Ctx {
         }
         if new_cap {
             if let Some(w) = p.cap_w {
-                self.event(&job, "cap", Some(w), None, None);
+                // The cap before: the last one tried, or the first GPU's cap at the start.
+                let old_w = before
+                    .as_ref()
+                    .and_then(|b| b.cap_w)
+                    .or_else(|| job.start_w.first().map(|&(_, w)| w));
+                self.event_from(&job, "cap", old_w, Some(w), None, None);
             }
         }
         let batch = |p: Option<&Progress>| p.and_then(|p| p.batch.as_ref()).and_then(|b| b.current);

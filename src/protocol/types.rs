@@ -369,6 +369,12 @@ pub enum NodeEvent {
         job: String,
         run: String,
         change: String,
+        /// The GPUs whose caps the job moves together (absent in lines of older daemons).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        gpus: Vec<u32>,
+        /// With `cap`: the cap before this step, watts.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        old_w: Option<f64>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         cap_w: Option<f64>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
