@@ -17,6 +17,7 @@
 pub mod bounds;
 mod control;
 pub mod delta;
+pub mod event_words;
 mod types;
 
 use std::collections::BTreeMap;
