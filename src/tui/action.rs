@@ -97,6 +97,9 @@ pub enum Action {
     RunPrev,
     /// Show the selected run's page.
     RunOpen,
+    /// Open the selected event's detail (the Events view): who, what, why, the numbers, the
+    /// command that undoes it.
+    EventOpen,
     /// Start typing a search in the log.
     Search,
     /// The next (newer) or previous (older) match of the search.
@@ -189,6 +192,7 @@ impl Action {
             | Action::Advisor
             | Action::HintAct(_)
             | Action::TuneEnergy
+            | Action::EventOpen
             | Action::ReplayPause
             | Action::ReplaySeek(_)
             | Action::Noop => false,
@@ -215,7 +219,7 @@ impl Action {
 /// An action name in a keymap that means nothing.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "unknown action {0:?}: one of quit, help, close, redraw, view_next, view_prev, view overview|detail|run|events, gpu_next, gpu_prev, gpu_first, gpu_last, zoom_in, zoom_out, scroll_up, scroll_down, page_up, page_down, top, bottom, run_next, run_prev, run_open, search, search_next, search_prev, search_clear, follow, log_stream, stop_run, pause_run, set_knob batch_size|prefetch, power_cap, advisor, tune_energy, replay_pause, replay_back, replay_forward, noop"
+    "unknown action {0:?}: one of quit, help, close, redraw, view_next, view_prev, view overview|detail|run|events, gpu_next, gpu_prev, gpu_first, gpu_last, zoom_in, zoom_out, scroll_up, scroll_down, page_up, page_down, top, bottom, run_next, run_prev, run_open, event_open, search, search_next, search_prev, search_clear, follow, log_stream, stop_run, pause_run, set_knob batch_size|prefetch, power_cap, advisor, tune_energy, replay_pause, replay_back, replay_forward, noop"
 )]
 pub struct UnknownAction(pub String);
 
@@ -252,6 +256,7 @@ impl FromStr for Action {
             ["run_next"] => Action::RunNext,
             ["run_prev"] => Action::RunPrev,
             ["run_open"] => Action::RunOpen,
+            ["event_open"] => Action::EventOpen,
             ["search"] => Action::Search,
             ["search_next"] => Action::SearchNext,
             ["search_prev"] => Action::SearchPrev,
@@ -302,6 +307,7 @@ impl fmt::Display for Action {
             Action::RunNext => "run_next",
             Action::RunPrev => "run_prev",
             Action::RunOpen => "run_open",
+            Action::EventOpen => "event_open",
             Action::Search => "search",
             Action::SearchNext => "search_next",
             Action::SearchPrev => "search_prev",
@@ -349,6 +355,7 @@ mod tests {
             Action::PowerCap,
             Action::Advisor,
             Action::TuneEnergy,
+            Action::EventOpen,
             Action::ReplayPause,
             Action::ReplaySeek(-SEEK_S),
             Action::ReplaySeek(SEEK_S),

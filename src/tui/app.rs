@@ -155,6 +155,9 @@ impl App {
         if self.run.prompt.is_some() {
             return crate::tui::dialog::field_key(ev);
         }
+        if self.events.open.is_some() && self.view == ViewId::Events && !self.help.open {
+            return events::detail_key(ev);
+        }
         self.keymap
             .lookup(self.view, self.help.open, Key::from_event(ev))
     }
@@ -220,6 +223,9 @@ impl App {
                 self.help.open = true;
                 self.help.scroll = 0;
             }
+            Action::Close if !self.help.open && self.events.open.is_some() => {
+                self.events.open = None
+            }
             Action::Close => self.help.open = false,
             Action::Redraw => self.full_redraw = true,
             Action::NextView => self.view = self.view.cycle(1),
@@ -277,6 +283,9 @@ impl App {
                     self.outbox.push(r);
                 }
                 self.watch_current_run();
+            }
+            Action::EventOpen if self.view == ViewId::Events => {
+                self.events.open_selected(&self.data.events)
             }
             a @ (Action::ScrollUp
             | Action::ScrollDown

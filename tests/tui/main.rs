@@ -12,6 +12,7 @@ mod control;
 mod e2e_demo;
 mod e2e_run;
 mod event_loop;
+mod events_view;
 mod feed;
 mod feed_knobs;
 mod feed_tuner;

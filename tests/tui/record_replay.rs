@@ -169,7 +169,7 @@ fn a_recorded_minute_replays_at_ten_times_with_the_knob_change_in_its_place() {
     tmux.wait_screen("the end of the recording", |s| s.contains("ends at +1:0"));
     tmux.keys(&["4"]);
     tmux.wait_screen("the change and its acknowledgement", |s| {
-        s.contains("batch_size 256 → 512") && s.contains("batch_size = 512 appl")
+        s.contains("batch size 256 → 512") && s.contains("batch size = 512 applied")
     });
     tmux.keys(&["q"]);
     tmux.wait_prompt();

@@ -256,16 +256,16 @@ fn events_view_lists_who_what_and_why_newest_first() {
         "exit 1; restart 1 of 3 in 1 s",
         "uid 1001 (pid 777)",
         "refused",
-        "daemon started (pid 4100, 0.1.0)",
+        "started (pid 4100, 0.1.0)",
     ] {
         assert!(screen.contains(s), "{s:?} missing:\n{screen}");
     }
     let refused = screen.find("uid 1001 (pid 777)").unwrap();
-    let started = screen.find("daemon started").unwrap();
+    let started = screen.find("started (pid 4100").unwrap();
     assert!(refused < started, "newest first");
     let small = text(&render(&mut a, 80, 24));
     assert!(
-        small.contains("22:08:52 alice        20231114-215000-eval      running → paused"),
+        small.contains("22:08:52 alice        20231114-215000-eval  running → paused"),
         "narrow: time of day, the user's name, the run, the change:\n{small}"
     );
 }

@@ -285,15 +285,29 @@ fn events_scroll_within_bounds() {
         reset: true,
     });
     press(&mut app, KeyCode::Char('k'));
-    assert_eq!(app.events.scroll, 0);
+    assert_eq!((app.events.selected, app.events.scroll), (0, 0));
     press(&mut app, KeyCode::Char('j'));
-    assert_eq!(app.events.scroll, 1);
+    assert_eq!((app.events.selected, app.events.scroll), (1, 0));
     press(&mut app, KeyCode::Char('G'));
+    assert_eq!(app.events.selected, 49);
     let last = app.events.scroll;
     assert!(last > 20 && last < 50, "{last}");
     press(&mut app, KeyCode::Char('j'));
-    assert_eq!(app.events.scroll, last);
+    assert_eq!((app.events.selected, app.events.scroll), (49, last));
     press(&mut app, KeyCode::Char('g'));
-    assert_eq!(app.events.scroll, 0);
+    assert_eq!((app.events.selected, app.events.scroll), (0, 0));
     assert_eq!(app.selected, 0, "the GPU selection did not move");
+    // Enter opens the selected event (the second newest, seq 49); keys go to it until Esc.
+    press(&mut app, KeyCode::Char('j'));
+    press(&mut app, KeyCode::Enter);
+    assert_eq!(app.events.open, Some(49));
+    press(&mut app, KeyCode::Char('j'));
+    assert_eq!(app.events.selected, 1, "the list behind the detail stays");
+    press(&mut app, KeyCode::Char('q'));
+    assert!(!app.quit, "q closes the detail, not the console");
+    assert_eq!(app.events.open, None);
+    press(&mut app, KeyCode::Enter);
+    press(&mut app, KeyCode::Esc);
+    assert_eq!(app.events.open, None);
+    assert_eq!(app.view, ViewId::Events);
 }

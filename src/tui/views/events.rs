@@ -1,323 +1,136 @@
 //! The Events view: the node's `events.jsonl` as the daemon keeps it, newest first: when, who,
-//! what, old → new, and why. Scrolls with the keys of the `[[events]]` keymap section.
+//! what, old → new, and why, in the words `gpupilot events` prints
+//! ([`crate::protocol::event_words`]). A change is never cut: its column takes the width the
+//! terminal leaves, and a row grows a line where it still does not fit. j/k select an event,
+//! Enter opens its detail (`detail.rs`), Esc closes it.
+
+mod detail;
 
 use super::Ctx;
-use crate::protocol::{NodeEvent, NodeEventRecord};
+use crate::protocol::NodeEventRecord;
+use crate::protocol::event_words::{Words, words};
 use crate::text::printable;
 use crate::tui::action::Action;
 use crate::tui::feed::Link;
 use ratatui::buffer::Buffer;
 use ratatui::layout::{Constraint, Rect};
-use ratatui::text::{Line, Span};
+use ratatui::text::{Line, Span, Text};
 use ratatui::widgets::{Block, Cell, Padding, Paragraph, Row, Table, Widget, Wrap};
+use unicode_width::UnicodeWidthStr;
 
-/// How far the list is scrolled: the number of newer events above the first row shown.
+/// The selected event, how far the list is scrolled, and the event whose detail is open.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct EventsState {
+    /// The selected event: how many newer events are above it.
+    pub selected: usize,
+    /// The number of newer events above the first row shown.
     pub scroll: usize,
+    /// The `seq` of the event whose detail is open.
+    pub open: Option<u64>,
 }
 
 impl EventsState {
-    /// Carry out a scrolling action over `n` events with `page` rows on screen.
+    /// Carry out a selecting action over `n` events with `page` rows on screen; the list
+    /// scrolls to keep the selection in sight.
     pub fn apply(&mut self, a: Action, n: usize, page: usize) {
+        let page = page.max(1);
         let step = page.saturating_sub(1).max(1);
-        let last = n.saturating_sub(page.max(1));
-        self.scroll = match a {
-            Action::ScrollDown => self.scroll + 1,
-            Action::ScrollUp => self.scroll.saturating_sub(1),
-            Action::PageDown => self.scroll + step,
-            Action::PageUp => self.scroll.saturating_sub(step),
+        let last = n.saturating_sub(1);
+        self.selected = match a {
+            Action::ScrollDown => self.selected + 1,
+            Action::ScrollUp => self.selected.saturating_sub(1),
+            Action::PageDown => self.selected + step,
+            Action::PageUp => self.selected.saturating_sub(step),
             Action::Top => 0,
             Action::Bottom => last,
-            _ => self.scroll,
+            _ => self.selected,
         }
         .min(last);
+        if self.selected < self.scroll {
+            self.scroll = self.selected;
+        } else if self.selected >= self.scroll + page {
+            self.scroll = self.selected + 1 - page;
+        }
+        self.scroll = self.scroll.min(n.saturating_sub(page));
+    }
+
+    /// Open the selected event's detail (of `events`, oldest first as the data keeps them).
+    pub fn open_selected(&mut self, events: &std::collections::VecDeque<NodeEventRecord>) {
+        self.open = events.iter().rev().nth(self.selected).map(|e| e.seq);
     }
 }
 
-/// Rows of events the view shows in `body` (a bordered table with a header row).
+/// What a key does while an event's detail is open: Esc, Enter, q and the keys that go back
+/// close it; the rest do nothing (the list behind it stays as it was).
+pub fn detail_key(ev: &crossterm::event::KeyEvent) -> Option<Action> {
+    use crossterm::event::KeyCode;
+    match ev.code {
+        KeyCode::Esc
+        | KeyCode::Enter
+        | KeyCode::Backspace
+        | KeyCode::Left
+        | KeyCode::Char('q' | 'h') => Some(Action::Close),
+        _ => None,
+    }
+}
+
+/// Rows of one line each the view has room for in `body` (a bordered table with a header).
 pub fn page_rows(body: Rect) -> usize {
     body.height.saturating_sub(3) as usize
 }
 
-/// One event in the view's columns: who, what (the run, for a run's events), old → new, why.
-pub fn columns(e: &NodeEvent) -> [String; 4] {
-    let or_dash = |s: &Option<String>| s.clone().unwrap_or_default();
-    match e {
-        NodeEvent::DaemonStarted {
-            pid,
-            version,
-            telemetry,
-            adopted,
-            readonly,
-        } => [
-            "daemon".into(),
-            format!("daemon started (pid {pid}, {version})"),
-            String::new(),
-            format!(
-                "{telemetry}; {adopted} run{} adopted{}",
-                if *adopted == 1 { "" } else { "s" },
-                if *readonly { "; read-only" } else { "" }
-            ),
-        ],
-        NodeEvent::DaemonStopped { pid, reason } => [
-            "daemon".into(),
-            format!("daemon stopped (pid {pid})"),
-            String::new(),
-            reason.clone(),
-        ],
-        NodeEvent::RunStarted { run, by, why, .. } => {
-            [by.clone(), run.clone(), "→ running".into(), or_dash(why)]
-        }
-        NodeEvent::RunAdopted { run, pid, status } => [
-            "daemon".into(),
-            run.clone(),
-            format!("adopted, {}", status.as_str()),
-            pid.map_or(String::new(), |p| format!("pid {p}")),
-        ],
-        NodeEvent::RunStatus {
-            run,
-            old,
-            new,
-            by,
-            why,
-        } => [
-            by.clone(),
-            run.clone(),
-            format!("{} → {}", old.as_str(), new.as_str()),
-            why.clone(),
-        ],
-        NodeEvent::PeerRefused { uid, pid, reason } => [
-            match pid {
-                Some(p) => format!("uid {uid} (pid {p})"),
-                None => format!("uid {uid}"),
-            },
-            "refused".into(),
-            String::new(),
-            reason.clone(),
-        ],
-        NodeEvent::Trainer {
-            run,
-            attached,
-            pid,
-            rank,
-        } => [
-            "trainer".into(),
-            run.clone(),
-            match (rank, attached) {
-                (Some(r), true) => format!("rank {r} attached"),
-                (Some(r), false) => format!("rank {r} detached"),
-                (None, true) => "attached".into(),
-                (None, false) => "detached".into(),
-            },
-            pid.map_or(String::new(), |p| format!("pid {p}")),
-        ],
-        NodeEvent::RankRefused {
-            run,
-            rank,
-            world_size,
-            reason,
-            ..
-        } => [
-            "trainer".into(),
-            run.clone(),
-            format!("rank {rank} of {world_size} refused"),
-            reason.clone(),
-        ],
-        NodeEvent::RelayOpened {
-            run, node, rank, ..
-        } => [
-            "trainer".into(),
-            run.clone(),
-            match rank {
-                Some(r) => format!("rank {r} relayed to {node}"),
-                None => format!("relayed to {node}"),
-            },
-            String::new(),
-        ],
-        NodeEvent::RelayFailed {
-            run,
-            node,
-            rank,
-            reason,
-            ..
-        } => [
-            "trainer".into(),
-            run.clone(),
-            match rank {
-                Some(r) => format!("rank {r}: no relay to {node}"),
-                None => format!("no relay to {node}"),
-            },
-            reason.clone(),
-        ],
-        NodeEvent::KnobStaged {
-            run,
-            knob,
-            value,
-            apply_step,
-            ranks,
-            rtt_ms,
-            ..
-        } => [
-            "trainer".into(),
-            run.clone(),
-            format!("{knob} → {value} agreed by all {ranks} ranks"),
-            format!("every rank applies it at step {apply_step}; agreed in {rtt_ms:.1} ms"),
-        ],
-        NodeEvent::KnobStray {
-            run, rank, what, ..
-        } => [
-            "trainer".into(),
-            run.clone(),
-            rank.map_or("a rank".to_string(), |r| format!("rank {r}")),
-            what.clone(),
-        ],
-        NodeEvent::KnobChanged {
-            run,
-            knob,
-            old,
-            new,
-            via,
-            by,
-            why,
-            ..
-        } => [
-            by.clone(),
-            run.clone(),
-            format!(
-                "{knob} {} → {new}",
-                old.map_or("?".to_string(), |o| o.to_string())
-            ),
-            match via {
-                crate::protocol::KnobVia::Trainer => or_dash(why),
-                crate::protocol::KnobVia::Restart => format!("by restart; {}", or_dash(why)),
-            },
-        ],
-        NodeEvent::KnobApplied {
-            run,
-            knob,
-            value,
-            rtt_ms,
-            ranks,
-            step,
-            ..
-        } => [
-            "trainer".into(),
-            run.clone(),
-            match (ranks, step) {
-                (Some(n), Some(s)) => format!("{knob} = {value} applied on {n} ranks at step {s}"),
-                _ => format!("{knob} = {value} applied"),
-            },
-            format!("round trip {rtt_ms:.1} ms"),
-        ],
-        NodeEvent::KnobRejected {
-            run,
-            knob,
-            value,
-            reason,
-            kept,
-            rank,
-            ..
-        } => match reason.strip_prefix("called off on every rank: ") {
-            // A change to several ranks that a rank refused (or that timed out): no rank
-            // changed.
-            Some(why) => [
-                "trainer".into(),
-                run.clone(),
-                format!("{knob} = {value} called off"),
-                match kept {
-                    Some(k) => format!("{why}; every rank keeps {k}"),
-                    None => why.to_string(),
-                },
-            ],
-            None if rank.is_some() => [
-                "trainer".into(),
-                run.clone(),
-                format!("{knob} = {value} not applied by every rank"),
-                reason.clone(),
-            ],
-            None => [
-                "trainer".into(),
-                run.clone(),
-                format!("{knob} = {value} rejected"),
-                reason.clone(),
-            ],
-        },
-        NodeEvent::TrainerError { run, kind, message } => [
-            "trainer".into(),
-            run.clone(),
-            format!("error: {kind}"),
-            or_dash(message),
-        ],
-        NodeEvent::GpuChanged {
-            gpu,
-            what,
-            old,
-            new,
-            by,
-            why,
-        } => [
-            by.clone(),
-            format!("GPU {gpu}"),
-            format!(
-                "{} {} → {}",
-                what.replace('_', " "),
-                old.as_deref().unwrap_or("?"),
-                new.as_deref().unwrap_or("?")
-            ),
-            or_dash(why),
-        ],
-        NodeEvent::PowerChangedOutside {
-            gpu, old_w, new_w, ..
-        } => [
-            "outside gpupilot".into(),
-            format!("GPU {gpu}"),
-            format!(
-                "power limit {} → {}",
-                crate::control::power::watts(*old_w),
-                crate::control::power::watts(*new_w)
-            ),
-            "changed outside gpupilot (power reset restores the limit before)".into(),
-        ],
-        NodeEvent::Xid {
-            gpu,
-            xid,
-            name,
-            repeats,
-            ..
-        } => {
-            let info = crate::telemetry::xid::explain(*xid);
-            [
-                "driver".into(),
-                format!("GPU {gpu}: XID {xid}"),
-                repeats.map_or(String::new(), |n| format!("{n} more in a storm")),
-                format!("{name}: {}; {}", info.meaning, info.action),
-            ]
-        }
-        // Events of the control loops and anything newer: their name and fields as they are
-        // in events.jsonl, so no event is ever hidden from the view.
-        #[allow(unreachable_patterns)]
-        other => generic_columns(other),
-    }
+/// One event in the view's columns (who, what, change, why), escaped for the terminal.
+pub fn columns(e: &crate::protocol::NodeEvent) -> [String; 4] {
+    let Words {
+        who,
+        subject,
+        change,
+        why,
+    } = words(e);
+    [who, subject, change, why].map(|c| printable(&c))
 }
 
-/// Any event as `daemon | <event name> | | key=value …`.
-fn generic_columns(e: &NodeEvent) -> [String; 4] {
-    let value = serde_json::to_value(e).unwrap_or_default();
-    let name = value["event"].as_str().unwrap_or("event").replace('_', " ");
-    let by = value["by"].as_str().unwrap_or("daemon").to_string();
-    let fields = value
-        .as_object()
-        .into_iter()
-        .flatten()
-        .filter(|(k, _)| !matches!(k.as_str(), "event" | "by"))
-        .map(|(k, v)| match v {
-            serde_json::Value::String(s) => format!("{k}={s}"),
-            v => format!("{k}={v}"),
-        })
-        .collect::<Vec<_>>()
-        .join(" ");
-    [by, name, String::new(), fields]
+/// `text` in lines of at most `width` cells, broken between words where it can be; a word
+/// longer than a line is cut where the line ends.
+pub fn wrap(text: &str, width: usize) -> Vec<String> {
+    let width = width.max(1);
+    let mut lines = Vec::new();
+    let mut line = String::new();
+    for word in text.split(' ') {
+        let fits = line.is_empty() || line.width() + 1 + word.width() <= width;
+        if !fits {
+            lines.push(std::mem::take(&mut line));
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        for c in word.chars() {
+            let cw = unicode_width::UnicodeWidthChar::width(c).unwrap_or(0);
+            if line.width() + cw > width {
+                lines.push(std::mem::take(&mut line));
+            }
+            line.push(c);
+        }
+    }
+    if !line.is_empty() || lines.is_empty() {
+        lines.push(line);
+    }
+    lines
+}
+
+/// [`wrap`], at most `max` lines; the last one ends in `…` when text was left out.
+fn wrap_at_most(text: &str, width: usize, max: usize) -> Vec<String> {
+    let mut lines = wrap(text, width);
+    if lines.len() > max {
+        lines.truncate(max);
+        if let Some(last) = lines.last_mut() {
+            while !last.is_empty() && last.width() + 1 > width {
+                last.pop();
+            }
+            last.push('…');
+        }
+    }
+    lines
 }
 
 /// `2026-11-30T04:07:55.652Z` as `11-30 04:07:55` (the column says UTC).
@@ -326,6 +139,80 @@ fn short_time(rfc3339: &str) -> String {
         (Some(d), Some(t)) => format!("{d} {t}"),
         _ => rfc3339.to_string(),
     }
+}
+
+/// How the columns share a width: the time, who and what sized to what they hold (up to a
+/// share of the width), the change to what is left (and to its longest row, where a why
+/// column sits beside it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Widths {
+    time: usize,
+    who: usize,
+    what: usize,
+    change: usize,
+    /// None: no column of its own; the why goes under the change.
+    why: Option<usize>,
+}
+
+impl Widths {
+    fn of(inner: usize, rows: &[[String; 4]]) -> Widths {
+        let narrow = inner < 118;
+        let longest = |i: usize| rows.iter().map(|r| r[i].width()).max().unwrap_or(0);
+        let time = if narrow { 8 } else { 14 };
+        let who = longest(0).clamp(3, if narrow { 12 } else { inner * 2 / 9 });
+        // A run's id is 21 cells: room for one at every width.
+        let what = longest(1).clamp(4, if narrow { 22 } else { (inner / 6).max(22) });
+        let gaps = if narrow { 3 } else { 4 };
+        let rest = inner.saturating_sub(time + who + what + gaps).max(1);
+        if narrow {
+            return Widths {
+                time,
+                who,
+                what,
+                change: rest,
+                why: None,
+            };
+        }
+        // The change takes what it needs, leaving the why at least a third.
+        let change = longest(2).clamp(6, (rest * 2 / 3).max(6)).min(rest);
+        Widths {
+            time,
+            who,
+            what,
+            change,
+            why: Some(rest.saturating_sub(change + 1).max(1)),
+        }
+    }
+}
+
+/// A cell's lines, each with whether it is dim.
+type CellLines = Vec<(String, bool)>;
+
+/// One event's cells, wrapped to `w`: the lines of each, and the row's height.
+fn cells(cols: &[String; 4], time: String, w: Widths) -> (Vec<CellLines>, usize) {
+    let [who, what, change, why] = cols;
+    let plain = |v: Vec<String>| v.into_iter().map(|l| (l, false)).collect::<CellLines>();
+    let dim = |v: Vec<String>| v.into_iter().map(|l| (l, true)).collect::<CellLines>();
+    let mut change_lines = plain(wrap(change, w.change));
+    let mut out = vec![
+        dim(vec![time]),
+        plain(wrap_at_most(who, w.who, 2)),
+        plain(wrap_at_most(what, w.what, 2)),
+    ];
+    match w.why {
+        Some(why_w) => {
+            out.push(change_lines);
+            out.push(dim(wrap_at_most(why, why_w, 3)));
+        }
+        None => {
+            if !why.is_empty() {
+                change_lines.extend(dim(wrap_at_most(why, w.change, 1)));
+            }
+            out.push(change_lines);
+        }
+    }
+    let height = out.iter().map(Vec::len).max().unwrap_or(1);
+    (out, height)
 }
 
 /// The Events view, borrowed for one frame.
@@ -360,182 +247,198 @@ impl Widget for EventsView<'_> {
                 .render(area, buf);
             return;
         }
-        let page = page_rows(area);
-        let scroll = self
-            .state
-            .scroll
-            .min(events.len().saturating_sub(page.max(1)));
-        // Narrow terminals get the time of day and the user's name; wide ones everything.
-        let (narrow, wide) = (area.width < 120, area.width >= 160);
-        let rows: Vec<Row> = events
-            .iter()
-            .rev()
-            .skip(scroll)
-            .take(page)
-            .map(|e: &NodeEventRecord| {
-                // Who and why are a peer's words, and so may be a run's name.
-                let [who, what, change, why] = columns(&e.event).map(|c| printable(&c));
-                let (time, who) = if narrow {
-                    let name = who.split(" (uid").next().unwrap_or(&who).to_string();
-                    (e.time.get(11..19).unwrap_or(&e.time).to_string(), name)
+        let n = events.len();
+        let lines = page_rows(area);
+        let selected = self.state.selected.min(n - 1);
+        let narrow = area.width < 120;
+        // The candidates: every row shown is among the `lines` events from the first one.
+        let mut start = self.state.scroll.min(selected);
+        let newest_first = |from: usize| events.iter().rev().skip(from).take(lines.max(1));
+        let texts = |from: usize| -> Vec<(String, [String; 4])> {
+            newest_first(from)
+                .map(|e: &NodeEventRecord| {
+                    let mut cols = columns(&e.event);
+                    let time = if narrow {
+                        // The user's name without the uid and pid.
+                        if let Some(name) = cols[0].split(" (uid").next() {
+                            cols[0] = name.to_string();
+                        }
+                        e.time.get(11..19).unwrap_or(&e.time).to_string()
+                    } else {
+                        short_time(&e.time)
+                    };
+                    (time, cols)
+                })
+                .collect()
+        };
+        let inner = area.width.saturating_sub(2) as usize;
+        let (rows, widths) = loop {
+            let page = texts(start);
+            let cols: Vec<[String; 4]> = page.iter().map(|(_, c)| c.clone()).collect();
+            let widths = Widths::of(inner, &cols);
+            let mut used = 0;
+            let mut rows = Vec::new();
+            for (i, (time, cols)) in page.into_iter().enumerate() {
+                let (cells, height) = cells(&cols, time, widths);
+                if used + height > lines && !rows.is_empty() {
+                    break;
+                }
+                used += height;
+                rows.push((start + i, cells, height));
+            }
+            // Taller rows can push the selection off the page: start further down.
+            let shown = rows.last().map_or(start, |r| r.0);
+            if selected <= shown || start >= selected {
+                break (rows, widths);
+            }
+            start += 1;
+        };
+        let first = rows.first().map_or(0, |r| r.0);
+        let last = rows.last().map_or(0, |r| r.0);
+        let table_rows: Vec<Row> = rows
+            .into_iter()
+            .map(|(i, cells, height)| {
+                let row = Row::new(cells.into_iter().map(|lines| {
+                    let text: Vec<Line> = lines
+                        .into_iter()
+                        .map(|(s, dim)| {
+                            if dim {
+                                Line::styled(s, t.dim)
+                            } else {
+                                Line::raw(s)
+                            }
+                        })
+                        .collect();
+                    Cell::from(Text::from(text))
+                }))
+                .height(height as u16);
+                if i == selected {
+                    row.style(t.selected)
                 } else {
-                    (short_time(&e.time), who)
-                };
-                Row::new(vec![
-                    Cell::from(Span::styled(time, t.dim)),
-                    Cell::from(who),
-                    Cell::from(what),
-                    Cell::from(change),
-                    Cell::from(Span::styled(why, t.dim)),
-                ])
+                    row
+                }
             })
             .collect();
-        let widths = match (narrow, wide) {
-            (true, _) => [8, 12, 25, 19],
-            (false, false) => [14, 24, 30, 20],
-            (false, true) => [14, 42, 34, 22],
-        }
-        .map(Constraint::Length);
-        let widths = [
-            widths[0],
-            widths[1],
-            widths[2],
-            widths[3],
-            Constraint::Fill(1),
+        let mut constraints = vec![
+            Constraint::Length(widths.time as u16),
+            Constraint::Length(widths.who as u16),
+            Constraint::Length(widths.what as u16),
         ];
-        let mut block = block;
-        if events.len() > page {
-            let more = format!(
-                " {}–{} of {}  j/k PgUp/PgDn ",
-                scroll + 1,
-                (scroll + page).min(events.len()),
-                events.len()
-            );
-            block = block.title_bottom(Line::styled(more, t.dim).right_aligned());
+        let mut header = vec![if narrow { "UTC" } else { "TIME (UTC)" }, "WHO", "WHAT"];
+        match widths.why {
+            Some(_) => {
+                constraints.extend([
+                    Constraint::Length(widths.change as u16),
+                    Constraint::Fill(1),
+                ]);
+                header.extend(["CHANGE", "WHY"]);
+            }
+            None => {
+                constraints.push(Constraint::Fill(1));
+                header.push("CHANGE · why");
+            }
         }
-        Table::new(rows, widths)
-            .header(
-                Row::new(vec![
-                    if narrow { "UTC" } else { "TIME (UTC)" },
-                    "WHO",
-                    "RUN / WHAT",
-                    "CHANGE",
-                    "WHY",
-                ])
-                .style(t.dim),
+        let more = if last + 1 - first < n {
+            format!(
+                " {}–{} of {} · {} of {n} ",
+                first + 1,
+                last + 1,
+                n,
+                selected + 1
             )
+        } else {
+            format!(" {} of {n} ", selected + 1)
+        };
+        let block = block.title_bottom(Line::styled(more, t.dim).right_aligned());
+        Table::new(table_rows, constraints)
+            .header(Row::new(header).style(t.dim))
             .column_spacing(1)
             .block(block)
             .render(area, buf);
+        if let Some(seq) = self.state.open {
+            if let Some(e) = events.iter().find(|e| e.seq == seq) {
+                detail::Detail {
+                    record: e,
+                    theme: t,
+                }
+                .render(area, buf);
+            }
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::NodeEvent;
 
     #[test]
-    fn scrolling_stays_within_the_list() {
+    fn the_selection_stays_within_the_list_and_the_page_follows_it() {
         let mut s = EventsState::default();
         s.apply(Action::ScrollUp, 30, 10);
-        assert_eq!(s.scroll, 0);
+        assert_eq!((s.selected, s.scroll), (0, 0));
         s.apply(Action::PageDown, 30, 10);
-        assert_eq!(s.scroll, 9);
-        s.apply(Action::PageDown, 30, 10);
-        s.apply(Action::PageDown, 30, 10);
-        assert_eq!(s.scroll, 20, "the last page is full");
+        assert_eq!((s.selected, s.scroll), (9, 0));
+        s.apply(Action::ScrollDown, 30, 10);
+        assert_eq!(
+            (s.selected, s.scroll),
+            (10, 1),
+            "scrolled to keep it in sight"
+        );
+        s.apply(Action::Bottom, 30, 10);
+        assert_eq!((s.selected, s.scroll), (29, 20), "the last page is full");
+        s.apply(Action::ScrollDown, 30, 10);
+        assert_eq!(s.selected, 29);
         s.apply(Action::Top, 30, 10);
-        assert_eq!(s.scroll, 0);
+        assert_eq!((s.selected, s.scroll), (0, 0));
         s.apply(Action::Bottom, 5, 10);
-        assert_eq!(s.scroll, 0, "all fit");
+        assert_eq!((s.selected, s.scroll), (4, 0), "all fit");
     }
 
     #[test]
-    fn a_change_to_several_ranks_reads_as_agreed_applied_or_called_off() {
-        use crate::protocol::KnobName;
-        let knob = KnobName::BatchSize;
-        let staged = NodeEvent::KnobStaged {
-            run: "r".into(),
-            change: 3,
-            knob,
-            value: 64,
-            apply_step: 1234,
-            ranks: 4,
-            rtt_ms: 3.08,
+    fn open_takes_the_selected_event_by_its_seq() {
+        let rec = |seq| NodeEventRecord {
+            seq,
+            time: "2026-11-30T04:07:55.652Z".into(),
+            event: NodeEvent::DaemonStopped {
+                pid: 1,
+                reason: "SIGTERM".into(),
+            },
         };
-        assert_eq!(
-            columns(&staged)[2..],
-            [
-                "batch_size → 64 agreed by all 4 ranks".to_string(),
-                "every rank applies it at step 1234; agreed in 3.1 ms".into()
-            ]
-        );
-        let applied = NodeEvent::KnobApplied {
-            run: "r".into(),
-            change: 3,
-            knob,
-            value: 64,
-            rtt_ms: 9.0,
-            ranks: Some(4),
-            step: Some(1234),
+        let events: std::collections::VecDeque<_> = (1..=5).map(rec).collect();
+        let mut s = EventsState {
+            selected: 1,
+            ..Default::default()
         };
-        assert_eq!(
-            columns(&applied)[2],
-            "batch_size = 64 applied on 4 ranks at step 1234"
-        );
-        let rejected = |reason: &str, rank| NodeEvent::KnobRejected {
-            run: "r".into(),
-            change: 3,
-            knob,
-            value: 64,
-            kept: Some(32),
-            reason: reason.into(),
-            rtt_ms: 5.0,
-            rank,
-        };
-        let off = rejected(
-            "called off on every rank: rank 2 refused: out of memory",
-            Some(2),
-        );
-        assert_eq!(
-            columns(&off)[2..],
-            [
-                "batch_size = 64 called off".to_string(),
-                "rank 2 refused: out of memory; every rank keeps 32".into()
-            ]
-        );
-        let partial = rejected(
-            "applied at step 1234 by 3 of 4 ranks (rank 1: gone)",
-            Some(1),
-        );
-        assert_eq!(
-            columns(&partial)[2],
-            "batch_size = 64 not applied by every rank"
-        );
-        assert_eq!(
-            columns(&rejected("out of memory", None))[2],
-            "batch_size = 64 rejected"
-        );
+        s.open_selected(&events);
+        assert_eq!(s.open, Some(4), "the second newest");
     }
 
     #[test]
-    fn an_xid_reads_with_its_meaning_and_what_to_do() {
-        let e = NodeEvent::Xid {
-            gpu: 2,
-            uuid: None,
-            xid: 48,
-            name: "Double Bit ECC Error".into(),
-            action: String::new(),
-            repeats: None,
-        };
-        let [who, what, change, why] = columns(&e);
-        assert_eq!((who.as_str(), what.as_str()), ("driver", "GPU 2: XID 48"));
-        assert_eq!(change, "");
-        assert!(
-            why.starts_with("Double Bit ECC Error: GPU memory returned"),
-            "{why}"
+    fn wrapping_breaks_between_words_and_cuts_only_long_words() {
+        assert_eq!(
+            wrap("power limit 700 W → 300 W", 12),
+            ["power limit", "700 W → 300", "W"]
         );
-        assert!(why.ends_with("drain the GPU and reset it; replace it if it happens again"));
+        assert_eq!(wrap("abcdefgh", 3), ["abc", "def", "gh"]);
+        assert_eq!(wrap("", 5), [""]);
+        assert_eq!(wrap_at_most("one two three four", 9, 1), ["one two…"]);
+    }
+
+    #[test]
+    fn the_change_column_grows_with_the_terminal() {
+        let rows = vec![[
+            "root (uid 0) via gpupilot (pid 9)".to_string(),
+            "GPU 1".into(),
+            "power limit 700 W → 300 W".into(),
+            "a reason long enough to need a line of its own and then some".into(),
+        ]];
+        let w80 = Widths::of(78, &rows);
+        assert_eq!(w80.why, None, "narrow: the why goes under the change");
+        assert!(w80.change >= "power limit 700 W → 300 W".len(), "{w80:?}");
+        let w200 = Widths::of(198, &rows);
+        assert_eq!(w200.change, "power limit 700 W → 300 W".width());
+        assert!(w200.why.unwrap() > 60, "{w200:?}");
     }
 
     #[test]
