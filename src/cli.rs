@@ -135,6 +135,10 @@ each user's own daemon. See docs/operations.md, \"A root daemon for power contro
     Logs(LogsArgs),
     /// Stop a run: SIGTERM to its process group, SIGKILL after the grace period.
     Stop(StopArgs),
+    /// The node's event log: who changed what, old → new, when and why, one event a line in
+    /// the console's words; --follow prints new ones as they happen.
+    #[command(long_about = EVENTS_ABOUT)]
+    Events(EventsArgs),
     /// Work with run profiles.
     #[command(subcommand)]
     Profile(ProfileCommand),
@@ -871,6 +875,37 @@ pub struct LogsArgs {
     /// whose every line starts with the rank that wrote it: `[rank1]: …`.
     #[arg(long, value_name = "N")]
     pub rank: Option<u32>,
+}
+
+const EVENTS_ABOUT: &str = "Print the node's event log, oldest first, one event a line in the \
+words of the console's Events view: the time (UTC), who made the change (a user, the energy \
+tuner, the thermal governor, the power budget, an alert, the daemon), what it is about, what \
+changed (old → new, with units) and why. Power caps, clock locks, knob changes, runs starting \
+and ending, alerts raised and cleared, the tuner's and the governor's steps are all there. The \
+daemon must be running; it keeps the newest 4096 events (the rest are in $STATE/events.jsonl). \
+--json prints one JSON object a line: the event's fields as events.jsonl has them, plus `text` \
+(the line's words) and `undo` (the command that undoes it, or null). --follow keeps printing \
+new events until Ctrl-C, or until the daemon goes away. --since takes RFC 3339 \
+(`2026-11-30T03:15:00Z`) or a length back from now (`90s`, `15m`, `2h`, `1d`).";
+
+/// Options of `gpupilot events`.
+#[derive(Debug, Args, Clone)]
+pub struct EventsArgs {
+    /// Only events from this time on: RFC 3339, or a length back from now (`15m`, `2h`, `1d`).
+    #[arg(long, value_name = "DURATION|TIME", value_parser = parse_when)]
+    pub since: Option<When>,
+    /// Keep printing new events as they happen (Ctrl-C stops).
+    #[arg(long, short = 'f')]
+    pub follow: bool,
+    /// One JSON object a line: the event's fields, its words (`text`) and its `undo`.
+    #[arg(long)]
+    pub json: bool,
+    /// Only the events of this run: an id, a unique id prefix, a run name, or `last`.
+    #[arg(long, value_name = "RUN")]
+    pub run: Option<String>,
+    /// Only the events about these GPUs (`--gpu 1` or `--gpu 0,2`).
+    #[arg(long = "gpu", value_name = "I,J", value_delimiter = ',')]
+    pub gpu: Vec<u32>,
 }
 
 #[derive(Debug, Args, Clone)]

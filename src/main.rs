@@ -54,6 +54,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Some(Command::Attach(args)) => commands::runs::attach(&g, &args),
         Some(Command::Logs(args)) => commands::runs::logs(&args),
         Some(Command::Stop(args)) => commands::runs::stop(&args),
+        Some(Command::Events(args)) => commands::events::events(&args),
         Some(Command::Profile(ProfileCommand::Check { file })) => commands::profile::check(&file),
         Some(Command::Power(args)) => commands::power::power(&g, &args),
         Some(Command::Set(args)) => commands::knobs::set(&args),

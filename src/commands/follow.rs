@@ -146,7 +146,7 @@ fn pump_once(
 }
 
 /// Sleep for `d`; true (at once) when `stop` turns true meanwhile.
-fn sleep_unless_stopped(d: Duration, stop: &AtomicBool) -> bool {
+pub(super) fn sleep_unless_stopped(d: Duration, stop: &AtomicBool) -> bool {
     let until = Instant::now() + d;
     loop {
         if stop.load(Ordering::SeqCst) {
@@ -199,7 +199,7 @@ fn reconnect(
 }
 
 /// A lost connection in words, without the client's generic advice.
-fn lost_reason(e: &ClientError) -> String {
+pub(super) fn lost_reason(e: &ClientError) -> String {
     match e {
         ClientError::Closed { .. } => "it closed the connection".into(),
         e => e.to_string(),

@@ -14,6 +14,7 @@ pub mod completions;
 pub mod console;
 pub mod daemon;
 pub mod doctor;
+pub mod events;
 pub mod export;
 mod follow;
 pub mod knobs;

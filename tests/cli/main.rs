@@ -12,6 +12,7 @@ mod bad_input;
 mod bench_cuda;
 mod console_docs;
 mod doctor;
+mod events;
 mod export;
 mod fuzz;
 mod mig;
