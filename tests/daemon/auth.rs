@@ -5,6 +5,7 @@
 //! file mode, is what refuses: both must hold on their own.
 
 use crate::support::home::Home;
+use crate::support::proc::reachable_by_others;
 use std::os::unix::fs::PermissionsExt;
 use std::process::{Command, Stdio};
 
@@ -12,9 +13,10 @@ const NOBODY: &str = "65534";
 
 fn as_nobody(home: &Home, args: &[&str]) -> std::process::Output {
     let plain = home.gpupilot(args);
+    let exe = reachable_by_others(std::path::Path::new(plain.get_program()));
     let mut cmd = Command::new("setpriv");
     cmd.args(["--reuid", NOBODY, "--regid", NOBODY, "--clear-groups", "--"])
-        .arg(plain.get_program())
+        .arg(exe.path())
         .args(plain.get_args())
         .current_dir("/")
         .env("GPUPILOT_HOME", home.root())

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::support::count_lines;
 use crate::support::home::{DaemonProc, Home, Raw};
-use crate::support::proc::this_test_binary;
+use crate::support::proc::{Reachable, this_test_binary_for_others};
 use crate::support::wait::{poll, wait_for};
 use gpupilot::client::Client;
 use gpupilot::config::Paths;
@@ -313,15 +313,16 @@ fn system_daemon(limits: &str) -> (tempfile::TempDir, Paths, DaemonProc) {
 }
 
 /// This test binary again, as uid 65534, running only `helper` (a test of this module), with
-/// `env` set to the daemon's socket.
-fn as_nobody(helper: &str, env: &str, paths: &Paths) -> Command {
-    let mut cmd = this_test_binary(module_path!(), helper);
+/// `env` set to the daemon's socket; from where that user can reach it, for as long as the
+/// [`Reachable`] is kept.
+fn as_nobody(helper: &str, env: &str, paths: &Paths) -> (Reachable, Command) {
+    let (exe, mut cmd) = this_test_binary_for_others(module_path!(), helper);
     cmd.env(env, gpupilot::ipc::socket_path(paths))
         .uid(65534)
         .gid(65534)
         .current_dir("/")
         .stdin(Stdio::null());
-    cmd
+    (exe, cmd)
 }
 
 /// Requests refused from one peer in this test.
@@ -392,9 +393,8 @@ fn refusals_are_coalesced_and_a_flood_is_rate_limited() {
     let log = paths.state.join("daemon.log");
     let (events_before, log_before) = (count_lines(&events), count_lines(&log));
 
-    let out = as_nobody("flood_helper", FLOOD_ENV, &paths)
-        .output()
-        .unwrap();
+    let (_exe, mut flood) = as_nobody("flood_helper", FLOOD_ENV, &paths);
+    let out = flood.output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -539,7 +539,8 @@ fn memory_stays_bounded_and_is_freed_after_400_connections_with_unfinished_megab
     std::thread::sleep(Duration::from_secs(1));
     let baseline = rss_kb(pid);
 
-    let mut hold = as_nobody("hold_helper", HOLD_ENV, &paths)
+    let (_exe, mut hold) = as_nobody("hold_helper", HOLD_ENV, &paths);
+    let mut hold = hold
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

@@ -16,8 +16,8 @@ use std::time::Duration;
 use crate::support::home::{DaemonProc, Home, node_events};
 use crate::support::nvml::FakeNode;
 use crate::support::peers::peer;
-use crate::support::proc::helper_args;
 use crate::support::proc::send;
+use crate::support::proc::{Reachable, helper_args, reachable_by_others};
 use crate::support::tmux::Tmux;
 use crate::support::wait::wait_for;
 use gpupilot::client::Client;
@@ -61,6 +61,8 @@ struct System {
     dir: tempfile::TempDir,
     paths: Paths,
     daemon: Option<DaemonProc>,
+    /// The gpupilot binary where uid 65534 can run it.
+    exe: Reachable,
 }
 
 impl System {
@@ -75,6 +77,7 @@ impl System {
             }),
             dir,
             daemon: None,
+            exe: reachable_by_others(Path::new(env!("CARGO_BIN_EXE_gpupilot"))),
         };
         let mut args = vec!["daemon", "--system", "--rate", "10"];
         args.extend_from_slice(extra);
@@ -99,7 +102,7 @@ impl System {
 
     /// `gpupilot --source sim --gpus 2 ARGS…` as `who`, with this system directory, from `/`.
     fn cmd(&self, who: As, args: &[&str]) -> Command {
-        let exe = env!("CARGO_BIN_EXE_gpupilot");
+        let exe = self.exe.path();
         let mut cmd = match who {
             As::Root => Command::new(exe),
             As::Nobody { gid, groups } => {
@@ -110,7 +113,7 @@ impl System {
                 } else {
                     c.args(["--groups", &groups.join(",")]);
                 }
-                c.args(["--", exe]);
+                c.arg("--").arg(exe);
                 c
             }
         };
@@ -216,13 +219,14 @@ fn raw_client_child() {
 
 /// Send `frames` to the system daemon as `who` through [`raw_client_child`]; the answers.
 fn raw_as(s: &System, who: As, frames: &[&str]) -> Vec<Value> {
-    let me = std::env::current_exe().unwrap();
+    let me = reachable_by_others(&std::env::current_exe().unwrap());
+    let me = me.path();
     let mut cmd = match who {
-        As::Root => Command::new(&me),
+        As::Root => Command::new(me),
         As::Nobody { gid, .. } => {
             let mut c = Command::new("setpriv");
             c.args(["--reuid", NOBODY, "--regid", gid, "--clear-groups", "--"])
-                .arg(&me);
+                .arg(me);
             c
         }
     };
@@ -408,9 +412,10 @@ fn system_mode_needs_root_and_a_group_that_exists_or_only_root_changes() {
     // Not root: refused before anything is made.
     let tmp = tempfile::tempdir().unwrap();
     std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let exe = reachable_by_others(Path::new(env!("CARGO_BIN_EXE_gpupilot")));
     let out = Command::new("setpriv")
         .args(["--reuid", NOBODY, "--regid", NOBODY, "--clear-groups", "--"])
-        .arg(env!("CARGO_BIN_EXE_gpupilot"))
+        .arg(exe.path())
         .args(["--source", "sim", "daemon", "--system"])
         .env("GPUPILOT_SYSTEM_DIR", tmp.path().join("sys"))
         .current_dir("/")
@@ -589,7 +594,7 @@ fn the_console_shows_the_system_daemons_gpus_to_any_user() {
     tmux.type_line(&format!(
         "GPUPILOT_SYSTEM_DIR={} setpriv --reuid {NOBODY} --regid {NO_GROUP} --clear-groups {} --system",
         s.sys_dir().display(),
-        env!("CARGO_BIN_EXE_gpupilot")
+        s.exe.path().display()
     ));
     // The system daemon's two simulated GPUs, live, in a console run by uid 65534.
     tmux.wait_screen("two H100 blocks", |screen| {
