@@ -391,9 +391,10 @@ log as it is printed. A daemon is started in the background when none answers.";
 
 const ATTACH_ABOUT: &str = "Open the console on a run's Run view: its state, how each attempt \
 ended, and the end of its log, followed live. Quitting (q) detaches and leaves the run running. RUN \
-is an id, a unique id prefix, a run name, or `last`; without it, the newest live run (else the \
-newest). When stdout is not a terminal it prints the run's last lines and then everything new until \
-the run ends; Ctrl-C detaches. A daemon is started in the background when none answers.";
+is an id, a unique id prefix, a run name (name:NAME for a name that reads as an id or `last`), or \
+`last`; without it, the newest live run (else the newest). When stdout is not a terminal it \
+prints the run's last lines and then everything new until the run ends; Ctrl-C detaches. A \
+daemon is started in the background when none answers.";
 
 const SET_ABOUT: &str = "Change a knob of a run while it trains: `gpupilot set RUN batch-size N` \
 or `gpupilot set RUN prefetch N`. The value must lie in the knob's range (the profile's [knobs] \
@@ -467,7 +468,7 @@ pub struct RanksArgs {
 /// Options of `gpupilot set`.
 #[derive(Debug, Args, Clone)]
 pub struct SetArgs {
-    /// An id, a unique id prefix, a run name, or `last`.
+    /// An id, a unique id prefix, a run name (or name:NAME), or `last`.
     #[arg(value_name = "RUN")]
     pub run: String,
     /// batch-size or prefetch.
@@ -724,7 +725,7 @@ fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
 /// Options of `gpupilot report`.
 #[derive(Debug, Args, Clone)]
 pub struct ReportArgs {
-    /// An id, a unique id prefix, a run name, or `last`.
+    /// An id, a unique id prefix, a run name (or name:NAME), or `last`.
     #[arg(value_name = "RUN")]
     pub run: String,
     /// Write the HTML report to FILE instead of the run directory's report.html.
@@ -760,7 +761,7 @@ pub struct ExportArgs {
     /// Only these GPUs (`--gpu 0,2`) of the GPU history.
     #[arg(long = "gpu", value_name = "I,J", value_delimiter = ',')]
     pub gpu: Vec<u32>,
-    /// A run (id, unique id prefix, name or `last`): its trainer metrics, or with
+    /// A run (id, unique id prefix, name, name:NAME or `last`): its trainer metrics, or with
     /// `--table gpus` the history of its GPUs over its span.
     #[arg(long, value_name = "ID")]
     pub run: Option<String>,
@@ -851,7 +852,7 @@ pub struct PsArgs {
 
 #[derive(Debug, Args, Clone)]
 pub struct AttachArgs {
-    /// An id, a unique id prefix, a run name, or `last`.
+    /// An id, a unique id prefix, a run name (or name:NAME), or `last`.
     #[arg(value_name = "RUN")]
     pub run: Option<String>,
     /// Another node: speak to its daemon through `ssh NODE gpupilot bridge` (SSH's own
@@ -862,7 +863,7 @@ pub struct AttachArgs {
 
 #[derive(Debug, Args, Clone)]
 pub struct LogsArgs {
-    /// An id, a unique id prefix, a run name, or `last`.
+    /// An id, a unique id prefix, a run name (or name:NAME), or `last`.
     #[arg(value_name = "RUN")]
     pub run: String,
     /// Keep printing new output until the run ends (Ctrl-C stops following).
@@ -910,7 +911,7 @@ pub struct EventsArgs {
 
 #[derive(Debug, Args, Clone)]
 pub struct StopArgs {
-    /// An id, a unique id prefix, a run name, or `last`.
+    /// An id, a unique id prefix, a run name (or name:NAME), or `last`.
     #[arg(value_name = "RUN")]
     pub run: String,
     /// SIGKILL now instead of SIGTERM and a grace period.
@@ -995,7 +996,7 @@ effective epoch): the batch part is opt-in.";
 /// Options of `gpupilot tune energy`.
 #[derive(Debug, Args, Clone)]
 pub struct TuneEnergyArgs {
-    /// An id, a unique id prefix, a run name, or `last`.
+    /// An id, a unique id prefix, a run name (or name:NAME), or `last`.
     #[arg(value_name = "RUN")]
     pub run: String,
     /// Weight of energy against time, 0..=1.

@@ -14,6 +14,7 @@ use crate::config::Paths;
 use crate::protocol::RunInfo;
 use crate::report::{self, Sources};
 use crate::supervisor::RunDir;
+use crate::supervisor::run_spec::SpecError;
 
 /// `gpupilot report`.
 pub fn report(args: &ReportArgs) -> anyhow::Result<ExitCode> {
@@ -52,8 +53,8 @@ fn write_html(path: &std::path::Path, html: &str) -> anyhow::Result<()> {
         .with_context(|| format!("writing {}", path.display()))
 }
 
-/// The run `spec` names: through the daemon, else by id, unique id prefix, name (the newest
-/// of that name) or `last` under `$STATE/runs/`.
+/// The run `spec` names: through the daemon, else under `$STATE/runs/` by the same rule
+/// ([`crate::supervisor::run_spec`]).
 pub(crate) fn find_run(
     paths: &Paths,
     client: Option<&Client>,
@@ -66,37 +67,16 @@ pub(crate) fn find_run(
     }
     let runs = RunDir::list(&paths.state)
         .with_context(|| format!("listing {}", RunDir::runs_root(&paths.state).display()))?;
-    let found = if spec == "last" {
-        runs.last().cloned()
-    } else if let Some(d) = runs.iter().find(|d| d.id() == spec) {
-        Some(d.clone())
-    } else {
-        let prefixed: Vec<&RunDir> = runs.iter().filter(|d| d.id().starts_with(spec)).collect();
-        match prefixed.as_slice() {
-            [one] => Some((*one).clone()),
-            [] => runs
-                .iter()
-                .rev()
-                .find(|d| {
-                    d.read_summary()
-                        .ok()
-                        .flatten()
-                        .is_some_and(|s| s.name == spec)
-                })
-                .cloned(),
-            many => anyhow::bail!(
-                "`{spec}` names {} runs ({}…): give more of the id",
-                many.len(),
-                many[0].id()
-            ),
-        }
-    };
-    found.map(|d| (d, None)).ok_or_else(|| {
-        anyhow::anyhow!(
-            "no run `{spec}` in {} (`gpupilot ps` lists the runs)",
+    let name = |d: &RunDir| d.read_summary().ok().flatten().map(|s| s.name);
+    match crate::supervisor::run_spec::resolve(spec, &runs, RunDir::id, name) {
+        Ok(d) => Ok((d.clone(), None)),
+        Err(SpecError::NoRuns | SpecError::Unknown(_)) => Err(anyhow::anyhow!(
+            "no run `{}` in {} (`gpupilot ps` lists the runs)",
+            spec.trim(),
             RunDir::runs_root(&paths.state).display()
-        )
-    })
+        )),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// The daemon's history of the run's GPUs over its span; every GPU of the node when the run's

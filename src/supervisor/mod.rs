@@ -14,6 +14,7 @@
 //! - `restart`: the restart policy as a pure function ([`restart::next_action`]).
 //! - `adopt`: what became of a run, from its directory alone ([`adopt::adopt`]).
 //! - `rundir`: the run directory and its files ([`RunDir`]).
+//! - `run_spec`: how a person names a run (id, id prefix, name, `name:NAME`, `last`).
 //! - `events`: `events.jsonl` lines and `summary.json` ([`Event`], [`Summary`]).
 //! - `slurm`: runs that are Slurm batch jobs (`sbatch`, `squeue`, `scancel`).
 //! - `ranks`: N local ranks with torchrun's environment (`gpupilot ranks`, `launcher = "ranks"`);
@@ -37,6 +38,7 @@ pub mod ranks;
 pub mod ranks_output;
 pub mod restart;
 mod run;
+pub mod run_spec;
 pub mod rundir;
 pub mod signal;
 pub mod slurm;

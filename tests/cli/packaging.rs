@@ -122,7 +122,7 @@ fn completions_for_each_shell_name_every_subcommand() {
     let zsh = stdout_of(&["completions", "zsh"]);
     assert!(zsh.starts_with("#compdef gpupilot"));
     assert!(zsh.contains(
-        ":run -- An id, a unique id prefix, a run name, or `last`:_gpupilot_values_runs'"
+        ":run -- An id, a unique id prefix, a run name (or name\\:NAME), or `last`:_gpupilot_values_runs'"
     ));
     let fish = stdout_of(&["completions", "fish"]);
     assert!(fish.contains(

@@ -1,6 +1,6 @@
 //! The daemon's table of runs: every run directory under `$STATE/runs`, the live ones driven
 //! by [`crate::supervisor::Run::poll`], and how a person names a run (id, id prefix, `last`,
-//! or its name).
+//! its name, `name:NAME`: [`run_spec`]).
 
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
@@ -8,6 +8,7 @@ use std::path::Path;
 use std::time::SystemTime;
 
 use crate::protocol::{ErrorCode, RunInfo};
+use crate::supervisor::run_spec::{self, SpecError};
 use crate::supervisor::{Clock, Run, RunDir, RunStatus};
 use crate::time::parse_rfc3339;
 
@@ -118,59 +119,26 @@ impl RunTable {
         all.into_iter().map(|(_, e)| e).collect()
     }
 
-    /// The id `spec` names: the id itself; `last` (the newest run by start time); a unique id
-    /// prefix; or a run name (the newest run of that name).
+    /// The id `spec` names ([`run_spec::resolve`]): the id itself; `last` (the newest run by
+    /// start time); a unique id prefix; a run name (the newest run of that name), or
+    /// `name:NAME` for a name that could be read as one of the others.
     pub fn resolve(&self, spec: &str) -> Result<String, RequestError> {
-        let spec = spec.trim();
-        if spec.is_empty() {
-            return Err(RequestError::new(
-                ErrorCode::BadRequest,
-                "name a run: its id, an id prefix, its name, or `last`",
-            ));
-        }
-        if self.entries.contains_key(spec) {
-            return Ok(spec.to_string());
-        }
-        if spec == "last" {
-            return self
-                .ordered()
-                .last()
-                .map(|e| e.run.id().to_string())
-                .ok_or_else(|| RequestError::new(ErrorCode::UnknownRun, "there are no runs yet"));
-        }
         let ordered = self.ordered();
-        let prefixed: Vec<&str> = ordered
-            .iter()
-            .map(|e| e.run.id())
-            .filter(|id| id.starts_with(spec))
-            .collect();
-        match prefixed.as_slice() {
-            [one] => return Ok((*one).to_string()),
-            [] => {}
-            many => {
-                let shown: Vec<&str> = many.iter().take(5).copied().collect();
-                let more = if many.len() > 5 { ", …" } else { "" };
-                return Err(RequestError::new(
-                    ErrorCode::AmbiguousRun,
-                    format!(
-                        "`{spec}` matches {} runs ({}{more}): give more of the id",
-                        many.len(),
-                        shown.join(", ")
-                    ),
-                ));
-            }
-        }
-        ordered
-            .iter()
-            .rev()
-            .find(|e| e.run.summary().name == spec)
-            .map(|e| e.run.id().to_string())
-            .ok_or_else(|| {
-                RequestError::new(
-                    ErrorCode::UnknownRun,
-                    format!("no run matches `{spec}`: `gpupilot ps` lists them"),
-                )
-            })
+        run_spec::resolve(
+            spec,
+            &ordered,
+            |e| e.run.id(),
+            |e| Some(e.run.summary().name.clone()),
+        )
+        .map(|e| e.run.id().to_string())
+        .map_err(|e| {
+            let code = match e {
+                SpecError::Empty => ErrorCode::BadRequest,
+                SpecError::NoRuns | SpecError::Unknown(_) => ErrorCode::UnknownRun,
+                SpecError::Ambiguous(_) => ErrorCode::AmbiguousRun,
+            };
+            RequestError::new(code, e.to_string())
+        })
     }
 
     /// Every run as `ps` shows it, oldest first.
