@@ -521,7 +521,30 @@ pub struct DaemonArgs {
     /// `$CONFIG/prometheus.toml`, else 127.0.0.1:9400 (loopback).
     #[arg(long, value_name = "ADDR:PORT|off", value_parser = parse_metrics_addr)]
     pub metrics_addr: Option<String>,
+    #[command(subcommand)]
+    pub action: Option<DaemonCommand>,
 }
+
+/// What `gpupilot daemon` does instead of being the daemon.
+#[derive(Debug, Subcommand, Clone)]
+pub enum DaemonCommand {
+    /// Stop the daemon of this GPUPILOT_HOME (SIGTERM, as a clean exit); its runs go on and the
+    /// next daemon adopts them. Fails, saying so, when none runs.
+    #[command(long_about = DAEMON_STOP_ABOUT)]
+    Stop {
+        /// Seconds to wait for it to exit.
+        #[arg(long, value_name = "SECONDS", default_value_t = 10.0, value_parser = parse_wait_s)]
+        wait: f64,
+    },
+}
+
+const DAEMON_STOP_ABOUT: &str = "Stop the daemon of this GPUPILOT_HOME (or, with --system, the \
+system daemon, as root): SIGTERM to the process that holds its lock, once it is known to be a \
+gpupilot daemon of yours, then wait until it has gone (--wait). It stops serving, tells its \
+clients, removes its socket and exits; with --restore-on-exit it also restores the GPU settings it \
+changed. Runs are not stopped: they go on in their own sessions, writing their logs, and the next \
+daemon (`gpupilot daemon --detach`, or any command that starts one) adopts them and records how \
+they ended. Stop runs first with `gpupilot stop RUN`. Exit status 1 when no daemon runs.";
 
 fn parse_metrics_addr(s: &str) -> Result<String, String> {
     crate::config::prometheus::parse_metrics_addr(s).map(|_| s.trim().to_string())

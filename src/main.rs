@@ -24,7 +24,7 @@ fn main() -> ExitCode {
     }
     gpupilot::supervisor::launch::this_binary_monitors_runs();
     let cli = Cli::parse();
-    if !matches!(&cli.command, Some(Command::Daemon(d)) if !d.detach) {
+    if !matches!(&cli.command, Some(Command::Daemon(d)) if !d.detach && d.action.is_none()) {
         commands::end_quietly_on_closed_pipe();
     }
     match dispatch(cli) {

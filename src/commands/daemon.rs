@@ -1,11 +1,12 @@
 //! `gpupilot daemon [--detach] [--readonly] [--rate HZ]`, and `gpupilot daemon --system
 //! [--allow-group NAME]`, the system daemon (root's, one per node, its socket open to every
-//! local user; see `daemon::auth` for who may do what).
+//! local user; see `daemon::auth` for who may do what); `gpupilot daemon stop`.
 
 use std::ffi::OsString;
 use std::process::ExitCode;
+use std::time::Duration;
 
-use crate::cli::{DaemonArgs, GlobalArgs, SourceKind};
+use crate::cli::{DaemonArgs, DaemonCommand, GlobalArgs, SourceKind};
 use crate::config::Paths;
 use crate::control::power::open_node;
 use crate::daemon::{self, DaemonOptions, detach, logging};
@@ -13,6 +14,9 @@ use crate::daemon::{self, DaemonOptions, detach, logging};
 /// Run the daemon in the foreground, or (`--detach`) start it in the background and print its
 /// pid once it answers.
 pub fn daemon(g: &GlobalArgs, args: &DaemonArgs) -> anyhow::Result<ExitCode> {
+    if let Some(DaemonCommand::Stop { wait }) = &args.action {
+        return stop(g.system, Duration::from_secs_f64(*wait));
+    }
     let system_group = system_group(g.system, args.allow_group.as_deref(), is_root())?;
     let paths = match system_group {
         Some(_) => Paths::system_from_env(),
@@ -41,9 +45,15 @@ pub fn daemon(g: &GlobalArgs, args: &DaemonArgs) -> anyhow::Result<ExitCode> {
         let pid = detach::spawn(&paths, &exe, &forward, detach::ANSWER_WITHIN)?;
         println!("{pid}");
         eprintln!(
-            "gpupilot: daemon running in the background (pid {pid}); socket {}, log {}",
+            "gpupilot: daemon running in the background (pid {pid}); socket {}, log {}; \
+             `gpupilot{} daemon stop` stops it",
             crate::ipc::socket_path(&paths).display(),
-            crate::ipc::log_path(&paths).display()
+            crate::ipc::log_path(&paths).display(),
+            if system_group.is_some() {
+                " --system"
+            } else {
+                ""
+            }
         );
         return Ok(ExitCode::SUCCESS);
     }
@@ -86,6 +96,49 @@ pub fn daemon(g: &GlobalArgs, args: &DaemonArgs) -> anyhow::Result<ExitCode> {
         metrics_hostname_label,
     })?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// `daemon stop`: stop this home's daemon (the system daemon with `--system`), and say what
+/// became of it and of its runs.
+fn stop(system: bool, wait: Duration) -> anyhow::Result<ExitCode> {
+    let paths = match system {
+        true => Paths::system_from_env(),
+        false => Paths::from_env(),
+    };
+    // Counted before it goes, to say what goes on without it; a daemon that does not answer
+    // is stopped all the same.
+    let live = crate::client::Client::connect(&paths)
+        .ok()
+        .map(|c| c.with_timeout(Duration::from_secs(2)))
+        .and_then(|c| c.runs().ok())
+        .map(|runs| runs.iter().filter(|r| !r.is_final()).count());
+    match daemon::stop::stop(&paths, wait) {
+        Ok(stopped) => {
+            super::err_line(&format!(
+                "gpupilot: stopped the gpupilot daemon (pid {}) of {} in {:.1} s; {}",
+                stopped.pid,
+                stopped.home,
+                stopped.took.as_secs_f64(),
+                runs_left(live)
+            ));
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e @ daemon::stop::StopError::NotRunning { .. }) => {
+            super::err_line(&format!("gpupilot: {e}"));
+            Ok(ExitCode::FAILURE)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// What `daemon stop` says of the runs the daemon supervised.
+fn runs_left(live: Option<usize>) -> String {
+    match live {
+        Some(0) => "it supervised no live run".into(),
+        Some(1) => "its live run goes on, and the next daemon adopts it".into(),
+        Some(n) => format!("its {n} live runs go on, and the next daemon adopts them"),
+        None => "any runs it supervised go on, and the next daemon adopts them".into(),
+    }
 }
 
 /// Where to serve `/metrics` (the option, else `$CONFIG/prometheus.toml`, else the default)

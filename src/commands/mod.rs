@@ -2,9 +2,10 @@
 //! `attach`, `logs`, `stop` and `profile check`. Each takes its parsed arguments and returns
 //! the exit code; `main.rs` only dispatches here.
 //!
-//! They are clients of the daemon ([`crate::client`]) — all but `demo`. The console, `run` and
-//! `attach` start a daemon in the background when none answers; `ps`, `logs` and `stop` do not
-//! (there is nothing to list, follow or stop without one) and say how to start one.
+//! They are clients of the daemon ([`crate::client`]); `demo` of one of its own. The console,
+//! `run`, `attach` and the commands that change the GPUs start a daemon in the background when
+//! none answers, and say so ([`started_notice`]); `ps`, `logs` and `stop` do not (there is
+//! nothing to list, follow or stop without one) and say how to start one.
 
 pub mod advise;
 pub mod bench;
@@ -75,12 +76,21 @@ pub fn connect_or_spawn(g: &GlobalArgs, paths: &Paths) -> anyhow::Result<Client>
     let exe = std::env::current_exe().context("finding the gpupilot binary to start a daemon")?;
     let (client, spawned) = Client::connect_or_spawn(paths, &exe, &daemon_args(g))?;
     if let Some(pid) = spawned {
-        eprintln!(
-            "gpupilot: started a daemon in the background (pid {pid}); its log is {}",
-            crate::ipc::log_path(paths).display()
-        );
+        err_line(&started_notice(g.source, pid, paths));
     }
     Ok(client)
+}
+
+/// The one line a command says when it has started a daemon in the background (never when it
+/// found one running): which, where, and how to stop it.
+pub fn started_notice(source: SourceKind, pid: u32, paths: &Paths) -> String {
+    format!(
+        "gpupilot: started a gpupilot daemon ({} source, pid {pid}) in {}; stop it with \
+         `gpupilot daemon stop` (its log: {})",
+        source.as_str(),
+        crate::daemon::home_description(paths),
+        crate::ipc::log_path(paths).display()
+    )
 }
 
 /// Connect to a running daemon; no daemon is an error that says how to start one.

@@ -24,6 +24,8 @@
 //! - `tune`: energy-tuning jobs (`tune energy`), searched by the daemon, recorded under
 //!   `$STATE/tune` and resumed (or their caps restored) by the next daemon.
 //! - `detach`: `--detach`, starting the daemon in its own session in the background.
+//! - `stop`: `daemon stop`, SIGTERM to the process that holds the lock, once it is known to be
+//!   a gpupilot daemon the caller may signal, and a bounded wait for it to go.
 //! - `logging`: tracing to `$STATE/daemon.log`.
 //! - `metrics`: Prometheus `/metrics` over HTTP (`--metrics-addr`), the page from
 //!   [`crate::exporter`].
@@ -46,6 +48,7 @@ mod requests;
 mod runs;
 mod server;
 mod state;
+pub mod stop;
 mod telemetry;
 mod tune;
 
