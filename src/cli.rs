@@ -53,6 +53,23 @@ pub struct GlobalArgs {
     pub sim: SimArgs,
 }
 
+const DEMO_ABOUT: &str = "The console on a simulated node (--gpus, --model, --workload, \
+--seed) with a supervised synthetic training run: no GPU needed. The demo starts a daemon of its \
+own on the simulator and stops it, and its run, when the console quits. Before the console takes \
+the screen it prints how another terminal reaches that daemon \
+(`GPUPILOT_HOME=/tmp/gpupilot-demo-… gpupilot ps`, `… gpupilot logs last`). Its home is a new \
+temporary directory, removed on the way out, unless --home DIR (or GPUPILOT_HOME) names one: \
+then the daemon lives there and the run's files stay after the demo. A home where a daemon already \
+runs is refused.";
+
+/// Options of `gpupilot demo`.
+#[derive(Debug, Args, Clone)]
+pub struct DemoArgs {
+    /// The demo's home (config, state, socket) instead of a temporary one; kept afterwards.
+    #[arg(long, value_name = "DIR", env = "GPUPILOT_HOME")]
+    pub home: Option<PathBuf>,
+}
+
 /// The simulated node used by `--source sim` and `demo`.
 #[derive(Debug, Args, Clone)]
 pub struct SimArgs {
@@ -103,8 +120,11 @@ fn source_kind_parser() -> impl clap::builder::TypedValueParser<Value = SourceKi
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// The console on a simulated node with a supervised synthetic training run (no GPU needed;
-    /// a private daemon, stopped on the way out).
-    Demo,
+    /// a daemon of its own, stopped on the way out; it says how another terminal reaches it).
+    #[command(long_about = DEMO_ABOUT)]
+    Demo(DemoArgs),
+    /// The console, as `gpupilot` alone: for fingers used to nvtop, htop and btop.
+    Top,
     /// One-shot snapshot of every GPU (like gpustat; --json for scripts).
     Status(StatusArgs),
     /// The background daemon: GPU sampling, history, runs, event log (one per GPUPILOT_HOME;
@@ -1379,8 +1399,21 @@ mod tests {
         let cli =
             Cli::try_parse_from(["gpupilot", "demo", "--refresh", "2", "--gpus", "8"]).unwrap();
         assert_eq!(cli.global.sim.gpus, 8);
-        assert!(matches!(cli.command, Some(Command::Demo)));
+        assert!(matches!(cli.command, Some(Command::Demo(_))));
         assert_eq!(cli.global.refresh, 2.0);
+        // `top` is the console, and `daemon stop` stops the daemon.
+        let cli = Cli::try_parse_from(["gpupilot", "top", "--refresh", "2"]).unwrap();
+        assert!(matches!(cli.command, Some(Command::Top)));
+        let cli = Cli::try_parse_from(["gpupilot", "daemon", "stop", "--wait", "3"]).unwrap();
+        let Some(Command::Daemon(d)) = cli.command else {
+            panic!("not daemon")
+        };
+        assert!(matches!(d.action, Some(DaemonCommand::Stop { wait }) if wait == 3.0));
+        let cli = Cli::try_parse_from(["gpupilot", "demo", "--home", "/x"]).unwrap();
+        let Some(Command::Demo(demo)) = cli.command else {
+            panic!("not demo")
+        };
+        assert_eq!(demo.home, Some(PathBuf::from("/x")));
         // The console's other ways in take it too.
         let cli = Cli::try_parse_from(["gpupilot", "--refresh", "0.5"]).unwrap();
         assert!(cli.command.is_none() && cli.global.refresh == 0.5);

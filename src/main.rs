@@ -45,8 +45,8 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         gpupilot::config::paths::use_system_daemon();
     }
     match cli.command {
-        None => commands::console::console(&g),
-        Some(Command::Demo) => commands::console::demo(&g),
+        None | Some(Command::Top) => commands::console::console(&g),
+        Some(Command::Demo(args)) => commands::console::demo(&g, args.home.as_deref()),
         Some(Command::Status(args)) => status(&g, &args),
         Some(Command::Daemon(args)) => commands::daemon::daemon(&g, &args),
         Some(Command::Run(args)) => commands::runs::run(&g, &args),

@@ -1,9 +1,10 @@
-//! The console's ways in: `gpupilot` (no command) and `demo`, and the console side of `run`
-//! and `attach`.
+//! The console's ways in: `gpupilot` (no command, or `top`) and `demo`, and the console side
+//! of `run` and `attach`.
 //!
-//! Every console but the demo's is a client of the daemon (started in the background when none
-//! answers); quitting it detaches, and the daemon and its runs go on. The demo samples a
-//! simulated node in-process and leaves nothing running when it quits.
+//! Every console is a client of a daemon. The plain console's is started in the background
+//! when none answers; quitting it detaches, and the daemon and its runs go on. The demo's is
+//! its own, on a simulated node, in a home of its own that another terminal can reach (it says
+//! how); quitting the demo stops its run and its daemon and leaves nothing running.
 
 use std::io::Write as _;
 use std::process::ExitCode;
@@ -20,8 +21,10 @@ use crate::supervisor::Caller;
 use crate::telemetry::open::sim_config;
 use crate::tui::{self, DataSource, TuiOptions};
 
-/// `gpupilot`: the console on the local daemon.
+/// `gpupilot` (and `gpupilot top`): the console on the local daemon.
 pub fn console(g: &GlobalArgs) -> anyhow::Result<ExitCode> {
+    // Before a daemon is started for a console that cannot be drawn.
+    tui::need_terminal()?;
     let paths = Paths::from_env();
     let client = connect_or_spawn(g, &paths)?;
     tui::run(options(g, DataSource::Daemon(client), None))?;
@@ -35,19 +38,32 @@ pub fn remote(g: &GlobalArgs, client: Client) -> anyhow::Result<ExitCode> {
 }
 
 /// `gpupilot demo`: the console on a simulated node with a synthetic training run. A daemon
-/// of its own (in a temporary `GPUPILOT_HOME`, `--source sim`) samples the node and supervises
-/// the run; quitting stops both and removes the directory, so the demo leaves nothing behind.
+/// of its own (`--source sim`) samples the node and supervises the run; quitting stops both.
+/// Its home is a temporary directory, removed on the way out, unless `home` (`--home`, or
+/// `GPUPILOT_HOME`) names one, which is kept; a home where a daemon runs is refused. How
+/// another terminal reaches the demo's daemon is said before the console takes the screen,
+/// and what became of it on the way out.
 ///
 /// The run is a data-parallel job of one synthetic rank per GPU (up to [`DEMO_RANKS`]), and
 /// the node has a cooling fault: about a minute in, one of the job's GPUs runs hot, reaches its
 /// slowdown threshold and throttles, and its rank becomes the straggler the advisor names.
-pub fn demo(g: &GlobalArgs) -> anyhow::Result<ExitCode> {
+pub fn demo(g: &GlobalArgs, home: Option<&std::path::Path>) -> anyhow::Result<ExitCode> {
     // A bad --model or --workload fails here, plainly, before a daemon starts (which builds
     // and warms the node itself).
     sim_config(&g.sim.spec())?;
-    let demo = Demo::start(g)?;
+    let home = DemoHome::choose(home.filter(|h| !h.as_os_str().is_empty()))?;
+    tui::need_terminal()?;
+    let demo = Demo::start(g, home)?;
+    super::err_line(&demo.reach_line());
     let result = tui::run(options(g, DataSource::Daemon(demo.client()?), None));
+    let (home, kept, paths) = (
+        demo.home.path().to_path_buf(),
+        matches!(demo.home, DemoHome::Given(_)),
+        demo.paths.clone(),
+    );
     drop(demo);
+    // After a dropped SSH session stderr has gone too: `err_line` does not mind.
+    super::err_line(&farewell(&home, kept, &paths));
     result?;
     Ok(ExitCode::SUCCESS)
 }
@@ -72,30 +88,68 @@ fn demo_hot_gpu(gpus: u32) -> Option<u32> {
     (ranks >= 2).then(|| 2.min(ranks - 1))
 }
 
-/// The demo's daemon and run, stopped and removed when dropped (also on a panic).
+/// Where the demo's daemon lives.
+enum DemoHome {
+    /// A new temporary directory, removed with the demo.
+    Temporary(tempfile::TempDir),
+    /// One the user named; kept.
+    Given(std::path::PathBuf),
+}
+
+impl DemoHome {
+    /// `given`, unless a daemon already runs there; else a new temporary directory.
+    fn choose(given: Option<&std::path::Path>) -> anyhow::Result<DemoHome> {
+        let Some(dir) = given else {
+            let tmp = tempfile::Builder::new()
+                .prefix("gpupilot-demo-")
+                .tempdir()
+                .context("making the demo's directory")?;
+            return Ok(DemoHome::Temporary(tmp));
+        };
+        let dir = std::path::absolute(dir)
+            .with_context(|| format!("resolving the demo's home {}", dir.display()))?;
+        let home = DemoHome::Given(dir);
+        if let Some(pid) = crate::daemon::lock_holder(&home.paths()) {
+            anyhow::bail!(
+                "a gpupilot daemon (pid {pid}) already runs in {}: the demo runs a simulated \
+                 node of its own and does not share a home with another daemon. Give the demo \
+                 another --home DIR, or unset GPUPILOT_HOME for a temporary one (`gpupilot \
+                 daemon stop` stops that daemon; its runs go on)",
+                home.path().display()
+            );
+        }
+        Ok(home)
+    }
+
+    fn path(&self) -> &std::path::Path {
+        match self {
+            DemoHome::Temporary(t) => t.path(),
+            DemoHome::Given(p) => p,
+        }
+    }
+
+    /// The paths `GPUPILOT_HOME` set to this home gives.
+    fn paths(&self) -> Paths {
+        let home = self.path().to_path_buf();
+        Paths::resolve(|k| (k == "GPUPILOT_HOME").then(|| home.clone()))
+    }
+}
+
+/// The demo's daemon and run, stopped (and a temporary home removed) when dropped, also on a
+/// panic.
 struct Demo {
-    home: tempfile::TempDir,
     paths: Paths,
-    daemon_pid: Option<u32>,
     run: Option<String>,
+    /// Dropped after the daemon is stopped (fields drop after [`Drop::drop`]).
+    home: DemoHome,
 }
 
 impl Demo {
-    fn start(g: &GlobalArgs) -> anyhow::Result<Demo> {
+    fn start(g: &GlobalArgs, home: DemoHome) -> anyhow::Result<Demo> {
         let exe = std::env::current_exe().context("finding the gpupilot binary")?;
-        let home = tempfile::Builder::new()
-            .prefix("gpupilot-demo-")
-            .tempdir()
-            .context("making the demo's directory")?;
-        let paths = Paths {
-            config: home.path().join("config"),
-            state: home.path().join("state"),
-            runtime: home.path().join("run"),
-        };
         let mut demo = Demo {
+            paths: home.paths(),
             home,
-            paths,
-            daemon_pid: None,
             run: None,
         };
         let mut sim = g.clone();
@@ -123,9 +177,6 @@ impl Demo {
                 String::from_utf8_lossy(&out.stderr).trim()
             );
         }
-        demo.daemon_pid = String::from_utf8_lossy(&out.stdout)
-            .split_whitespace()
-            .find_map(|w| w.parse().ok());
         let client = demo.client()?;
         let mut caller = Caller::current().context("reading this process's environment")?;
         caller.cwd = demo.home.path().to_path_buf();
@@ -137,6 +188,16 @@ impl Demo {
         )?;
         demo.run = Some(run.id);
         Ok(demo)
+    }
+
+    /// How another terminal reaches the demo's daemon, said before the console takes the
+    /// screen.
+    fn reach_line(&self) -> String {
+        let home = shell_word(&self.home.path().display().to_string());
+        format!(
+            "gpupilot demo: its daemon runs in {home} until the demo quits; from another \
+             terminal: GPUPILOT_HOME={home} gpupilot ps"
+        )
     }
 
     fn client(&self) -> anyhow::Result<Client> {
@@ -155,18 +216,48 @@ impl Drop for Demo {
                 std::thread::sleep(Duration::from_millis(20));
             }
         }
-        if let Some(pid) = self
-            .daemon_pid
-            .and_then(|p| rustix::process::Pid::from_raw(p as i32))
-        {
-            let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
-            // The daemon removes its socket last; wait for that so the directory goes cleanly.
-            let socket = crate::ipc::socket_path(&self.paths);
-            let deadline = std::time::Instant::now() + Duration::from_secs(3);
-            while socket.exists() && std::time::Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        }
+        // As `gpupilot daemon stop` does; it waits for the daemon's lock to go, which the
+        // daemon releases after removing its socket, so the directory goes cleanly.
+        let _ = crate::daemon::stop::stop(&self.paths, Duration::from_secs(3));
+    }
+}
+
+/// What the demo left behind, said on the way out (after [`Demo`] has been dropped): its
+/// daemon gone, and its home removed or kept.
+fn farewell(home: &std::path::Path, kept: bool, paths: &Paths) -> String {
+    if let Some(pid) = crate::daemon::lock_holder(paths) {
+        return format!(
+            "gpupilot demo: its daemon (pid {pid}) did not stop; `GPUPILOT_HOME={} gpupilot \
+             daemon stop` stops it",
+            shell_word(&home.display().to_string())
+        );
+    }
+    match (kept, home.exists()) {
+        (false, false) => format!(
+            "gpupilot demo: stopped its run and its daemon, and removed {}",
+            home.display()
+        ),
+        (false, true) => format!(
+            "gpupilot demo: stopped its run and its daemon; {} could not be removed",
+            home.display()
+        ),
+        (true, _) => format!(
+            "gpupilot demo: stopped its run and its daemon; {} keeps the run's files \
+             (GPUPILOT_HOME={} gpupilot report last)",
+            home.display(),
+            shell_word(&home.display().to_string())
+        ),
+    }
+}
+
+/// `text` as one word of a POSIX shell: as it is when it holds nothing a shell reads, else in
+/// single quotes.
+fn shell_word(text: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "/._-+:,@%=".contains(c);
+    if !text.is_empty() && text.chars().all(plain) {
+        text.to_string()
+    } else {
+        format!("'{}'", text.replace('\'', r"'\''"))
     }
 }
 
@@ -263,6 +354,43 @@ mod tests {
         crate::cli::Cli::try_parse_from(["gpupilot", "demo", "--gpus", gpus])
             .unwrap()
             .global
+    }
+
+    #[test]
+    fn the_demos_home_is_said_as_one_shell_word() {
+        assert_eq!(
+            shell_word("/tmp/gpupilot-demo-Ab1_x"),
+            "/tmp/gpupilot-demo-Ab1_x"
+        );
+        assert_eq!(shell_word("/tmp/my demo"), "'/tmp/my demo'");
+        assert_eq!(shell_word("/tmp/it's"), r"'/tmp/it'\''s'");
+        assert_eq!(shell_word("/tmp/$HOME"), "'/tmp/$HOME'");
+        assert_eq!(shell_word(""), "''");
+    }
+
+    #[test]
+    fn a_home_where_a_daemon_runs_is_refused_for_the_demo() {
+        let tmp = tempfile::tempdir().unwrap();
+        let home = tmp.path().join("h");
+        // Nothing runs there: that home, as it was named (made absolute).
+        let chosen = DemoHome::choose(Some(&home)).unwrap();
+        assert!(matches!(&chosen, DemoHome::Given(p) if p == &home));
+        assert_eq!(chosen.paths().runtime, home.join("run"));
+        // A lock held there, as a running daemon holds it.
+        crate::daemon::prepare_private_dir(&chosen.paths().runtime).unwrap();
+        let _held = crate::daemon::DaemonLock::acquire(&chosen.paths()).unwrap();
+        let err = DemoHome::choose(Some(&home)).err().unwrap().to_string();
+        assert!(
+            err.contains(&format!("(pid {}) already runs in", std::process::id()))
+                && err.contains("another --home DIR"),
+            "{err}"
+        );
+        // None named: a new temporary home of its own.
+        let DemoHome::Temporary(t) = DemoHome::choose(None).unwrap() else {
+            panic!("not temporary")
+        };
+        assert!(t.path().is_dir());
+        assert!(t.path().to_string_lossy().contains("gpupilot-demo-"));
     }
 
     #[test]

@@ -126,13 +126,20 @@ async fn ended_by_signal() {
     }
 }
 
-/// Run the console until the user quits (or the terminal goes away, or SIGTERM).
-pub fn run(opts: TuiOptions) -> anyhow::Result<()> {
+/// An error unless stdout is a terminal the console can draw on: checked by [`run`], and
+/// before that by whoever would start something for the console to show.
+pub fn need_terminal() -> anyhow::Result<()> {
     if !std::io::stdout().is_terminal() {
         anyhow::bail!(
             "the console needs a terminal: stdout is not one (for a one-shot report use `gpupilot status`)"
         );
     }
+    Ok(())
+}
+
+/// Run the console until the user quits (or the terminal goes away, or SIGTERM).
+pub fn run(opts: TuiOptions) -> anyhow::Result<()> {
+    need_terminal()?;
     // A replay's frames go by the recording's clock.
     let clock = opts.source.clock();
     let mut app = build_app(

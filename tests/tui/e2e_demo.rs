@@ -47,7 +47,8 @@ fn demo_in_tmux() {
     let tmux = Tmux::start(home.path());
     tmux.wait_text(PROMPT);
     let bin = env!("CARGO_BIN_EXE_gpupilot");
-    tmux.keys(&["-l", &format!("'{bin}' demo")]);
+    // Without GPUPILOT_HOME: a temporary home of the demo's own.
+    tmux.keys(&["-l", &format!("env -u GPUPILOT_HOME '{bin}' demo")]);
     tmux.keys(&["Enter"]);
 
     // The overview: four simulated H100s, with live numbers.
@@ -185,7 +186,7 @@ fn a_demo_whose_terminal_goes_away_leaves_nothing_behind() {
     let tmux = Tmux::start(home.path());
     tmux.wait_text(PROMPT);
     let bin = env!("CARGO_BIN_EXE_gpupilot");
-    tmux.keys(&["-l", &format!("exec '{bin}' demo")]);
+    tmux.keys(&["-l", &format!("exec env -u GPUPILOT_HOME '{bin}' demo")]);
     tmux.keys(&["Enter"]);
     tmux.keys(&["3"]);
     let run = tmux.wait_screen("the demo's run", |s| {
@@ -199,5 +200,127 @@ fn a_demo_whose_terminal_goes_away_leaves_nothing_behind() {
         "the demo to stop its node and remove its directory",
         std::time::Duration::from_secs(20),
         || !demo_dir.exists(),
+    );
+}
+
+/// `gpupilot ps` (as `bin`) with GPUPILOT_HOME=`home`.
+fn ps(home: &std::path::Path) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_gpupilot"))
+        .arg("ps")
+        .env("GPUPILOT_HOME", home)
+        .env_remove("GPUPILOT_SYSTEM")
+        .output()
+        .unwrap()
+}
+
+/// Wait until `gpupilot ps` in `home`, as a second terminal would run it, lists the demo's run.
+fn wait_for_demo_run(home: &std::path::Path) {
+    crate::support::wait::wait_for(
+        &format!(
+            "the demo's run in `GPUPILOT_HOME={} gpupilot ps`",
+            home.display()
+        ),
+        std::time::Duration::from_secs(15),
+        || {
+            let out = ps(home);
+            out.status.success() && String::from_utf8_lossy(&out.stdout).contains("demo-train")
+        },
+    );
+}
+
+/// The demo says, before the console takes the screen, how a second terminal reaches its
+/// daemon; that command answers with the demo's run while the demo runs, and on the way out
+/// the demo says what it removed.
+#[test]
+fn the_demo_says_how_a_second_terminal_reaches_its_daemon() {
+    let home = tempfile::tempdir().unwrap();
+    let said = home.path().join("demo.stderr");
+    let tmux = Tmux::start(home.path());
+    tmux.wait_text(PROMPT);
+    let bin = env!("CARGO_BIN_EXE_gpupilot");
+    tmux.type_line(&format!(
+        "env -u GPUPILOT_HOME '{bin}' demo 2>'{}'",
+        said.display()
+    ));
+    tmux.wait_screen("the console", |s| {
+        s.matches("NVIDIA H100 80GB HBM3").count() == 4
+    });
+    let text = std::fs::read_to_string(&said).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.contains("from another terminal"))
+        .unwrap_or_else(|| panic!("no line that says how to reach the demo: {text}"));
+    let (_, command) = line.split_once("from another terminal: ").unwrap();
+    let demo_home = command
+        .strip_prefix("GPUPILOT_HOME=")
+        .and_then(|c| c.strip_suffix(" gpupilot ps"))
+        .unwrap_or_else(|| panic!("{line}"));
+    assert!(demo_home.contains("gpupilot-demo-"), "{line}");
+    let demo_home = std::path::PathBuf::from(demo_home);
+    assert!(demo_home.is_dir(), "{line}");
+    // A second terminal, as the line says: the demo's daemon answers with its run.
+    wait_for_demo_run(&demo_home);
+
+    tmux.keys(&["q"]);
+    tmux.wait_prompt();
+    let text = std::fs::read_to_string(&said).unwrap();
+    assert!(
+        text.contains(&format!(
+            "stopped its run and its daemon, and removed {}",
+            demo_home.display()
+        )),
+        "{text}"
+    );
+    assert!(!demo_home.exists());
+    assert!(
+        !ps(&demo_home).status.success(),
+        "no daemon answers there now"
+    );
+}
+
+/// With GPUPILOT_HOME set (or --home), the demo's daemon lives there and the run's files stay;
+/// a home where a daemon already runs is refused, saying why.
+#[test]
+fn the_demo_in_a_home_named_keeps_it_and_never_shares_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("demo-home");
+    let tmux = Tmux::start(&home);
+    tmux.wait_text(PROMPT);
+    let bin = env!("CARGO_BIN_EXE_gpupilot");
+    tmux.type_line(&format!("'{bin}' demo"));
+    tmux.wait_screen("the console", |s| {
+        s.matches("NVIDIA H100 80GB HBM3").count() == 4
+    });
+    wait_for_demo_run(&home);
+    // A second demo in that home is refused before it starts anything.
+    let out = std::process::Command::new(bin)
+        .args(["demo", "--home"])
+        .arg(&home)
+        .env_remove("GPUPILOT_HOME")
+        .env_remove("GPUPILOT_SYSTEM")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("already runs in") && err.contains(&home.display().to_string()),
+        "{err}"
+    );
+    assert!(err.contains("another --home DIR"), "{err}");
+
+    tmux.keys(&["q"]);
+    let screen = tmux.wait_prompt();
+    assert!(
+        screen.contains("from another terminal") && screen.contains("keeps the run's files"),
+        "{screen}"
+    );
+    assert!(!ps(&home).status.success(), "the demo's daemon has stopped");
+    let runs: Vec<_> = std::fs::read_dir(home.join("state/runs"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert!(
+        runs.len() == 1 && runs[0].ends_with("demo-train"),
+        "the run's files stay: {runs:?}"
     );
 }
