@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use crate::control::bench::Workload as BenchWorkload;
 use crate::control::bench::sweep::CapSteps;
-use crate::control::tuner::{Strategy, TuneSettings};
+use crate::control::tuner::{Knob, Strategy, TuneSettings};
 use crate::protocol::bounds::{self, brief};
 
 pub use crate::telemetry::open::{SimSpec, SourceKind};
@@ -1078,6 +1078,15 @@ pub struct TuneEnergyArgs {
     /// dynamics (learning-rate scaling, convergence, what an epoch is): opt in knowingly.
     #[arg(long = "with", value_name = "KNOB", value_parser = parse_tune_with)]
     pub with: Option<TuneWith>,
+    /// The setting searched: `cap` (the power cap), `clocks` (the top of a locked SM clock
+    /// range, from the highest clock down to half of it; for kernels that draw less than the
+    /// cap) or `both` (the cap, then the clocks, keeping the one that saves more).
+    #[arg(long, value_name = "KNOB", default_value = "cap", value_parser = parse_tune_knob)]
+    pub knob: Knob,
+    /// MHz between the clocks tried (--knob clocks|both); default: the searched range over
+    /// twelve, on the 15 MHz grid.
+    #[arg(long = "step-mhz", value_name = "MHZ", value_parser = parse_step_mhz)]
+    pub step_mhz: Option<f64>,
 }
 
 /// What `tune energy --with` searches beside the cap.
@@ -1258,6 +1267,17 @@ fn parse_strategy(s: &str) -> Result<Strategy, String> {
         .into_iter()
         .find(|k| k.name() == s)
         .ok_or_else(|| format!("`{s}`: the search is golden, descend or sweep"))
+}
+
+fn parse_tune_knob(s: &str) -> Result<Knob, String> {
+    [Knob::Cap, Knob::Clocks, Knob::Both]
+        .into_iter()
+        .find(|k| k.name() == s)
+        .ok_or_else(|| format!("`{s}`: the knob is cap, clocks or both"))
+}
+
+fn parse_step_mhz(s: &str) -> Result<f64, String> {
+    bounds::STEP_MHZ.parse(s.trim_end_matches(['M', 'H', 'z', 'm', 'h', 'Z']))
 }
 
 fn parse_step_w(s: &str) -> Result<f64, String> {

@@ -8,7 +8,7 @@ use super::{Client, ClientError};
 use crate::control::PowerLimits;
 use crate::control::status::ControlStatus;
 use crate::control::tuner::record::TuneJob;
-use crate::control::tuner::session::{Reports, RunSeen, TunerDaemon};
+use crate::control::tuner::session::{GpuClocks, Reports, RunSeen, TunerDaemon};
 use crate::protocol::{ErrorCode, Request, Response, TargetGpus};
 use crate::supervisor::RunStatus;
 use crate::telemetry::Snapshot;
@@ -45,6 +45,44 @@ impl TunerDaemon for Client {
             anyhow::bail!("the daemon answered `power` with something else");
         };
         Ok(gpus.into_iter().map(|g| (g.index, g.power)).collect())
+    }
+
+    fn clocks(&self) -> anyhow::Result<Vec<GpuClocks>> {
+        let Response::Power { gpus, .. } = self.request(Request::Power {})? else {
+            anyhow::bail!("the daemon answered `power` with something else");
+        };
+        Ok(gpus
+            .into_iter()
+            .map(|g| GpuClocks {
+                index: g.index,
+                range: g.clocks.map(|c| (c.min_mhz, c.max_mhz)),
+                locked: g.locked_clocks_mhz,
+            })
+            .collect())
+    }
+
+    fn lock_clocks(
+        &self,
+        gpus: Vec<u32>,
+        min_mhz: u32,
+        max_mhz: u32,
+        why: &str,
+    ) -> anyhow::Result<()> {
+        self.request(Request::ClocksLock {
+            gpus: TargetGpus::Some(gpus),
+            min_mhz,
+            max_mhz,
+            why: Some(why.to_string()),
+        })?;
+        Ok(())
+    }
+
+    fn reset_clocks(&self, gpus: Vec<u32>, why: &str) -> anyhow::Result<()> {
+        self.request(Request::ClocksReset {
+            gpus: TargetGpus::Some(gpus),
+            why: Some(why.to_string()),
+        })?;
+        Ok(())
     }
 
     fn set_cap(&self, gpus: Vec<u32>, watts: f64, why: &str) -> anyhow::Result<()> {

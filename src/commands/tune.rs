@@ -68,10 +68,15 @@ pub fn tune_energy(g: &GlobalArgs, args: &TuneEnergyArgs) -> anyhow::Result<Exit
     )?;
     let w = settings.window;
     eprintln!(
-        "gpupilot: tuning job {}: the power cap of {} ({} search, {} + {} {} per cap, eta {}); it \
-         runs in the daemon: Ctrl-C stops it and puts the caps back, closing the terminal leaves it \
-         running (`gpupilot tune status {}`)",
+        "gpupilot: tuning job {}: {} of {} ({} search, {} + {} {} per setting, eta {}); it \
+         runs in the daemon: Ctrl-C stops it and puts the caps and clocks back, closing the \
+         terminal leaves it running (`gpupilot tune status {}`)",
         job.id,
+        match settings.knob {
+            crate::control::tuner::Knob::Cap => "the power cap",
+            crate::control::tuner::Knob::Clocks => "the locked SM clocks",
+            crate::control::tuner::Knob::Both => "the power cap, then the locked SM clocks,",
+        },
         job.what,
         settings.strategy.name(),
         w.warmup,
@@ -285,6 +290,8 @@ fn settings(args: &TuneEnergyArgs) -> TuneSettings {
         strategy: args.search,
         prior_w: None,
         with_batch: args.with == Some(crate::cli::TuneWith::BatchSize),
+        knob: args.knob,
+        step_mhz: args.step_mhz,
     }
 }
 
@@ -304,11 +311,13 @@ pub fn progress_line(p: &Progress) -> String {
         Phase::Cancelled => "cancelled",
         Phase::NotStarted => "waiting",
     };
+    let k = p.knob;
     let mut s = match p.cap_w {
         Some(w) => format!(
-            "[{}/{}] {w:.0} W {phase} {:>3.0}%",
+            "[{}/{}] {} {phase} {:>3.0}%",
             p.index + 1,
             p.planned,
+            k.show(w),
             (100.0 * p.fraction / 10.0).floor() * 10.0
         ),
         None => phase.to_string(),
@@ -317,7 +326,7 @@ pub fn progress_line(p: &Progress) -> String {
         let curve: Vec<String> = p
             .curve
             .iter()
-            .map(|c| format!("{:.0} W {:.3}", c.cap_w, c.cost))
+            .map(|c| format!("{} {:.3}", k.show(c.cap_w), c.cost))
             .collect();
         s.push_str(&format!("  cost J/sample: {}", curve.join(", ")));
     }
@@ -329,6 +338,8 @@ pub fn render_result(r: &TuneResult) -> String {
     let joint = r.batch.is_some();
     let mut out = String::from(if joint {
         "batch  cap W   J/sample   ms/sample   mean W   cost J/sample\n"
+    } else if r.knob == crate::control::tuner::Knob::Clocks {
+        "  MHz   J/sample   ms/sample   mean W   cost J/sample\n"
     } else {
         "cap W   J/sample   ms/sample   mean W   cost J/sample\n"
     });
@@ -369,6 +380,7 @@ mod tests {
     #[test]
     fn the_saving_reads_in_energy_time_and_money() {
         let point = |cap_w: f64, j: f64, s: f64| crate::control::tuner::CapPoint {
+            se_pct: None,
             cap_w,
             batch: None,
             energy_j: j,
@@ -380,6 +392,10 @@ mod tests {
             cost: j,
         };
         let r = TuneResult {
+            confidence: None,
+            saving_uncertainty_pct: None,
+            knob: Default::default(),
+            other: None,
             eta: 1.0,
             max_power_w: 700.0,
             window: Window::GOLDEN_STEPS,
@@ -420,6 +436,7 @@ mod tests {
             curve: Vec::new(),
             best_cap_w: None,
             batch: None,
+            knob: Default::default(),
         };
         assert_eq!(progress_line(&p), "[3/21] 650 W measuring  40%");
     }

@@ -189,6 +189,7 @@ mod tests {
 
     fn point(cap_w: f64, samples_per_s: f64, power_w: f64) -> CapPoint {
         CapPoint {
+            se_pct: None,
             cap_w,
             batch: None,
             energy_j: power_w * 10.0,
@@ -215,6 +216,10 @@ mod tests {
             started: started.into(),
             progress: None,
             result: Some(TuneResult {
+                confidence: None,
+                saving_uncertainty_pct: None,
+                knob: Default::default(),
+                other: None,
                 eta: 1.0,
                 max_power_w: 1400.0,
                 window: Window::GOLDEN_STEPS,
@@ -237,6 +242,7 @@ mod tests {
             resumed: 0,
             saved: None,
             start_batch: None,
+            start_locks: Vec::new(),
         }
     }
 

@@ -28,6 +28,7 @@
 mod golden;
 pub mod job;
 pub mod joint;
+pub mod knob;
 pub mod live;
 pub mod record;
 mod search;
@@ -35,6 +36,7 @@ pub mod session;
 pub mod sim;
 
 pub use joint::JointTuner;
+pub use knob::{Knob, KnobSearch};
 pub use search::{
     CapPoint, Confidence, NOISE_TOL, Observation, Phase, Progress, Search, SearchStep, Strategy,
     TuneResult, TuneSettings, Tuner, TunerConfig, TunerError, Unit, Window, zeus_cost,

@@ -40,9 +40,12 @@ use crate::control::tuner::live::{Outcome, drive};
 use crate::control::tuner::record::{JobState, MAX_RECORD_BYTES, TuneJob};
 use crate::control::tuner::record::{saving_line, suggestion};
 use crate::control::tuner::session::{
-    DaemonRun, Reports, RunSeen, TunerDaemon, batch_fits, joint, prepare, save_result,
+    DaemonRun, GpuClocks, Reports, RunSeen, TunerDaemon, batch_fits, joint, prepare,
+    prepare_clocks, save_result,
 };
-use crate::control::tuner::{JointTuner, Progress, Search, TuneSettings, Tuner, TunerConfig};
+use crate::control::tuner::{
+    JointTuner, Knob, KnobSearch, Progress, Search, TuneSettings, Tuner, TunerConfig,
+};
 use crate::protocol::{ErrorCode, NodeEvent};
 use crate::telemetry::{GpuSample, Snapshot, Source};
 use crate::time::rfc3339;
@@ -189,10 +192,18 @@ impl Tuning {
                 seen.id
             );
         }
-        let search: Box<dyn Search> = if settings.with_batch {
-            Box::new(self.joint(&mut live, &tuner)?)
-        } else {
-            Box::new(tuner)
+        let bad = |e: anyhow::Error| RequestError::new(ErrorCode::BadRequest, format!("{e:#}"));
+        let search: Box<dyn Search> = match settings.knob {
+            Knob::Cap if settings.with_batch => Box::new(self.joint(&mut live, &tuner)?),
+            Knob::Cap => Box::new(tuner),
+            Knob::Clocks => {
+                let clocks = prepare_clocks(&mut live, tuner.config(), &settings).map_err(bad)?;
+                Box::new(KnobSearch::clocks(clocks))
+            }
+            Knob::Both => {
+                let clocks = prepare_clocks(&mut live, tuner.config(), &settings).map_err(bad)?;
+                Box::new(KnobSearch::both(tuner, clocks))
+            }
         };
         for (other, s) in lock(&self.jobs).iter() {
             let j = lock(&s.job);
@@ -234,6 +245,11 @@ impl Tuning {
             resumed: 0,
             saved: None,
             start_batch: live.start_batch,
+            start_locks: live
+                .start_locks
+                .iter()
+                .filter_map(|(g, l)| Some((*g, (*l)?)))
+                .collect(),
         };
         let ctx = self.ctx();
         ctx.save(&job)
@@ -361,6 +377,15 @@ fn check_settings(s: &TuneSettings) -> Result<(), String> {
     bounds::WINDOW.check(s.window.measure)?;
     if let Some(w) = s.prior_w {
         bounds::CAP_W.named("expected best cap in watts").check(w)?;
+    }
+    if let Some(f) = s.step_mhz {
+        bounds::STEP_MHZ.check(f)?;
+    }
+    if s.with_batch && s.knob != Knob::Cap {
+        return Err(format!(
+            "--with batch-size searches the batch with the power cap only, not with --knob {}",
+            s.knob.name()
+        ));
     }
     Ok(())
 }
@@ -589,6 +614,13 @@ fn resume_job(ctx: &Ctx, shared: &Mutex<TuneJob>, stop: &AtomicBool) {
         if stop.load(Ordering::SeqCst) {
             break "stopped before it could resume".to_string();
         }
+        if job.settings.knob != Knob::Cap {
+            break format!(
+                "a search of the SM clocks starts over: `gpupilot tune energy {} --knob {}`",
+                job.run,
+                job.settings.knob.name()
+            );
+        }
         let reading = ctx.counters.get().cloned();
         let attempt = JobDaemon::connect(&ctx.paths).and_then(|d| {
             let d = d.reading(reading);
@@ -664,7 +696,8 @@ fn resume_job(ctx: &Ctx, shared: &Mutex<TuneJob>, stop: &AtomicBool) {
     };
     // Not resumed: a job the last daemon left mid-search still has a probe's cap set.
     let restored = match job.state {
-        JobState::Running => restore(&ctx.paths, &job.start_caps(), batch_to_restore(&job)),
+        JobState::Running => restore(&ctx.paths, &job.start_caps(), batch_to_restore(&job))
+            .and_then(|()| restore_clocks(&ctx.paths, &job)),
         _ => Ok(()),
     };
     let mut j = lock(shared);
@@ -677,6 +710,30 @@ fn resume_job(ctx: &Ctx, shared: &Mutex<TuneJob>, stop: &AtomicBool) {
     j.why = Some(format!("not resumed: {why}"));
     j.restored = Some(restored);
     ctx.save_logged(&j);
+}
+
+/// A clock search's GPUs back to their locks from before it (unlocked where they had none).
+fn restore_clocks(paths: &Paths, job: &TuneJob) -> Result<(), String> {
+    if job.settings.knob == Knob::Cap {
+        return Ok(());
+    }
+    let d = JobDaemon::connect(paths)?;
+    let why = "energy tuner: search not resumed, clocks restored";
+    let unlocked: Vec<u32> = job
+        .gpus
+        .iter()
+        .filter(|g| !job.start_locks.iter().any(|(l, _)| l == *g))
+        .copied()
+        .collect();
+    if !unlocked.is_empty() {
+        d.reset_clocks(unlocked, why)
+            .map_err(|e| format!("{e:#}"))?;
+    }
+    for (g, [lo, hi]) in &job.start_locks {
+        d.lock_clocks(vec![*g], *lo, *hi, why)
+            .map_err(|e| format!("{e:#}"))?;
+    }
+    Ok(())
 }
 
 /// Said when a batch cannot go back for want of a trainer to take it.
@@ -806,6 +863,29 @@ impl JobDaemon {
         *slot = Some(crate::client::system::connect(&sys).ok()?);
         Some(())
     }
+
+    /// `change` through this daemon, or through the system daemon where this one may not make
+    /// it (a user's daemon, not root) and one answers.
+    fn or_system(&self, change: impl Fn(&Client) -> anyhow::Result<()>) -> anyhow::Result<()> {
+        let Err(e) = change(&self.own) else {
+            return Ok(());
+        };
+        let refused = matches!(
+            e.downcast_ref::<ClientError>(),
+            Some(ClientError::Daemon {
+                code: ErrorCode::NoPermission,
+                ..
+            })
+        );
+        if !refused || self.system().is_none() {
+            return Err(e);
+        }
+        let slot = lock(&self.system);
+        match slot.as_ref() {
+            Some(sys) => change(sys).map_err(|s| s.context("through the system daemon")),
+            None => Err(e),
+        }
+    }
 }
 
 impl TunerDaemon for JobDaemon {
@@ -850,27 +930,24 @@ impl TunerDaemon for JobDaemon {
         }
         Ok(loops)
     }
+    fn clocks(&self) -> anyhow::Result<Vec<GpuClocks>> {
+        self.own.clocks()
+    }
+    /// As a cap: through the system daemon where this one may not.
+    fn lock_clocks(
+        &self,
+        gpus: Vec<u32>,
+        min_mhz: u32,
+        max_mhz: u32,
+        why: &str,
+    ) -> anyhow::Result<()> {
+        self.or_system(|d| d.lock_clocks(gpus.clone(), min_mhz, max_mhz, why))
+    }
+    fn reset_clocks(&self, gpus: Vec<u32>, why: &str) -> anyhow::Result<()> {
+        self.or_system(|d| d.reset_clocks(gpus.clone(), why))
+    }
     fn set_cap(&self, gpus: Vec<u32>, watts: f64, why: &str) -> anyhow::Result<()> {
-        let Err(e) = self.own.set_cap(gpus.clone(), watts, why) else {
-            return Ok(());
-        };
-        let refused = matches!(
-            e.downcast_ref::<ClientError>(),
-            Some(ClientError::Daemon {
-                code: ErrorCode::NoPermission,
-                ..
-            })
-        );
-        if !refused || self.system().is_none() {
-            return Err(e);
-        }
-        let slot = lock(&self.system);
-        match slot.as_ref() {
-            Some(sys) => sys
-                .set_cap(gpus, watts, why)
-                .map_err(|s| s.context("through the system daemon")),
-            None => Err(e),
-        }
+        self.or_system(|d| d.set_cap(gpus.clone(), watts, why))
     }
 }
 

@@ -66,6 +66,15 @@ pub const ETA: Bound = Bound {
     unit: "",
 };
 
+/// MHz between the SM clocks the tuner tries (`--step-mhz`, `step_mhz`): one clock grid step
+/// at least.
+pub const STEP_MHZ: Bound = Bound {
+    what: "step in MHz",
+    lo: 15.0,
+    hi: 1_000.0,
+    unit: " MHz",
+};
+
 /// Watts between the caps the tuner tries (`--step-w`, `step_w`).
 pub const STEP_W: Bound = Bound {
     what: "step in watts",

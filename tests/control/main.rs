@@ -16,5 +16,6 @@ mod one_voice;
 mod power_nvml;
 mod retired_pages;
 mod run_power_cap;
+mod tune_clocks;
 mod tune_energy;
 mod tune_joint_e2e;

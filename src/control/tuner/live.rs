@@ -6,6 +6,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use super::knob::Knob;
 use super::search::{Observation, Progress, Search, SearchStep, TuneResult};
 
 /// A run being tuned, as the driver needs it.
@@ -14,6 +15,12 @@ pub trait LiveRun {
     fn observe(&mut self) -> Result<Option<Observation>, String>;
     /// Set this cap on every GPU of the run.
     fn set_cap(&mut self, watts: f64) -> Result<(), String>;
+    /// Lock every GPU of the run's SM clocks up to `mhz` (their highest unlocks them): a
+    /// clock search ([`super::knob`]).
+    fn set_clock(&mut self, mhz: f64) -> Result<(), String> {
+        let _ = mhz;
+        Err("this run's clocks cannot be locked".into())
+    }
     /// Change the run's batch size (a joint search): every rank at one step. The change lands
     /// when the reports show it ([`Observation::batch`]).
     fn set_batch(&mut self, batch: u32) -> Result<(), String>;
@@ -80,11 +87,16 @@ pub fn drive(
     let mut quiet = 0;
     loop {
         match action.take() {
-            Some(SearchStep::SetCap(w)) => {
-                if let Err(e) = run.set_cap(w) {
+            Some(step @ (SearchStep::SetCap(_) | SearchStep::SetClock(_))) => {
+                let (set, w) = match step {
+                    SearchStep::SetClock(f) => (run.set_clock(f), format!("{f:.0} MHz")),
+                    SearchStep::SetCap(w) => (run.set_cap(w), format!("{w:.0} W")),
+                    _ => unreachable!("matched above"),
+                };
+                if let Err(e) = set {
                     if !changed {
                         tuner.cancel();
-                        return Err(format!("setting {w:.0} W: {e} (nothing was changed)"));
+                        return Err(format!("setting {w}: {e} (nothing was changed)"));
                     }
                     let out = cancelled(tuner, run, "");
                     let restored = match out {
@@ -92,9 +104,9 @@ pub fn drive(
                         Outcome::Done(_) => Ok(()),
                     };
                     return Err(match restored {
-                        Ok(()) => format!("setting {w:.0} W: {e} (the starting caps are back)"),
+                        Ok(()) => format!("setting {w}: {e} (the starting caps are back)"),
                         Err(r) => format!(
-                            "setting {w:.0} W: {e}; putting the starting caps back failed too: {r}"
+                            "setting {w}: {e}; putting the starting caps back failed too: {r}"
                         ),
                     });
                 }
@@ -119,8 +131,21 @@ pub fn drive(
                 changed = true;
             }
             Some(SearchStep::Finish { apply_w, result }) => {
-                run.set_cap(apply_w)
-                    .map_err(|e| format!("setting the best cap {apply_w:.0} W: {e}"))?;
+                // `--knob both`: the knob that saved less is where it started already (put
+                // back before the other was searched); the winner's best is set.
+                let k = result.knob;
+                let best = k.show(apply_w);
+                let set = match k {
+                    Knob::Clocks => run.set_clock(apply_w),
+                    Knob::Cap | Knob::Both => run.set_cap(apply_w),
+                };
+                set.map_err(|e| format!("setting the best {} {best}: {e}", k.name()))?;
+                if let Some(o) = result.other.as_deref().filter(|o| o.knob == Knob::Clocks) {
+                    // The clock search ran last: its knob is at its last probe.
+                    run.set_clock(o.start_w).map_err(|e| {
+                        format!("unlocking the clocks after the cap won: {e} (the best cap {best} is set)")
+                    })?;
+                }
                 if let Some(b) = &result.batch {
                     let failed = |e: String| {
                         format!(

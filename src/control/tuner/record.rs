@@ -95,6 +95,10 @@ pub struct TuneJob {
     /// stop (or a daemon that finds the job unfinished) puts back with the caps.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_batch: Option<u32>,
+    /// A clock search (`--knob clocks|both`): the GPUs whose SM clocks were locked before it,
+    /// and their locks (the others were unlocked). What a stop puts back.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub start_locks: Vec<(u32, [u32; 2])>,
 }
 
 impl TuneJob {
@@ -129,10 +133,7 @@ pub fn saving_line(
             format!("{:.0} W and batch {b}", r.best.cap_w),
             format!("{:.0} W and batch {db}", d.cap_w),
         ),
-        _ => (
-            format!("{:.0} W", r.best.cap_w),
-            format!("{:.0} W", d.cap_w),
-        ),
+        _ => (r.knob.show(r.best.cap_w), r.knob.show(d.cap_w)),
     };
     let mut s = format!(
         "per million samples at {at} instead of {instead}: {:.2} kWh {}, {:.2} h {}",
@@ -155,6 +156,18 @@ pub fn saving_line(
 /// The profile lines that start a run where the search ended: `[power] cap_w`, and after a
 /// joint search `[knobs.batch_size] initial`.
 pub fn suggestion(r: &TuneResult) -> String {
+    if r.knob == super::Knob::Clocks {
+        return if r.best.cap_w >= r.default_w - 0.5 {
+            "the SM clocks are best unlocked: nothing to add".into()
+        } else {
+            format!(
+                "to lock the run's SM clocks there again: `gpupilot clocks lock MIN {:.0} --gpu …`, \
+                 MIN the GPUs' lowest clock (`gpupilot power` shows it; profiles set the power cap \
+                 only)",
+                r.best.cap_w
+            )
+        };
+    }
     let mut s = format!(
         "to start this run's profile at this {}, add:\n\n[power]\ncap_w = {:.0}",
         if r.batch.is_some() {

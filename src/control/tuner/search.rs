@@ -118,6 +118,12 @@ pub struct TuneSettings {
     /// Search the batch size with the cap (`--with batch-size`, [`super::joint`]).
     #[serde(default)]
     pub with_batch: bool,
+    /// The setting searched: the power cap, the locked SM clocks, or both ([`super::knob`]).
+    #[serde(default)]
+    pub knob: super::knob::Knob,
+    /// Distance between the clocks tried, MHz (`None`: the searched range over twelve).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_mhz: Option<f64>,
 }
 
 impl Default for TuneSettings {
@@ -130,6 +136,8 @@ impl Default for TuneSettings {
             strategy: Strategy::Golden,
             prior_w: None,
             with_batch: false,
+            knob: super::knob::Knob::Cap,
+            step_mhz: None,
         }
     }
 }
@@ -306,6 +314,9 @@ pub struct Observation {
 pub enum SearchStep {
     /// Set this cap on every tuned GPU (the next cap to try).
     SetCap(f64),
+    /// Lock every tuned GPU's SM clocks up to this, MHz (a clock search, [`super::knob`]; the
+    /// highest clock unlocks them).
+    SetClock(f64),
     /// Change the run's batch size to this (every rank at one step; a joint search).
     SetBatch(u32),
     /// The search is over: set `apply_w` (the best cap) and, after a joint search, the best
@@ -335,6 +346,10 @@ pub struct CapPoint {
     pub avg_power_w: f64,
     /// Zeus's cost per sample, joules.
     pub cost: f64,
+    /// The standard error of the cost, percent of it, from the window's chunks (absent for a
+    /// window measured whole).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub se_pct: Option<f64>,
 }
 
 impl CapPoint {
@@ -358,6 +373,29 @@ impl CapPoint {
             time_per_sample_s: t,
             avg_power_w: energy_j / seconds,
             cost: zeus_cost(eta, max_p, e, t),
+            se_pct: None,
+        }
+    }
+
+    /// This cap measured again: both windows together, their errors combined by weight.
+    fn merged(&self, again: &CapPoint, eta: f64, max_p: f64) -> CapPoint {
+        let n = self.samples + again.samples;
+        let (a, b) = (self.samples / n, again.samples / n);
+        let se_pct = match (self.se_pct, again.se_pct) {
+            (Some(x), Some(y)) => Some(((a * x).powi(2) + (b * y).powi(2)).sqrt()),
+            (x, y) => x.or(y),
+        };
+        CapPoint {
+            batch: self.batch,
+            se_pct,
+            ..CapPoint::new(
+                self.cap_w,
+                self.energy_j + again.energy_j,
+                n,
+                self.seconds + again.seconds,
+                eta,
+                max_p,
+            )
         }
     }
 }
@@ -394,15 +432,33 @@ pub struct TuneResult {
     /// A joint search's batch dimension (`None`: the cap alone was searched).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub batch: Option<super::joint::BatchOutcome>,
+    /// How far the best is told apart from the runner-up ([`Confidence`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confidence: Option<Confidence>,
+    /// The setting searched: `best.cap_w` and every point's are MHz for the clocks.
+    #[serde(default, skip_serializing_if = "super::knob::Knob::is_cap")]
+    pub knob: super::knob::Knob,
+    /// `--knob both`: the other knob's search, which saved less.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub other: Option<Box<TuneResult>>,
+    /// The savings' uncertainty, percentage points either way: two standard errors of the
+    /// best's cost against the default's (absent where the windows were measured whole).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub saving_uncertainty_pct: Option<f64>,
 }
 
 impl TuneResult {
     /// One line for people: the cap and the saving.
     pub fn summary(&self) -> String {
+        let k = self.knob;
+        let (what, many) = match k {
+            super::knob::Knob::Clocks => ("SM clock lock", "clocks"),
+            _ => ("cap", "caps"),
+        };
         let mut s = match &self.batch {
             None => format!(
-                "best cap {:.0} W (cost {:.3} J/sample at eta {:.2}; {} of {} caps tried in {:.0} s)",
-                self.best.cap_w,
+                "best {what} {} (cost {:.3} J/sample at eta {:.2}; {} of {} {many} tried in {:.0} s)",
+                k.show(self.best.cap_w),
                 self.best.cost,
                 self.eta,
                 self.curve.len(),
@@ -423,16 +479,48 @@ impl TuneResult {
                 self.duration_s
             ),
         };
-        if let (Some(e), Some(t)) = (self.energy_saving_pct, self.time_change_pct) {
+        let is_default = (self.best.cap_w - self.default_w).abs() < 0.5 && self.batch.is_none();
+        if is_default {
             s.push_str(&format!(
-                "; against the default {:.0} W{}: {:.1}% less energy per sample, {:.1}% {} per sample",
-                self.default_w,
+                "; the default {} is the best {what}: no saving",
+                k.show(self.default_w)
+            ));
+        } else if let (Some(e), Some(t)) = (self.energy_saving_pct, self.time_change_pct) {
+            s.push_str(&format!(
+                "; against the default {}{}: {:.1}% less energy per sample, {:.1}% {} per sample",
+                k.show(self.default_w),
                 self.batch
                     .as_ref()
                     .map_or(String::new(), |b| format!(" at batch {}", b.start)),
                 e,
                 t.abs(),
                 if t >= 0.0 { "more time" } else { "less time" }
+            ));
+            if let Some(u) = self.saving_uncertainty_pct {
+                s.push_str(&format!(" (±{u:.1} points"));
+                if self.cost_saving_pct.is_some_and(|c| c <= u) {
+                    s.push_str(": no saving the measurement can tell apart from none");
+                }
+                s.push(')');
+            }
+        }
+        if let Some(c) = self.confidence.filter(|c| !c.resolved()) {
+            s.push_str(&format!(
+                "; {} costs within the noise of the best ({:.1}% more, ±{:.1}%)",
+                k.show(c.runner_up_w),
+                c.margin_pct,
+                c.noise_pct
+            ));
+        }
+        if let Some(o) = &self.other {
+            s.push_str(&format!(
+                "; kept over the {} search (best {}, {})",
+                o.knob.name(),
+                o.knob.show(o.best.cap_w),
+                o.cost_saving_pct
+                    .map_or("no default measured".into(), |c| format!(
+                        "{c:.1}% less cost"
+                    ))
             ));
         }
         s
@@ -471,6 +559,9 @@ pub struct Progress {
     /// A joint search's batch dimension.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub batch: Option<super::joint::BatchProgress>,
+    /// The setting under test (`cap_w` is MHz for the clocks).
+    #[serde(default, skip_serializing_if = "super::knob::Knob::is_cap")]
+    pub knob: super::knob::Knob,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -502,15 +593,16 @@ pub struct Confidence {
     pub runner_up_w: f64,
     /// How much more it cost than the best, percent.
     pub margin_pct: f64,
-    /// The largest relative standard error of a window's cost, percent (0: no window was
-    /// cut into chunks, so none was measured).
+    /// The standard error of that margin, percent: the two windows' errors added in
+    /// quadrature (0: neither window was cut into chunks, so no error was measured).
     pub noise_pct: f64,
 }
 
 impl Confidence {
-    /// Whether the best is told apart from the runner-up: the margin is more than twice the
-    /// noise of a window (two windows' errors, added). Otherwise the two cost the same as far
-    /// as the measurement can say, and either is a fine cap.
+    /// Whether the best is told apart from the runner-up: the margin is more than two
+    /// standard errors of it. Otherwise the two cost the same as far as the measurement can
+    /// say, and either is a fine cap; the golden search measures both again once before it
+    /// ends ([`Tuner`]).
     pub fn resolved(&self) -> bool {
         self.margin_pct > 2.0 * self.noise_pct
     }
@@ -529,8 +621,12 @@ pub struct Tuner {
     /// The golden search's bracket, positions in `plan`.
     bracket: (usize, usize),
     /// The largest relative standard error of a measured window's cost so far (0 until a
-    /// window is cut into chunks): what [`Tuner::confidence`] weighs the margin against.
+    /// window is cut into chunks): the error of a point measured whole.
     noise: f64,
+    /// Positions to measure again (the best and the runner-up, when the noise does not tell
+    /// them apart), taken from the end; `rechecked` once that was decided.
+    recheck: Vec<usize>,
+    rechecked: bool,
 }
 
 impl Tuner {
@@ -556,6 +652,8 @@ impl Tuner {
             started_s: 0.0,
             bracket,
             noise: 0.0,
+            recheck: Vec::new(),
+            rechecked: false,
         })
     }
 
@@ -630,11 +728,34 @@ impl Tuner {
             .iter()
             .filter(|p| (p.cap_w - best.cap_w).abs() >= 0.5)
             .min_by(|a, b| a.cost.total_cmp(&b.cost))?;
+        let (eb, er) = (self.se_pct(best), self.se_pct(runner_up));
         Some(Confidence {
             runner_up_w: runner_up.cap_w,
             margin_pct: 100.0 * (runner_up.cost - best.cost) / best.cost,
-            noise_pct: 100.0 * self.noise,
+            noise_pct: (eb * eb + er * er).sqrt(),
         })
+    }
+
+    /// A point's standard error, percent: its own, else the noisiest window's.
+    fn se_pct(&self, p: &CapPoint) -> f64 {
+        p.se_pct.unwrap_or(100.0 * self.noise)
+    }
+
+    /// Once the search would end: the best and the runner-up to measure again, when the noise
+    /// does not tell them apart (once per search).
+    fn recheck_start(&mut self) -> Option<usize> {
+        if self.rechecked || self.confidence().is_none_or(|c| c.resolved()) {
+            return None;
+        }
+        self.rechecked = true;
+        let c = self.confidence()?;
+        let best = self.best()?.cap_w;
+        let at = |w: f64| self.plan.iter().position(|c| (c - w).abs() < 0.5);
+        self.recheck = [at(best), at(c.runner_up_w)]
+            .into_iter()
+            .flatten()
+            .collect();
+        self.recheck.pop()
     }
 
     fn default_idx(&self) -> Option<usize> {
@@ -767,17 +888,21 @@ impl Tuner {
                     self.state = self.measuring(idx, obs);
                     return None;
                 }
-                if chunks.len() >= 2 {
-                    self.noise = self.noise.max(relative_se(&chunks));
+                let se = (chunks.len() >= 2).then(|| relative_se(&chunks));
+                if let Some(se) = se {
+                    self.noise = self.noise.max(se);
                 }
-                let point = CapPoint::new(
-                    self.plan[idx],
-                    de,
-                    ds,
-                    dt,
-                    self.cfg.eta,
-                    self.cfg.max_power_w,
-                );
+                let point = CapPoint {
+                    se_pct: se.map(|x| 100.0 * x),
+                    ..CapPoint::new(
+                        self.plan[idx],
+                        de,
+                        ds,
+                        dt,
+                        self.cfg.eta,
+                        self.cfg.max_power_w,
+                    )
+                };
                 Some(self.scored(idx, point, obs, p))
             }
             State::NotStarted | State::Done(_) | State::Cancelled => None,
@@ -839,6 +964,7 @@ impl Tuner {
             curve: self.curve.clone(),
             best_cap_w: self.best().map(|b| b.cap_w),
             batch: None,
+            knob: super::knob::Knob::Cap,
         }
     }
 
@@ -856,13 +982,26 @@ impl Tuner {
     /// Record a measured cap and decide: the next cap, or the end.
     fn scored(&mut self, idx: usize, point: CapPoint, obs: &Observation, p: f64) -> SearchStep {
         let best_before = self.best().map(|b| b.cost);
-        self.curve.push(point);
+        let (eta, max_p) = (self.cfg.eta, self.cfg.max_power_w);
+        match self
+            .curve
+            .iter_mut()
+            .find(|p| (p.cap_w - point.cap_w).abs() < 0.5)
+        {
+            // Measured again (the best and the runner-up, too close to tell): both windows.
+            Some(p) => *p = p.merged(&point, eta, max_p),
+            None => self.curve.push(point),
+        }
         match best_before {
             Some(best) if point.cost > best * (1.0 + self.cfg.rise_margin) => self.rises += 1,
             _ => self.rises = 0,
         }
         let next = match self.cfg.strategy {
-            Strategy::Golden => self.golden_next(),
+            Strategy::Golden => self
+                .recheck
+                .pop()
+                .or_else(|| self.golden_next())
+                .or_else(|| self.recheck_start()),
             Strategy::Descend | Strategy::Sweep => {
                 let default_seen = self.curve.iter().any(|c| c.cap_w <= self.cfg.default_w);
                 let early = self.cfg.strategy == Strategy::Descend
@@ -911,6 +1050,10 @@ impl Tuner {
             planned: self.plan.len(),
             duration_s: obs.time_s - self.started_s,
             batch: None,
+            knob: super::knob::Knob::Cap,
+            other: None,
+            confidence: self.confidence(),
+            saving_uncertainty_pct: saving_uncertainty(&best, default.as_ref()),
         }
     }
 }
@@ -940,6 +1083,15 @@ impl Search for Tuner {
     fn progress(&self) -> Progress {
         Tuner::progress(self)
     }
+}
+
+/// The uncertainty of a saving of `best` against `default`, percentage points either way: two
+/// standard errors of the ratio of their costs. `None` where either was measured whole, or
+/// where the best is the default itself (no saving, nothing to be unsure of).
+pub(super) fn saving_uncertainty(best: &CapPoint, default: Option<&CapPoint>) -> Option<f64> {
+    let d = default.filter(|d| d.cap_w != best.cap_w || d.batch != best.batch)?;
+    let (eb, ed) = (best.se_pct?, d.se_pct?);
+    Some(2.0 * best.cost / d.cost * (eb * eb + ed * ed).sqrt())
 }
 
 /// The position in `plan` nearest to `w`.

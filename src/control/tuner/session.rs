@@ -82,6 +82,36 @@ pub trait TunerDaemon {
     /// Ask run `run`'s trainer for batch size `batch` (`gpupilot set RUN batch-size N`: every
     /// rank of a job at one step). `Ok(false)`: no trainer is attached now, ask again later.
     fn set_batch(&self, run: &str, batch: u32, why: &str) -> anyhow::Result<bool>;
+    /// Each GPU's SM clock range and the lock gpupilot set on it, by index (a clock search).
+    fn clocks(&self) -> anyhow::Result<Vec<GpuClocks>> {
+        Ok(Vec::new())
+    }
+    /// Lock `gpus`' SM clocks within `[min_mhz, max_mhz]`, with `why` for the node's events.
+    fn lock_clocks(
+        &self,
+        gpus: Vec<u32>,
+        min_mhz: u32,
+        max_mhz: u32,
+        why: &str,
+    ) -> anyhow::Result<()> {
+        let _ = (gpus, min_mhz, max_mhz, why);
+        anyhow::bail!("this daemon cannot lock clocks")
+    }
+    /// Unlock `gpus`' SM clocks.
+    fn reset_clocks(&self, gpus: Vec<u32>, why: &str) -> anyhow::Result<()> {
+        let _ = (gpus, why);
+        anyhow::bail!("this daemon cannot lock clocks")
+    }
+}
+
+/// One GPU's SM clocks as a clock search needs them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GpuClocks {
+    pub index: u32,
+    /// The range a lock may name, MHz; `None` where it cannot be read.
+    pub range: Option<(u32, u32)>,
+    /// The lock gpupilot set, `[min, max]` MHz (`None`: unlocked).
+    pub locked: Option<[u32; 2]>,
 }
 
 /// A run, as the tuner needs to know it.
@@ -152,6 +182,54 @@ pub fn prepare<D: TunerDaemon>(
     run.unit = cfg.window.unit;
     let tuner = Tuner::new(cfg)?;
     Ok((run, tuner))
+}
+
+/// The clock search on `run` (`--knob clocks|both`), scored as `caps` (the cap search's
+/// configuration: eta, window, the cost's max power): from the highest clock the run's GPUs
+/// share (unlocked, every saving's reference) down to half of it ([`super::knob`]).
+pub fn prepare_clocks<D: TunerDaemon>(
+    run: &mut DaemonRun<D>,
+    caps: &TunerConfig,
+    settings: &TuneSettings,
+) -> anyhow::Result<Tuner> {
+    let all = run.daemon.clocks()?;
+    let mut range: Option<(u32, u32)> = None;
+    for g in &run.gpus {
+        let r = all
+            .iter()
+            .find(|c| c.index == *g)
+            .and_then(|c| c.range)
+            .with_context(|| {
+                format!("GPU {g}'s SM clock range cannot be read, so its clocks cannot be tuned")
+            })?;
+        range = Some(range.map_or(r, |(lo, hi)| (lo.max(r.0), hi.min(r.1))));
+        let locked = all.iter().find(|c| c.index == *g).and_then(|c| c.locked);
+        run.start_locks.insert(*g, locked);
+    }
+    let (min, max) = range.context("the run uses no GPU: no clocks to tune")?;
+    anyhow::ensure!(
+        min < max,
+        "the run's GPUs share no SM clock range ({min}..{max} MHz)"
+    );
+    let (floor, step) = super::knob::clock_plan(f64::from(min), f64::from(max), settings.step_mhz);
+    run.clock_range = Some((min, max));
+    // A lock in force is where the search starts and what a stop puts back.
+    let start = run
+        .start_locks
+        .values()
+        .flatten()
+        .map(|l| f64::from(l[1]))
+        .fold(f64::from(max), f64::min);
+    let cfg = TunerConfig {
+        min_w: floor,
+        max_w: f64::from(max),
+        default_w: f64::from(max),
+        start_w: start.max(floor),
+        step_w: step,
+        prior_w: None,
+        ..caps.clone()
+    };
+    Ok(Tuner::new(cfg)?)
 }
 
 /// The joint search of batch size and cap on `run` (`--with batch-size`), its caps as
@@ -292,6 +370,12 @@ pub struct DaemonRun<D: TunerDaemon> {
     /// The cap the search set last and measures at (None before its first, and once the
     /// starting caps are back): checked on the GPUs at every observation.
     trial: Option<f64>,
+    /// A clock search: the SM clock range the run's GPUs share, MHz, each GPU's lock before
+    /// it, the top of the lock it set last, and whether it locked any.
+    clock_range: Option<(u32, u32)>,
+    pub start_locks: BTreeMap<u32, Option<[u32; 2]>>,
+    trial_clock: Option<f64>,
+    clocks_changed: bool,
 }
 
 /// An error when the node's control loops may move the caps of `gpus`: a thermal governor on
@@ -411,6 +495,10 @@ impl<D: TunerDaemon> DaemonRun<D> {
             oom: false,
             batch_changed: false,
             trial: None,
+            clock_range: None,
+            start_locks: BTreeMap::new(),
+            trial_clock: None,
+            clocks_changed: false,
         })
     }
 
@@ -546,6 +634,60 @@ impl<D: TunerDaemon> DaemonRun<D> {
         Ok(())
     }
 
+    /// An error when a GPU of the run is not locked at the clock the search set and measures.
+    fn check_trial_clock(&self, mhz: f64) -> Result<(), String> {
+        let Some((min, max)) = self.clock_range else {
+            return Ok(());
+        };
+        let want = (mhz < f64::from(max)).then_some([min, mhz.round() as u32]);
+        for c in self.daemon.clocks().map_err(|e| e.to_string())? {
+            if self.gpus.contains(&c.index) && c.locked != want {
+                return Err(format!(
+                    "GPU {}'s SM clocks are {}, not the {} the search is measuring: someone \
+                     changed them",
+                    c.index,
+                    c.locked.map_or("unlocked".into(), |l| format!(
+                        "locked {}–{} MHz",
+                        l[0], l[1]
+                    )),
+                    want.map_or("unlocked clocks".into(), |l| format!(
+                        "{}–{} MHz",
+                        l[0], l[1]
+                    ))
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Put each GPU's SM clocks back as they were before the search.
+    fn restore_clocks(&mut self) -> Result<(), String> {
+        if !std::mem::take(&mut self.clocks_changed) {
+            return Ok(());
+        }
+        self.trial_clock = None;
+        let why = "energy tuner: search stopped, clocks restored";
+        let unlocked: Vec<u32> = self
+            .start_locks
+            .iter()
+            .filter(|(_, l)| l.is_none())
+            .map(|(g, _)| *g)
+            .collect();
+        if !unlocked.is_empty() {
+            self.daemon
+                .reset_clocks(unlocked, why)
+                .map_err(|e| e.to_string())?;
+        }
+        for (g, l) in &self.start_locks {
+            if let Some([lo, hi]) = l {
+                self.daemon
+                    .lock_clocks(vec![*g], *lo, *hi, why)
+                    .map_err(|e| e.to_string())?;
+            }
+        }
+        Ok(())
+    }
+
     fn cap(&self, gpus: Vec<u32>, watts: f64, why: &str) -> Result<(), String> {
         self.daemon
             .set_cap(gpus, watts, why)
@@ -604,6 +746,9 @@ impl<D: TunerDaemon> LiveRun for DaemonRun<D> {
         // measured from now on would be another cap's.
         if let Some(w) = self.trial {
             self.check_trial(w)?;
+        }
+        if let Some(f) = self.trial_clock {
+            self.check_trial_clock(f)?;
         }
         let m = self
             .daemon
@@ -667,12 +812,34 @@ impl<D: TunerDaemon> LiveRun for DaemonRun<D> {
         Ok(())
     }
 
+    fn set_clock(&mut self, mhz: f64) -> Result<(), String> {
+        let (min, max) = self
+            .clock_range
+            .ok_or("the search read no clock range for the run's GPUs")?;
+        let why = "energy tuner: trying an SM clock lock";
+        let set = if mhz >= f64::from(max) {
+            self.daemon.reset_clocks(self.gpus.clone(), why)
+        } else {
+            self.daemon
+                .lock_clocks(self.gpus.clone(), min, mhz.round() as u32, why)
+        };
+        set.map_err(|e| e.to_string())?;
+        self.clocks_changed = true;
+        self.trial_clock = Some(mhz);
+        // As for a cap: the power between the reads either side of the change is no one
+        // clock's.
+        self.cap_changed = true;
+        let _ = self.read_energy();
+        Ok(())
+    }
+
     fn set_batch(&mut self, batch: u32) -> Result<(), String> {
         self.ask_batch(batch, "energy tuner: trying a batch size")
     }
 
     fn restore(&mut self) -> Result<(), String> {
         self.trial = None;
+        self.restore_clocks()?;
         // The caps first: a batch that cannot go back (the run ended) must not keep them.
         // GPUs that started at the same cap go back in one request.
         let mut by_cap: BTreeMap<u64, Vec<u32>> = BTreeMap::new();

@@ -10,6 +10,7 @@
 use gpusim::{Node, NodeConfig, SimError, TrainingConfig, find};
 
 use super::joint::{JointTuner, batch_plan};
+use super::knob::{Knob, KnobSearch};
 use super::search::{
     Observation, Search, SearchStep, Strategy, TuneResult, TuneSettings, Tuner, TunerConfig,
     TunerError, Window, zeus_cost,
@@ -151,13 +152,36 @@ fn act(node: &mut Node, step: &SearchStep) -> Result<(), SimError> {
             }
             Ok(())
         }
+        SearchStep::SetClock(f) => lock_clock(node, *f),
         SearchStep::Finish { apply_w, result } => {
-            node.try_gpu_mut(0)?.set_power_limit_w(*apply_w)?;
+            match result.knob {
+                super::Knob::Clocks => lock_clock(node, *apply_w)?,
+                _ => node.try_gpu_mut(0)?.set_power_limit_w(*apply_w)?,
+            }
+            if let Some(o) = result
+                .other
+                .as_deref()
+                .filter(|o| o.knob == super::Knob::Clocks)
+            {
+                lock_clock(node, o.start_w)?;
+            }
             if let Some(b) = &result.batch {
                 act(node, &SearchStep::SetBatch(b.best))?;
             }
             Ok(())
         }
+    }
+}
+
+/// Lock GPU 0's SM clocks from its lowest up to `mhz`; its highest clock unlocks them.
+fn lock_clock(node: &mut Node, mhz: f64) -> Result<(), SimError> {
+    let gpu = node.try_gpu_mut(0)?;
+    let (lo, hi) = (gpu.spec().sm_clock_min_mhz, gpu.spec().sm_clock_max_mhz);
+    if mhz >= f64::from(hi) {
+        gpu.reset_locked_clocks();
+        Ok(())
+    } else {
+        gpu.set_locked_clocks(lo, mhz.round() as u32)
     }
 }
 
@@ -181,7 +205,7 @@ fn drive_sim(
                 });
             }
             SearchStep::Restore(_) => return Err(HarnessError::NoEnd(node.time_s() - t0)),
-            SearchStep::SetCap(_) | SearchStep::SetBatch(_) => {}
+            SearchStep::SetCap(_) | SearchStep::SetClock(_) | SearchStep::SetBatch(_) => {}
         }
         action = loop {
             node.step();
@@ -218,6 +242,51 @@ pub fn run_on_sim(
     // Enough for any plan: a cap's window is a few minutes at most on the slowest case.
     let limit_s = tuner.plan().len() as f64 * 3600.0;
     drive_sim(&mut node, &mut tuner, limit_s)
+}
+
+/// The search of `knob` on a fresh node, with `strategy` (the clocks' plan from the GPU's
+/// SM clock range, [`super::knob::clock_plan`]); `--knob both` runs the golden cap search and
+/// then the clocks searched with `strategy`.
+pub fn knob_on_sim(
+    case: &SimCase,
+    s: &SimSettings,
+    knob: Knob,
+    strategy: Strategy,
+) -> Result<SimRun, HarnessError> {
+    let spec = find(case.gpu).ok_or_else(|| SimError::UnknownGpu(case.gpu.to_string()))?;
+    let mut node = node_for(case, s)?;
+    let mut caps = TunerConfig::new(
+        spec.power_min_w,
+        spec.power_default_w,
+        spec.power_max_w,
+        spec.power_default_w,
+        1,
+    );
+    caps.eta = s.eta;
+    caps.step_w = s.step_w;
+    let (lo, hi) = (
+        f64::from(spec.sm_clock_min_mhz),
+        f64::from(spec.sm_clock_max_mhz),
+    );
+    let (floor, step) = super::knob::clock_plan(lo, hi, None);
+    let clocks = TunerConfig {
+        min_w: floor,
+        max_w: hi,
+        default_w: hi,
+        start_w: hi,
+        step_w: step,
+        ..caps.clone().with_strategy(strategy)
+    };
+    let clocks = TunerConfig {
+        window: Window::default_for(strategy, false),
+        ..clocks
+    };
+    let mut search = match knob {
+        Knob::Cap => return run_on_sim(case, s, strategy),
+        Knob::Clocks => KnobSearch::clocks(Tuner::new(clocks)?),
+        Knob::Both => KnobSearch::both(Tuner::new(caps)?, Tuner::new(clocks)?),
+    };
+    drive_sim(&mut node, &mut search, 100.0 * 3600.0)
 }
 
 /// A joint search's case: a GPU, a workload, the batch it trains at and the profile's
@@ -573,6 +642,63 @@ mod tests {
                 assert!(c.joint.result.curve.iter().all(|p| p.batch.unwrap() < o));
             }
             assert!(c.joint.result.cost_saving_pct.unwrap() > 0.0, "{what}");
+        }
+    }
+
+    /// The clock search on gpusim: within 3% of the sweep of every clock of its plan, in at
+    /// most a third of its time; `--knob both` keeps the knob that saves more and says so.
+    #[test]
+    fn the_clock_search_is_within_three_percent_of_the_clock_sweep() {
+        let s = SimSettings::default();
+        for (gpu, model, batch) in [
+            ("h100-sxm", "resnet50", 256),
+            ("a100-sxm-80gb", "bert-large", 16),
+        ] {
+            let case = SimCase::new(gpu, model, batch);
+            let other = SimSettings {
+                seed: 2,
+                ..s.clone()
+            };
+            let sweep = knob_on_sim(&case, &other, Knob::Clocks, Strategy::Sweep).unwrap();
+            let golden = knob_on_sim(&case, &s, Knob::Clocks, Strategy::Golden).unwrap();
+            let (r, w) = (&golden.result, &sweep.result);
+            assert_eq!((r.knob, w.knob), (Knob::Clocks, Knob::Clocks));
+            let best = w.best.cost;
+            let chosen = w
+                .curve
+                .iter()
+                .find(|p| p.cap_w == r.best.cap_w)
+                .unwrap()
+                .cost;
+            let gap = 100.0 * (chosen - best) / best;
+            let share = golden.sim_time_s / sweep.sim_time_s;
+            eprintln!(
+                "{gpu} {model}: clocks {} MHz (sweep {} MHz), gap {gap:.2}%, {} of {} clocks, \
+                 time share {share:.2}, saving {:.1}%",
+                r.best.cap_w,
+                w.best.cap_w,
+                r.curve.len(),
+                w.curve.len(),
+                r.cost_saving_pct.unwrap()
+            );
+            assert!(gap <= 3.0, "{gpu} {model}: gap {gap:.2}%");
+            assert!(share <= 1.0 / 3.0 + 0.02, "{gpu} {model}: share {share:.2}");
+            // Locked clocks save on gpusim as the cap does: the default is not the best.
+            assert!(r.cost_saving_pct.unwrap() > 0.0, "{r:?}");
+            let both = knob_on_sim(&case, &s, Knob::Both, Strategy::Golden)
+                .unwrap()
+                .result;
+            let other = both.other.as_deref().expect("the other knob's result");
+            assert_ne!(both.knob, other.knob);
+            assert!(
+                both.cost_saving_pct.unwrap() >= other.cost_saving_pct.unwrap(),
+                "{both:?}"
+            );
+            assert!(
+                both.summary().contains("kept over the"),
+                "{}",
+                both.summary()
+            );
         }
     }
 

@@ -57,6 +57,7 @@ impl FakeRun {
                 }
             }
             SearchStep::Restore(w) => self.cap = *w,
+            SearchStep::SetClock(f) => panic!("a joint search locked clocks at {f} MHz"),
         }
     }
 

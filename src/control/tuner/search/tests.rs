@@ -610,3 +610,89 @@ fn the_result_states_its_runner_up_and_the_noise() {
     };
     assert!(!noisy.resolved());
 }
+
+/// Energy per sample flat at 2 J from 400 to 500 W, rising outside; time falling with the cap.
+fn flat_bottom(cap: f64) -> (f64, f64) {
+    let x = ((cap - 450.0).abs() - 50.0).max(0.0) / 100.0;
+    (2.0 + 0.5 * x * x, 0.01 * 700.0 / cap)
+}
+
+/// Drive `t` on `curve` with every step's energy off by ±`noise` (a fixed pattern): the caps
+/// set and the result.
+fn drive_noisy(t: &mut Tuner, curve: fn(f64) -> (f64, f64), noise: f64) -> (Vec<f64>, TuneResult) {
+    let mut run = FakeRun::new(curve);
+    let SearchStep::SetCap(first) = t.start(&run.obs) else {
+        panic!("start sets a cap")
+    };
+    let mut set = vec![first];
+    run.cap = first;
+    for i in 0..100_000u64 {
+        let mut obs = run.step();
+        // A pattern with no period a chunk of 4 steps averages away.
+        let wobble = [1.0, -0.4, 0.7, -1.0, 0.2, -0.6, 0.9][(i * 3 % 7) as usize];
+        run.obs.energy_j += wobble * noise * 2.0 * run.batch;
+        obs.energy_j = run.obs.energy_j;
+        match t.observe(&obs) {
+            Some(SearchStep::SetCap(w)) => {
+                set.push(w);
+                run.cap = w;
+            }
+            Some(SearchStep::Finish { result, .. }) => return (set, *result),
+            Some(other) => panic!("{other:?}"),
+            None => {}
+        }
+    }
+    panic!("the search never ended")
+}
+
+#[test]
+fn a_best_the_noise_cannot_tell_from_its_runner_up_is_measured_again() {
+    let mut c = TunerConfig::new(200.0, 700.0, 700.0, 700.0, 1);
+    c.eta = 1.0;
+    let mut t = Tuner::new(c.clone()).unwrap();
+    let (set, r) = drive_noisy(&mut t, flat_bottom, 0.05);
+    let k = r.confidence.expect("two caps were measured");
+    let twice = |w: f64| set.iter().filter(|c| **c == w).count() == 2;
+    assert!(twice(r.best.cap_w) && twice(k.runner_up_w), "{set:?} {k:?}");
+    // Each measured again holds both windows' samples; the others one window's.
+    let once = r.curve.iter().find(|p| !twice(p.cap_w)).unwrap();
+    assert!(r.best.samples > 1.5 * once.samples, "{r:?}");
+    assert!(r.best.se_pct.is_some() && k.noise_pct > 0.0, "{k:?}");
+    assert!((400.0..=500.0).contains(&r.best.cap_w), "{r:?}");
+    // A quiet run tells them apart: nothing is measured twice.
+    let mut quiet = Tuner::new(c).unwrap();
+    let (set, r) = drive_noisy(&mut quiet, bowl, 0.0);
+    let mut uniq = set.clone();
+    uniq.sort_by(f64::total_cmp);
+    uniq.dedup();
+    assert_eq!(uniq.len(), set.len(), "{set:?}");
+    assert!(r.confidence.unwrap().resolved());
+}
+
+#[test]
+fn a_saving_states_its_uncertainty_and_no_saving_is_an_answer() {
+    let mut c = TunerConfig::new(200.0, 700.0, 700.0, 700.0, 1);
+    c.eta = 1.0;
+    let (_, r) = drive_noisy(&mut Tuner::new(c.clone()).unwrap(), bowl, 0.05);
+    let u = r.saving_uncertainty_pct.expect("both windows were chunked");
+    assert!(u > 0.0 && u < 10.0, "{r:?}");
+    assert!(
+        r.summary().contains(&format!("(±{u:.1} points)")),
+        "{}",
+        r.summary()
+    );
+    // Energy per sample lowest at the top: the default cap is the answer.
+    let (_, r) = drive_noisy(
+        &mut Tuner::new(c).unwrap(),
+        |cap| (3.0 - cap / 700.0, 0.01),
+        0.0,
+    );
+    assert_eq!(r.best.cap_w, 700.0, "{r:?}");
+    assert_eq!(r.saving_uncertainty_pct, None);
+    assert!(
+        r.summary()
+            .contains("the default 700 W is the best cap: no saving"),
+        "{}",
+        r.summary()
+    );
+}

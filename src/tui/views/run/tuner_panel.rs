@@ -103,6 +103,7 @@ impl TunerUi {
                         curve: Vec::new(),
                         best_cap_w: None,
                         batch: None,
+                        knob: result.knob,
                     });
                     p.curve = result.curve.clone();
                     p.best_cap_w = Some(result.best.cap_w);
@@ -350,6 +351,7 @@ mod tests {
 
     fn point(cap_w: f64, cost: f64) -> CapPoint {
         CapPoint {
+            se_pct: None,
             cap_w,
             batch: None,
             energy_j: 100.0,
@@ -372,6 +374,7 @@ mod tests {
             curve,
             best_cap_w: Some(700.0),
             batch: None,
+            knob: Default::default(),
         }
     }
 
@@ -400,6 +403,10 @@ mod tests {
 
         // The result's curve is the final one, and its best cap is marked.
         let mut result = TuneResult {
+            confidence: None,
+            saving_uncertainty_pct: None,
+            knob: Default::default(),
+            other: None,
             eta: 0.5,
             max_power_w: 1400.0,
             window: Window::DEFAULT_STEPS,
