@@ -15,6 +15,12 @@ use crate::daemon::{self, DaemonOptions, detach, logging};
 /// pid once it answers.
 pub fn daemon(g: &GlobalArgs, args: &DaemonArgs) -> anyhow::Result<ExitCode> {
     if let Some(DaemonCommand::Stop { wait }) = &args.action {
+        if let Some(flag) = daemon_only_flag(args) {
+            anyhow::bail!(
+                "{flag} is an option of the daemon, not of `daemon stop`: leave it out \
+                 (`gpupilot daemon stop [--wait SECONDS]`)"
+            );
+        }
         return stop(g.system, Duration::from_secs_f64(*wait));
     }
     let system_group = system_group(g.system, args.allow_group.as_deref(), is_root())?;
@@ -131,6 +137,21 @@ fn stop(system: bool, wait: Duration) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// The first option given that only a daemon being started takes (which `daemon stop` would
+/// otherwise ignore without a word).
+fn daemon_only_flag(args: &DaemonArgs) -> Option<&'static str> {
+    [
+        (args.detach, "--detach"),
+        (args.readonly, "--readonly"),
+        (args.restore_on_exit, "--restore-on-exit"),
+        (args.allow_group.is_some(), "--allow-group"),
+        (args.metrics_addr.is_some(), "--metrics-addr"),
+        (args.rate != 1.0, "--rate"),
+    ]
+    .into_iter()
+    .find_map(|(given, flag)| given.then_some(flag))
+}
+
 /// What `daemon stop` says of the runs the daemon supervised.
 fn runs_left(live: Option<usize>) -> String {
     match live {
@@ -191,6 +212,37 @@ fn system_group(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn daemon_stop_refuses_the_options_of_a_daemon_being_started() {
+        use clap::Parser as _;
+        let args = |argv: &[&str]| {
+            let cli = crate::cli::Cli::try_parse_from(argv).unwrap();
+            let Some(crate::cli::Command::Daemon(d)) = cli.command else {
+                panic!("not daemon")
+            };
+            d
+        };
+        assert_eq!(
+            daemon_only_flag(&args(&["gpupilot", "daemon", "stop", "--wait", "2"])),
+            None
+        );
+        assert_eq!(
+            daemon_only_flag(&args(&["gpupilot", "--system", "daemon", "stop"])),
+            None
+        );
+        for (flag, argv) in [
+            ("--detach", &["gpupilot", "daemon", "--detach", "stop"][..]),
+            ("--readonly", &["gpupilot", "daemon", "--readonly", "stop"]),
+            ("--rate", &["gpupilot", "daemon", "--rate", "5", "stop"]),
+            (
+                "--metrics-addr",
+                &["gpupilot", "daemon", "--metrics-addr", "off", "stop"],
+            ),
+        ] {
+            assert_eq!(daemon_only_flag(&args(argv)), Some(flag), "{argv:?}");
+        }
+    }
 
     #[test]
     fn system_needs_root_and_allow_group_needs_system() {
