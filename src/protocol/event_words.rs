@@ -7,6 +7,10 @@
 //! and its peers' (a run's name, a reason), so callers pass it through
 //! [`crate::text::printable`] before a terminal sees it.
 
+mod detail;
+
+pub use detail::{about_gpu, about_run, numbers, undo};
+
 use super::{KnobName, KnobVia, NodeEvent};
 use crate::control::alerts::{Alert, AlertKind};
 use crate::control::power::watts;
@@ -16,6 +20,10 @@ use crate::control::power::watts;
 pub struct Words {
     /// Who made it: `alice (uid 1000) via gpupilot (pid 4242)`, `energy tuner`, `alert`, …
     pub who: String,
+    /// Who the event records (its `by`), where `who` is another: the energy tuner's caps are
+    /// asked through the daemon's socket, so they are recorded as that connection's, with a
+    /// why that names the tuner.
+    pub through: Option<String>,
     /// What it is about: `GPU 1`, a run, `daemon`.
     pub subject: String,
     /// What changed, whole: `power limit 700 W → 300 W`.
@@ -153,7 +161,7 @@ fn tune_words(
         },
         "measured" => match cost {
             Some(c) => format!(
-                "measured {}: cost {c:.4} per sample (job {job})",
+                "measured {}: cost {c:.4} J/sample (job {job})",
                 opt_watts(cap_w)
             ),
             None => format!("measured {} (job {job})", opt_watts(cap_w)),
@@ -166,10 +174,29 @@ fn tune_words(
     (subject, words)
 }
 
+/// The parts of the daemon that make changes through its socket, as their whys start.
+const AGENTS: [&str; 2] = ["energy tuner", "advisor"];
+
 /// The event in words. See the module doc.
 pub fn words(e: &NodeEvent) -> Words {
+    let mut w = recorded(e);
+    for agent in AGENTS {
+        if let Some(rest) = w.why.strip_prefix(agent).and_then(|r| r.strip_prefix(": ")) {
+            if w.who != agent {
+                w.why = rest.to_string();
+                w.through = Some(std::mem::replace(&mut w.who, agent.to_string()));
+            }
+            break;
+        }
+    }
+    w
+}
+
+/// The event in the words of its fields, `who` as recorded.
+fn recorded(e: &NodeEvent) -> Words {
     let w = |who: &str, subject: String, change: String, why: String| Words {
         who: who.to_string(),
+        through: None,
         subject,
         change,
         why,
@@ -224,6 +251,7 @@ pub fn words(e: &NodeEvent) -> Words {
                 Some(p) => format!("uid {uid} (pid {p})"),
                 None => format!("uid {uid}"),
             },
+            through: None,
             subject: "connection".into(),
             change: "refused".into(),
             why: reason.clone(),
@@ -459,7 +487,7 @@ pub fn words(e: &NodeEvent) -> Words {
             };
             let change = match change.as_str() {
                 "cap" => format!("cap {} → {}{at}", opt_watts(*old_w), opt_watts(*new_w)),
-                "on" => format!("holding{at}"),
+                "on" => format!("on{at}"),
                 "off" => "off".into(),
                 "restored" => match (old_w, new_w) {
                     (Some(o), Some(n)) => {
@@ -521,146 +549,6 @@ pub fn words(e: &NodeEvent) -> Words {
             let (subject, words) = tune_words(job, run, change, gpus, *old_w, *cap_w, *cost);
             w("energy tuner", subject, words, or_empty(why))
         }
-    }
-}
-
-/// The command that undoes the event, when one does: `gpupilot power cap 700 --gpu 1`,
-/// `gpupilot set RUN batch-size 256`.
-pub fn undo(e: &NodeEvent) -> Option<String> {
-    /// `700 W` → `700`; a number a command takes back.
-    fn number(s: &str, unit: &str) -> Option<String> {
-        let n = s.strip_suffix(unit)?.trim();
-        n.parse::<f64>().ok().map(|_| n.to_string())
-    }
-    match e {
-        NodeEvent::GpuChanged { gpu, what, old, .. } => {
-            let old = old.as_deref();
-            match what.as_str() {
-                "power_limit" => Some(match old.and_then(|o| number(o, "W")) {
-                    Some(w) => format!("gpupilot power cap {w} --gpu {gpu}"),
-                    None => format!("gpupilot power reset --gpu {gpu}"),
-                }),
-                "locked_clocks" => {
-                    let range = old.and_then(|o| o.strip_suffix("MHz")).and_then(|r| {
-                        let (a, b) = r.trim().split_once('–')?;
-                        Some((a.trim().parse::<u32>().ok()?, b.trim().parse::<u32>().ok()?))
-                    });
-                    Some(match range {
-                        Some((a, b)) => format!("gpupilot clocks lock {a} {b} --gpu {gpu}"),
-                        None => format!("gpupilot clocks reset --gpu {gpu}"),
-                    })
-                }
-                "gpu_max_temp" => Some(match old.and_then(|o| number(o, "°C")) {
-                    Some(c) => format!("gpupilot power gpu-max {c} --gpu {gpu}"),
-                    None => format!("gpupilot power gpu-max reset --gpu {gpu}"),
-                }),
-                _ => None,
-            }
-        }
-        NodeEvent::PowerChangedOutside { gpu, old_w, .. } => {
-            Some(format!("gpupilot power cap {old_w:.0} --gpu {gpu}"))
-        }
-        NodeEvent::KnobChanged {
-            run,
-            knob,
-            old: Some(old),
-            ..
-        } => Some(format!("gpupilot set {run} {} {old}", knob.cli_name())),
-        NodeEvent::Governor { gpu, change, .. } if change == "on" || change == "cap" => {
-            Some(format!("gpupilot thermal off --gpu {gpu}"))
-        }
-        NodeEvent::Budget {
-            budget_w: Some(_),
-            caps,
-            ..
-        } if caps.is_empty() => Some("gpupilot budget off".into()),
-        NodeEvent::Tune { job, change, .. }
-            if matches!(change.as_str(), "started" | "cap" | "measured" | "batch") =>
-        {
-            Some(format!("gpupilot tune stop {job}"))
-        }
-        NodeEvent::RunStarted { run, .. } => Some(format!("gpupilot stop {run}")),
-        _ => None,
-    }
-}
-
-/// The numbers recorded with the event, in words with their units: `("cap", "600 W")`.
-pub fn numbers(e: &NodeEvent) -> Vec<(String, String)> {
-    let mut out = Vec::new();
-    let value = serde_json::to_value(e).unwrap_or_default();
-    collect_numbers("", &value, &mut out);
-    out
-}
-
-fn collect_numbers(prefix: &str, v: &serde_json::Value, out: &mut Vec<(String, String)>) {
-    let Some(map) = v.as_object() else { return };
-    for (k, v) in map {
-        let label = |name: &str| {
-            let name = name.replace('_', " ");
-            if prefix.is_empty() {
-                name
-            } else {
-                format!("{prefix} {name}")
-            }
-        };
-        match v {
-            // Seconds since the epoch: the record's time says when.
-            serde_json::Value::Number(_) if k == "since_s" => {}
-            serde_json::Value::Number(n) => {
-                let Some(x) = n.as_f64() else { continue };
-                let (name, shown) = if let Some(s) = k.strip_suffix("_w") {
-                    (s, watts(x))
-                } else if let Some(s) = k.strip_suffix("_c") {
-                    (s, format!("{} °C", plain(x)))
-                } else if let Some(s) = k.strip_suffix("_ms") {
-                    (s, format!("{x:.1} ms"))
-                } else if let Some(s) = k.strip_suffix("_s") {
-                    (s, format!("{x:.1} s"))
-                } else {
-                    (k.as_str(), plain(x))
-                };
-                out.push((label(name), shown));
-            }
-            serde_json::Value::Object(_) => collect_numbers(&label(k), v, out),
-            serde_json::Value::Array(items) => {
-                for (i, item) in items.iter().enumerate() {
-                    collect_numbers(&label(&format!("{k} {}", i + 1)), item, out);
-                }
-            }
-            _ => {}
-        }
-    }
-}
-
-/// Whether the event is about run `id` (its own events, its tuning job's, its alerts).
-pub fn about_run(e: &NodeEvent, id: &str) -> bool {
-    let v = serde_json::to_value(e).unwrap_or_default();
-    v["run"].as_str() == Some(id) || v["alert"]["run"].as_str() == Some(id)
-}
-
-/// Whether the event is about one of `gpus`: a GPU's setting, its alert, an XID, a cap the
-/// governor, the budget or the tuner moved.
-pub fn about_gpu(e: &NodeEvent, gpus: &[u32]) -> bool {
-    let v = serde_json::to_value(e).unwrap_or_default();
-    let is = |x: &serde_json::Value| {
-        x.as_u64()
-            .is_some_and(|g| gpus.iter().any(|&w| u64::from(w) == g))
-    };
-    is(&v["gpu"])
-        || is(&v["alert"]["gpu"])
-        || v["gpus"].as_array().is_some_and(|a| a.iter().any(is))
-        || v["caps"]
-            .as_array()
-            .is_some_and(|a| a.iter().any(|c| is(&c["gpu"])))
-}
-
-/// `91` for 91.0, `0.1235` for 0.12345: no trailing zeros.
-fn plain(x: f64) -> String {
-    if (x - x.round()).abs() < 1e-9 {
-        format!("{x:.0}")
-    } else {
-        let s = format!("{x:.4}");
-        s.trim_end_matches('0').trim_end_matches('.').to_string()
     }
 }
 

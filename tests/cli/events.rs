@@ -7,7 +7,7 @@ use std::process::Stdio;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use crate::support::home::Home;
+use crate::support::home::{Home, QUICK_SEARCH};
 use crate::support::wait::{finish, poll};
 use rustix::process::Signal;
 
@@ -196,4 +196,41 @@ fn without_a_daemon_it_says_how_to_start_one() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(err.contains("gpupilot daemon"), "{err}");
+}
+
+#[test]
+fn an_energy_search_reads_as_the_tuner_s_steps_in_words() {
+    let home = Home::new();
+    let _d = home.daemon(&[]);
+    let run = home.start_synthetic();
+    let mut args = vec!["tune", "energy", &run];
+    args.extend(QUICK_SEARCH);
+    let out = home.run(&args, Duration::from_secs(120));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = home.ok(&["events", "--gpu", "0"]);
+    let job = format!("tune-{run}");
+    for s in [
+        format!("energy tuner: GPUs 0,1 cap 700 W → 450 W (job {job}, searching)"),
+        format!("energy tuner: GPUs 0,1 search started on run {run} (job {job})"),
+        "energy tuner: GPU 0 power limit 700 W → 450 W — trying a cap".to_string(),
+    ] {
+        assert!(text.contains(&s), "{s:?} missing:\n{text}");
+    }
+    assert!(
+        !text.contains("cap_w=") && !text.contains("change="),
+        "no dumps:\n{text}"
+    );
+    let json = home.ok(&["events", "--json", "--run", &run]);
+    let step = json
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|e| e["event"] == "tune" && e["change"] == "cap" && e["cap_w"] == 450.0)
+        .unwrap_or_else(|| panic!("{json}"));
+    assert_eq!(step["gpus"], serde_json::json!([0, 1]));
+    assert_eq!(step["old_w"], 700.0);
+    assert_eq!(step["undo"], format!("gpupilot tune stop {job}"));
 }

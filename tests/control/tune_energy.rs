@@ -13,17 +13,7 @@ use crate::support::proc::send;
 use crate::support::wait::wait_for;
 use rustix::process::Signal;
 
-/// 700, 450, 200 W, 1 s warm-up and 2 s measured each: about ten seconds.
-pub(crate) const QUICK: [&str; 8] = [
-    "--seconds",
-    "2",
-    "--warmup",
-    "1",
-    "--step-w",
-    "250",
-    "--eta",
-    "1",
-];
+pub(crate) use crate::support::home::QUICK_SEARCH as QUICK;
 
 /// `gpupilot ARGS` within `secs`, which must succeed: its stdout and stderr.
 pub(crate) fn succeeded(home: &Home, args: &[&str], secs: u64) -> (String, String) {

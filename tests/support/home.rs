@@ -16,6 +16,19 @@ use rustix::process::Signal;
 use super::proc::send;
 use super::wait::{finish, poll, wait_for};
 
+/// `tune energy` options for a search of 700, 450 and 200 W on the simulator, 1 s warm-up and
+/// 2 s measured each: about ten seconds.
+pub const QUICK_SEARCH: [&str; 8] = [
+    "--seconds",
+    "2",
+    "--warmup",
+    "1",
+    "--step-w",
+    "250",
+    "--eta",
+    "1",
+];
+
 /// A temporary GPUPILOT_HOME. Dropping it kills the daemon holding its lock and every run it
 /// still has alive, so a failing test leaves nothing behind.
 pub struct Home {

@@ -81,6 +81,31 @@ fn clocks_and_target_temperature_undo_to_what_they_were() {
 }
 
 #[test]
+fn a_cap_the_tuner_asked_for_through_the_socket_reads_as_the_tuner_s() {
+    let mut e = cap(1, "700 W", "600 W", "root (uid 0) via gpupilot (pid 9)");
+    if let NodeEvent::GpuChanged { why, .. } = &mut e {
+        *why = Some("energy tuner: trying a cap".into());
+    }
+    let w = words(&e);
+    assert_eq!(
+        w.line(),
+        "energy tuner: GPU 1 power limit 700 W → 600 W — trying a cap"
+    );
+    assert_eq!(
+        w.through.as_deref(),
+        Some("root (uid 0) via gpupilot (pid 9)")
+    );
+    assert_eq!(actor(&w.who), "energy tuner");
+    // A user's why that merely mentions the tuner is the user's.
+    let mut user = cap(1, "700 W", "600 W", "alice (uid 1000)");
+    if let NodeEvent::GpuChanged { why, .. } = &mut user {
+        *why = Some("undo what the energy tuner did".into());
+    }
+    assert_eq!(words(&user).who, "alice (uid 1000)");
+    assert_eq!(words(&user).through, None);
+}
+
+#[test]
 fn a_tuner_step_names_the_gpus_the_caps_and_the_job() {
     let e = NodeEvent::Tune {
         job: "tune-train-3".into(),

@@ -86,6 +86,7 @@ pub fn columns(e: &crate::protocol::NodeEvent) -> [String; 4] {
         subject,
         change,
         why,
+        ..
     } = words(e);
     [who, subject, change, why].map(|c| printable(&c))
 }

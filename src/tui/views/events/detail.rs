@@ -31,6 +31,9 @@ impl Detail<'_> {
         if kind != who && kind != "other" {
             who_line.push(Span::styled(format!("  ({kind})"), t.dim));
         }
+        if let Some(by) = &w.through {
+            who_line.push(Span::styled(format!("  through {}", printable(by)), t.dim));
+        }
         let what = if w.change.is_empty() {
             printable(&w.subject)
         } else {
