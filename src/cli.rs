@@ -238,9 +238,9 @@ each user's own daemon. See docs/operations.md, \"A root daemon for power contro
 
 const COMPLETIONS_ABOUT: &str = "Print the completion script for SHELL: subcommands and options \
 come from this command line, so they are never out of date. Beyond them, the scripts complete a \
-run (`logs`, `attach`, `stop`, `set`, `report`, `tune energy`) with the ids and names of your \
-runs, asking the daemon (at most half a second, never starting one) or else reading the run \
-directories; `run` and `profile check` with .toml files and your profiles in \
+run (`logs`, `attach`, `stop`, `set`, `report`, `tune energy`, `events --run`) with the ids \
+and names of your runs, asking the daemon (at most half a second, never starting one) or else \
+reading the run directories; `run` and `profile check` with .toml files and your profiles in \
 $CONFIG/profiles; --theme with the shipped and your own themes.
 
 Installed by the Debian package. By hand: `gpupilot completions bash > \

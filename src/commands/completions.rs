@@ -534,6 +534,11 @@ mod tests {
             assert!(runs.contains(&cmd.to_string()), "{cmd}: {runs:?}");
         }
         assert!(d.contains(&DynamicArg {
+            path: vec!["events".into()],
+            at: Position::Option("run".into()),
+            kind: CompleteKind::Runs
+        }));
+        assert!(d.contains(&DynamicArg {
             path: vec!["run".into()],
             at: Position::Positional(0),
             kind: CompleteKind::Profiles
