@@ -230,6 +230,26 @@ fn the_detail_of_an_event_without_an_undo_says_so() {
 }
 
 #[test]
+fn an_open_event_that_leaves_the_list_says_so_until_esc() {
+    let mut a = app();
+    press(&mut a, KeyCode::Enter);
+    // The daemon came back with another log: the event is not in it.
+    a.on_update(Update::Events {
+        events: changes()[..3].to_vec(),
+        reset: true,
+    });
+    let screen = text(&render(&mut a, 120, 40));
+    assert!(
+        screen.contains("Event 104 is no longer in the daemon's list."),
+        "{screen}"
+    );
+    press(&mut a, KeyCode::Esc);
+    let screen = text(&render(&mut a, 120, 40));
+    assert!(!screen.contains("no longer"), "{screen}");
+    assert_eq!(a.events.open, None);
+}
+
+#[test]
 fn a_tiny_terminal_does_not_panic_with_the_detail_open() {
     let mut a = app();
     press(&mut a, KeyCode::Enter);

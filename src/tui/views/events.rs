@@ -246,6 +246,7 @@ impl Widget for EventsView<'_> {
                 .wrap(Wrap { trim: true })
                 .block(block.padding(Padding::horizontal(1)))
                 .render(area, buf);
+            self.draw_detail(area, buf);
             return;
         }
         let n = events.len();
@@ -356,14 +357,23 @@ impl Widget for EventsView<'_> {
             .column_spacing(1)
             .block(block)
             .render(area, buf);
-        if let Some(seq) = self.state.open {
-            if let Some(e) = events.iter().find(|e| e.seq == seq) {
-                detail::Detail {
-                    record: e,
-                    theme: t,
-                }
-                .render(area, buf);
+        self.draw_detail(area, buf);
+    }
+}
+
+impl EventsView<'_> {
+    /// The open event's detail over the list; an event no longer kept (a daemon that came
+    /// back with another log) says so, so that the keys it takes are not taken unseen.
+    fn draw_detail(&self, area: Rect, buf: &mut Buffer) {
+        let Some(seq) = self.state.open else { return };
+        let t = self.ctx.theme;
+        match self.ctx.data.events.iter().find(|e| e.seq == seq) {
+            Some(e) => detail::Detail {
+                record: e,
+                theme: t,
             }
+            .render(area, buf),
+            None => detail::gone(seq, t, area, buf),
         }
     }
 }

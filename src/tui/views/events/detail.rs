@@ -73,6 +73,22 @@ impl Detail<'_> {
     }
 }
 
+/// In place of the detail of event `seq`, gone from the list the daemon keeps.
+pub fn gone(seq: u64, t: &Theme, area: Rect, buf: &mut Buffer) {
+    let panel = centered(area, area.width.saturating_sub(4).min(60), 5);
+    Clear.render(panel, buf);
+    Paragraph::new(format!("Event {seq} is no longer in the daemon's list."))
+        .style(t.dim)
+        .wrap(Wrap { trim: true })
+        .block(
+            Block::bordered()
+                .border_style(t.border_selected)
+                .title_bottom(Line::styled(" Esc closes ", t.dim).right_aligned())
+                .padding(Padding::horizontal(1)),
+        )
+        .render(panel, buf);
+}
+
 impl Widget for Detail<'_> {
     fn render(self, area: Rect, buf: &mut Buffer) {
         let t = self.theme;
