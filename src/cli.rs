@@ -183,7 +183,8 @@ each user's own daemon. See docs/operations.md, \"A root daemon for power contro
     #[command(subcommand, long_about = CLOCKS_ABOUT)]
     Clocks(ClocksCommand),
     /// Is this node fit to train: driver, CUDA and PyTorch versions, persistence, power limits,
-    /// thermal slowdown, ECC errors, power-cap permission (exit 0 ok, 1 warnings, 2 problems).
+    /// thermal slowdown, ECC errors, power-cap permission, each finding with its fix (exit 0
+    /// ok, 1 warnings, 2 problems).
     #[command(long_about = DOCTOR_ABOUT)]
     Doctor(DoctorArgs),
     /// Real load on the GPUs through CUDA: GEMM throughput, memory bandwidth, a perf/W sweep
@@ -339,17 +340,26 @@ pub struct ClusterArgs {
     pub json: bool,
 }
 
-const DOCTOR_ABOUT: &str = "Check this node through NVML (no daemon needed): the driver version, \
-the newest CUDA it runs, and the CUDA version the installed PyTorch was built for, with a verdict \
-on compatibility (NVIDIA's table: a driver runs CUDA up to the version it reports; a newer minor \
-release of the same major one runs through minor-version compatibility from driver 525.60.13 for \
-CUDA 12.x and 450.80.02 for 11.x); persistence mode; power limits below their default; GPUs in \
-thermal slowdown; ECC errors; and whether this user may set power caps (probed by setting a GPU's \
-limit to the value it already has, which changes nothing).
+const DOCTOR_ABOUT: &str = "Check this node through NVML (no daemon needed), one line per \
+finding with what to do about it: the driver version, the newest CUDA it runs, and the CUDA version \
+the installed PyTorch was built for, with a verdict on compatibility (NVIDIA's table: a driver runs \
+CUDA up to the version it reports; a newer minor release of the same major one runs through \
+minor-version compatibility from driver 525.60.13 for CUDA 12.x and 450.80.02 for 11.x), or a \
+PyTorch built without CUDA; the driver's CUDA library (libcuda.so.1) and a kernel on every GPU; \
+persistence mode; power limits below their default; GPUs in thermal slowdown; ECC errors; whether \
+this user may set power caps (probed by setting a GPU's limit to the value it already has, which \
+changes nothing); gpupilot's directories and daemon.
 
-PyTorch is asked through `python3`, or the interpreter GPUPILOT_PYTHON names (the one your runs \
-use). Exit status: 0 nothing to fix, 1 warnings only, 2 at least one problem. --json prints the \
-checks and the facts behind them.";
+A node without a usable NVML is diagnosed, not refused: the driver line names the library tried \
+(--nvml-lib / GPUPILOT_NVML_LIB, else the loader's libnvidia-ml.so.1), whether nvidia-smi and the \
+kernel module are there, and what to install; the checks that need no NVML still run. With \
+--source sim it checks PyTorch, gpupilot's directories and daemon, and says what a simulated node \
+cannot have checked.
+
+PyTorch is asked through `python3`, or the interpreter --python or GPUPILOT_PYTHON names (the one \
+your runs use); no PyTorch is a note, not a problem. Exit status: 0 nothing to fix, 1 warnings \
+only, 2 at least one problem (1 also when doctor itself could not run: a message on stderr and no \
+report). --json prints the checks and the facts behind them.";
 
 const BENCH_ABOUT: &str = "Real load on the GPUs through CUDA (the driver library loaded at run \
 time, cuBLAS for the GEMM): `gemm` measures TFLOP/s in FP32, BF16 and FP16, `memory` the \
@@ -1179,6 +1189,14 @@ pub struct DoctorArgs {
     /// Seconds to wait for Python to say which PyTorch it has (importing torch is slow).
     #[arg(long, value_name = "SECONDS", default_value_t = 30.0, value_parser = parse_wait_s)]
     pub python_timeout: f64,
+    /// The Python interpreter your runs use (a virtualenv's), asked which PyTorch it has.
+    #[arg(
+        long,
+        value_name = "PATH",
+        env = "GPUPILOT_PYTHON",
+        default_value = "python3"
+    )]
+    pub python: String,
     /// Skip the CUDA checks (a context, a kernel and a memory round trip on every GPU): a
     /// context takes a few hundred MiB of a GPU's memory while doctor runs.
     #[arg(long)]

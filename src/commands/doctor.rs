@@ -1,24 +1,31 @@
 //! `gpupilot doctor [--json]`: is this node fit to train? Driver and CUDA versions, the
 //! installed PyTorch's CUDA build against them, persistence mode, power limits below default,
 //! thermal slowdown, ECC errors, row remapping, degraded PCIe links, recent XID errors,
-//! whether this user may set power caps, and whether CUDA runs on every GPU ([`cuda`]: the
-//! driver's CUDA library, a context, a kernel and a memory round trip per GPU).
+//! whether this user may set power caps, whether CUDA runs on every GPU ([`cuda`]: the
+//! driver's CUDA library, a context, a kernel and a memory round trip per GPU), and
+//! gpupilot's own directories and daemon ([`home`]).
 //!
 //! It reads NVML directly (the GPUs through the sampler's own `NvmlSource`; a running daemon
-//! is asked only for the XIDs it heard, which no one-shot read can), asks the Python that runs training about PyTorch
-//! (`GPUPILOT_PYTHON`, default `python3`, with a time limit), and changes nothing: the
-//! permission probe sets a GPU's power limit to the value it already has. The verdicts live in
-//! [`checks`]; the exit status is 0 (nothing to fix), 1 (warnings) or 2 (a failure).
+//! is asked only for the XIDs it heard, which no one-shot read can), asks the Python that runs
+//! training about PyTorch ([`torch`]: `--python` / `GPUPILOT_PYTHON`, default `python3`, with a
+//! time limit), and changes nothing: the permission probe sets a GPU's power limit to the value
+//! it already has. A broken node is diagnosed, not refused: without NVML the `driver` line
+//! says what was tried and what to install ([`driver`]) and every check that needs no NVML
+//! still runs. On the simulator (`--source sim`) it checks what a simulated node has and says
+//! what it cannot. The verdicts live in [`checks`]; the exit status is 0 (nothing to fix),
+//! 1 (warnings) or 2 (a problem).
 
 pub mod checks;
 pub mod cuda;
+pub mod driver;
+pub mod home;
 pub mod mig;
 pub mod nvlink;
+pub mod torch;
 pub mod xids;
 
-use std::io::Read;
 use std::path::Path;
-use std::process::{Command, ExitCode, Stdio};
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use nvml_wrapper::Nvml;
@@ -26,24 +33,11 @@ use nvml_wrapper::error::NvmlError;
 use serde::Serialize;
 
 use crate::cli::{DoctorArgs, GlobalArgs, SourceKind};
+use crate::config::paths::Paths;
 use crate::telemetry::Source as _;
 use crate::telemetry::nvml::NvmlSource;
-use checks::{Check, Facts, GpuFacts, Permission, Status, Torch};
+use checks::{Check, Facts, GpuFacts, Permission, Status};
 use xids::XidsHeard;
-
-/// The interpreter asked about PyTorch unless `GPUPILOT_PYTHON` names another.
-pub const DEFAULT_PYTHON: &str = "python3";
-
-/// What `python -c` prints: one JSON object.
-const TORCH_PROBE: &str = r#"
-import json
-try:
-    import torch
-except Exception as e:
-    print(json.dumps({"torch": None, "error": str(e)}))
-else:
-    print(json.dumps({"torch": torch.__version__, "cuda": torch.version.cuda}))
-"#;
 
 /// The report as `--json` prints it.
 #[derive(Debug, Serialize)]
@@ -70,13 +64,19 @@ impl Report {
     /// One line per check, the status first, then a verdict line.
     pub fn render_text(&self) -> String {
         let f = &self.facts;
-        let mut out = format!(
-            "gpupilot doctor: {} GPU{}, driver {}, NVML {}\n",
-            f.gpus.len(),
-            if f.gpus.len() == 1 { "" } else { "s" },
-            f.driver_version.as_deref().unwrap_or("N/A"),
-            f.nvml_version.as_deref().unwrap_or("N/A"),
-        );
+        let mut out = if f.simulated {
+            "gpupilot doctor: a simulated node (--source sim)\n".to_string()
+        } else if f.no_nvml.is_some() {
+            "gpupilot doctor: NVML cannot be loaded, so no GPU can be read\n".to_string()
+        } else {
+            format!(
+                "gpupilot doctor: {} GPU{}, driver {}, NVML {}\n",
+                f.gpus.len(),
+                if f.gpus.len() == 1 { "" } else { "s" },
+                f.driver_version.as_deref().unwrap_or("N/A"),
+                f.nvml_version.as_deref().unwrap_or("N/A"),
+            )
+        };
         for c in &self.checks {
             out.push_str(&format!(
                 "  {:<5} {:<21} {}\n",
@@ -102,6 +102,7 @@ impl Report {
 
 fn title(name: &str) -> &str {
     match name {
+        "source" => "source",
         "driver" => "driver",
         "cuda_driver" => "CUDA (driver)",
         "pytorch" => "PyTorch",
@@ -117,23 +118,20 @@ fn title(name: &str) -> &str {
         "nvlink" => "NVLink",
         "xid" => "XID errors",
         "power_cap_permission" => "power-cap permission",
+        "home" => "gpupilot's dirs",
+        "daemon" => "gpupilot daemon",
         other => other,
     }
 }
 
 /// The command.
 pub fn doctor(g: &GlobalArgs, args: &DoctorArgs) -> anyhow::Result<ExitCode> {
-    if g.source == SourceKind::Sim {
-        anyhow::bail!(
-            "doctor checks the real driver through NVML; the simulator has none (drop `--source sim`, or use `--nvml-lib PATH`)"
-        );
-    }
-    let python = std::env::var("GPUPILOT_PYTHON").unwrap_or_else(|_| DEFAULT_PYTHON.into());
     let timeout = Duration::from_secs_f64(args.python_timeout.clamp(0.1, 600.0));
-    let mut facts = gather(g.nvml_lib.as_deref(), &python, timeout)?;
-    if !args.no_cuda {
-        facts.cuda = cuda::gather();
-    }
+    let facts = if g.source == SourceKind::Sim {
+        gather_simulated(&args.python, timeout)
+    } else {
+        gather(g.nvml_lib.as_deref(), &args.python, timeout, !args.no_cuda)
+    };
     let report = Report::new(facts);
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -143,15 +141,67 @@ pub fn doctor(g: &GlobalArgs, args: &DoctorArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::from(report.exit_code))
 }
 
+/// The facts of a simulated node: PyTorch, gpupilot's directories and daemon; nothing of a
+/// driver.
+pub fn gather_simulated(python: &str, timeout: Duration) -> Facts {
+    let torch = torch::probe(python, timeout);
+    let daemon = super::daemon_snapshot();
+    Facts {
+        simulated: true,
+        home: home::gather(&Paths::from_env(), daemon.as_ref()),
+        ..no_gpu_facts(torch, "a simulated node has no power limit to set")
+    }
+}
+
+/// Facts without a GPU to read.
+fn no_gpu_facts(torch: checks::Torch, why: &str) -> Facts {
+    Facts {
+        simulated: false,
+        no_nvml: None,
+        driver_version: None,
+        cuda_driver_version: None,
+        nvml_version: None,
+        torch,
+        gpus: Vec::new(),
+        is_root: rustix::process::geteuid().is_root(),
+        power_permission: Permission::Unknown { reason: why.into() },
+        xids_heard: XidsHeard::default(),
+        cuda: cuda::CudaFacts::NotChecked,
+        home: home::HomeFacts::default(),
+    }
+}
+
 /// Read every fact: NVML (through the same source the sampler reads), the permission probe,
-/// PyTorch.
-pub fn gather(lib: Option<&Path>, python: &str, timeout: Duration) -> anyhow::Result<Facts> {
-    let source = NvmlSource::open(lib)?;
+/// PyTorch, CUDA (`with_cuda`), gpupilot's directories and daemon. NVML that cannot be loaded
+/// is a fact too: the rest is still read.
+pub fn gather(lib: Option<&Path>, python: &str, timeout: Duration, with_cuda: bool) -> Facts {
+    let cuda = || {
+        if with_cuda {
+            cuda::gather()
+        } else {
+            cuda::CudaFacts::NotChecked
+        }
+    };
+    let source = match NvmlSource::open(lib) {
+        Ok(s) => s,
+        Err(e) => {
+            let torch = torch::probe(python, timeout);
+            let daemon = super::daemon_snapshot();
+            return Facts {
+                no_nvml: Some(driver::NoNvml::gather(&e, lib)),
+                cuda: cuda(),
+                home: home::gather(&Paths::from_env(), daemon.as_ref()),
+                ..no_gpu_facts(torch, "NVML cannot be loaded")
+            };
+        }
+    };
     let opened = Instant::now();
     // PyTorch first: the source's XID listener hears whatever comes meanwhile.
-    let torch = probe_torch(python, timeout);
-    let daemon = daemon_snapshot();
-    if daemon.is_none() {
+    let torch = torch::probe(python, timeout);
+    let daemon = super::daemon_snapshot();
+    // Only a daemon that reads NVML heard these GPUs' XIDs.
+    let nvml_daemon = daemon.as_ref().filter(|s| s.node.source == "nvml");
+    if nvml_daemon.is_none() {
         // Without a daemon only doctor's own listener hears XIDs: give it a moment at least.
         std::thread::sleep(MIN_LISTEN.saturating_sub(opened.elapsed()));
     }
@@ -162,7 +212,7 @@ pub fn gather(lib: Option<&Path>, python: &str, timeout: Duration) -> anyhow::Re
         ..Default::default()
     };
     let now_s = crate::telemetry::now_s();
-    let xids_heard = match &daemon {
+    let xids_heard = match nvml_daemon {
         Some(d) => {
             crate::status::merge_xids(&mut snap, d);
             XidsHeard::Daemon { now_s }
@@ -175,7 +225,9 @@ pub fn gather(lib: Option<&Path>, python: &str, timeout: Duration) -> anyhow::Re
     let gpus: Vec<GpuFacts> = snap.gpus.iter().map(GpuFacts::from).collect();
     let nvml = source.nvml();
     let power_permission = probe_power_permission(nvml, &gpus);
-    Ok(Facts {
+    Facts {
+        simulated: false,
+        no_nvml: None,
         driver_version: nvml.sys_driver_version().ok(),
         cuda_driver_version: nvml.sys_cuda_driver_version().ok(),
         nvml_version: nvml.sys_nvml_version().ok(),
@@ -184,18 +236,13 @@ pub fn gather(lib: Option<&Path>, python: &str, timeout: Duration) -> anyhow::Re
         is_root: rustix::process::geteuid().is_root(),
         power_permission,
         xids_heard,
-        cuda: cuda::CudaFacts::NotChecked,
-    })
+        cuda: cuda(),
+        home: home::gather(&Paths::from_env(), daemon.as_ref()),
+    }
 }
 
 /// How long doctor listens for XIDs itself when no daemon has listened for it.
 const MIN_LISTEN: Duration = Duration::from_secs(1);
-
-/// The running daemon's newest snapshot (its XIDs, heard since it started), if one answers
-/// and reads NVML (a daemon on the simulator has no XIDs of these GPUs).
-fn daemon_snapshot() -> Option<crate::telemetry::Snapshot> {
-    super::daemon_snapshot().filter(|s| s.node.source == "nvml")
-}
 
 /// Set the first readable GPU's power limit to what it already is: NVML answers as it would
 /// for a real change (NO_PERMISSION for users who are not root), and nothing changes.
@@ -228,64 +275,6 @@ fn probe_power_permission(nvml: &Nvml, gpus: &[GpuFacts]) -> Permission {
         Err(NvmlError::NotSupported) => Permission::NotSupported,
         Err(e) => Permission::Unknown {
             reason: e.to_string(),
-        },
-    }
-}
-
-/// Ask `python` which PyTorch it has, within `timeout`.
-pub fn probe_torch(python: &str, timeout: Duration) -> Torch {
-    let no_python = |error: String| Torch::NoPython {
-        python: python.to_string(),
-        error,
-    };
-    let mut child = match Command::new(python)
-        .args(["-c", TORCH_PROBE])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-    {
-        Ok(c) => c,
-        Err(e) => return no_python(e.to_string()),
-    };
-    let start = Instant::now();
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(s)) => break s,
-            Ok(None) if start.elapsed() < timeout => std::thread::sleep(Duration::from_millis(20)),
-            Ok(None) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return no_python(format!("no answer within {:.0} s", timeout.as_secs_f64()));
-            }
-            Err(e) => return no_python(e.to_string()),
-        }
-    };
-    let mut text = String::new();
-    if let Some(mut out) = child.stdout.take() {
-        let _ = out.read_to_string(&mut text);
-    }
-    if !status.success() {
-        return no_python(format!("it exited with {status}"));
-    }
-    let Some(v) = text
-        .lines()
-        .rev()
-        .find_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-    else {
-        return no_python(format!("unexpected answer {:?}", text.trim()));
-    };
-    let python = python.to_string();
-    match (v["torch"].as_str(), v["cuda"].as_str()) {
-        (None, _) => Torch::NotInstalled { python },
-        (Some(version), None) => Torch::CpuOnly {
-            python,
-            version: version.to_string(),
-        },
-        (Some(version), Some(cuda)) => Torch::Cuda {
-            python,
-            version: version.to_string(),
-            cuda: cuda.to_string(),
         },
     }
 }

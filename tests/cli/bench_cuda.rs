@@ -126,6 +126,7 @@ fn doctor_on_a_node_with_gpus_and_no_libcuda_is_a_problem() {
         args.extend_from_slice(extra);
         node.gpupilot(&args)
             .env("GPUPILOT_PYTHON", &py)
+            .env("GPUPILOT_HOME", node.dir.path().join("home"))
             .env("LD_LIBRARY_PATH", &lib)
             .output()
             .unwrap()

@@ -12,6 +12,9 @@
 use serde::{Deserialize, Serialize};
 
 use super::cuda::CudaFacts;
+use super::driver::NoNvml;
+use super::home::HomeFacts;
+pub use super::torch::Torch;
 use super::xids::{XidsHeard, xid_check};
 use crate::telemetry::xid::XidEvent;
 use crate::telemetry::{GpuSample, RemappedRows, RetiredPages};
@@ -46,36 +49,12 @@ impl Status {
 /// One line of the report.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Check {
-    /// Stable id for scripts: `driver`, `cuda_driver`, `pytorch`, `cuda`, `cuda_gpus`, `gpus`,
-    /// `persistence`, `power_limits`, `thermal`, `ecc`, `memory`, `pcie`, `nvlink`, `mig`, `xid`,
-    /// `power_cap_permission`.
+    /// Stable id for scripts: `source`, `driver`, `cuda_driver`, `pytorch`, `cuda`, `cuda_gpus`,
+    /// `gpus`, `persistence`, `power_limits`, `thermal`, `ecc`, `memory`, `pcie`, `nvlink`,
+    /// `mig`, `xid`, `power_cap_permission`, `home`, `daemon`.
     pub name: String,
     pub status: Status,
     pub detail: String,
-}
-
-/// What the installed PyTorch said about itself.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "state", rename_all = "snake_case")]
-pub enum Torch {
-    /// The interpreter could not be run, or timed out.
-    NoPython {
-        python: String,
-        error: String,
-    },
-    NotInstalled {
-        python: String,
-    },
-    /// Built without CUDA.
-    CpuOnly {
-        python: String,
-        version: String,
-    },
-    Cuda {
-        python: String,
-        version: String,
-        cuda: String,
-    },
 }
 
 /// One GPU's facts. Absent: the driver does not report it.
@@ -183,6 +162,12 @@ pub enum Permission {
 /// Everything the report is made from.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Facts {
+    /// The node is gpupilot's simulator (`--source sim`): no driver to check.
+    #[serde(default)]
+    pub simulated: bool,
+    /// Why NVML could not be used on a real node; absent where it loaded (or on the simulator).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub no_nvml: Option<NoNvml>,
     pub driver_version: Option<String>,
     /// As NVML reports it: `major * 1000 + minor * 10`.
     pub cuda_driver_version: Option<i32>,
@@ -197,6 +182,9 @@ pub struct Facts {
     /// The CUDA library and each GPU's context, kernel and memory round trip.
     #[serde(default)]
     pub cuda: CudaFacts,
+    /// gpupilot's directories and daemon.
+    #[serde(default)]
+    pub home: HomeFacts,
 }
 
 /// `"550.54.15"` → `[550, 54, 15]`; `None` if any part is not a number.
@@ -249,10 +237,16 @@ pub fn cuda_verdict(driver: &str, driver_cuda: (u32, u32), built: (u32, u32)) ->
                 "works through CUDA minor-version compatibility (built for {bm}.{bn}, the driver runs {dm}.{dn}; {bm}.x needs ≥ {v}): kernels shipped only as PTX for {bm}.{bn} and the newest APIs fail; {newer}"
             ),
         ),
-        (Some(v), ..) => (
+        (Some(v), Some(_), _) => (
             Status::Fail,
             format!(
                 "incompatible: built for CUDA {bm}.{bn}; driver {driver} runs CUDA {dm}.{dn} and is below {v}, the minimum for CUDA {bm}.x: {newer}"
+            ),
+        ),
+        (Some(v), None, _) => (
+            Status::Warn,
+            format!(
+                "built for CUDA {bm}.{bn}, newer than the {dm}.{dn} the driver runs; it runs through minor-version compatibility only on a driver ≥ {v}, and driver {driver} cannot be compared: {newer}"
             ),
         ),
         (None, ..) => (
@@ -279,33 +273,83 @@ fn check(name: &str, status: Status, detail: String) -> Check {
     }
 }
 
+/// What a simulated node cannot have checked, said on its `source` line.
+pub const NOT_ON_THE_SIMULATOR: &str = "the driver and its CUDA version, libcuda and a kernel on each GPU, clocks and thermal slowdown, ECC and memory rows, PCIe and NVLink, XIDs, persistence mode and power-cap permission";
+
 /// Every line of the report, in order.
 pub fn evaluate(f: &Facts) -> Vec<Check> {
     let mut out = Vec::new();
-    let driver = f.driver_version.clone();
-    out.push(match &driver {
-        Some(v) => check("driver", Status::Ok, format!("NVIDIA driver {v}")),
-        None => check(
-            "driver",
-            Status::Warn,
-            "NVML did not report the driver version".into(),
-        ),
-    });
-    let cuda = f.cuda_driver_version.map(cuda_from_nvml);
-    out.push(match cuda {
-        Some((m, n)) => check(
-            "cuda_driver",
-            Status::Ok,
-            format!("CUDA {m}.{n}: the newest CUDA this driver runs"),
-        ),
-        None => check(
-            "cuda_driver",
-            Status::Warn,
-            "NVML did not report the CUDA version the driver supports".into(),
-        ),
-    });
-    out.push(torch_check(&f.torch, driver.as_deref(), cuda));
-    out.extend(super::cuda::checks(&f.cuda, f.gpus.len()));
+    if f.simulated {
+        out.push(check(
+            "source",
+            Status::Info,
+            format!(
+                "a simulated node (--source sim): checked here are PyTorch, gpupilot's directories and its daemon; not {NOT_ON_THE_SIMULATOR}, which need a real GPU (run doctor without --source sim on the GPU node)"
+            ),
+        ));
+        out.push(super::torch::check(
+            &f.torch,
+            super::torch::Against {
+                simulated: true,
+                gpus: None,
+                driver: None,
+                driver_cuda: None,
+            },
+        ));
+        out.extend(super::home::checks(&f.home));
+        return out;
+    }
+    let nvml_cuda = f.cuda_driver_version.map(cuda_from_nvml);
+    let gpus = f.no_nvml.is_none().then_some(f.gpus.len());
+    match &f.no_nvml {
+        Some(n) => out.push(super::driver::check(n)),
+        None => {
+            out.push(match &f.driver_version {
+                Some(v) => check("driver", Status::Ok, format!("NVIDIA driver {v}")),
+                None => check(
+                    "driver",
+                    Status::Warn,
+                    "NVML did not report the driver version".into(),
+                ),
+            });
+            out.push(match nvml_cuda {
+                Some((m, n)) => check(
+                    "cuda_driver",
+                    Status::Ok,
+                    format!("CUDA {m}.{n}: the newest CUDA this driver runs"),
+                ),
+                None => check(
+                    "cuda_driver",
+                    Status::Warn,
+                    "NVML did not report the CUDA version the driver supports".into(),
+                ),
+            });
+        }
+    }
+    // The driver's CUDA as NVML says it, else as libcuda does.
+    let libcuda = match &f.cuda {
+        CudaFacts::Present { driver_version, .. } => Some(cuda_from_nvml(*driver_version)),
+        _ => None,
+    };
+    out.push(super::torch::check(
+        &f.torch,
+        super::torch::Against {
+            simulated: false,
+            gpus,
+            driver: f.driver_version.as_deref(),
+            driver_cuda: nvml_cuda.or(libcuda),
+        },
+    ));
+    out.extend(super::cuda::checks(&f.cuda, gpus, nvml_cuda));
+    if f.no_nvml.is_some() {
+        out.push(check(
+            "gpus",
+            Status::Info,
+            "not checked without NVML: the GPUs, persistence mode, power limits, thermal slowdown, ECC, memory rows, PCIe, NVLink, MIG, XIDs and power-cap permission".into(),
+        ));
+        out.extend(super::home::checks(&f.home));
+        return out;
+    }
 
     let live: Vec<&GpuFacts> = f.gpus.iter().filter(|g| !g.lost).collect();
     let lost: Vec<u32> = f.gpus.iter().filter(|g| g.lost).map(|g| g.index).collect();
@@ -442,6 +486,7 @@ pub fn evaluate(f: &Facts) -> Vec<Check> {
     out.extend(super::mig::mig_check(&live));
     out.push(xid_check(&f.gpus, &f.xids_heard));
     out.push(permission_check(&f.power_permission, f.is_root));
+    out.extend(super::home::checks(&f.home));
     out
 }
 
@@ -624,62 +669,6 @@ fn pcie_check(live: &[&GpuFacts]) -> Check {
     }
 }
 
-fn torch_check(t: &Torch, driver: Option<&str>, cuda: Option<(u32, u32)>) -> Check {
-    match t {
-        Torch::NoPython { python, error } => check(
-            "pytorch",
-            Status::Info,
-            format!(
-                "could not ask `{python}` about PyTorch ({error}); set GPUPILOT_PYTHON to the interpreter your runs use"
-            ),
-        ),
-        Torch::NotInstalled { python } => check(
-            "pytorch",
-            Status::Info,
-            format!(
-                "PyTorch is not installed for `{python}` (GPUPILOT_PYTHON names another interpreter)"
-            ),
-        ),
-        Torch::CpuOnly { version, .. } => check(
-            "pytorch",
-            Status::Warn,
-            format!(
-                "PyTorch {version} is built without CUDA: it cannot use the GPUs; install a CUDA build"
-            ),
-        ),
-        Torch::Cuda {
-            version,
-            cuda: built,
-            ..
-        } => {
-            let Some(b) = parse_cuda(built) else {
-                return check(
-                    "pytorch",
-                    Status::Warn,
-                    format!("PyTorch {version} reports CUDA `{built}`, which is not a version"),
-                );
-            };
-            match (driver, cuda) {
-                (Some(d), Some(dc)) => {
-                    let (status, verdict) = cuda_verdict(d, dc, b);
-                    check(
-                        "pytorch",
-                        status,
-                        format!("PyTorch {version} built for CUDA {built}: {verdict}"),
-                    )
-                }
-                _ => check(
-                    "pytorch",
-                    Status::Warn,
-                    format!(
-                        "PyTorch {version} built for CUDA {built}; the driver's CUDA version is unknown, so compatibility cannot be judged"
-                    ),
-                ),
-            }
-        }
-    }
-}
-
 fn permission_check(p: &Permission, root: bool) -> Check {
     let who = if root { "root" } else { "this user" };
     match p {
@@ -721,6 +710,8 @@ mod tests {
 
     fn healthy() -> Facts {
         Facts {
+            simulated: false,
+            no_nvml: None,
             driver_version: Some("550.54.15".into()),
             cuda_driver_version: Some(12040),
             nvml_version: Some("12.550.54.15".into()),
@@ -728,6 +719,7 @@ mod tests {
                 python: "python3".into(),
                 version: "2.3.1".into(),
                 cuda: "12.1".into(),
+                available: Some(true),
             },
             gpus: (0..2)
                 .map(|i| GpuFacts {
@@ -769,6 +761,20 @@ mod tests {
                         memory_round_trip: crate::cuda::Step::Ok,
                     })
                     .collect(),
+            },
+            home: HomeFacts {
+                dirs: ["config", "state", "runtime"]
+                    .into_iter()
+                    .map(|role| super::super::home::DirFacts {
+                        role: role.into(),
+                        path: format!("/home/u/{role}"),
+                        found: super::super::home::Found::Fine,
+                    })
+                    .collect(),
+                daemon: Some(super::super::home::DaemonSeen {
+                    source: "nvml".into(),
+                    gpus: 2,
+                }),
             },
         }
     }
@@ -814,7 +820,12 @@ mod tests {
     #[test]
     fn a_healthy_node_passes_every_check() {
         let checks = evaluate(&healthy());
-        assert!(checks.iter().all(|c| c.status == Status::Ok), "{checks:#?}");
+        assert!(
+            checks
+                .iter()
+                .all(|c| c.status == Status::Ok || c.name == "daemon"),
+            "{checks:#?}"
+        );
         assert_eq!(exit_code(&checks), 0);
         let names: Vec<&str> = checks.iter().map(|c| c.name.as_str()).collect();
         assert_eq!(
@@ -833,7 +844,9 @@ mod tests {
                 "memory",
                 "pcie",
                 "xid",
-                "power_cap_permission"
+                "power_cap_permission",
+                "home",
+                "daemon"
             ]
         );
     }
@@ -1017,6 +1030,76 @@ mod tests {
     }
 
     #[test]
+    fn without_nvml_the_rest_is_still_checked() {
+        let mut f = healthy();
+        f.no_nvml = Some(NoNvml {
+            reason: "not_found".into(),
+            error: "NVML library not found".into(),
+            tried: "libnvidia-ml.so.1".into(),
+            found_elsewhere: None,
+            nvidia_smi: None,
+            kernel_module: None,
+            distro: None,
+            container: false,
+        });
+        (f.driver_version, f.cuda_driver_version, f.nvml_version) = (None, None, None);
+        f.gpus.clear();
+        f.cuda = CudaFacts::Missing {
+            what: "libcuda.so.1 could not be loaded: not found".into(),
+        };
+        let checks = evaluate(&f);
+        let names: Vec<&str> = checks.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["driver", "pytorch", "cuda", "gpus", "home", "daemon"]
+        );
+        assert_eq!(checks[0].status, Status::Fail);
+        assert_eq!(exit_code(&checks), 2);
+        // PyTorch says which driver it needs; libcuda's absence is the driver's.
+        assert_eq!(checks[1].status, Status::Info, "{}", checks[1].detail);
+        assert!(
+            checks[1].detail.contains("CUDA 12.1 or newer"),
+            "{}",
+            checks[1].detail
+        );
+        assert_eq!(checks[2].status, Status::Info, "{}", checks[2].detail);
+        assert!(
+            checks[2].detail.contains("comes with the driver"),
+            "{}",
+            checks[2].detail
+        );
+    }
+
+    #[test]
+    fn a_simulated_node_says_what_it_cannot_check() {
+        let mut f = healthy();
+        f.simulated = true;
+        f.cuda = CudaFacts::NotChecked;
+        let checks = evaluate(&f);
+        let names: Vec<&str> = checks.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["source", "pytorch", "home", "daemon"]);
+        assert_eq!(exit_code(&checks), 0);
+        assert!(
+            checks[0].detail.contains(NOT_ON_THE_SIMULATOR),
+            "{}",
+            checks[0].detail
+        );
+    }
+
+    #[test]
+    fn the_cuda_libcuda_speaks_judges_pytorch_when_nvml_does_not_say() {
+        let mut f = healthy();
+        f.cuda_driver_version = None;
+        f.cuda = CudaFacts::Present {
+            driver_version: 11040,
+            devices: vec![],
+        };
+        let (s, d) = status_of(&f, "pytorch");
+        assert_eq!(s, Status::Fail, "{d}");
+        assert!(d.contains("runs CUDA 11.4"), "{d}");
+    }
+
+    #[test]
     fn pytorch_lines() {
         let mut f = healthy();
         f.torch = Torch::NotInstalled {
@@ -1028,11 +1111,14 @@ mod tests {
             python: "python3".into(),
             version: "2.3.1+cpu".into(),
         };
-        assert_eq!(status_of(&f, "pytorch").0, Status::Warn);
+        let (s, d) = status_of(&f, "pytorch");
+        assert_eq!(s, Status::Fail, "GPUs that PyTorch cannot use");
+        assert!(d.contains("for CUDA 12.4 or older"), "{d}");
         f.torch = Torch::Cuda {
             python: "python3".into(),
             version: "2.5.0".into(),
             cuda: "12.4".into(),
+            available: None,
         };
         f.driver_version = Some("470.57.02".into());
         f.cuda_driver_version = Some(11040);

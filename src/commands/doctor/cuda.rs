@@ -51,8 +51,16 @@ fn line(name: &str, status: Status, detail: String) -> Check {
 }
 
 /// The `cuda` line and, when CUDA runs, the `cuda_gpus` line. `nvml_gpus`: how many GPUs NVML
-/// reports.
-pub fn checks(f: &CudaFacts, nvml_gpus: usize) -> Vec<Check> {
+/// reports (absent: NVML could not be loaded); `nvml_cuda`: the CUDA version NVML says the
+/// driver runs, which libcuda's must match.
+pub fn checks(
+    f: &CudaFacts,
+    nvml_gpus: Option<usize>,
+    nvml_cuda: Option<(u32, u32)>,
+) -> Vec<Check> {
+    let Some(nvml_gpus) = nvml_gpus else {
+        return vec![without_nvml(f)];
+    };
     match f {
         CudaFacts::NotChecked => vec![line("cuda", Status::Info, "not checked (--no-cuda)".into())],
         CudaFacts::Missing { what } if nvml_gpus > 0 => vec![line(
@@ -74,7 +82,16 @@ pub fn checks(f: &CudaFacts, nvml_gpus: usize) -> Vec<Check> {
         } => {
             let mut out = Vec::new();
             let v = cuda::version_text(*driver_version);
-            out.push(if devices.len() == nvml_gpus {
+            let speaks = super::checks::cuda_from_nvml(*driver_version);
+            out.push(if let Some((m, n)) = nvml_cuda.filter(|c| *c != speaks) {
+                line(
+                    "cuda",
+                    Status::Warn,
+                    format!(
+                        "libcuda speaks CUDA {v} (cuDriverGetVersion) but NVML says the driver runs CUDA {m}.{n}: the CUDA library and NVML come from two driver versions; reinstall the driver so that both match (`ldconfig -p | grep -E 'libcuda|libnvidia-ml'` shows which files load)"
+                    ),
+                )
+            } else if devices.len() == nvml_gpus {
                 line(
                     "cuda",
                     Status::Ok,
@@ -100,6 +117,31 @@ pub fn checks(f: &CudaFacts, nvml_gpus: usize) -> Vec<Check> {
             }
             out
         }
+    }
+}
+
+/// The `cuda` line on a node whose NVML could not be loaded.
+fn without_nvml(f: &CudaFacts) -> Check {
+    match f {
+        CudaFacts::NotChecked => line("cuda", Status::Info, "not checked (--no-cuda)".into()),
+        CudaFacts::Missing { what } => line(
+            "cuda",
+            Status::Info,
+            format!("{what}: it comes with the driver (see the driver line)"),
+        ),
+        CudaFacts::Present {
+            driver_version,
+            devices,
+        } => line(
+            "cuda",
+            Status::Warn,
+            format!(
+                "libcuda speaks CUDA {} and sees {} device{}, but NVML does not load: half a driver install; reinstall the driver package",
+                cuda::version_text(*driver_version),
+                devices.len(),
+                if devices.len() == 1 { "" } else { "s" }
+            ),
+        ),
     }
 }
 
@@ -175,7 +217,7 @@ mod tests {
             what: "libcuda.so.1 could not be loaded: libcuda.so.1: cannot open shared object file"
                 .into(),
         };
-        let with = checks(&f, 2);
+        let with = checks(&f, Some(2), None);
         assert_eq!(with.len(), 1);
         assert_eq!(with[0].status, Status::Fail);
         assert!(
@@ -186,14 +228,25 @@ mod tests {
             with[0].detail
         );
         assert!(with[0].detail.contains("NVML sees 2 GPUs"));
-        let without = checks(&f, 0);
+        let without = checks(&f, Some(0), None);
         assert_eq!(without[0].status, Status::Info);
-        assert_eq!(checks(&CudaFacts::NotChecked, 8)[0].status, Status::Info);
+        assert_eq!(
+            checks(&CudaFacts::NotChecked, Some(8), None)[0].status,
+            Status::Info
+        );
+        // No NVML: the driver line says what is wrong; this one is a note.
+        let c = checks(&f, None, None);
+        assert_eq!(c[0].status, Status::Info);
+        assert!(
+            c[0].detail.contains("comes with the driver"),
+            "{}",
+            c[0].detail
+        );
     }
 
     #[test]
     fn every_gpu_that_fails_is_named_with_its_reason() {
-        let all = checks(&present(vec![device(0), device(1)]), 2);
+        let all = checks(&present(vec![device(0), device(1)]), Some(2), Some((13, 0)));
         assert_eq!(
             all.iter().map(|c| c.status).collect::<Vec<_>>(),
             [Status::Ok, Status::Ok]
@@ -217,7 +270,7 @@ mod tests {
         };
         dead.kernel = Step::Skipped;
         dead.memory_round_trip = Step::Skipped;
-        let c = checks(&present(vec![device(0), bad, dead]), 3);
+        let c = checks(&present(vec![device(0), bad, dead]), Some(3), None);
         assert_eq!(c[1].name, "cuda_gpus");
         assert_eq!(c[1].status, Status::Fail);
         assert!(
@@ -232,12 +285,30 @@ mod tests {
 
     #[test]
     fn fewer_cuda_devices_than_nvml_gpus_is_a_warning() {
-        let c = checks(&present(vec![device(0)]), 2);
+        let c = checks(&present(vec![device(0)]), Some(2), None);
         assert_eq!(c[0].status, Status::Warn);
         assert!(c[0].detail.contains("sees 1 device where NVML sees 2"));
-        let none = checks(&present(vec![]), 2);
+        let none = checks(&present(vec![]), Some(2), None);
         assert_eq!(none.len(), 1);
         assert_eq!(none[0].status, Status::Warn);
+    }
+
+    #[test]
+    fn libcuda_and_nvml_of_two_driver_versions_are_a_warning() {
+        let c = checks(&present(vec![device(0)]), Some(1), Some((12, 4)));
+        assert_eq!(c[0].status, Status::Warn);
+        assert!(
+            c[0].detail.contains("CUDA 13.0") && c[0].detail.contains("runs CUDA 12.4"),
+            "{}",
+            c[0].detail
+        );
+        let c = checks(&present(vec![device(0)]), None, None);
+        assert_eq!(c[0].status, Status::Warn);
+        assert!(
+            c[0].detail.contains("NVML does not load"),
+            "{}",
+            c[0].detail
+        );
     }
 
     #[test]
