@@ -309,6 +309,7 @@ fn point(cap_w: f64, e: f64, ms: f64) -> CapPoint {
         time_per_sample_s: ms / 1000.0,
         avg_power_w: e / (ms / 1000.0),
         cost: 0.5 * e + 0.5 * 1400.0 * ms / 1000.0,
+        se_pct: None,
     }
 }
 
@@ -332,6 +333,7 @@ fn progress(fraction: f64, curve: Vec<CapPoint>) -> Update {
             curve,
             best_cap_w: Some(650.0),
             batch: None,
+            knob: Default::default(),
         },
     }))
 }
@@ -409,6 +411,10 @@ fn tuner_updates_redraw_the_progress_and_end_with_the_result() {
         planned: 21,
         duration_s: 412.0,
         batch: None,
+        knob: Default::default(),
+        other: None,
+        confidence: None,
+        saving_uncertainty_pct: None,
     };
     a.on_update(Update::Tuner(Box::new(TunerEvent::Ended {
         run: RUN.into(),
