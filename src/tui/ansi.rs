@@ -282,23 +282,6 @@ fn colour(out: &mut Vec<u8>, c: Color, background: bool, bold: bool) {
             out.extend_from_slice(if background { b"49" } else { b"39" });
             return;
         }
-        Color::Black => 0,
-        Color::Red => 1,
-        Color::Green => 2,
-        Color::Yellow => 3,
-        Color::Blue => 4,
-        Color::Magenta => 5,
-        Color::Cyan => 6,
-        Color::Gray => 7,
-        Color::DarkGray => 8,
-        Color::LightRed => 9,
-        Color::LightGreen => 10,
-        Color::LightYellow => 11,
-        Color::LightBlue => 12,
-        Color::LightMagenta => 13,
-        Color::LightCyan => 14,
-        Color::White => 15,
-        Color::Indexed(i) => u32::from(i),
         Color::Rgb(r, g, b) => {
             out.extend_from_slice(if background { b"48;2;" } else { b"38;2;" });
             for (i, v) in [r, g, b].into_iter().enumerate() {
@@ -309,6 +292,7 @@ fn colour(out: &mut Vec<u8>, c: Color, background: bool, bold: bool) {
             }
             return;
         }
+        named_or_indexed => u32::from(super::theme::ansi_index(named_or_indexed).unwrap_or(0)),
     };
     match basic {
         0..=7 if !bold => push_num(out, basic + if background { 40 } else { 30 }),

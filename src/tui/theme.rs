@@ -80,6 +80,32 @@ pub fn parse_color(s: &str) -> Result<Color, String> {
     Ok(c)
 }
 
+/// The palette index of a colour: 0–15 for the 16 named ANSI colours (`Gray` is 7, `DarkGray`
+/// 8, `White` 15), the index itself for a 256-colour index; None for the terminal's default
+/// and for truecolor.
+pub fn ansi_index(c: Color) -> Option<u8> {
+    Some(match c {
+        Color::Reset | Color::Rgb(..) => return None,
+        Color::Black => 0,
+        Color::Red => 1,
+        Color::Green => 2,
+        Color::Yellow => 3,
+        Color::Blue => 4,
+        Color::Magenta => 5,
+        Color::Cyan => 6,
+        Color::Gray => 7,
+        Color::DarkGray => 8,
+        Color::LightRed => 9,
+        Color::LightGreen => 10,
+        Color::LightYellow => 11,
+        Color::LightBlue => 12,
+        Color::LightMagenta => 13,
+        Color::LightCyan => 14,
+        Color::White => 15,
+        Color::Indexed(i) => i,
+    })
+}
+
 /// One style as written in a theme file; every field optional so that files can be merged.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -346,6 +372,9 @@ impl Default for Theme {
             .resolve(DEFAULT_THEME)
     }
 }
+
+#[cfg(test)]
+mod contrast_tests;
 
 #[cfg(test)]
 mod tests {
