@@ -236,8 +236,26 @@ impl App {
             Action::FirstGpu => self.select(0),
             Action::LastGpu => self.select(n.saturating_sub(1)),
             Action::SelectGpu(i) if i < n => self.select(i),
-            Action::ZoomIn => self.detail.window = self.detail.window.shorter(),
-            Action::ZoomOut => self.detail.window = self.detail.window.longer(),
+            Action::ZoomIn | Action::ZoomOut => {
+                let w = &mut self.detail.window;
+                *w = if action == Action::ZoomIn {
+                    w.shorter()
+                } else {
+                    w.longer()
+                };
+                if self.view != ViewId::Detail {
+                    // The window is the GPU detail's: say so where it is not in sight.
+                    let key = self
+                        .keymap
+                        .view_key(ViewId::Detail)
+                        .map_or_else(String::new, |k| format!(" ({k} shows them)"));
+                    let msg = format!(
+                        "the GPU detail's charts now cover the last {}{key}",
+                        self.detail.window.label()
+                    );
+                    self.data.set_status(Level::Info, msg);
+                }
+            }
             Action::ScrollUp if self.help.open => {
                 self.help.scroll = self.help.scroll.saturating_sub(1)
             }
@@ -266,6 +284,20 @@ impl App {
             }
             Action::PowerCap if matches!(self.view, ViewId::Overview | ViewId::Detail) => {
                 self.power = power_dialog::open(&mut self.data, self.selected)
+            }
+            Action::PowerCap if self.view == ViewId::Run => {
+                let target = self
+                    .run
+                    .current(&self.data)
+                    .map(|r| run::knobs_row::cap_target(&self.data, r, self.selected));
+                match target {
+                    Some(Some(at)) => self.power = power_dialog::open(&mut self.data, at),
+                    Some(None) => self.data.set_status(
+                        Level::Info,
+                        "the run uses no GPU this node reports: cap one from the overview",
+                    ),
+                    None => self.data.set_status(Level::Info, "no run shown to cap"),
+                }
             }
             a if self.power.is_some() && PowerDialog::handles(a) => {
                 if let Some(r) = power_dialog::apply(&mut self.power, &mut self.data, a) {

@@ -4,7 +4,7 @@
 //! The file has one array of bindings per context (`[[global]]`, `[[overview]]`, `[[detail]]`,
 //! `[[run]]`, `[[events]]`, `[[help]]`); each binding lists the keys that do the same thing (`on`), the action it runs
 //! (`run`), the words the help screen shows (`desc`) and, optionally, a short word for the
-//! footer (`hint`). A key the user binds replaces its default binding in that context;
+//! footer (`hint`) and a shorter one for narrow terminals (`short`). A key the user binds replaces its default binding in that context;
 //! `run = "noop"` unbinds it. The help screen is generated from this, so it is never out of step
 //! with the keys.
 //!
@@ -206,6 +206,8 @@ pub struct Binding {
     pub desc: String,
     /// Short word for the footer; bindings without one stay out of it.
     pub hint: Option<String>,
+    /// A shorter word for a narrow footer (else the hint).
+    pub short: Option<String>,
 }
 
 /// Every binding, by context, in file order.
@@ -231,11 +233,15 @@ impl PartialEq for Memo {
     }
 }
 
-/// A hint for the footer: the key, and the word for what it does.
+/// A hint for the footer: the key, the word for what it does, a shorter word for a narrow
+/// footer, the action, and whether it is the view's own (not a global binding).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Hint {
     pub key: String,
     pub word: String,
+    pub short: String,
+    pub action: Action,
+    pub own: bool,
 }
 
 impl Keymap {
@@ -260,30 +266,34 @@ impl Keymap {
             .map(|b| b.action)
     }
 
-    /// The footer's hints in `view` (or in help): each binding of the context that has a
-    /// hint, with its first key, unless that key runs something else there (a global key the
-    /// view binds otherwise would be a wrong hint).
+    /// The footer's hints in `view` (or in help), the view's own first, then the global ones:
+    /// each binding of the context that has a hint, with its first key, unless that key runs
+    /// something else there (a global key the view binds otherwise would be a wrong hint).
+    /// Which of them apply now (a run shown, a replay) is the footer's to decide.
     pub fn hints(&self, view: ViewId, help_open: bool) -> &[Hint] {
         let at = ViewId::ALL.iter().position(|v| *v == view).unwrap_or(0);
         self.memo.hints[at][usize::from(help_open)].get_or_init(|| {
             let contexts: Vec<Context> = if help_open {
                 vec![Context::Help]
             } else {
-                [Context::Global]
+                Context::of_view(view)
                     .into_iter()
-                    .chain(Context::of_view(view))
+                    .chain([Context::Global])
                     .collect()
             };
             contexts
                 .iter()
-                .flat_map(|c| self.bindings(*c))
-                .filter_map(|b| match (&b.hint, b.keys.first()) {
+                .flat_map(|c| self.bindings(*c).iter().map(move |b| (*c, b)))
+                .filter_map(|(c, b)| match (&b.hint, b.keys.first()) {
                     (Some(hint), Some(key))
                         if self.lookup(view, help_open, *key) == Some(b.action) =>
                     {
                         Some(Hint {
                             key: key.to_string(),
                             word: hint.clone(),
+                            short: b.short.clone().unwrap_or_else(|| hint.clone()),
+                            action: b.action,
+                            own: c != Context::Global,
                         })
                     }
                     _ => None,
@@ -378,6 +388,7 @@ struct BindingSpec {
     #[serde(default)]
     desc: String,
     hint: Option<String>,
+    short: Option<String>,
 }
 
 impl BindingSpec {
@@ -387,6 +398,7 @@ impl BindingSpec {
             action: self.run.0,
             desc: self.desc,
             hint: self.hint,
+            short: self.short,
         }
     }
 }
@@ -594,17 +606,36 @@ mod tests {
 
     #[test]
     fn footer_hints_and_tab_keys_follow_the_view_and_a_merged_keymap() {
-        let hint = |key: &str, word: &str| Hint {
-            key: key.into(),
-            word: word.into(),
+        let pairs = |hints: &[Hint]| -> Vec<(String, String)> {
+            hints
+                .iter()
+                .map(|h| (h.key.clone(), h.word.clone()))
+                .collect()
         };
+        let hint = |key: &str, word: &str| (key.to_string(), word.to_string());
         let km = Keymap::defaults();
         let overview = km.hints(ViewId::Overview, false);
-        assert_eq!(overview.first(), Some(&hint("q", "quit")));
+        // The view's own first, then the global ones.
+        assert_eq!(
+            overview.first().map(|h| (h.key.as_str(), h.own)),
+            Some(("Enter", true))
+        );
+        let own = overview.iter().take_while(|h| h.own).count();
+        assert!(overview[own..].iter().all(|h| !h.own), "{overview:?}");
+        let power = overview.iter().find(|h| h.action == Action::PowerCap);
+        assert_eq!(
+            power.map(|h| (h.key.as_str(), h.word.as_str(), h.short.as_str())),
+            Some(("c", "power cap", "cap"))
+        );
+        let overview = pairs(overview);
+        assert!(overview.contains(&hint("q", "quit")), "{overview:?}");
         assert!(overview.contains(&hint("?", "help")), "{overview:?}");
         // Asked twice: the same hints (kept, not worked out again).
-        assert!(std::ptr::eq(overview, km.hints(ViewId::Overview, false)));
-        let help = km.hints(ViewId::Overview, true);
+        assert!(std::ptr::eq(
+            km.hints(ViewId::Overview, false),
+            km.hints(ViewId::Overview, false)
+        ));
+        let help = pairs(km.hints(ViewId::Overview, true));
         assert!(!help.contains(&hint("q", "quit")), "{help:?}");
         // A user's keymap merged over the defaults: its hints, not the ones kept before.
         let user = Keymap::from_file(
@@ -616,9 +647,9 @@ mod tests {
         );
         assert_eq!(km.view_key(ViewId::Overview), Some(k("1")));
         let merged = km.clone().merged(user);
-        let hints = merged.hints(ViewId::Overview, false);
+        let hints = pairs(merged.hints(ViewId::Overview, false));
         assert!(hints.contains(&hint("x", "leave")), "{hints:?}");
-        assert!(!hints.iter().any(|h| h.key == "q"), "{hints:?}");
+        assert!(!hints.iter().any(|h| h.0 == "q"), "{hints:?}");
         assert_eq!(
             merged.lookup(ViewId::Overview, false, k("x")),
             Some(Action::Quit)

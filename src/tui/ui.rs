@@ -1,6 +1,9 @@
 //! The frame: header (node, driver, CUDA), host line, view tabs, the current view, footer (key
 //! hints and status), and the help over it. Render reads the [`App`] and changes nothing; where
-//! each part goes is `layout`, which mouse clicks are resolved against too.
+//! each part goes is `layout`, which mouse clicks are resolved against too. The footer's key
+//! hints are worked out in [`footer`].
+
+mod footer;
 
 use super::action::ViewId;
 use super::app::App;
@@ -189,6 +192,7 @@ impl Widget for &App {
                 ctx,
                 state: &self.run,
                 tuner: &self.tuner,
+                selected: self.selected,
             }
             .render(a.body, buf),
             ViewId::Events => EventsView {
@@ -203,6 +207,8 @@ impl Widget for &App {
             HelpView {
                 ctx,
                 state: &self.help,
+                view: self.view,
+                replaying: self.replaying(),
             }
             .render(a.body, buf);
         }
@@ -226,9 +232,10 @@ fn sep(t: &crate::tui::theme::Theme) -> Span<'static> {
     Span::styled(" │ ", t.dim)
 }
 
-fn header_row(app: &App, _area: Rect) -> Row {
+fn header_row(app: &App, area: Rect) -> Row {
     let t = &app.theme;
-    let mut spans = vec![Span::styled(" gpupilot", t.header)];
+    // The parts after the name, given up from the end where the right side must fit.
+    let mut parts: Vec<Vec<Span<'static>>> = Vec::new();
     match (&app.data.snapshot, &app.data.link) {
         (
             None,
@@ -236,40 +243,45 @@ fn header_row(app: &App, _area: Rect) -> Row {
                 telemetry_error: Some(_),
                 ..
             },
-        ) => spans.push(Span::styled("  no GPU telemetry", t.warn)),
+        ) => parts.push(vec![Span::styled("  no GPU telemetry", t.warn)]),
         (None, Link::Gone { .. }) => {}
-        (None, _) => spans.push(Span::styled("  waiting for the first sample…", t.dim)),
+        (None, _) => parts.push(vec![Span::styled("  waiting for the first sample…", t.dim)]),
         (Some(s), _) => {
             let n = &s.node;
             let na = || format::NA.to_string();
-            spans.extend([
-                sep(t),
-                Span::styled(n.hostname.clone(), t.title),
-                sep(t),
-                Span::styled("driver ", t.dim),
-                Span::raw(n.driver_version.clone().unwrap_or_else(na)),
-                sep(t),
-                Span::styled("CUDA ", t.dim),
-                Span::raw(n.cuda_driver_version.clone().unwrap_or_else(na)),
-                sep(t),
-                Span::raw(format!(
-                    "{} GPU{}",
-                    s.gpus.len(),
-                    if s.gpus.len() == 1 { "" } else { "s" }
-                )),
-                Span::styled(
-                    if n.source == "sim" {
-                        "  (simulated)"
-                    } else {
-                        ""
-                    },
-                    t.dim,
-                ),
+            parts.extend([
+                vec![sep(t), Span::styled(n.hostname.clone(), t.title)],
+                vec![
+                    sep(t),
+                    Span::styled("driver ", t.dim),
+                    Span::raw(n.driver_version.clone().unwrap_or_else(na)),
+                ],
+                vec![
+                    sep(t),
+                    Span::styled("CUDA ", t.dim),
+                    Span::raw(n.cuda_driver_version.clone().unwrap_or_else(na)),
+                ],
+                vec![
+                    sep(t),
+                    Span::raw(format!(
+                        "{} GPU{}",
+                        s.gpus.len(),
+                        if s.gpus.len() == 1 { "" } else { "s" }
+                    )),
+                ],
             ]);
+            if n.source == "sim" {
+                parts.push(vec![Span::styled("  (simulated)", t.dim)]);
+            }
         }
     }
+    let left = |parts: &[Vec<Span<'static>>]| {
+        let mut spans = vec![Span::styled(" gpupilot", t.header)];
+        spans.extend(parts.iter().flatten().cloned());
+        Line::from(spans)
+    };
     let stale = app.data.source_stale();
-    let right = if let Link::Replay {
+    if let Link::Replay {
         file,
         start_s,
         speed,
@@ -277,19 +289,33 @@ fn header_row(app: &App, _area: Rect) -> Row {
         end,
     } = &app.data.link
     {
-        let state = match (end, paused) {
-            (Some(end), _) => format!(" · {end}"),
-            (None, true) => " · paused".into(),
-            (None, false) => String::new(),
+        // A replay says so at every width: in full where it fits, else a short marker that
+        // the node's details make room for.
+        let at = crate::tui::feed::replay::offset(*start_s, app.data.now);
+        let (state, short) = match (end, paused) {
+            (Some(end), _) => (format!(" · {end}"), " ended".to_string()),
+            (None, true) => (" · paused".into(), " paused".into()),
+            (None, false) => (String::new(), String::new()),
         };
-        Line::styled(
-            format!(
-                " replay {file} {} ×{speed}{state} ",
-                crate::tui::feed::replay::offset(*start_s, app.data.now),
-            ),
-            t.warn,
-        )
-    } else if let Link::Gone { .. } = app.data.link {
+        let full = format!(" replay {file} {at} ×{speed}{state} ");
+        let all = left(&parts);
+        let w = area.width as usize;
+        if all.width() + full.chars().count() < w {
+            return Row::split(Some(t.header), all, Line::styled(full, t.warn), false);
+        }
+        let marker = format!(" REPLAY {at} ×{speed}{short} ");
+        let room = w.saturating_sub(marker.chars().count() + 1);
+        while !parts.is_empty() && left(&parts).width() > room {
+            parts.pop();
+        }
+        return Row::split(
+            Some(t.header),
+            left(&parts),
+            Line::styled(marker, t.stale),
+            true,
+        );
+    }
+    let right = if let Link::Gone { .. } = app.data.link {
         Line::styled(
             " daemon gone — runs continue; restart with `gpupilot daemon --detach` ",
             t.stale,
@@ -307,7 +333,7 @@ fn header_row(app: &App, _area: Rect) -> Row {
         )
     };
     let gone = matches!(app.data.link, Link::Gone { .. });
-    Row::split(Some(t.header), Line::from(spans), right, stale || gone)
+    Row::split(Some(t.header), left(&parts), right, stale || gone)
 }
 
 fn host_row(app: &App, area: Rect) -> Row {
@@ -385,15 +411,29 @@ fn tabs_row(app: &App, _area: Rect) -> Row {
     Row::split(None, Line::from(spans), Line::styled(right, t.dim), false)
 }
 
-/// Footer hints, from the keymap: `key word` for each binding that has a hint.
-fn hints(app: &App) -> Vec<Span<'static>> {
+/// The footer's hints, from the keymap, as they fit in `width` (see [`footer`]).
+fn hints(app: &App, width: usize) -> Vec<Span<'static>> {
     let t = &app.theme;
     let mut spans = vec![Span::raw(" ")];
-    for h in app.keymap.hints(app.view, app.help.open) {
-        spans.push(Span::styled(h.key.clone(), t.key));
-        spans.push(Span::styled(format!(" {}  ", h.word), t.footer));
+    for (i, (key, word)) in footer::fit(&footer::entries(app), width)
+        .into_iter()
+        .enumerate()
+    {
+        if i > 0 {
+            spans.push(Span::styled("  ", t.footer));
+        }
+        spans.push(Span::styled(key, t.key));
+        spans.push(Span::styled(format!(" {word}"), t.footer));
     }
     spans
+}
+
+/// The columns a message or an alert may take on the footer's right: half the row, or on a
+/// wide terminal all but a few hints (`? more` and two or three keys), so an alert there is
+/// read whole.
+fn right_room(width: u16) -> usize {
+    let w = width as usize;
+    if w >= 120 { w - 30 } else { w / 2 }
 }
 
 fn footer_row(app: &App, area: Rect) -> Row {
@@ -442,27 +482,29 @@ fn footer_row(app: &App, area: Rect) -> Row {
             ..row(Line::default())
         },
         status => {
-            let hints = Line::from(hints(app));
-            let half = (area.width / 2) as usize;
-            if let Some(s) = status {
-                let text = format::fit(&format!(" {} ", s.text), half);
-                Row::split(
-                    Some(t.footer),
-                    hints,
-                    Line::styled(text, t.status_info),
-                    true,
-                )
-            } else if let Some(a) = app
-                .data
-                .control
-                .as_ref()
-                .and_then(super::control::alert_line)
-            {
-                // Active alerts, while no message is shown.
-                let text = format::fit(&format!(" {a} "), half);
-                Row::split(Some(t.footer), hints, Line::styled(text, t.warn), true)
+            let w = area.width as usize;
+            let right = if let Some(s) = status {
+                Some((s.text.clone(), t.status_info))
             } else {
-                row(hints)
+                // Active alerts, while no message is shown.
+                app.data
+                    .control
+                    .as_ref()
+                    .and_then(super::control::alert_line)
+                    .map(|a| (a, t.warn))
+            };
+            match right {
+                Some((text, style)) => {
+                    let text = format::fit(&format!(" {text} "), right_room(area.width));
+                    let left = w.saturating_sub(text.chars().count() + 1);
+                    Row::split(
+                        Some(t.footer),
+                        Line::from(hints(app, left)),
+                        Line::styled(text, style),
+                        true,
+                    )
+                }
+                None => row(Line::from(hints(app, w))),
             }
         }
     }

@@ -186,6 +186,13 @@ pub fn press(app: &mut App, code: KeyCode) {
     }
 }
 
+/// Keys typed into a dialog or prompt, one character at a time.
+pub fn typed(app: &mut App, s: &str) {
+    for c in s.chars() {
+        press(app, KeyCode::Char(c));
+    }
+}
+
 /// The screen as text, one line per row.
 pub fn text(term: &Terminal<TestBackend>) -> String {
     let buf = term.backend().buffer();

@@ -15,7 +15,7 @@ use gpupilot::tui::{App, ViewId};
 use insta::assert_snapshot;
 use std::time::{Duration, UNIX_EPOCH};
 
-const RUN: &str = "20231114-220820-train";
+pub(crate) const RUN: &str = "20231114-220820-train";
 /// Reports: one every 0.4 s over the fixture's two minutes.
 const REPORTS: u64 = 300;
 
@@ -161,7 +161,7 @@ fn events_with_changes() -> Vec<NodeEventRecord> {
 }
 
 /// The Run view of the fixture's training run with its metrics, knobs and changes.
-fn app() -> App {
+pub(crate) fn app() -> App {
     let mut a = app_with_runs();
     a.view = ViewId::Run;
     a.on_update(Update::Events {
@@ -333,7 +333,7 @@ fn the_knob_dialog_checks_the_range_before_sending() {
 /// The fixture's run as a job of four ranks: ranks 0–2 on this node's GPUs 0–2, rank 3 on
 /// another node (no telemetry here). Rank 2 trains on the V100 that sits at its slowdown
 /// temperature and is the slowest; a batch size change to 1024 is in flight, agreed by three.
-fn ranked_trainer() -> TrainerInfo {
+pub(crate) fn ranked_trainer() -> TrainerInfo {
     let rank = |n: u32, host: &str, gpu: u32, step_time: f64, wait: f64| RankInfo {
         spec: RankSpec {
             rank: n,
@@ -396,7 +396,7 @@ fn ranked_trainer() -> TrainerInfo {
 
 /// The Run view of the four-rank job: rank 0's reports (as `points`) and, interleaved, the
 /// other ranks' with another loss, which the charts leave out.
-fn ranked_app() -> App {
+pub(crate) fn ranked_app() -> App {
     let mut a = app();
     let mut all = Vec::new();
     for p in points() {

@@ -21,6 +21,7 @@ mod hostile_text;
 mod knobs;
 mod mig;
 mod power;
+mod reach;
 mod record_replay;
 mod screen;
 mod snapshots;

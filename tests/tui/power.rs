@@ -6,17 +6,11 @@ use std::time::Duration;
 
 use crate::support::feed::Reader;
 use crate::support::home::Home;
-use crate::support::tui::{app_with_runs, press, render, text};
+use crate::support::tui::{app_with_runs, press, render, text, typed};
 use crossterm::event::KeyCode;
 use gpupilot::tui::feed::{DataSource, Request, Update};
-use gpupilot::tui::{App, ViewId};
+use gpupilot::tui::ViewId;
 use insta::assert_snapshot;
-
-fn typed(app: &mut App, s: &str) {
-    for c in s.chars() {
-        press(app, KeyCode::Char(c));
-    }
-}
 
 #[test]
 fn the_power_dialog_checks_the_range_and_asks_before_sending() {

@@ -438,6 +438,21 @@ fn render_chart(v: &DetailView, g: &GpuSample, spec: &ChartSpec, area: Rect, buf
         .y_axis(y_axis)
         .legend_position(None)
         .render(inner, buf);
+    let first = scaled.first().map(|p| p.t);
+    if let Some(first) = first.filter(|f| now - f < window / 4.0) {
+        // The samples cover only the end of a long window: say where they start, over the
+        // empty part, so the chart does not look empty.
+        let plot = inner.width.saturating_sub(6);
+        let empty = (f64::from(plot) * (1.0 - (now - first) / window)) as u16;
+        let msg = format!(
+            "no samples before -{}",
+            crate::units::format_duration((now - first).max(1.0))
+        );
+        if empty as usize > msg.chars().count() + 1 && inner.height >= 3 {
+            let r = Rect::new(inner.x + 6, inner.y + inner.height / 2, empty, 1);
+            Line::styled(msg, t.na).centered().render(r, buf);
+        }
+    }
     if scaled.is_empty() {
         let msg = if g.lost {
             "GPU lost: no samples"

@@ -1,10 +1,12 @@
 //! The Run view: the list of runs (when there are several), the shown run's state (status,
 //! pid, uptime, restarts, how each attempt ended, command, GPUs), for a run of several ranks
 //! its rank table, and the end of its log with the search's matches marked. The log follows
-//! new output unless scrolled or searched.
+//! new output unless scrolled or searched. The run's knobs and the keys that change them are
+//! in the bottom border of its panel at every size ([`knobs_row`]).
 
 pub mod band;
 pub mod knob_dialog;
+pub mod knobs_row;
 pub mod ranks;
 pub mod state;
 pub mod tuner_panel;
@@ -113,6 +115,9 @@ pub struct RunView<'a> {
     pub ctx: Ctx<'a>,
     pub state: &'a RunState,
     pub tuner: &'a TunerUi,
+    /// The selected GPU (a position in the snapshot): the power cap `c` sets, when the run
+    /// uses it.
+    pub selected: usize,
 }
 
 impl Widget for RunView<'_> {
@@ -149,7 +154,7 @@ impl Widget for RunView<'_> {
         if let Some(list_area) = layout.list {
             render_list(v, run, list_area, buf);
         }
-        render_info(v.ctx, run, layout.info, buf);
+        render_info(v.ctx, run, v.selected, layout.info, buf);
         if let (Some(ranks_area), Some(tr)) = (layout.ranks, ranks::trainer_of(d, &run.id)) {
             ranks::render(t, d, &run.id, tr, ranks_area, buf);
         }
@@ -249,7 +254,7 @@ fn render_list(v: &RunView, shown: &RunInfo, area: Rect, buf: &mut Buffer) {
     .render(area, buf);
 }
 
-fn render_info(ctx: Ctx, r: &RunInfo, area: Rect, buf: &mut Buffer) {
+fn render_info(ctx: Ctx, r: &RunInfo, selected: usize, area: Rect, buf: &mut Buffer) {
     let t = ctx.theme;
     let dim = |s: &str| Span::styled(s.to_string(), t.dim);
     let sep = || Span::styled(" · ", t.dim);
@@ -304,11 +309,15 @@ fn render_info(ctx: Ctx, r: &RunInfo, area: Rect, buf: &mut Buffer) {
         format!(" {} ", r.status.as_str()),
         status_style(r.status, t),
     );
-    let block = Block::bordered()
+    let mut block = Block::bordered()
         .border_style(t.border)
         .title(Span::styled(format!(" Run {} ", printable(&r.id)), t.title))
         .title(Line::from(status).right_aligned())
         .padding(Padding::horizontal(1));
+    let knobs = knobs_row::spans(ctx, r, selected, area.width.saturating_sub(2) as usize);
+    if !knobs.is_empty() {
+        block = block.title_bottom(Line::from(knobs));
+    }
     Paragraph::new(vec![Line::from(first), second, third])
         .block(block)
         .render(area, buf);
