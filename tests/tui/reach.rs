@@ -390,6 +390,14 @@ fn a_replay_says_so_at_every_width() {
         wide.contains("replay node7.gprec +1:22 ×1 · paused"),
         "{wide:?}"
     );
+    // The run's knobs as recorded, without the keys that would change them.
+    let mut r = run_app();
+    r.on_update(replay(true));
+    let screen = text(&render(&mut r, 80, 24));
+    assert!(
+        screen.contains("└ batch size 512  prefetch 4 → 8  power cap GPU 0 700 W"),
+        "{screen}"
+    );
     a.on_update(replay(false));
     let small = header(&mut a, 80, 24);
     assert!(small.ends_with(" REPLAY +1:22 ×1 "), "{small:?}");

@@ -1,11 +1,13 @@
 //! The run's knobs in one line, at every size: batch size, prefetch and the power cap, each
 //! after the key that changes it (`b batch size 512 → 1024  d prefetch 4  c power cap GPU 0
 //! 450 W`). It sits in the bottom border of the run's panel, so it costs no row: where the band
-//! with its knob panel does not fit (80×24), the keys are still in sight. Render only reads.
+//! with its knob panel does not fit (80×24), the keys are still in sight. In a replay it shows
+//! the recorded values without keys (nothing changes the node there). Render only reads.
 
 use crate::protocol::{KnobName, RunInfo};
 use crate::tui::action::Action;
 use crate::tui::data::Data;
+use crate::tui::feed::Link;
 use crate::tui::format::NA;
 use crate::tui::keymap::Context;
 use crate::tui::views::Ctx;
@@ -120,6 +122,7 @@ pub fn spans(ctx: Ctx, run: &RunInfo, selected: usize, width: usize) -> Vec<Span
         return Vec::new();
     }
     let parts = parts(ctx, run, selected);
+    let replaying = matches!(ctx.data.link, Link::Replay { .. });
     let build = |short: bool, n: usize| -> Vec<Span<'static>> {
         let mut spans = vec![Span::raw(" ")];
         for p in parts.iter().take(n) {
@@ -129,6 +132,10 @@ pub fn spans(ctx: Ctx, run: &RunInfo, selected: usize, width: usize) -> Vec<Span
                 if !short {
                     spans.push(Span::styled(format!("{} ", p.value), t.dim));
                 }
+            } else if replaying {
+                // The values as recorded; no key, as nothing changes the node in a replay.
+                spans.push(Span::styled(format!("{name} "), t.dim));
+                spans.push(Span::styled(format!("{} ", p.value), t.text));
             } else {
                 spans.push(Span::styled(p.key.clone(), t.key));
                 spans.push(Span::styled(format!(" {name} "), t.dim));
