@@ -77,7 +77,8 @@ pub struct SimArgs {
     #[arg(long = "gpus", global = true, value_name = "N", default_value_t = 4,
           value_parser = clap::value_parser!(u32).range(1..=64))]
     pub gpus: u32,
-    /// Simulated GPU model: h100-sxm, h200, a100-sxm-80gb, v100-sxm2, rtx-4090.
+    /// Simulated GPU model: h100-sxm, h200, a100-sxm-80gb, v100-sxm2, rtx-4090, rtx-6000, a40,
+    /// v100-pcie.
     #[arg(
         long = "model",
         global = true,
@@ -473,6 +474,21 @@ pub struct SyntheticTrainArgs {
     /// Simulated seconds per wall-clock second.
     #[arg(long, value_name = "X", default_value_t = 1.0, value_parser = parse_speed)]
     pub speed: f64,
+    /// Pace the steps by a measured power-limit curve instead of the model's clock: a CSV of
+    /// `limit_w,seconds,power_w`; each step takes the model's time at full clock times the
+    /// curve's slowdown at the GPU's power limit, read through NVML (--nvml-lib) at every step.
+    #[arg(long, value_name = "CSV")]
+    pub curve: Option<PathBuf>,
+    /// Each step's time off by up to this fraction either way (with --curve).
+    #[arg(long = "curve-noise", value_name = "X", default_value_t = 0.02, value_parser = parse_curve_noise)]
+    pub curve_noise: f64,
+}
+
+fn parse_curve_noise(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(x) if (0.0..0.5).contains(&x) => Ok(x),
+        _ => Err(format!("`{s}`: the noise is a fraction in 0..0.5")),
+    }
 }
 
 /// Options of `gpupilot ranks`.

@@ -355,6 +355,14 @@ pub fn synthetic_train(g: &GlobalArgs, args: &SyntheticTrainArgs) -> anyhow::Res
         workers: args.workers,
         seed: g.sim.seed,
         speed: args.speed,
+        curve: match &args.curve {
+            Some(path) => Some(crate::trainer::CurveSpec {
+                curve: crate::trainer::curve::read(path)?,
+                noise: args.curve_noise,
+                nvml_lib: g.nvml_lib.clone(),
+            }),
+            None => None,
+        },
     };
     let code = crate::trainer::run(&opts)?;
     Ok(ExitCode::from(code.clamp(0, 255) as u8))

@@ -18,6 +18,7 @@
 //! drive; [`run`] adds the clock, the channel and the output.
 
 mod channel;
+pub mod curve;
 mod model;
 pub mod rank;
 pub mod staging;
@@ -25,6 +26,7 @@ pub mod staging;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+pub use curve::CurveSpec;
 pub use model::{Model, Step};
 pub use rank::{RankFlags, RankPlan};
 
@@ -50,6 +52,8 @@ pub struct Options {
     pub seed: u64,
     /// Time runs this many times faster than the wall clock (tests, demos).
     pub speed: f64,
+    /// Steps paced by a measured power-limit curve instead of the clock ([`curve`]).
+    pub curve: Option<CurveSpec>,
 }
 
 impl Default for Options {
@@ -65,6 +69,7 @@ impl Default for Options {
             workers: 8,
             seed: 7,
             speed: 1.0,
+            curve: None,
         }
     }
 }
@@ -102,6 +107,10 @@ pub fn run(opts: &Options) -> anyhow::Result<i32> {
     };
     let mut model = Model::new(&seeded)?;
     let gpu = plan.gpu();
+    let mut pace = match &opts.curve {
+        Some(spec) => Some(curve::CurvePace::open(spec.clone(), gpu, seeded.seed)?),
+        None => None,
+    };
     let paced_by = if plan.distributed() {
         plan.job_gpus()
     } else {
@@ -161,7 +170,10 @@ pub fn run(opts: &Options) -> anyhow::Result<i32> {
                 return Ok(1);
             }
         };
-        let step_s = if plan.distributed() {
+        let step_s = if let Some(p) = pace.as_mut() {
+            // The curve decides the pace; the model's step at full clock is its unit.
+            p.step_s(model.mean_step_s(max_clock))
+        } else if plan.distributed() {
             let others = clocks
                 .iter()
                 .filter(|(g, _)| **g != gpu)
@@ -181,7 +193,11 @@ pub fn run(opts: &Options) -> anyhow::Result<i32> {
         window.steps += 1;
         window.samples += f64::from(window.batch);
         window.time_s += step_s;
-        window.own_s += timing.step_s;
+        window.own_s += if pace.is_some() {
+            step_s
+        } else {
+            timing.step_s
+        };
         window.wait_s += timing.data_wait_s;
         let done = opts.steps > 0 && model.step >= opts.steps;
         if last_report.elapsed() >= REPORT_EVERY || done {
@@ -227,6 +243,7 @@ fn report(model: &Model, w: &Window, clock_mhz: f64, rank: bool) -> MetricsRepor
         // This process's own count: the job's is the sum over its ranks.
         samples: Some(model.samples as u64),
         scope: None,
+        lead_steps: None,
         extra,
     }
 }

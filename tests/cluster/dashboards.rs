@@ -17,7 +17,6 @@ use std::time::Duration;
 
 use crate::support::home::Home;
 use crate::support::net::free_port;
-use crate::support::nvml::FakeNode;
 use crate::support::nvml_daemon::NvmlDaemon;
 use crate::support::peers::peer;
 use crate::support::prometheus::PrometheusProc;
@@ -131,11 +130,7 @@ fn every_query_of_both_dashboards_returns_data_but_dcgms_profiling_fields() {
     assert!(ours.len() >= 30, "{ours:?}");
     assert_eq!(theirs.len(), 8, "NVIDIA's dashboard has 8 panel queries");
 
-    let mut s = NvmlDaemon {
-        home: Home::new(),
-        node: FakeNode::new(SCENARIO),
-        daemon: None,
-    };
+    let mut s = NvmlDaemon::unstarted(SCENARIO);
     std::fs::create_dir_all(&s.home.paths.config).unwrap();
     std::fs::write(
         s.home.paths.config.join("control.toml"),

@@ -7,9 +7,7 @@
 
 use std::time::Duration;
 
-use crate::support::home::Home;
 use crate::support::net::{free_port, http_get};
-use crate::support::nvml::FakeNode;
 use crate::support::nvml_daemon::NvmlDaemon;
 use crate::support::wait::wait_for;
 use gpupilot::protocol::{Request, Response};
@@ -234,11 +232,7 @@ fn a_limit_changed_outside_gpupilot_is_an_event_once_and_reset_restores_it() {
     assert!(before > 500.0, "{before}");
     // Another program on the same node: here a second gpupilot daemon of another home, which
     // this daemon knows nothing of (as it knows nothing of pynvml or nvidia-smi).
-    let mut other = NvmlDaemon {
-        home: Home::new(),
-        node: FakeNode::new(TWO_H100),
-        daemon: None,
-    };
+    let mut other = NvmlDaemon::unstarted(TWO_H100);
     other.node.scenario = s.node.scenario.clone();
     other.node.state = s.node.state.clone();
     other.node.log = s.node.log.clone();

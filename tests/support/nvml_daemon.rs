@@ -13,24 +13,41 @@ pub struct NvmlDaemon {
     pub node: FakeNode,
     /// The daemon (a child of the test); take it to stop it.
     pub daemon: Option<DaemonProc>,
+    /// Its sampling rate, Hz (`--rate`).
+    rate: &'static str,
 }
 
 impl NvmlDaemon {
     /// A daemon on a node made from `scenario` (fake-nvml TOML), with `daemon_args`.
     pub fn new(scenario: &str, daemon_args: &[&str]) -> NvmlDaemon {
+        NvmlDaemon::at_rate(scenario, "10", daemon_args)
+    }
+
+    /// As [`NvmlDaemon::new`], the daemon sampling at `rate` Hz (the tests' 10, or a user's
+    /// default 1).
+    pub fn at_rate(scenario: &str, rate: &'static str, daemon_args: &[&str]) -> NvmlDaemon {
         let mut s = NvmlDaemon {
-            home: Home::new(),
-            node: FakeNode::new(scenario),
-            daemon: None,
+            rate,
+            ..NvmlDaemon::unstarted(scenario)
         };
         s.restart(daemon_args);
         s
     }
 
+    /// A home on a node made from `scenario`, no daemon yet (`restart` starts one at 10 Hz).
+    pub fn unstarted(scenario: &str) -> NvmlDaemon {
+        NvmlDaemon {
+            home: Home::new(),
+            node: FakeNode::new(scenario),
+            daemon: None,
+            rate: "10",
+        }
+    }
+
     /// Start a daemon with `daemon_args` in this home on this node (the last one has gone: a
     /// test that killed it starts the next one here) and wait until it answers.
     pub fn restart(&mut self, daemon_args: &[&str]) {
-        let mut args = vec!["daemon", "--rate", "10"];
+        let mut args = vec!["daemon", "--rate", self.rate];
         args.extend_from_slice(daemon_args);
         let child = self
             .cmd(&args)
@@ -96,11 +113,7 @@ impl NvmlDaemon {
     /// A home on a node made from `scenario`, no daemon yet, whose `control.toml` sends every
     /// alert to a hook appending it to the returned file (one JSON object a line).
     pub fn with_alert_hook(scenario: &str) -> (NvmlDaemon, PathBuf) {
-        let s = NvmlDaemon {
-            home: Home::new(),
-            node: FakeNode::new(scenario),
-            daemon: None,
-        };
+        let s = NvmlDaemon::unstarted(scenario);
         // A root daemon (as in CI) runs hooks only as the unprivileged user control.toml
         // names: nobody, who can reach this folder and write in it.
         use std::os::unix::fs::PermissionsExt;

@@ -101,6 +101,14 @@ pub fn default_state_path(scenario: Option<&std::path::Path>) -> PathBuf {
     }
 }
 
+/// [`fresh_node`] for the scenario module's tests.
+#[cfg(test)]
+pub(crate) fn fresh_node_for_tests(
+    s: &Scenario,
+) -> Result<(Node, Vec<GpuExtra>), gpusim::SimError> {
+    fresh_node(s)
+}
+
 /// Builds a node as the scenario starts it.
 fn fresh_node(s: &Scenario) -> Result<(Node, Vec<GpuExtra>), gpusim::SimError> {
     let mut node = Node::new(&s.node)?;
@@ -113,6 +121,9 @@ fn fresh_node(s: &Scenario) -> Result<(Node, Vec<GpuExtra>), gpusim::SimError> {
         }
         if let Some(w) = s.power_limit_w.get(i).copied().flatten() {
             gpu.set_power_limit_w(w)?;
+        }
+        if let Some((curve, noise)) = s.measured.get(i).cloned().flatten() {
+            gpu.set_measured(Some(curve), noise)?;
         }
         if let Some(on) = s.persistence.get(i).copied().flatten() {
             gpu.set_persistence(on);

@@ -211,6 +211,96 @@ pub const CATALOG: &[GpuSpec] = &[
         voltage_knee_mhz: 2100,
         voltage_max_ratio: 1.25,
     },
+    // The three below are here for the measured power-limit curves of Zeus (NSDI '23), whose
+    // limits they must cover: their power-limit ranges are those of the traces (100 W up to
+    // the default limit).
+    GpuSpec {
+        id: "rtx-6000",
+        name: "Quadro RTX 6000",
+        architecture: "Turing",
+        compute_capability: (7, 5),
+        memory_bytes: 24_576 * MIB, // datasheet
+        power_min_w: 100.0,         // nvidia-smi (the traces' lowest limit)
+        power_default_w: 260.0,     // datasheet (blower board)
+        power_max_w: 260.0,         // nvidia-smi
+        idle_w: 20.0,               // est.
+        sm_clock_min_mhz: 300,      // nvidia-smi supported clocks
+        sm_clock_base_mhz: 1440,    // datasheet
+        sm_clock_max_mhz: 1770,     // datasheet boost
+        mem_clock_mhz: 7001,        // nvidia-smi
+        slowdown_c: 89.0,           // est.
+        shutdown_c: 94.0,           // est.
+        gpu_max_operating_c: 87.0,  // est.
+        thermal_resistance_c_per_w: 0.2,
+        thermal_tau_s: 20.0,
+        has_fan: true,
+        pcie_gen: 3,
+        pcie_width: 16,
+        fp16_tflops: 130.5,       // datasheet (tensor)
+        mem_bandwidth_gbs: 672.0, // datasheet
+        load_static_w: 50.0,
+        memory_power_w: 40.0,
+        voltage_knee_mhz: 1200,
+        voltage_max_ratio: 1.2,
+    },
+    GpuSpec {
+        id: "a40",
+        name: "NVIDIA A40",
+        architecture: "Ampere",
+        compute_capability: (8, 6),
+        memory_bytes: 46_068 * MIB, // nvidia-smi (recalled)
+        power_min_w: 100.0,         // nvidia-smi (the traces' lowest limit)
+        power_default_w: 300.0,     // datasheet
+        power_max_w: 300.0,         // nvidia-smi
+        idle_w: 30.0,               // est.
+        sm_clock_min_mhz: 210,      // nvidia-smi supported clocks
+        sm_clock_base_mhz: 1305,    // datasheet
+        sm_clock_max_mhz: 1740,     // datasheet boost
+        mem_clock_mhz: 7251,        // nvidia-smi
+        slowdown_c: 88.0,           // est.
+        shutdown_c: 93.0,           // est.
+        gpu_max_operating_c: 85.0,  // est.
+        thermal_resistance_c_per_w: 0.17,
+        thermal_tau_s: 30.0,
+        has_fan: false,
+        pcie_gen: 4,
+        pcie_width: 16,
+        fp16_tflops: 149.7,       // datasheet (tensor)
+        mem_bandwidth_gbs: 696.0, // datasheet
+        load_static_w: 35.0,
+        memory_power_w: 50.0,
+        voltage_knee_mhz: 1100,
+        voltage_max_ratio: 1.22,
+    },
+    GpuSpec {
+        id: "v100-pcie",
+        name: "Tesla V100-PCIE-32GB",
+        architecture: "Volta",
+        compute_capability: (7, 0),
+        memory_bytes: 32_768 * MIB, // datasheet
+        power_min_w: 100.0,         // nvidia-smi (the traces' lowest limit)
+        power_default_w: 250.0,     // datasheet
+        power_max_w: 250.0,         // nvidia-smi
+        idle_w: 30.0,               // est.
+        sm_clock_min_mhz: 135,      // nvidia-smi supported clocks
+        sm_clock_base_mhz: 1230,    // datasheet
+        sm_clock_max_mhz: 1380,     // datasheet boost
+        mem_clock_mhz: 877,         // nvidia-smi
+        slowdown_c: 87.0,           // nvidia-smi (recalled)
+        shutdown_c: 90.0,           // nvidia-smi (recalled)
+        gpu_max_operating_c: 83.0,  // nvidia-smi (recalled)
+        thermal_resistance_c_per_w: 0.17,
+        thermal_tau_s: 30.0,
+        has_fan: false,
+        pcie_gen: 3,
+        pcie_width: 16,
+        fp16_tflops: 112.0,       // datasheet (tensor)
+        mem_bandwidth_gbs: 900.0, // datasheet
+        load_static_w: 15.0,
+        memory_power_w: 50.0,
+        voltage_knee_mhz: 1000,
+        voltage_max_ratio: 1.25,
+    },
 ];
 
 /// Loose names people type, mapped to catalog ids. Compared after [`normalize`].
@@ -227,6 +317,10 @@ const ALIASES: &[(&str, &str)] = &[
     ("v100", "v100-sxm2"),
     ("v100sxm232gb", "v100-sxm2"),
     ("teslav100", "v100-sxm2"),
+    ("rtx6000", "rtx-6000"),
+    ("quadrortx6000", "rtx-6000"),
+    ("v100pcie", "v100-pcie"),
+    ("v100pcie32gb", "v100-pcie"),
     ("4090", "rtx-4090"),
     ("rtx4090", "rtx-4090"),
     ("geforcertx4090", "rtx-4090"),

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::activity::{Activity, ActivityState, Drive};
 use crate::catalog::GpuSpec;
+use crate::measured::MeasuredCurve;
 use crate::power::{board_power_w, cap_clock_mhz, duty_cycle, grid_floor};
 use crate::rng::SplitMix64;
 use crate::workload::{ModelSpec, StepTiming, Training, data_time_s, step_timing};
@@ -110,7 +111,21 @@ pub struct Gpu {
     /// What makes a busy GPU's figures move (`None`: the steady model).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     activity: Option<ActivityState>,
+    /// A measured curve whose power this GPU draws while it trains (`None`: the model's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    measured: Option<Measured>,
     out: Output,
+}
+
+/// A measured curve in force ([`Gpu::set_measured`]) and its noise.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Measured {
+    curve: MeasuredCurve,
+    /// Each second's power is the curve's times `1 ± noise` (uniform).
+    noise: f64,
+    /// This second's factor, and how much of the second is left.
+    factor: f64,
+    left_s: f64,
 }
 
 /// (De)serialize `&'static GpuSpec` as its id, re-resolved through `find`.
@@ -151,6 +166,7 @@ impl Gpu {
             data_jitter_frac: DEFAULT_DATA_JITTER_FRAC,
             rng: SplitMix64::new(seed),
             activity: None,
+            measured: None,
             out: Output {
                 util: 0.0,
                 util_mem: 0.0,
@@ -302,6 +318,36 @@ impl Gpu {
         self.persistence = on;
     }
 
+    /// Draw `curve`'s power at the current limit while training, each second's off by up to
+    /// `noise` (a fraction, 0..0.5) either way, instead of the model's ([`crate::measured`]).
+    /// `None` goes back to the model.
+    pub fn set_measured(
+        &mut self,
+        curve: Option<MeasuredCurve>,
+        noise: f64,
+    ) -> Result<(), SimError> {
+        if !(0.0..0.5).contains(&noise) {
+            return Err(SimError::OutOfRange {
+                what: "measured curve noise",
+                value: noise,
+                min: 0.0,
+                max: 0.5,
+            });
+        }
+        self.measured = curve.map(|curve| Measured {
+            curve,
+            noise,
+            factor: 1.0,
+            left_s: 0.0,
+        });
+        Ok(())
+    }
+
+    /// The measured curve this GPU draws, if any.
+    pub fn measured(&self) -> Option<&MeasuredCurve> {
+        self.measured.as_ref().map(|m| &m.curve)
+    }
+
     pub fn training(&self) -> Option<&Training> {
         self.training.as_ref()
     }
@@ -337,7 +383,15 @@ impl Gpu {
             }
             _ => Drive::STEADY,
         };
-        let op = self.operating_point(jitter_u, drive);
+        let mut op = self.operating_point(jitter_u, drive);
+        if let (Some(m), true) = (self.measured.as_mut(), op.work.is_some()) {
+            if m.left_s <= 0.0 {
+                m.factor = 1.0 + m.noise * self.rng.next_signed();
+                m.left_s += 1.0;
+            }
+            m.left_s -= dt_s;
+            op.power_w = m.curve.at(self.power_limit_w).1 * m.factor;
+        }
         let mut out = Output {
             util: 0.0,
             util_mem: 0.0,

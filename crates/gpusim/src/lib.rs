@@ -72,10 +72,10 @@
 //!
 //! # Sources
 //!
-//! Catalog figures: NVIDIA datasheets (H100, H200, A100, V100, RTX 4090: memory, TDP/TGP, boost
-//! clocks, FP16 tensor TFLOPS, bandwidth) and `nvidia-smi -q` fields (power-limit range, memory
-//! total, clock range, slowdown/shutdown temperatures); each entry in `catalog.rs` marks which,
-//! and marks estimates. Model costs (`workload.rs`) are textbook estimates (3× forward FLOPs,
+//! Catalog figures: NVIDIA datasheets (H100, H200, A100, V100, RTX 4090, RTX 6000, A40: memory,
+//! TDP/TGP, boost clocks, FP16 tensor TFLOPS, bandwidth) and `nvidia-smi -q` fields (power-limit
+//! range, memory total, clock range, slowdown/shutdown temperatures); each entry in `catalog.rs`
+//! marks which, and marks estimates. Model costs (`workload.rs`) are textbook estimates (3× forward FLOPs,
 //! 6·params·tokens). The power shape and thermal path are calibration of this model, tuned so
 //! that energy optima resemble Zeus (You, Chung, Chowdhury, NSDI 2023), which measured optima
 //! well below the default cap.
@@ -89,6 +89,7 @@ pub mod activity;
 pub mod catalog;
 pub mod error;
 pub mod gpu;
+pub mod measured;
 pub mod node;
 pub mod power;
 pub mod rng;
@@ -98,6 +99,7 @@ pub use activity::Activity;
 pub use catalog::{CATALOG, GpuSpec, find};
 pub use error::SimError;
 pub use gpu::{Gpu, GpuReading, throttle};
+pub use measured::MeasuredCurve;
 pub use node::{CoolingFault, Node, NodeConfig};
 pub use power::{energy_optimal_cap_w, energy_per_sample_at_cap};
 pub use rng::SplitMix64;

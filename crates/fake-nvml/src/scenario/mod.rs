@@ -25,6 +25,9 @@ pub const MAX_GPUS: usize = 64;
 pub const DEFAULT_DRIVER_VERSION: &str = "550.54.15";
 /// CUDA driver version (`major * 1000 + minor * 10`) reported when the scenario does not set one.
 pub const DEFAULT_CUDA_DRIVER_VERSION: i32 = 12040;
+/// Each second's power off by up to this fraction either way on a GPU with a measured curve
+/// and no `measured_noise`: the ±2% of a power meter's repeated readings.
+pub const DEFAULT_MEASURED_NOISE: f64 = 0.02;
 /// First pid of the default processes: above Linux's largest `pid_max` (2^22), so it is
 /// never a real process on this machine.
 pub const DEFAULT_PID_BASE: u32 = 4_200_000;
@@ -40,6 +43,9 @@ pub struct Scenario {
     pub training: Vec<Option<TrainingConfig>>,
     /// Power limit each GPU starts with, in watts (`None`: the GPU's default).
     pub power_limit_w: Vec<Option<f64>>,
+    /// A measured power-limit curve each GPU draws while it trains, and its noise
+    /// (`[[per_gpu]] measured_curve`; `None`: the model's power).
+    pub measured: Vec<Option<(gpusim::MeasuredCurve, f64)>>,
     /// Persistence mode each GPU starts with (`None`: gpusim's default).
     pub persistence: Vec<Option<bool>>,
     /// ECC error counts each GPU reports (zero unless a scenario says otherwise).
@@ -157,6 +163,7 @@ impl Scenario {
             source: None,
             training: vec![node.training.clone(); n],
             power_limit_w: vec![None; n],
+            measured: vec![None; n],
             persistence: vec![None; n],
             ecc_errors: vec![EccErrors::default(); n],
             health: vec![Health::default(); n],

@@ -8,8 +8,8 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::{
-    DEFAULT_CUDA_DRIVER_VERSION, DEFAULT_DRIVER_VERSION, DEFAULT_PID_BASE, EccErrors, Health,
-    MAX_GPUS, ProcessKind, Scenario, ScenarioProcess, fnv1a,
+    DEFAULT_CUDA_DRIVER_VERSION, DEFAULT_DRIVER_VERSION, DEFAULT_MEASURED_NOISE, DEFAULT_PID_BASE,
+    EccErrors, Health, MAX_GPUS, ProcessKind, Scenario, ScenarioProcess, fnv1a,
 };
 use crate::faults::{Fault, Faults};
 use crate::symbols;
@@ -100,6 +100,10 @@ struct RawPerGpu {
     idle: Option<Spanned<bool>>,
     training: Option<RawTraining>,
     power_limit_w: Option<Spanned<f64>>,
+    /// A measured power-limit curve this GPU draws while it trains: `[limit W, seconds per
+    /// unit of work, average W]` rows (gpusim's `MeasuredCurve`), and each second's noise.
+    measured_curve: Option<Spanned<Vec<[f64; 3]>>>,
+    measured_noise: Option<Spanned<f64>>,
     persistence: Option<bool>,
     /// Volatile ECC error counts this GPU reports (data-centre parts only).
     #[serde(default)]
@@ -233,6 +237,7 @@ pub(super) fn resolve(raw: RawScenario, text: &str) -> Result<Scenario, Located>
 
     let mut training_per_gpu = vec![global_training.clone(); n];
     let mut power_limit_w = vec![None; n];
+    let mut measured = vec![None; n];
     let mut persistence = vec![None; n];
     let mut ecc_errors = vec![EccErrors::default(); n];
     let mut health = vec![Health::default(); n];
@@ -263,6 +268,36 @@ pub(super) fn resolve(raw: RawScenario, text: &str) -> Result<Scenario, Located>
                 ));
             }
             power_limit_w[i] = Some(v);
+        }
+        match (p.measured_curve, p.measured_noise) {
+            (Some(c), noise) => {
+                let spec = gpusim::find(&gpus[i]).ok_or((c.span(), "unknown GPU".to_string()))?;
+                let span = c.span();
+                let curve = gpusim::MeasuredCurve::new(c.get_ref())
+                    .map_err(|e| (span.clone(), format!("measured_curve: {e}")))?;
+                let (lo, hi) = curve.range_w();
+                if lo > spec.power_min_w || hi < spec.power_max_w {
+                    return Err((
+                        span,
+                        format!(
+                            "measured_curve covers {lo}..={hi} W, not {}'s whole range {}..={} W",
+                            spec.id, spec.power_min_w, spec.power_max_w
+                        ),
+                    ));
+                }
+                let noise = match noise {
+                    Some(n) if !(0.0..0.5).contains(n.get_ref()) => {
+                        return Err((n.span(), "measured_noise must be in 0..0.5".into()));
+                    }
+                    Some(n) => *n.get_ref(),
+                    None => DEFAULT_MEASURED_NOISE,
+                };
+                measured[i] = Some((curve, noise));
+            }
+            (None, Some(n)) => {
+                return Err((n.span(), "measured_noise needs a measured_curve".into()));
+            }
+            (None, None) => {}
         }
         persistence[i] = p.persistence.or(persistence[i]);
         if p.ecc_corrected > 0 || p.ecc_uncorrected > 0 {
@@ -397,6 +432,7 @@ pub(super) fn resolve(raw: RawScenario, text: &str) -> Result<Scenario, Located>
         },
         training: training_per_gpu,
         power_limit_w,
+        measured,
         persistence,
         ecc_errors,
         health,

@@ -373,3 +373,48 @@ every_s = 5
     let e = err("count = 2\n[[faults]]\nkind = \"xid\"\nxid = 79\ndelay_ms = 3\n");
     assert!(e.message.contains("takes no `delay_ms`"), "{e}");
 }
+
+#[test]
+fn a_measured_curve_covers_the_gpus_range_and_its_power_is_drawn() {
+    let text = r#"
+model = "rtx-6000"
+count = 1
+[training]
+model = "resnet50"
+[[per_gpu]]
+gpu = 0
+measured_curve = [[100.0, 20.0, 99.0], [260.0, 10.0, 250.0]]
+"#;
+    let s = Scenario::parse(text, "s.toml").unwrap();
+    let (curve, noise) = s.measured[0].clone().unwrap();
+    assert_eq!(
+        (curve.range_w(), noise),
+        ((100.0, 260.0), DEFAULT_MEASURED_NOISE)
+    );
+    // On a node: the curve's power at the limit, within the noise, while it trains.
+    let (mut node, _) = crate::context::fresh_node_for_tests(&s).unwrap();
+    node.gpu_mut(0).unwrap().set_power_limit_w(180.0).unwrap();
+    node.advance_to(5.0);
+    let p = node.gpus()[0].reading().power_w;
+    let want = curve.at(180.0).1;
+    assert!((p / want - 1.0).abs() <= 0.02 + 1e-9, "{p} vs {want}");
+    for (bad, says) in [
+        (
+            "measured_curve = [[150.0, 20.0, 99.0], [260.0, 10.0, 250.0]]",
+            "not rtx-6000's whole range 100..=260 W",
+        ),
+        (
+            "measured_curve = [[100.0, 20.0, 99.0], [260.0, 10.0, 250.0]]\nmeasured_noise = 0.9",
+            "measured_noise must be in 0..0.5",
+        ),
+        ("measured_noise = 0.01", "needs a measured_curve"),
+        (
+            "measured_curve = [[100.0, 20.0, 99.0]]",
+            "at least two limits",
+        ),
+    ] {
+        let text = format!("model = \"rtx-6000\"\ncount = 1\n[[per_gpu]]\ngpu = 0\n{bad}\n");
+        let e = err(&text);
+        assert!(e.message.contains(says), "{bad}: {e}");
+    }
+}

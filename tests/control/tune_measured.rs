@@ -1,0 +1,238 @@
+//! `gpupilot tune energy` on measured power curves of real GPUs, end to end: a fake NVML GPU
+//! whose power at each limit is a published measurement's (Zeus, NSDI '23:
+//! `tests/data/zeus_power_curves.csv`; ±2% noise, each second's), a synthetic trainer whose
+//! steps slow down as the same measurement's time at that limit, the daemon at its default
+//! 1 Hz, and the command as a user types it. The chosen cap must cost within 3% of the curve's
+//! optimum on the 25 W grid, and the saving it claims must be within 3 points of the curve's.
+//!
+//! `GPUPILOT_MEASURED_CASES=all` runs every curve at eta 0.5 and 1 and prints one table row a
+//! case (`bench/tune-measured.sh` does, for BENCHMARKS.md); by default two cases run: the RTX
+//! 6000 curve with two dips, and an A40 curve whose optimum is at or next to its default cap.
+
+use std::time::{Duration, Instant};
+
+use crate::support::nvml::fake_nvml_lib;
+use crate::support::nvml_daemon::NvmlDaemon;
+use crate::support::wait::wait_for;
+
+const DATA: &str = include_str!("../data/zeus_power_curves.csv");
+
+/// One measured curve: (limit W, seconds per epoch, average W), limits ascending.
+struct Curve {
+    gpu: &'static str,
+    name: String,
+    points: Vec<[f64; 3]>,
+}
+
+impl Curve {
+    fn at(&self, w: f64) -> (f64, f64) {
+        let p = &self.points;
+        let i = p
+            .windows(2)
+            .position(|x| w <= x[1][0])
+            .unwrap_or(p.len() - 2);
+        let (a, b) = (p[i], p[i + 1]);
+        let f = ((w - a[0]) / (b[0] - a[0])).clamp(0.0, 1.0);
+        (a[1] + f * (b[1] - a[1]), a[2] + f * (b[2] - a[2]))
+    }
+
+    /// Zeus's cost of one epoch at `w` (an epoch is a fixed number of samples, so it ranks and
+    /// compares as the cost per sample does).
+    fn cost(&self, eta: f64, w: f64) -> f64 {
+        let (t, p) = self.at(w);
+        let max_power = self.points.last().unwrap()[0];
+        eta * p * t + (1.0 - eta) * max_power * t
+    }
+}
+
+fn curves() -> Vec<Curve> {
+    let mut out: Vec<Curve> = Vec::new();
+    for line in DATA.lines().filter(|l| !l.starts_with('#')).skip(1) {
+        let f: Vec<&str> = line.split(',').collect();
+        let gpu = match f[0] {
+            "rtx6000" => "rtx-6000",
+            "a40" => "a40",
+            "v100" => "v100-pcie",
+            other => panic!("no fake GPU for {other}"),
+        };
+        let name = format!("{} {} {} (batch {})", f[0], f[2], f[1], f[3]);
+        let n = |i: usize| f[i].parse::<f64>().unwrap();
+        let point = [n(4), n(5), n(6)];
+        match out.last_mut() {
+            Some(c) if c.name == name => c.points.push(point),
+            _ => out.push(Curve {
+                gpu,
+                name,
+                points: vec![point],
+            }),
+        }
+    }
+    for c in &mut out {
+        c.points.sort_by(|a, b| a[0].total_cmp(&b[0]));
+    }
+    out
+}
+
+/// What one search found, against the curve.
+struct Outcome {
+    optimum_w: f64,
+    chosen_w: f64,
+    gap_pct: f64,
+    claimed_pct: f64,
+    true_pct: f64,
+    caps: usize,
+    seconds: f64,
+}
+
+/// `tune energy --eta ETA --step-w 25` on a fake GPU and a trainer that replay `curve`.
+fn search(curve: &Curve, eta: f64) -> Outcome {
+    let rows: Vec<String> = curve
+        .points
+        .iter()
+        .map(|p| format!("[{}, {}, {}]", p[0], p[1], p[2]))
+        .collect();
+    let scenario = format!(
+        "model = \"{}\"\ncount = 1\n[training]\nmodel = \"resnet50\"\nbatch_size = 64\n\
+         [[per_gpu]]\ngpu = 0\nmeasured_curve = [{}]\n",
+        curve.gpu,
+        rows.join(", ")
+    );
+    let nv = NvmlDaemon::at_rate(&scenario, "1", &[]);
+    let csv = nv.home.dir.path().join("curve.csv");
+    let body: String = std::iter::once("limit_w,seconds,power_w\n".to_string())
+        .chain(
+            curve
+                .points
+                .iter()
+                .map(|p| format!("{},{},{}\n", p[0], p[1], p[2])),
+        )
+        .collect();
+    std::fs::write(&csv, body).unwrap();
+    let profile = nv.home.dir.path().join("measured.toml");
+    std::fs::write(
+        &profile,
+        format!(
+            "name = \"measured\"\n[run]\ncommand = [\"{}\", \"--nvml-lib\", \"{}\", \
+             \"synthetic-train\", \"--gpu-model\", \"{}\", \"--batch-size\", \"64\", \
+             \"--curve\", \"{}\"]\n",
+            env!("CARGO_BIN_EXE_gpupilot"),
+            fake_nvml_lib().display(),
+            curve.gpu,
+            csv.display()
+        ),
+    )
+    .unwrap();
+    let run = nv
+        .ok(&["run", "--detach", &profile.display().to_string()])
+        .trim()
+        .to_string();
+    let c = nv.home.client();
+    wait_for("the trainer to report", Duration::from_secs(30), || {
+        c.run_metrics(&run, 0)
+            .is_ok_and(|m| m.trainer.attached && m.points.len() >= 3)
+    });
+    let started = Instant::now();
+    let eta_s = eta.to_string();
+    nv.ok(&["tune", "energy", &run, "--eta", &eta_s, "--step-w", "25"]);
+    let seconds = started.elapsed().as_secs_f64();
+    let saved = nv.home.run_dir(&run).path().join("tune-energy.json");
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(saved).unwrap()).unwrap();
+    let plan: Vec<f64> = {
+        let (lo, hi) = (curve.points[0][0], curve.points.last().unwrap()[0]);
+        let mut w = hi;
+        let mut v = Vec::new();
+        while w >= lo - 1e-9 {
+            v.push(w);
+            w -= 25.0;
+        }
+        v
+    };
+    let optimum_w = plan
+        .iter()
+        .copied()
+        .min_by(|a, b| curve.cost(eta, *a).total_cmp(&curve.cost(eta, *b)))
+        .unwrap();
+    let top = plan[0];
+    let chosen_w = r["best"]["cap_w"].as_f64().unwrap();
+    let opt = curve.cost(eta, optimum_w);
+    Outcome {
+        optimum_w,
+        chosen_w,
+        gap_pct: 100.0 * (curve.cost(eta, chosen_w) / opt - 1.0),
+        claimed_pct: r["cost_saving_pct"].as_f64().unwrap_or(0.0),
+        true_pct: 100.0 * (1.0 - opt / curve.cost(eta, top)),
+        caps: r["curve"].as_array().unwrap().len(),
+        seconds,
+    }
+}
+
+fn check(name_has: &str, eta: f64) {
+    let curve = curves()
+        .into_iter()
+        .find(|c| c.name.contains(name_has))
+        .unwrap();
+    let o = search(&curve, eta);
+    eprintln!(
+        "| {} | {eta} | {:.0} W | {:.0} W | {:.2}% | {:.1}% | {:.1}% | {} | {:.0} s |",
+        curve.name,
+        o.optimum_w,
+        o.chosen_w,
+        o.gap_pct,
+        o.claimed_pct,
+        o.true_pct,
+        o.caps,
+        o.seconds
+    );
+    assert!(o.gap_pct <= 3.0, "{}: gap {:.2}%", curve.name, o.gap_pct);
+    assert!(
+        (o.claimed_pct - o.true_pct).abs() <= 3.0,
+        "{}: claimed {:.1}%, the curve's {:.1}%",
+        curve.name,
+        o.claimed_pct,
+        o.true_pct
+    );
+}
+
+#[test]
+fn a_curve_with_two_dips_at_eta_half() {
+    check("rtx6000 resnet50 imagenet (batch 8)", 0.5);
+}
+
+#[test]
+fn a_curve_whose_optimum_is_near_the_default_at_eta_one() {
+    check("a40 resnet50 imagenet (batch 8)", 1.0);
+}
+
+/// Every curve at eta 0.5 and 1, one table row a case (`GPUPILOT_MEASURED_CASES=all`).
+#[test]
+fn every_measured_curve_when_asked() {
+    if std::env::var("GPUPILOT_MEASURED_CASES").as_deref() != Ok("all") {
+        return;
+    }
+    eprintln!(
+        "| curve | eta | optimum | chosen | gap | claimed saving | true saving | caps | time |"
+    );
+    eprintln!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let mut failed = Vec::new();
+    for curve in curves() {
+        for eta in [0.5, 1.0] {
+            let o = search(&curve, eta);
+            eprintln!(
+                "| {} | {eta} | {:.0} W | {:.0} W | {:.2}% | {:.1}% | {:.1}% | {} | {:.0} s |",
+                curve.name,
+                o.optimum_w,
+                o.chosen_w,
+                o.gap_pct,
+                o.claimed_pct,
+                o.true_pct,
+                o.caps,
+                o.seconds
+            );
+            if o.gap_pct > 3.0 || (o.claimed_pct - o.true_pct).abs() > 3.0 {
+                failed.push(format!("{} eta {eta}", curve.name));
+            }
+        }
+    }
+    assert!(failed.is_empty(), "{failed:?}");
+}
