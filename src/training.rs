@@ -106,6 +106,11 @@ pub struct MetricsReport {
     /// summed over ranks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scope: Option<ReportScope>,
+    /// How many steps past the next one the trainer's data pipeline has formed its batches
+    /// already (a loader that fetches ahead): a change to several ranks is proposed for a step
+    /// beyond them, since a formed batch keeps its size.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lead_steps: Option<u64>,
     /// Any other named scalars (learning rate, accuracy, …).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub extra: BTreeMap<String, f64>,
@@ -337,6 +342,10 @@ pub struct TrainerInfo {
     /// A change to several ranks in flight.
     #[serde(default)]
     pub staged: Option<StagedChange>,
+    /// The training framework whose log lines the run's output is read as (`transformers`,
+    /// `lightning`, `torchtitan`), once a line was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics_preset: Option<String>,
 }
 
 impl TrainerInfo {

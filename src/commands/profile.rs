@@ -136,6 +136,9 @@ pub fn summary(file: &Path, p: &Profile) -> String {
             row("", format!("pattern {}", crate::text::printable(pattern)));
         }
     }
+    if m.preset != crate::profile::MetricsPreset::Auto {
+        row("metrics preset", m.preset.as_str().to_string());
+    }
     if let Some(cap) = p.power.cap_w {
         row("power cap", format!("{cap} W"));
     }

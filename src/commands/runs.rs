@@ -253,9 +253,14 @@ struct PsTrainer<'a> {
     pid: Option<u32>,
     world_size: Option<u32>,
     ranks: Vec<PsRank<'a>>,
-    job: Option<&'a JobFigures>,
+    /// The job's figures over its ranks, else the newest report's (a run of one process, or
+    /// one whose output is read for metrics).
+    job: Option<JobFigures>,
     knobs: &'a [KnobState],
     staged: Option<&'a StagedChange>,
+    /// The framework whose log lines the run's metrics are read from (`[metrics] preset`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    metrics_preset: Option<&'a str>,
 }
 
 /// One rank in `ps --json`: who and where it is, and its newest report's figures.
@@ -310,9 +315,10 @@ fn ps_json<'a>(runs: &'a [RunInfo], trainers: &'a BTreeMap<String, TrainerInfo>)
                     pid: t.pid,
                     world_size: t.world_size,
                     ranks,
-                    job: t.job.as_ref(),
+                    job: t.figures(),
                     knobs: &t.knobs,
                     staged: t.staged.as_ref(),
+                    metrics_preset: t.metrics_preset.as_deref(),
                 }
             }),
         })
@@ -341,24 +347,37 @@ pub fn ranks_cell(t: &TrainerInfo) -> Option<String> {
 }
 
 /// The `ps` table: one line per run, oldest first. A RANKS column comes in when a live run has
-/// several ranks.
+/// several ranks, a METRICS column when a live run's metrics are read from a framework's log
+/// lines (its preset).
 pub fn ps_table(runs: &[RunInfo], trainers: &BTreeMap<String, TrainerInfo>) -> String {
     let ranks: Vec<Option<String>> = runs
         .iter()
         .map(|r| trainers.get(&r.id).and_then(ranks_cell))
         .collect();
+    let presets: Vec<Option<&str>> = runs
+        .iter()
+        .map(|r| {
+            trainers
+                .get(&r.id)
+                .and_then(|t| t.metrics_preset.as_deref())
+        })
+        .collect();
     let with_ranks = ranks.iter().any(Option::is_some);
+    let with_presets = presets.iter().any(Option::is_some);
     let mut header = vec!["ID", "STATUS"];
     if with_ranks {
         header.push("RANKS");
+    }
+    if with_presets {
+        header.push("METRICS");
     }
     header.extend([
         "PID", "UPTIME", "RESTARTS", "EXIT", "GPUS", "ENERGY", "REPORT", "COMMAND",
     ]);
     let rows: Vec<Vec<String>> = runs
         .iter()
-        .zip(&ranks)
-        .map(|(r, ranks)| {
+        .zip(ranks.iter().zip(&presets))
+        .map(|(r, (ranks, preset))| {
             let exit = match (r.exit_code, &r.signal_name) {
                 _ if !r.is_final() && r.exit_code.is_none() => "-".to_string(),
                 (Some(c), _) => c.to_string(),
@@ -369,6 +388,9 @@ pub fn ps_table(runs: &[RunInfo], trainers: &BTreeMap<String, TrainerInfo>) -> S
             let mut row = vec![crate::text::printable(&r.id), r.status.as_str().to_string()];
             if with_ranks {
                 row.push(ranks.clone().unwrap_or_else(|| "-".into()));
+            }
+            if with_presets {
+                row.push(preset.map_or("-".into(), crate::text::printable));
             }
             row.extend([
                 match r.pid {
@@ -597,6 +619,37 @@ mod tests {
             }),
             ..TrainerInfo::default()
         }
+    }
+
+    #[test]
+    fn a_preset_read_runs_metrics_show_in_a_metrics_column_and_the_json() {
+        let runs = [run("a", RunStatus::Succeeded), run("b", RunStatus::Running)];
+        let mut trainers = BTreeMap::new();
+        trainers.insert("b".to_string(), TrainerInfo::default());
+        assert!(!ps_table(&runs, &trainers).contains("METRICS"));
+        trainers.insert(
+            "b".to_string(),
+            TrainerInfo {
+                metrics_preset: Some("transformers".into()),
+                ..TrainerInfo::default()
+            },
+        );
+        let table = ps_table(&runs, &trainers);
+        let lines: Vec<&str> = table.lines().collect();
+        assert!(
+            lines[0].starts_with("ID  STATUS     METRICS       PID"),
+            "{table}"
+        );
+        assert!(
+            lines[1].starts_with("a   succeeded  -             -"),
+            "{table}"
+        );
+        assert!(
+            lines[2].starts_with("b   running    transformers  4242"),
+            "{table}"
+        );
+        let v = serde_json::to_value(ps_json(&runs, &trainers)).unwrap();
+        assert_eq!(v[1]["trainer"]["metrics_preset"], "transformers", "{v}");
     }
 
     #[test]

@@ -80,6 +80,10 @@ pub struct MetricsSettings {
     /// Regular expressions whose named groups (`loss`, `step`, `samples_per_s`, … or any name,
     /// kept as an extra) are read from each line of stdout: `loss=(?P<loss>[0-9.]+)`.
     pub patterns: Vec<String>,
+    /// The training framework whose log lines are read for metrics (`auto`: whichever one's
+    /// lines the run prints first; `none`: no framework's).
+    #[serde(default)]
+    pub preset: MetricsPreset,
 }
 
 impl Default for MetricsSettings {
@@ -87,7 +91,53 @@ impl Default for MetricsSettings {
         MetricsSettings {
             json: true,
             patterns: Vec::new(),
+            preset: MetricsPreset::Auto,
         }
+    }
+}
+
+/// `[metrics] preset`: a training framework whose own log lines gpupilot reads without a
+/// pattern (the daemon's `metric_presets` holds the readers).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MetricsPreset {
+    /// Any framework below, the first whose lines the run prints.
+    #[default]
+    Auto,
+    /// None: only JSON lines and patterns.
+    None,
+    /// Hugging Face `transformers.Trainer`'s log dicts.
+    Transformers,
+    /// PyTorch Lightning's progress bar lines.
+    Lightning,
+    /// torchtitan's step lines.
+    Torchtitan,
+}
+
+impl MetricsPreset {
+    /// Every preset, as a profile names it.
+    pub const ALL: [MetricsPreset; 5] = [
+        MetricsPreset::Auto,
+        MetricsPreset::None,
+        MetricsPreset::Transformers,
+        MetricsPreset::Lightning,
+        MetricsPreset::Torchtitan,
+    ];
+
+    /// The profile's spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MetricsPreset::Auto => "auto",
+            MetricsPreset::None => "none",
+            MetricsPreset::Transformers => "transformers",
+            MetricsPreset::Lightning => "lightning",
+            MetricsPreset::Torchtitan => "torchtitan",
+        }
+    }
+
+    /// The preset a profile names, if any.
+    pub fn parse(name: &str) -> Option<MetricsPreset> {
+        MetricsPreset::ALL.into_iter().find(|p| p.as_str() == name)
     }
 }
 
@@ -453,6 +503,27 @@ mod tests {
         assert_eq!(name_for_command(&v(&["sleep", "10"])), "sleep");
         assert_eq!(name_for_command(&v(&["/usr/bin/my prog"])), "my-prog");
         assert_eq!(name_for_command(&[]), "run");
+    }
+
+    #[test]
+    fn a_metrics_preset_is_named_or_refused_with_the_names() {
+        let p = parse_str("p", "[run]\ncommand = \"x\"\n").unwrap();
+        assert_eq!(p.metrics.preset, MetricsPreset::Auto);
+        let p = parse_str(
+            "p",
+            "[run]\ncommand = \"x\"\n[metrics]\npreset = \"transformers\"\n",
+        )
+        .unwrap();
+        assert_eq!(p.metrics.preset, MetricsPreset::Transformers);
+        let err = parse_str(
+            "p",
+            "[run]\ncommand = \"x\"\n[metrics]\npreset = \"keras\"\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("unknown metrics preset \"keras\""), "{err}");
+        assert!(err.contains("transformers, lightning, torchtitan"), "{err}");
+        assert!(err.contains("p:4:"), "where: {err}");
     }
 
     #[test]

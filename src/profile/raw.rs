@@ -190,6 +190,8 @@ pub(crate) struct RawMetrics {
     pub json: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub patterns: Option<Vec<At<String>>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub preset: Option<At<String>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
@@ -438,6 +440,7 @@ impl RawProfile {
             metrics: nested(self.metrics, parent.metrics, |c, p| RawMetrics {
                 json: pick(c.json, p.json),
                 patterns: pick(c.patterns, p.patterns),
+                preset: pick(c.preset, p.preset),
             }),
             energy: nested(self.energy, parent.energy, |c, p| RawEnergy {
                 price_per_kwh: pick(c.price_per_kwh, p.price_per_kwh),

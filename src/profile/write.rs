@@ -142,6 +142,7 @@ pub(crate) fn to_toml(p: &Profile) -> String {
         metrics: Some(RawMetrics {
             json: Some(p.metrics.json),
             patterns: Some(p.metrics.patterns.iter().cloned().map(At::bare).collect()),
+            preset: Some(At::bare(p.metrics.preset.as_str().to_string())),
         }),
         energy: Some(RawEnergy {
             price_per_kwh: p.energy.price_per_kwh.map(At::bare),

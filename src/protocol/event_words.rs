@@ -416,6 +416,20 @@ fn recorded(e: &NodeEvent) -> Words {
                 ),
             }
         }
+        NodeEvent::MetricsPreset {
+            run,
+            preset,
+            from_profile,
+        } => w(
+            "daemon",
+            run.clone(),
+            format!("metrics read from {preset}'s log lines"),
+            if *from_profile {
+                "the profile's [metrics] preset".into()
+            } else {
+                "found in the run's output".into()
+            },
+        ),
         NodeEvent::TrainerError { run, kind, message } => w(
             "trainer",
             run.clone(),

@@ -286,6 +286,13 @@ pub enum NodeEvent {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         rank: Option<u32>,
     },
+    /// A run's output was found to be a training framework's log lines (`preset`), read for
+    /// metrics from then on; `from_profile` when its profile named that preset.
+    MetricsPreset {
+        run: String,
+        preset: String,
+        from_profile: bool,
+    },
     /// The trainer reported an error (`kind` `oom`: out of memory).
     TrainerError {
         run: String,

@@ -25,6 +25,7 @@
 //! energy after).
 
 pub(super) mod logs;
+pub(super) mod metric_presets;
 pub(super) mod ops;
 pub(super) mod rank_changes;
 pub(super) mod ranks;

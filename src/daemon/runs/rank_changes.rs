@@ -105,6 +105,7 @@ impl Channel {
         let seq = self.next_seq();
         let ranks: BTreeSet<u32> = self.ranks.links().map(|(r, _)| r).collect();
         let n = ranks.len() as u32;
+        self.ack_note = None;
         self.staged = Some(Staged::new(seq, knob, value, old, apply_step, ranks, asked));
         self.persist();
         let line = knob_push(run, seq, knob, value, Some(apply_step));
@@ -157,7 +158,14 @@ impl Channel {
         effects: &mut Vec<Effect>,
     ) {
         let outcome = match self.staged.as_mut() {
-            Some(st) if st.seq == seq => st.ack(rank, applied, step, reason),
+            Some(st) if st.seq == seq => {
+                if applied && self.ack_note.is_none() {
+                    // The first rank's note stands for the job's: every rank runs the same
+                    // script (a learning rate scaled by the same rule).
+                    self.ack_note.clone_from(&reason);
+                }
+                st.ack(rank, applied, step, reason)
+            }
             _ if applied => Outcome::Stray(format!(
                 "says it applied change {seq}{}, which is not in flight",
                 step.map_or(String::new(), |s| format!(" at step {s}"))
@@ -312,11 +320,17 @@ impl Channel {
         self.persist();
         let rtt_ms = st.asked.elapsed().as_secs_f64() * 1000.0;
         self.last_rtt_ms.insert(st.knob, rtt_ms);
+        let note = self.ack_note.take();
         if missed.is_empty() {
             let ranks = st.applied() as u32;
             let gone = st.gone();
-            self.last_outcome
-                .insert(st.knob, format!("applied on {ranks} ranks at step {first}"));
+            self.last_outcome.insert(
+                st.knob,
+                match &note {
+                    Some(n) => format!("applied on {ranks} ranks at step {first}; {n}"),
+                    None => format!("applied on {ranks} ranks at step {first}"),
+                },
+            );
             if first != latest {
                 // Every rank has the value, but they took it at different steps: say so (the
                 // ranks report steps at different points; see the SDK's `report`).
@@ -350,7 +364,7 @@ impl Channel {
                     ),
                 }));
             }
-            effects.push(acked(&st, true, None, rtt_ms));
+            effects.push(acked(&st, true, note, rtt_ms));
             effects.push(Effect::Node(NodeEvent::KnobApplied {
                 run: run.into(),
                 change: st.seq,

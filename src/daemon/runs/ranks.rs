@@ -33,6 +33,9 @@ use crate::protocol::{JobFigures, KnobName, MetricsPoint, RankInfo, RankSpec, St
 pub const APPLY_LEAD_S: f64 = 0.5;
 /// The fewest steps between the newest reported step and the apply step.
 pub const MIN_LEAD_STEPS: u64 = 2;
+/// The most steps a rank's data pipeline may say it formed ahead (`lead_steps`) that the apply
+/// step makes room for.
+pub const MAX_FORMED_AHEAD: u64 = 1024;
 /// Votes that have not all come this long after the proposal call the change off (a rank that
 /// answers nothing cannot be told apart from one that is stuck).
 pub const VOTE_WINDOW_S: f64 = 0.25;
@@ -72,6 +75,8 @@ pub struct Rank {
     stepped: VecDeque<(u64, f64)>,
     /// Its last [`AGREEING_REPORTS`] reports: (step, batch size, prefetch), oldest first.
     values: VecDeque<(Option<u64>, Option<i64>, Option<i64>)>,
+    /// Steps past the next one whose batches it has formed already (its newest `lead_steps`).
+    formed_ahead: u64,
 }
 
 impl Rank {
@@ -82,6 +87,7 @@ impl Rank {
             last: None,
             stepped: VecDeque::new(),
             values: VecDeque::new(),
+            formed_ahead: 0,
         }
     }
 
@@ -250,6 +256,7 @@ impl Ranks {
             r.last = None;
             r.stepped.clear();
             r.values.clear();
+            r.formed_ahead = 0;
         }
     }
 
@@ -271,6 +278,9 @@ impl Ranks {
                 r.stepped.pop_front();
             }
             r.stepped.push_back((step, point.t));
+        }
+        if let Some(ahead) = point.report.lead_steps {
+            r.formed_ahead = ahead.min(MAX_FORMED_AHEAD);
         }
         if r.values.len() == AGREEING_REPORTS {
             r.values.pop_front();
@@ -297,11 +307,13 @@ impl Ranks {
 
     /// The step to apply a change at, `now` (daemon seconds) being when it is asked: ahead of
     /// where the fastest rank is now by [`APPLY_LEAD_S`] of its progress, and at least
-    /// [`MIN_LEAD_STEPS`] past the newest step reported. An error names a rank that has not
-    /// reported a step (nothing tells where it is).
+    /// [`MIN_LEAD_STEPS`] past the newest step reported, and past the batches any rank's data
+    /// pipeline has formed ahead (`lead_steps`). An error names a rank that has not reported a
+    /// step (nothing tells where it is).
     pub fn apply_step(&self, now: f64) -> Result<u64, String> {
         let mut at = 0.0f64;
         let mut newest = 0u64;
+        let mut formed = 0u64;
         for (n, rank) in self.by_rank.iter().filter(|(_, r)| r.link.is_some()) {
             let Some(&(step, t)) = rank.stepped.back() else {
                 return Err(format!(
@@ -310,13 +322,14 @@ impl Ranks {
                 ));
             };
             newest = newest.max(step);
+            formed = formed.max(rank.formed_ahead);
             // Where it is now, and how far it gets while the change is agreed on.
             let rate = rank.rate().unwrap_or(0.0);
             let ahead = rate * ((now - t).max(0.0) + APPLY_LEAD_S);
             at = at.max(step as f64 + ahead);
         }
         // Reported step k means step k is done: the next one is k + 1.
-        Ok((at.ceil() as u64 + 1).max(newest + MIN_LEAD_STEPS))
+        Ok((at.ceil() as u64 + 1 + formed).max(newest + MIN_LEAD_STEPS + formed))
     }
 
     /// The value each attached rank uses for `knob` as its reports say: where its last
@@ -752,6 +765,38 @@ mod tests {
         // With one report, its own step time gives the pace: 10 steps a second, 5 in 0.5 s.
         slow.record(1, &point(5, 1.0, 0.1));
         assert_eq!(slow.apply_step(1.0).unwrap(), 11);
+    }
+
+    /// A rank whose loader has formed the batches of its next steps already moves the apply
+    /// step past them: a formed batch keeps its size.
+    #[test]
+    fn the_apply_step_passes_the_batches_a_rank_formed_ahead() {
+        let mut r = Ranks::default();
+        r.attach(spec(0, 2), link(0, 10)).unwrap();
+        r.attach(spec(1, 2), link(1, 11)).unwrap();
+        let ahead = |step: u64, lead: Option<u64>| MetricsPoint {
+            report: MetricsReport {
+                step_time_s: None,
+                lead_steps: lead,
+                ..point(step, 1.0, 0.0).report
+            },
+            ..point(step, 1.0, 0.0)
+        };
+        r.record(0, &ahead(5, Some(3)));
+        r.record(1, &ahead(5, Some(1)));
+        assert_eq!(r.apply_step(1.0).unwrap(), 5 + MIN_LEAD_STEPS + 3);
+        // A report without it keeps the last said; an absurd one is bounded.
+        r.record(0, &ahead(6, None));
+        assert_eq!(r.apply_step(1.0).unwrap(), 6 + MIN_LEAD_STEPS + 3);
+        r.record(1, &ahead(6, Some(u64::MAX)));
+        assert_eq!(
+            r.apply_step(1.0).unwrap(),
+            6 + MIN_LEAD_STEPS + MAX_FORMED_AHEAD
+        );
+        r.new_attempt();
+        r.record(0, &ahead(0, None));
+        r.record(1, &ahead(0, None));
+        assert_eq!(r.apply_step(1.0).unwrap(), MIN_LEAD_STEPS);
     }
 
     fn staged(n: u32) -> Staged {

@@ -1,11 +1,16 @@
 //! A run's output read for metrics: the lines a script prints that are JSON objects, or that
-//! match the profile's `[metrics] patterns`, become reports (for scripts that do not use the
-//! SDK). A line of a `launcher = "ranks"` job starts with the rank that wrote it
-//! (`[rank1]: {"step": 5}`): the report is that rank's. Reading is incremental and bounded: at most [`PARSE_CHUNK`] bytes a poll.
+//! match the profile's `[metrics] patterns`, or are a training framework's own log lines (a
+//! preset, `metric_presets`), become reports (for scripts that do not use the SDK). A line of a
+//! `launcher = "ranks"` job starts with the rank that wrote it (`[rank1]: {"step": 5}`): the
+//! report is that rank's. Reading is incremental and bounded: at most [`PARSE_CHUNK`] bytes a
+//! poll. A `\r` ends a line as a newline does: a progress bar redrawn in place is read at each
+//! redraw, not once at the end of its epoch.
 
 use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
 
+use super::metric_presets;
+use crate::profile::{MetricsPreset, MetricsSettings};
 use crate::protocol::MetricsReport;
 use crate::supervisor::rank_lines::split_rank;
 
@@ -54,10 +59,14 @@ pub(in crate::daemon) fn read_new_lines(path: &Path, parser: &mut OutputParser) 
     parser.offset += n as u64;
     parser.partial.extend_from_slice(&buf[..n]);
     let mut lines = Vec::new();
-    while let Some(i) = parser.partial.iter().position(|&b| b == b'\n') {
+    while let Some(i) = parser
+        .partial
+        .iter()
+        .position(|&b| b == b'\n' || b == b'\r')
+    {
         let line: Vec<u8> = parser.partial.drain(..=i).collect();
         // A "line" that long is not a metrics line, nor is the end of one.
-        if !std::mem::take(&mut parser.overlong) && i <= MAX_OUTPUT_LINE {
+        if !std::mem::take(&mut parser.overlong) && i <= MAX_OUTPUT_LINE && i > 0 {
             lines.push(String::from_utf8_lossy(&line[..i]).into_owned());
         }
     }
@@ -68,15 +77,55 @@ pub(in crate::daemon) fn read_new_lines(path: &Path, parser: &mut OutputParser) 
     lines
 }
 
-/// One line of output as (the rank that wrote it, if it says, its report): the rank's prefix
-/// ([`split_rank`]) is taken off before the line is read by [`parse_line`].
-pub fn parse_rank_line(
-    line: &str,
-    json: bool,
-    patterns: &[regex::Regex],
-) -> Option<(Option<u32>, MetricsReport)> {
-    let (rank, text) = split_rank(line);
-    parse_line(text, json, patterns).map(|r| (rank, r))
+/// What a run's output is read with, and the preset found in it so far.
+pub(in crate::daemon) struct OutputRules<'a> {
+    pub(in crate::daemon) settings: &'a MetricsSettings,
+    pub(in crate::daemon) patterns: &'a [regex::Regex],
+    /// The preset the run's lines were found to be, or its profile's once a line matched it.
+    pub(in crate::daemon) found: &'a mut Option<MetricsPreset>,
+}
+
+impl OutputRules<'_> {
+    /// Whether a stream may hold reports at all under these settings.
+    pub(in crate::daemon) fn reads_anything(settings: &MetricsSettings) -> bool {
+        settings.json || !settings.patterns.is_empty() || settings.preset != MetricsPreset::None
+    }
+
+    /// Reports in `lines` of stdout (`plain`: JSON lines, patterns, then the preset) or of
+    /// stderr (the preset only: a framework's logger writes there). Returns them with the
+    /// preset when these lines were the first its reader took.
+    pub(in crate::daemon) fn reports(
+        &mut self,
+        lines: &[String],
+        plain: bool,
+    ) -> (Vec<(Option<u32>, MetricsReport)>, Option<MetricsPreset>) {
+        let mut out = Vec::new();
+        let mut newly = None;
+        for line in lines {
+            let (rank, text) = split_rank(line);
+            if plain {
+                if let Some(r) = parse_line(text, self.settings.json, self.patterns) {
+                    out.push((rank, r));
+                    continue;
+                }
+            }
+            let read = match (self.settings.preset, *self.found) {
+                (MetricsPreset::None, _) => None,
+                (MetricsPreset::Auto, None) => metric_presets::detect(text),
+                (MetricsPreset::Auto, Some(p)) | (p, _) => {
+                    metric_presets::parse(p, text).map(|r| (p, r))
+                }
+            };
+            if let Some((p, r)) = read {
+                if self.found.is_none() {
+                    *self.found = Some(p);
+                    newly = Some(p);
+                }
+                out.push((rank, r));
+            }
+        }
+        (out, newly)
+    }
 }
 
 /// One line of output as a metrics report: a JSON object (known names to their fields, other
@@ -161,17 +210,29 @@ mod tests {
     #[test]
     fn a_ranks_line_is_its_ranks_report() {
         let re = [regex::Regex::new(r"^step (?P<step>\d+)").unwrap()];
-        let (rank, r) = parse_rank_line(r#"[rank3]: {"step": 50, "bs": 64}"#, true, &re).unwrap();
+        let settings = MetricsSettings::default();
+        let mut found = None;
+        let mut rules = OutputRules {
+            settings: &settings,
+            patterns: &re,
+            found: &mut found,
+        };
+        let mut one = |line: &str| {
+            let (mut reports, _) = rules.reports(&[line.to_string()], true);
+            assert!(reports.len() <= 1);
+            reports.pop()
+        };
+        let (rank, r) = one(r#"[rank3]: {"step": 50, "bs": 64}"#).unwrap();
         assert_eq!(
             (rank, r.step, r.extra.get("bs")),
             (Some(3), Some(50), Some(&64.0))
         );
         // Patterns anchored at the start of the script's line still match.
-        let (rank, r) = parse_rank_line("[rank0]: step 7 loss 1", true, &re).unwrap();
+        let (rank, r) = one("[rank0]: step 7 loss 1").unwrap();
         assert_eq!((rank, r.step), (Some(0), Some(7)));
-        let (rank, r) = parse_rank_line(r#"{"step": 9}"#, true, &re).unwrap();
+        let (rank, r) = one(r#"{"step": 9}"#).unwrap();
         assert_eq!((rank, r.step), (None, Some(9)));
-        assert!(parse_rank_line("[rank1]: nothing", true, &re).is_none());
+        assert!(one("[rank1]: nothing").is_none());
     }
 
     #[test]
@@ -185,6 +246,80 @@ mod tests {
         f.write_all(b"c\nd\n").unwrap();
         assert_eq!(read_new_lines(&path, &mut p), ["bc", "d"]);
         assert!(read_new_lines(&path, &mut p).is_empty());
+        // A progress bar redrawn in place: each redraw is a line, empty ones none.
+        f.write_all(b"bar 1\rbar 2\r\ne\n").unwrap();
+        assert_eq!(read_new_lines(&path, &mut p), ["bar 1", "bar 2", "e"]);
+    }
+
+    /// JSON and patterns first; then, with `auto`, the first framework that reads a line, and
+    /// only that one from then on.
+    #[test]
+    fn presets_are_found_once_and_kept() {
+        let settings = MetricsSettings::default();
+        let mut found = None;
+        let mut rules = OutputRules {
+            settings: &settings,
+            patterns: &[],
+            found: &mut found,
+        };
+        let lines: Vec<String> = [
+            "loading",
+            r#"{"step": 1}"#,
+            "{'loss': 0.69, 'learning_rate': 5e-05, 'epoch': 0.5}",
+            "step:  2  loss:  1.0000  memory: 1.00GiB(2.00%)  tps: 10  mfu: 0.10%",
+            "[rank1]: {'loss': 0.68, 'learning_rate': 4e-05, 'epoch': 1.0}",
+        ]
+        .map(String::from)
+        .to_vec();
+        let (reports, newly) = rules.reports(&lines, true);
+        assert_eq!(newly, Some(MetricsPreset::Transformers));
+        let got: Vec<(Option<u32>, Option<u64>, Option<f64>)> =
+            reports.iter().map(|(k, r)| (*k, r.step, r.loss)).collect();
+        assert_eq!(
+            got,
+            [
+                (None, Some(1), None),
+                (None, None, Some(0.69)),
+                (Some(1), None, Some(0.68))
+            ],
+            "the torchtitan line is not read once the run is found to be a Trainer's"
+        );
+        let (_, newly) = rules.reports(&lines[2..3], false);
+        assert_eq!(newly, None, "found once");
+        // stderr: the preset only, no JSON.
+        let mut found = None;
+        let mut rules = OutputRules {
+            settings: &settings,
+            patterns: &[],
+            found: &mut found,
+        };
+        let (reports, _) = rules.reports(&lines[1..2], false);
+        assert!(reports.is_empty());
+        // A profile's preset is the only one tried; `none` tries none.
+        for (preset, expect) in [
+            (MetricsPreset::Torchtitan, Some(2)),
+            (MetricsPreset::Lightning, None),
+            (MetricsPreset::None, None),
+        ] {
+            let settings = MetricsSettings {
+                json: false,
+                preset,
+                ..MetricsSettings::default()
+            };
+            let mut found = None;
+            let mut rules = OutputRules {
+                settings: &settings,
+                patterns: &[],
+                found: &mut found,
+            };
+            let (reports, newly) = rules.reports(&lines, true);
+            assert_eq!(
+                reports.first().and_then(|(_, r)| r.step),
+                expect,
+                "{preset:?}"
+            );
+            assert_eq!(newly.is_some(), expect.is_some());
+        }
     }
 
     /// A line over the bound is passed over whole, even when it ends polls later: its end is

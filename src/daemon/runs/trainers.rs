@@ -23,7 +23,7 @@ use tokio::sync::mpsc;
 use super::Runs;
 use super::ops::append_run_event;
 use super::ranks::{Ranks, Refused, Staged, TrainerConn};
-use super::trainer_output::{OutputParser, parse_rank_line, read_new_lines};
+use super::trainer_output::{OutputParser, OutputRules, read_new_lines};
 use crate::daemon::state::RequestError;
 use crate::ipc::Peer;
 use crate::profile::{Knob, MetricsSettings};
@@ -103,6 +103,9 @@ pub(in crate::daemon) struct Channel {
     trainer_ranges: BTreeMap<KnobName, KnobRange>,
     pub(in crate::daemon) last_rtt_ms: BTreeMap<KnobName, f64>,
     pub(in crate::daemon) last_outcome: BTreeMap<KnobName, String>,
+    /// What a rank said with its acknowledgement of the change in flight (what else it
+    /// changed with it: a learning rate scaled with the batch size).
+    pub(in crate::daemon) ack_note: Option<String>,
     points: VecDeque<MetricsPoint>,
     /// A trainer has reported through the SDK (now, or before this daemon read the run): the
     /// run's output is then not read for metrics as well, attached or not, so no report is
@@ -112,6 +115,10 @@ pub(in crate::daemon) struct Channel {
     seq: u64,
     metrics_file: Option<File>,
     parser: OutputParser,
+    /// stderr, read for a framework's log lines only (a Python logger writes there).
+    err_parser: OutputParser,
+    /// The framework whose log lines the run's output was found to be (`[metrics] preset`).
+    preset: Option<crate::profile::MetricsPreset>,
     /// When the channel was last looked at, in [`Channels`]' count of lookups (the least
     /// recently used idle ones are let go).
     used: u64,
@@ -144,10 +151,13 @@ impl Channel {
         // A run with reports already was read by an earlier daemon: go on from the output's
         // end (what came while no daemon watched is not guessed at). A run without any is read
         // from its first line.
-        let offset = if points.is_empty() {
-            0
-        } else {
-            std::fs::metadata(dir.join("stdout.log")).map_or(0, |m| m.len())
+        let fresh = points.is_empty();
+        let offset = |name: &str| {
+            if fresh {
+                0
+            } else {
+                std::fs::metadata(dir.join(name)).map_or(0, |m| m.len())
+            }
         };
         Channel {
             dir: dir.to_path_buf(),
@@ -162,15 +172,21 @@ impl Channel {
             trainer_ranges: BTreeMap::new(),
             last_rtt_ms: BTreeMap::new(),
             last_outcome: BTreeMap::new(),
+            ack_note: None,
             sdk_reported: points.iter().any(|p| p.from == FROM_TRAINER),
             points,
             next_n,
             seq,
             metrics_file: None,
             parser: OutputParser {
-                offset,
+                offset: offset("stdout.log"),
                 ..OutputParser::default()
             },
+            err_parser: OutputParser {
+                offset: offset("stderr.log"),
+                ..OutputParser::default()
+            },
+            preset: None,
             used: 0,
         }
     }
@@ -321,6 +337,7 @@ impl Channel {
             ranks: self.ranks.info(),
             job: self.ranks.job(),
             staged: self.staged.as_ref().map(Staged::view),
+            metrics_preset: self.preset.map(|p| p.as_str().to_string()),
         }
     }
 }
@@ -654,10 +671,16 @@ impl Runs {
         let rtt_ms = p.asked.elapsed().as_secs_f64() * 1000.0;
         let kept = ch.values.get(&p.knob).copied();
         ch.last_rtt_ms.insert(p.knob, rtt_ms);
+        // With an applied change, a reason is a note: what the trainer changed with it.
+        let note = reason.clone().filter(|_| applied);
         let reason = reason.unwrap_or_else(|| "the trainer gave no reason".into());
         if applied {
             ch.values.insert(p.knob, p.value);
-            ch.last_outcome.insert(p.knob, "applied".into());
+            ch.last_outcome.insert(
+                p.knob,
+                note.as_ref()
+                    .map_or("applied".into(), |n| format!("applied; {n}")),
+            );
         } else {
             ch.last_outcome
                 .insert(p.knob, format!("rejected: {reason}"));
@@ -679,7 +702,7 @@ impl Runs {
                     knob: p.knob.as_str().into(),
                     value: p.value,
                     applied,
-                    reason: (!applied).then(|| reason.clone()),
+                    reason: if applied { note } else { Some(reason.clone()) },
                     rtt_ms,
                 },
             );
@@ -955,11 +978,16 @@ impl Runs {
         let mut channels = self.channels();
         drop(table);
         for (id, dir, settings) in live {
-            if !settings.json && settings.patterns.is_empty() {
+            if !OutputRules::reads_anything(&settings) {
                 continue;
             }
             let ch = channels.get(&id, &dir);
             let lines = read_new_lines(&dir.join("stdout.log"), &mut ch.parser);
+            let err_lines = if settings.preset == crate::profile::MetricsPreset::None {
+                Vec::new()
+            } else {
+                read_new_lines(&dir.join("stderr.log"), &mut ch.err_parser)
+            };
             if ch.ranks.any_attached() || ch.sdk_reported {
                 // The SDK reports (or did: a rank's last lines printed after it detached are
                 // the same reports again); what the script prints is not read twice.
@@ -972,12 +1000,27 @@ impl Runs {
                     .filter_map(|p| regex::Regex::new(p).ok())
                     .collect()
             });
-            let reports: Vec<(Option<u32>, MetricsReport)> = lines
-                .iter()
-                .filter_map(|l| parse_rank_line(l, settings.json, patterns))
-                .collect();
+            let mut found = ch.preset;
+            let mut rules = OutputRules {
+                settings: &settings,
+                patterns,
+                found: &mut found,
+            };
+            let (mut reports, newly) = rules.reports(&lines, true);
+            let (err_reports, newly_err) = rules.reports(&err_lines, false);
+            reports.extend(err_reports);
+            ch.preset = found;
             for (rank, r) in reports {
                 ch.record(r, "stdout", rank);
+            }
+            if let Some(preset) = newly.or(newly_err) {
+                let chosen = settings.preset != crate::profile::MetricsPreset::Auto;
+                tracing::info!("run {id}: metrics read as {}'s log lines", preset.as_str());
+                self.events.record(NodeEvent::MetricsPreset {
+                    run: id.clone(),
+                    preset: preset.as_str().to_string(),
+                    from_profile: chosen,
+                });
             }
         }
     }

@@ -276,5 +276,24 @@ pub(super) fn metrics(cx: &mut Ctx, m: RawMetrics) -> MetricsSettings {
             Ok(_) => out.patterns.push(at.value.clone()),
         }
     }
+    if let Some(at) = &m.preset {
+        match crate::profile::MetricsPreset::parse(&at.value) {
+            Some(p) => out.preset = p,
+            None => {
+                let names: Vec<&str> = crate::profile::MetricsPreset::ALL
+                    .iter()
+                    .map(|p| p.as_str())
+                    .collect();
+                cx.err(
+                    at,
+                    format!(
+                        "unknown metrics preset {:?}: one of {}",
+                        at.value,
+                        names.join(", ")
+                    ),
+                );
+            }
+        }
+    }
     out
 }
