@@ -27,6 +27,7 @@ import numbers
 import os
 import socket
 import threading
+from time import monotonic as _monotonic
 
 from ._channel import Channel
 from ._lines import LineWriter, whole_lines
@@ -44,7 +45,7 @@ PROTOCOL_KNOBS = ("batch_size", "prefetch")
 # The smallest value that makes sense for a knob; any other knob is a whole number >= 0.
 _KNOB_MIN = {"batch_size": 1}
 
-_INT_FIELDS = ("step", "epoch", "batch_size", "prefetch", "samples")
+_INT_FIELDS = ("step", "epoch", "batch_size", "prefetch", "samples", "lead_steps")
 # Whose figures a report gives: this rank's own (the job's are the sum), or the whole job's.
 _SCOPES = ("rank", "job")
 _FLOAT_FIELDS = ("loss", "samples_per_s", "step_time_s", "data_wait_s")
@@ -106,11 +107,16 @@ class Trainer(object):
         self.rank = rank
         # The number of the step the loop does next (after ``report(step=k)``: k + 1).
         self._next_step = None
+        # The last step whose batch the data pipeline has formed (``knob_for_step``), when a
+        # loader forms batches ahead of the loop.
+        self._formed_step = None
         # Changes to several ranks this rank agreed to, by seq: applied at their step once
         # committed (``_advance``).
         self._staged = {}
         self._applied_callbacks = {}
         self._lock = threading.RLock()
+        # Signalled when a decision on a change to several ranks comes (``knob_for_step``).
+        self._decided = threading.Condition(self._lock)
         # Serialises knob changes (pushes and ``set``) so callbacks see them one at a time.
         self._change_lock = threading.RLock()
         self._knobs = {}
@@ -214,7 +220,9 @@ class Trainer(object):
         For a change to several ranks it runs on the training thread, inside the ``report`` that
         reaches the change's step (so between two steps, on every rank at the same step); for a
         single process, on the background thread right after the change. Exceptions are logged,
-        never raised. Usable as a decorator.
+        never raised. A callback that returns a string says what it changed with it ("learning
+        rate ×2 (linear rule)"): the acknowledgement carries it to the daemon, which records it
+        with the change. Usable as a decorator.
         """
         if callback is None:
             return lambda cb: self.on_applied(name, cb)
@@ -249,6 +257,7 @@ class Trainer(object):
         prefetch=None,
         samples=None,
         scope=None,
+        lead_steps=None,
         **extra
     ):
         """Queue a metrics report; never blocks, never raises.
@@ -269,6 +278,10 @@ class Trainer(object):
         changes: one agreed for step S takes effect in the ``report`` of step S − 1, so the next
         ``knob()`` read (and the next batch a ``KnobBatchSampler`` forms) sees it on every rank
         at the same step. Report the step every step, or at the same steps on every rank.
+
+        ``lead_steps``: how many steps past the next one the data pipeline has formed batches
+        for already (a loader that fetches ahead, read through ``knob_for_step``); the daemon
+        proposes changes for a step beyond them.
         """
         channel = self._channel
         if channel is None or self._closed:
@@ -276,7 +289,7 @@ class Trainer(object):
         try:
             self._report(
                 channel, step, epoch, loss, samples_per_s, step_time_s, data_wait_s, batch_size, prefetch, extra,
-                samples=samples, scope=scope,
+                samples=samples, scope=scope, lead_steps=lead_steps,
             )
         except Exception:
             log.debug("gpupilot: report failed", exc_info=True)
@@ -289,7 +302,7 @@ class Trainer(object):
 
     def _report(
         self, channel, step, epoch, loss, samples_per_s, step_time_s, data_wait_s, batch_size, prefetch, extra,
-        samples=None, scope=None,
+        samples=None, scope=None, lead_steps=None,
     ):
         if batch_size is None:
             batch_size = self._knobs.get("batch_size")
@@ -305,6 +318,7 @@ class Trainer(object):
             "batch_size": batch_size,
             "prefetch": prefetch,
             "samples": samples,
+            "lead_steps": lead_steps,
         }
         frame = {"type": "metrics"}
         if scope is not None:
@@ -343,18 +357,62 @@ class Trainer(object):
             if st["committed"]:
                 old = self._commit(name, value)
                 ack["applied"] = True
-                self._run_applied(name, value, old)
+                note = self._run_applied(name, value, old)
+                if note:
+                    ack["reason"] = note
             else:
                 # No decision before the step: nothing changes here (the daemon brings every
                 # rank back to one value if another rank did change).
                 ack["applied"] = False
-                ack["reason"] = "no decision had come by step {}; keeping {} = {}".format(
-                    st["apply_step"], name, self._knobs.get(name)
-                )
+                if st.get("too_late") is not None:
+                    ack["reason"] = "the batch of step {} was formed before a decision came; keeping {} = {}".format(
+                        st["too_late"], name, self._knobs.get(name)
+                    )
+                else:
+                    ack["reason"] = "no decision had come by step {}; keeping {} = {}".format(
+                        st["apply_step"], name, self._knobs.get(name)
+                    )
                 log.warning("gpupilot: %s", ack["reason"])
             channel = self._channel
             if channel is not None:
                 channel.send(ack, priority=True)
+
+    def knob_for_step(self, name, step, wait_s=1.0):
+        """The value ``name`` has at step ``step``, for a data pipeline that forms the batch of
+        ``step`` before the loop gets there (a loader that fetches ahead).
+
+        In a distributed job a change agreed for step S takes effect in the ``report`` of step
+        S − 1, which comes after a loader that fetches ahead has formed the batch of S. This
+        gives the value step ``step`` will have: a committed change due by then counts. From
+        this call on the rank votes against changes for steps up to ``step`` (their batches
+        are formed); a change proposed for a step up to ``step`` and not decided yet is waited
+        for, up to ``wait_s`` seconds (the daemon decides within a fraction of a second), and
+        then kept out: the rank will not apply it, and says so when the step comes. Steps are
+        numbered as ``report`` numbers them.
+        """
+        deadline = None
+        with self._lock:
+            self._used.add(name)
+            if self._formed_step is None or step > self._formed_step:
+                self._formed_step = step
+            while True:
+                due = [st for st in self._staged.values() if st["name"] == name and st["apply_step"] <= step]
+                open_ = [st for st in due if not st["committed"] and st.get("too_late") is None]
+                if not open_:
+                    break
+                if deadline is None:
+                    deadline = _monotonic() + max(0.0, wait_s)
+                left = deadline - _monotonic()
+                if left <= 0:
+                    for st in open_:
+                        st["too_late"] = step
+                    break
+                self._decided.wait(left)
+            value = self._knobs.get(name)
+            for st in sorted(due, key=lambda st: st["apply_step"]):
+                if st["committed"]:
+                    value = st["value"]
+            return value
 
     def error(self, kind, message, **fields):
         """Tell the daemon the training failed: ``kind`` is "oom" or "other". Never raises.
@@ -432,8 +490,7 @@ class Trainer(object):
             if new == old:
                 return True, None
             self._commit(name, new)
-        self._run_applied(name, new, old)
-        return True, None
+        return True, self._run_applied(name, new, old)
 
     def _vet(self, name, value):
         """(new, old, None) when ``value`` may be used for ``name`` (callbacks agreeing), else
@@ -473,15 +530,21 @@ class Trainer(object):
         return old
 
     def _run_applied(self, name, new, old):
+        """Run the ``on_applied`` callbacks; returns their notes joined (None: no note)."""
         if new == old:
-            return
+            return None
         with self._lock:
             callbacks = list(self._applied_callbacks.get(name, ()))
+        notes = []
         for callback in callbacks:
             try:
-                callback(new, old)
+                note = callback(new, old)
             except Exception:
                 log.exception("gpupilot: an on_applied callback of %s failed", name)
+                continue
+            if isinstance(note, str) and note:
+                notes.append(note[:_MAX_TEXT])
+        return "; ".join(notes) or None
 
 
 class Watch(object):
@@ -574,6 +637,11 @@ class _Handler(object):
         done = None if next_step is None else next_step - 1
         if next_step is not None and next_step >= apply_step:
             return False, "already at step {}, past the apply step {}".format(next_step, apply_step), done
+        with trainer._lock:
+            formed = trainer._formed_step
+        if formed is not None and formed >= apply_step:
+            return False, "the batches up to step {} are formed already, past the apply step {}".format(
+                formed, apply_step), done
         with trainer._change_lock:
             new, _old, reason = trainer._vet(name, value)
         if reason is not None:
@@ -589,10 +657,11 @@ class _Handler(object):
             st = trainer._staged.get(seq)
             if st is None:
                 return
-            if commit:
+            if commit and st.get("too_late") is None:
                 st["committed"] = True
-            else:
+            elif not commit:
                 del trainer._staged[seq]
+            trainer._decided.notify_all()
         if not commit:
             log.info("gpupilot: knob change %s called off: %s", seq, reason)
 

@@ -451,6 +451,9 @@ class Channel(object):
         ack = {"id": self._new_id(), "type": "knob_ack", "seq": seq, "applied": bool(applied)}
         if not applied:
             ack["reason"] = reason or "rejected"
+        elif reason:
+            # Applied, with a note: what the script changed with it (a learning rate scaled).
+            ack["reason"] = reason
         # Written at once, ahead of queued reports: the daemon times this round trip.
         self._write(sock, ack)
 
