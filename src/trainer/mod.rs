@@ -142,6 +142,7 @@ pub fn run(opts: &Options) -> anyhow::Result<i32> {
         channel.is_some()
     );
     loop {
+        let began = Instant::now();
         if let Some(ch) = &channel {
             ch.take_knobs(&mut model, &mut staging);
             ch.ack(staging.before_step(&mut model));
@@ -185,7 +186,13 @@ pub fn run(opts: &Options) -> anyhow::Result<i32> {
         // What this step ran with (a change taken while it runs is for the next one).
         window.batch = model.config.batch_size;
         window.prefetch = model.config.prefetch_depth;
-        let wall = Duration::from_secs_f64(step_s / speed);
+        let mut wall = Duration::from_secs_f64(step_s / speed);
+        if pace.is_some() {
+            // A replayed curve's step takes its time in all: the reads and the channel's work
+            // since the step began are part of it, not on top (a constant added to every step
+            // would flatten the curve's differences).
+            wall = wall.saturating_sub(began.elapsed());
+        }
         match &channel {
             Some(ch) => ch.wait(wall, &mut model, &mut staging),
             None => std::thread::sleep(wall),

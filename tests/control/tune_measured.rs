@@ -7,7 +7,7 @@
 //!
 //! `GPUPILOT_MEASURED_CASES=all` runs every curve at eta 0.5 and 1 and prints one table row a
 //! case (`bench/tune-measured.sh` does, for BENCHMARKS.md); by default two cases run: the RTX
-//! 6000 curve with two dips, and an A40 curve whose optimum is at or next to its default cap.
+//! 6000 curve with two dips, and an A40 curve flat near its default cap.
 
 use std::time::{Duration, Instant};
 
@@ -73,6 +73,15 @@ fn curves() -> Vec<Curve> {
     out
 }
 
+/// The node's seed for a case: FNV-1a of its name and eta.
+fn seed(name: &str, eta: f64) -> u64 {
+    format!("{name} {eta}")
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+        })
+}
+
 /// What one search found, against the curve.
 struct Outcome {
     optimum_w: f64,
@@ -82,6 +91,10 @@ struct Outcome {
     true_pct: f64,
     caps: usize,
     seconds: f64,
+    /// The largest error of a measured cap's mean power against the curve's, percent, and
+    /// of its time per sample relative to the default cap's against the curve's.
+    power_err_pct: f64,
+    time_err_pct: f64,
 }
 
 /// `tune energy --eta ETA --step-w 25` on a fake GPU and a trainer that replay `curve`.
@@ -92,9 +105,12 @@ fn search(curve: &Curve, eta: f64) -> Outcome {
         .map(|p| format!("[{}, {}, {}]", p[0], p[1], p[2]))
         .collect();
     let scenario = format!(
-        "model = \"{}\"\ncount = 1\n[training]\nmodel = \"resnet50\"\nbatch_size = 64\n\
-         [[per_gpu]]\ngpu = 0\nmeasured_curve = [{}]\n",
+        "model = \"{}\"\ncount = 1\nseed = {}\n[training]\nmodel = \"resnet50\"\n\
+         batch_size = 64\n[[per_gpu]]\ngpu = 0\nmeasured_curve = [{}]\n",
         curve.gpu,
+        // Each case its own noise: the same seed would put the same noise on every default
+        // window (measured first, at the same moment of every run).
+        seed(&curve.name, eta),
         rows.join(", ")
     );
     let nv = NvmlDaemon::at_rate(&scenario, "1", &[]);
@@ -156,7 +172,26 @@ fn search(curve: &Curve, eta: f64) -> Outcome {
     let top = plan[0];
     let chosen_w = r["best"]["cap_w"].as_f64().unwrap();
     let opt = curve.cost(eta, optimum_w);
+    let points = r["curve"].as_array().unwrap();
+    let default_t = r["default"]["time_per_sample_s"].as_f64().unwrap();
+    let worst = |f: &dyn Fn(&serde_json::Value) -> f64| {
+        points
+            .iter()
+            .map(f)
+            .fold(0.0_f64, |m, e| if e.abs() > m.abs() { e } else { m })
+    };
+    let power_err_pct = worst(&|p| {
+        let w = p["cap_w"].as_f64().unwrap();
+        100.0 * (p["avg_power_w"].as_f64().unwrap() / curve.at(w).1 - 1.0)
+    });
+    let time_err_pct = worst(&|p| {
+        let w = p["cap_w"].as_f64().unwrap();
+        let measured = p["time_per_sample_s"].as_f64().unwrap() / default_t;
+        100.0 * (measured / (curve.at(w).0 / curve.at(top).0) - 1.0)
+    });
     Outcome {
+        power_err_pct,
+        time_err_pct,
         optimum_w,
         chosen_w,
         gap_pct: 100.0 * (curve.cost(eta, chosen_w) / opt - 1.0),
@@ -167,23 +202,30 @@ fn search(curve: &Curve, eta: f64) -> Outcome {
     }
 }
 
-fn check(name_has: &str, eta: f64) {
-    let curve = curves()
-        .into_iter()
-        .find(|c| c.name.contains(name_has))
-        .unwrap();
-    let o = search(&curve, eta);
-    eprintln!(
-        "| {} | {eta} | {:.0} W | {:.0} W | {:.2}% | {:.1}% | {:.1}% | {} | {:.0} s |",
-        curve.name,
+/// One Markdown row of a case.
+fn row(name: &str, eta: f64, o: &Outcome) -> String {
+    format!(
+        "| {name} | {eta} | {:.0} W | {:.0} W | {:.2}% | {:.1}% | {:.1}% | {} | {:.0} s | \
+         {:+.1}% | {:+.1}% |",
         o.optimum_w,
         o.chosen_w,
         o.gap_pct,
         o.claimed_pct,
         o.true_pct,
         o.caps,
-        o.seconds
-    );
+        o.seconds,
+        o.power_err_pct,
+        o.time_err_pct
+    )
+}
+
+fn check(name_has: &str, eta: f64) {
+    let curve = curves()
+        .into_iter()
+        .find(|c| c.name.contains(name_has))
+        .unwrap();
+    let o = search(&curve, eta);
+    eprintln!("{}", row(&curve.name, eta, &o));
     assert!(o.gap_pct <= 3.0, "{}: gap {:.2}%", curve.name, o.gap_pct);
     assert!(
         (o.claimed_pct - o.true_pct).abs() <= 3.0,
@@ -199,9 +241,11 @@ fn a_curve_with_two_dips_at_eta_half() {
     check("rtx6000 resnet50 imagenet (batch 8)", 0.5);
 }
 
+/// Flat from 225 W up: the saving is a fraction of a percent, and a bias in the default's
+/// window (the old 16–22%) would claim a large one.
 #[test]
-fn a_curve_whose_optimum_is_near_the_default_at_eta_one() {
-    check("a40 resnet50 imagenet (batch 8)", 1.0);
+fn a_curve_flat_near_its_default_claims_almost_nothing() {
+    check("a40 deepspeech2 librispeech (batch 192)", 0.5);
 }
 
 /// Every curve at eta 0.5 and 1, one table row a case (`GPUPILOT_MEASURED_CASES=all`).
@@ -211,24 +255,15 @@ fn every_measured_curve_when_asked() {
         return;
     }
     eprintln!(
-        "| curve | eta | optimum | chosen | gap | claimed saving | true saving | caps | time |"
+        "| curve | eta | optimum | chosen | gap | claimed saving | true saving | caps | time | \
+         worst power error | worst time error |"
     );
-    eprintln!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    eprintln!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let mut failed = Vec::new();
     for curve in curves() {
         for eta in [0.5, 1.0] {
             let o = search(&curve, eta);
-            eprintln!(
-                "| {} | {eta} | {:.0} W | {:.0} W | {:.2}% | {:.1}% | {:.1}% | {} | {:.0} s |",
-                curve.name,
-                o.optimum_w,
-                o.chosen_w,
-                o.gap_pct,
-                o.claimed_pct,
-                o.true_pct,
-                o.caps,
-                o.seconds
-            );
+            eprintln!("{}", row(&curve.name, eta, &o));
             if o.gap_pct > 3.0 || (o.claimed_pct - o.true_pct).abs() > 3.0 {
                 failed.push(format!("{} eta {eta}", curve.name));
             }
