@@ -95,7 +95,11 @@ class WheelTest(unittest.TestCase):
         self.assertTrue(said[1].startswith(venv), said[1])
         # The PyTorch helpers come along (they import torch only when used).
         installed = os.listdir(os.path.dirname(said[1]))
-        self.assertTrue({"torch.py", "_channel.py"} <= set(installed), installed)
+        self.assertTrue({"torch.py", "_channel.py", "integrations"} <= set(installed), installed)
+        integrations = os.listdir(os.path.join(os.path.dirname(said[1]), "integrations"))
+        self.assertTrue(
+            {"transformers.py", "lightning.py", "accelerate.py", "_loader.py"} <= set(integrations), integrations
+        )
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod frameworks;
 mod job_figures;
 mod launcher;
 mod rank_lines;

@@ -12,9 +12,9 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
+use crate::frameworks::{start_ranks, wait_for_end, wait_for_ranks};
 use crate::support::home::Home;
 use crate::support::peers::missing;
-use crate::support::wait::wait_for;
 use serde_json::Value;
 
 /// A Python that imports torch: `GPUPILOT_TORCH_PYTHON`, the `python3` on PATH, or Debian's.
@@ -44,45 +44,23 @@ fn four_torch_ranks_change_batch_size_at_one_step_and_finish() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let home = Home::new();
     let _daemon = home.daemon(&[]);
-    let profile = home.dir.path().join("ddp.toml");
-    let body = format!(
-        r#"name = "ddp"
-[run]
-command = ["{py}", "{script}", "--epochs", "3", "--samples", "8192", "--step-sleep", "0.02", "--scale-lr"]
-launcher = "ranks"
-env = {{ PYTHONPATH = "{sdk}", OMP_NUM_THREADS = "1", PYTHONUNBUFFERED = "1" }}
-[run.ranks]
-nproc = 4
-[knobs.batch_size]
-initial = 32
-min = 1
-max = 1024
-"#,
-        script = root.join("examples/train_ddp.py").display(),
-        sdk = root.join("python").display(),
+    let script = root.join("examples/train_ddp.py").display().to_string();
+    let mut argv = vec![py, script];
+    argv.extend(
+        [
+            "--epochs",
+            "3",
+            "--samples",
+            "8192",
+            "--step-sleep",
+            "0.02",
+            "--scale-lr",
+        ]
+        .map(String::from),
     );
-    std::fs::write(&profile, body).unwrap();
-    let run = home
-        .ok(&["run", "--detach", &profile.display().to_string()])
-        .trim()
-        .to_string();
+    let run = start_ranks(&home, "ddp", &argv, 4, (32, 1024));
     let c = home.client();
-    wait_for("four ranks reporting", Duration::from_secs(90), || {
-        c.run_metrics(&run, 0).is_ok_and(|m| {
-            m.trainer
-                .ranks
-                .iter()
-                .filter(|r| {
-                    r.attached
-                        && r.last
-                            .as_ref()
-                            .and_then(|p| p.report.step)
-                            .is_some_and(|s| s >= 5)
-                })
-                .count()
-                == 4
-        })
-    });
+    wait_for_ranks(&c, &run, 4, 5, Duration::from_secs(90));
 
     let out = home.run(&["set", &run, "batch-size", "64"], Duration::from_secs(60));
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -99,10 +77,7 @@ max = 1024
         .collect();
     let at = applied[0]["step"].as_u64().unwrap();
 
-    wait_for("the job to end", Duration::from_secs(120), || {
-        c.runs()
-            .is_ok_and(|runs| runs.iter().any(|r| r.id == run && r.is_final()))
-    });
+    wait_for_end(&c, &run, Duration::from_secs(120));
     let runs = c.runs().unwrap();
     let info = runs.iter().find(|r| r.id == run).unwrap();
     let stderr =

@@ -1,0 +1,398 @@
+//! Training frameworks under gpupilot, for real: Hugging Face `transformers.Trainer` (with
+//! Accelerate) training a tiny BERT made from a config on the CPU, no downloads.
+//!
+//! - Two ranks (gloo, started by the `ranks` launcher) with `GpupilotCallback` take a batch
+//!   size and a prefetch change live, each at one step on both ranks, with the learning rate
+//!   scaled by the linear rule, and finish.
+//! - The same script without the callback (an unmodified Trainer script) has its loss read from
+//!   its printed log dicts by the `transformers` preset, found without a profile.
+//!
+//! Needs a Python with torch, transformers and accelerate (`.ci/run` installs them into
+//! `.venv`); without one the tests say so and pass, unless `GPUPILOT_REQUIRE_PEERS=1` (CI).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use gpupilot::client::Client;
+
+use crate::support::home::Home;
+use crate::support::peers::missing;
+use crate::support::wait::wait_for;
+use serde_json::Value;
+
+/// A Python that imports transformers and accelerate over torch: `GPUPILOT_HF_PYTHON`, the
+/// repository's `.venv`, or the `python3` on PATH.
+fn hf_python() -> Option<String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let candidates = std::env::var("GPUPILOT_HF_PYTHON").ok().into_iter().chain([
+        root.join(".venv/bin/python").display().to_string(),
+        "python3".to_string(),
+    ]);
+    for py in candidates {
+        let ok = Command::new(&py)
+            .args(["-c", "import torch.distributed, transformers, accelerate"])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if ok {
+            return Some(py);
+        }
+    }
+    None
+}
+
+/// The Python to run the frameworks with, or None after saying why there is none.
+fn python_or_skip() -> Option<String> {
+    let py = hf_python();
+    if py.is_none() {
+        missing(
+            "no Python here imports torch, transformers and accelerate (.ci/run installs them \
+             into .venv)",
+        );
+    }
+    py
+}
+
+/// Start `argv` as `nproc` ranks under the `ranks` launcher, with the SDK on the Python path
+/// and a batch size knob of (initial, max); the run's id.
+pub(crate) fn start_ranks(
+    home: &Home,
+    name: &str,
+    argv: &[String],
+    nproc: u32,
+    (batch, max): (u32, u32),
+) -> String {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let command = serde_json::to_string(argv).unwrap();
+    let body = format!(
+        r#"name = "{name}"
+[run]
+command = {command}
+launcher = "ranks"
+env = {{ PYTHONPATH = "{sdk}", OMP_NUM_THREADS = "1", PYTHONUNBUFFERED = "1" }}
+[run.ranks]
+nproc = {nproc}
+[knobs.batch_size]
+initial = {batch}
+min = 1
+max = {max}
+"#,
+        sdk = root.join("python").display(),
+    );
+    let profile = home.dir.path().join(format!("{name}.toml"));
+    std::fs::write(&profile, body).unwrap();
+    home.ok(&["run", "--detach", &profile.display().to_string()])
+        .trim()
+        .to_string()
+}
+
+/// Wait until `n` ranks of `run` are attached and have reported step `step` or later.
+pub(crate) fn wait_for_ranks(c: &Client, run: &str, n: usize, step: u64, within: Duration) {
+    wait_for(&format!("{n} ranks reporting"), within, || {
+        c.run_metrics(run, 0).is_ok_and(|m| {
+            m.trainer
+                .ranks
+                .iter()
+                .filter(|r| {
+                    r.attached
+                        && r.last
+                            .as_ref()
+                            .and_then(|p| p.report.step)
+                            .is_some_and(|s| s >= step)
+                })
+                .count()
+                == n
+        })
+    });
+}
+
+/// Wait until `run` has ended.
+pub(crate) fn wait_for_end(c: &Client, run: &str, within: Duration) {
+    wait_for("the run to end", within, || {
+        c.runs()
+            .is_ok_and(|runs| runs.iter().any(|r| r.id == run && r.is_final()))
+    });
+}
+
+/// One printed training batch: (batch size, the DataLoader iterator's prefetch factor, the
+/// batches it had asked its workers for).
+type Batch = (u64, Option<u64>, Option<u64>);
+
+/// rank → step → its batches (a step is one batch without gradient accumulation).
+fn batches(stdout: &str) -> BTreeMap<u64, BTreeMap<u64, Batch>> {
+    let mut by_rank: BTreeMap<u64, BTreeMap<u64, Batch>> = BTreeMap::new();
+    for line in stdout.lines().filter(|l| l.contains("\"bs\"")) {
+        let (_, json) = line.split_once("]: ").unwrap_or(("", line));
+        let v: Value = serde_json::from_str(json).unwrap_or_else(|e| panic!("{e}: {line}"));
+        by_rank
+            .entry(v["rank"].as_u64().unwrap())
+            .or_default()
+            .insert(
+                v["step"].as_u64().unwrap(),
+                (
+                    v["bs"].as_u64().unwrap(),
+                    v["prefetch"].as_u64(),
+                    v["queued"].as_u64(),
+                ),
+            );
+    }
+    by_rank
+}
+
+/// `gpupilot set RUN …`, which must be applied on both ranks; the step it was applied at.
+fn set(home: &Home, run: &str, knob: &str, value: &str) -> u64 {
+    let out = home.run(&["set", run, knob, value], Duration::from_secs(60));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (_, after) = text
+        .split_once("applied on 2/2 ranks at step ")
+        .unwrap_or_else(|| panic!("not applied on both ranks: {text}"));
+    after
+        .split(|c: char| !c.is_ascii_digit())
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn a_transformers_trainer_takes_batch_size_and_prefetch_live_on_both_ranks() {
+    let Some(py) = python_or_skip() else {
+        return;
+    };
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let home = Home::new();
+    let _daemon = home.daemon(&[]);
+    let out = home.dir.path().join("hf-out").display().to_string();
+    let script = root.join("examples/train_transformers.py");
+    let mut argv = vec![py, script.display().to_string()];
+    argv.extend(
+        [
+            "--epochs",
+            "3",
+            "--samples",
+            "1024",
+            "--batch-size",
+            "4",
+            "--workers",
+            "1",
+            "--prefetch",
+            "2",
+            "--step-sleep",
+            "0.03",
+            "--lr-rule",
+            "linear",
+            "--print-batches",
+            "--output-dir",
+            &out,
+        ]
+        .map(String::from),
+    );
+    let run = start_ranks(&home, "hf", &argv, 2, (4, 64));
+    let c = home.client();
+    wait_for_ranks(&c, &run, 2, 10, Duration::from_secs(120));
+    let batch_at = set(&home, &run, "batch-size", "8");
+    let prefetch_at = set(&home, &run, "prefetch", "4");
+    // What the acknowledgement said came with the batch change: the learning rate rule.
+    let m = c.run_metrics(&run, 0).unwrap();
+    let outcome = m
+        .trainer
+        .knobs
+        .iter()
+        .find(|k| k.knob == gpupilot::protocol::KnobName::BatchSize)
+        .and_then(|k| k.last_outcome.clone())
+        .unwrap_or_default();
+    assert!(
+        outcome.contains("learning rate x2 (linear rule)")
+            && outcome.contains("gradient accumulation kept"),
+        "{outcome}"
+    );
+
+    wait_for_end(&c, &run, Duration::from_secs(240));
+    let info = c.runs().unwrap().into_iter().find(|r| r.id == run).unwrap();
+    let dir = home.run_dir(&run).path().to_path_buf();
+    let stderr = std::fs::read_to_string(dir.join("stderr.log")).unwrap_or_default();
+    assert_eq!(info.exit_code, Some(0), "the job failed: {stderr}");
+
+    let stdout = std::fs::read_to_string(dir.join("stdout.log")).unwrap();
+    let by_rank = batches(&stdout);
+    assert_eq!(by_rank.len(), 2, "{stdout}");
+    for (rank, steps) in &by_rank {
+        for (step, (bs, prefetch, queued)) in steps {
+            // Every batch of a step before the change has the old size; from it on the new,
+            // but an epoch's last batch, which may be short.
+            if *step < batch_at {
+                assert_eq!(*bs, 4, "rank {rank} step {step}");
+            }
+            let expect = if *step < prefetch_at { 2 } else { 4 };
+            assert_eq!(*prefetch, Some(expect), "rank {rank} step {step}");
+            assert!(
+                queued.is_some_and(|q| q <= expect),
+                "rank {rank} step {step}: {queued:?} batches asked of 1 worker at depth {expect}"
+            );
+        }
+        assert_eq!(steps.get(&batch_at).map(|b| b.0), Some(8), "rank {rank}");
+        let full = steps.range(batch_at..).filter(|(_, b)| b.0 == 8).count();
+        let short = steps.range(batch_at..).filter(|(_, b)| b.0 != 8).count();
+        assert!(
+            full > 10 && short <= 3,
+            "rank {rank}: {full} full, {short} short"
+        );
+        // The deeper queue is used: a worker keeps up with this model.
+        let deepest = steps
+            .range(prefetch_at..)
+            .filter_map(|(_, b)| b.2)
+            .max()
+            .unwrap_or(0);
+        assert!(
+            deepest > 2,
+            "rank {rank}: at most {deepest} batches asked for"
+        );
+    }
+    assert_eq!(
+        by_rank[&0].keys().collect::<Vec<_>>(),
+        by_rank[&1].keys().collect::<Vec<_>>(),
+        "the ranks did other steps"
+    );
+
+    // The learning rate doubled at the change (the linear schedule moves it by a fraction of
+    // a percent a step).
+    let points = c.run_metrics(&run, 0).unwrap().points;
+    let lr = |step: u64| {
+        points
+            .iter()
+            .find(|p| p.rank == Some(0) && p.report.step == Some(step) && p.report.loss.is_none())
+            .and_then(|p| p.report.extra.get("lr").copied())
+            .unwrap_or_else(|| panic!("no lr reported for step {step}"))
+    };
+    let ratio = lr(batch_at) / lr(batch_at - 1);
+    assert!((ratio - 2.0).abs() < 0.05, "lr x{ratio} at the change");
+
+    // Each rank counts its own samples, and the job's are their sum: 3 epochs of 1,024, but
+    // for Accelerate's padding of an epoch's last batches to one per rank.
+    let report = home.report_json(&run);
+    let samples = report["throughput"]["samples"].as_u64().unwrap();
+    assert!(
+        (3 * 1024..=3 * 1024 + 3 * 2 * 8).contains(&samples),
+        "{}",
+        report["throughput"]
+    );
+    let per_rank: Vec<u64> = (0..2)
+        .map(|r| {
+            points
+                .iter()
+                .filter(|p| p.rank == Some(r))
+                .filter_map(|p| p.report.samples)
+                .max()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(per_rank.iter().sum::<u64>(), samples, "{per_rank:?}");
+    let printed: u64 = by_rank
+        .values()
+        .flat_map(|steps| steps.values().map(|b| b.0))
+        .sum();
+    assert_eq!(printed, samples, "the samples the ranks trained on");
+}
+
+#[test]
+fn an_unmodified_trainer_scripts_loss_is_read_from_its_logs() {
+    let Some(py) = python_or_skip() else {
+        return;
+    };
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let home = Home::new();
+    let _daemon = home.daemon(&[]);
+    let script = root.join("examples/train_transformers.py");
+    let out = home.dir.path().join("hf-out");
+    let run = home
+        .ok(&[
+            "run",
+            "--detach",
+            "--",
+            &py,
+            &script.display().to_string(),
+            "--no-gpupilot",
+            "--epochs",
+            "3",
+            "--samples",
+            "256",
+            "--logging-steps",
+            "2",
+            "--step-sleep",
+            "0.05",
+            "--output-dir",
+            &out.display().to_string(),
+        ])
+        .trim()
+        .to_string();
+    let c = home.client();
+    wait_for(
+        "a loss read from the output",
+        Duration::from_secs(120),
+        || {
+            c.run_metrics(&run, 0)
+                .is_ok_and(|m| m.points.iter().filter(|p| p.report.loss.is_some()).count() >= 2)
+        },
+    );
+    // While it runs, `ps` says how its metrics are read, and shows its loss.
+    let ps: Value = serde_json::from_str(&home.ok(&["ps", "--json"])).unwrap();
+    let live = ps
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["id"] == run.as_str())
+        .unwrap();
+    assert_eq!(live["trainer"]["metrics_preset"], "transformers", "{live}");
+    assert!(
+        live["trainer"]["job"]["loss"]
+            .as_f64()
+            .is_some_and(|l| l > 0.0 && l < 2.0),
+        "{live}"
+    );
+    let table = home.ok(&["ps"]);
+    assert!(
+        table.lines().next().unwrap().contains("METRICS") && table.contains("transformers"),
+        "{table}"
+    );
+    let found = home.events_named("metrics_preset");
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0]["run"], run.as_str());
+    assert_eq!(found[0]["preset"], "transformers");
+    assert_eq!(found[0]["from_profile"], false);
+
+    wait_for_end(&c, &run, Duration::from_secs(120));
+    let dir = home.run_dir(&run).path().to_path_buf();
+    let stdout = std::fs::read_to_string(dir.join("stdout.log")).unwrap();
+    // Every loss the Trainer printed is a report, in order, and the report has them.
+    let printed: Vec<f64> = stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("{'loss': "))
+        .map(|l| l.split(',').next().unwrap().parse().unwrap())
+        .collect();
+    assert!(printed.len() >= 30, "{stdout}");
+    let report = home.report_json(&run);
+    let read: Vec<f64> = report["ranks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|r| r["points"].as_array().unwrap().iter())
+        .filter_map(|p| p["loss"].as_f64())
+        .collect();
+    assert_eq!(read, printed, "the report's losses");
+    // The run's last dict gives the whole job's throughput.
+    let last = report["ranks"][0]["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .find(|p| p["samples_per_s"].is_number())
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(last["scope"], "job", "{last}");
+}
