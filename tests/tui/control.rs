@@ -104,4 +104,22 @@ fn a_runs_energy_is_one_line_of_the_run_view() {
         screen.contains("energy 0.500 kWh · 3.00 J/sample · 0.15 EUR"),
         "{screen}"
     );
+    // Narrower, whole figures or none: a cut `3.00 J/sample` would read `3.00 J/s`.
+    for width in [80, 90, 100] {
+        let screen = text(&render(&mut a, width, 30));
+        let line = screen
+            .lines()
+            .find(|l| l.contains("restarts"))
+            .unwrap_or_else(|| panic!("{screen}"));
+        if let Some(at) = line.find("energy ") {
+            let shown = line[at..].trim_end_matches(['│', ' ']);
+            assert!(
+                "energy 0.500 kWh · 3.00 J/sample · 0.15 EUR".starts_with(shown)
+                    && ["kWh", "J/sample", "EUR"]
+                        .iter()
+                        .any(|u| shown.ends_with(u)),
+                "{width} columns: {line}"
+            );
+        }
+    }
 }

@@ -27,6 +27,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Cell, Padding, Paragraph, Row, Table, Widget, Wrap};
 use state::{RunState, list, window};
 use tuner_panel::TunerUi;
+use unicode_width::UnicodeWidthStr;
 
 /// Where each part of the view goes: a pure function of the body and the number of runs,
 /// shared by render and by the app (a page of log is as many lines as fit).
@@ -271,11 +272,26 @@ fn render_info(ctx: Ctx, r: &RunInfo, selected: usize, area: Rect, buf: &mut Buf
         first.extend([sep(), dim("adopted")]);
     }
     if let Some(e) = &r.energy {
-        first.extend([
-            sep(),
-            dim("energy "),
-            Span::raw(crate::tui::control::energy_line(e)),
-        ]);
+        // Whole figures only: a cut `0.11 J/sample` reads `0.11 J/s`, another unit. Borders
+        // and padding take four cells.
+        let room = (area.width as usize).saturating_sub(4);
+        let used: usize = first.iter().map(Span::width).sum::<usize>() + " · energy ".len();
+        let line = crate::tui::control::energy_line(e);
+        let mut kept = String::new();
+        for part in line.split(" · ") {
+            let next = if kept.is_empty() {
+                part.to_string()
+            } else {
+                format!("{kept} · {part}")
+            };
+            if used + UnicodeWidthStr::width(next.as_str()) > room {
+                break;
+            }
+            kept = next;
+        }
+        if !kept.is_empty() {
+            first.extend([sep(), dim("energy "), Span::raw(kept)]);
+        }
     }
     let log = &ctx.data.log;
     let exits = if log.run.as_deref() == Some(r.id.as_str()) && !log.exits.is_empty() {
