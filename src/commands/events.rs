@@ -135,7 +135,6 @@ fn gone(e: &ClientError) -> bool {
     )
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

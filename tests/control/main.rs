@@ -18,5 +18,5 @@ mod retired_pages;
 mod run_power_cap;
 mod tune_clocks;
 mod tune_energy;
-mod tune_measured;
 mod tune_joint_e2e;
+mod tune_measured;

@@ -8,8 +8,8 @@ use crate::support::feed::Reader;
 use crate::support::home::Home;
 use crate::support::tui::{app_with_runs, press, render, text, typed};
 use crossterm::event::KeyCode;
-use gpupilot::tui::feed::{DataSource, Request, Update};
 use gpupilot::tui::ViewId;
+use gpupilot::tui::feed::{DataSource, Request, Update};
 use insta::assert_snapshot;
 
 #[test]

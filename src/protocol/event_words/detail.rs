@@ -1,8 +1,8 @@
 //! What an event's detail shows besides its words: the numbers recorded with it and the
 //! command that undoes it; and which run or GPUs it is about (`gpupilot events --run/--gpu`).
 
-use crate::protocol::NodeEvent;
 use crate::control::power::watts;
+use crate::protocol::NodeEvent;
 
 /// The command that undoes the event, when one does: `gpupilot power cap 700 --gpu 1`,
 /// `gpupilot set RUN batch-size 256`.
