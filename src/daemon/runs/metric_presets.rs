@@ -104,6 +104,11 @@ fn lightning(line: &str) -> Option<MetricsReport> {
     let caps = BAR.captures(line)?;
     let epoch: u64 = caps["epoch"].parse().ok()?;
     let n: u64 = caps["n"].parse().ok()?;
+    if n == 0 {
+        // No batch of this epoch yet; and Lightning resets its bar at an epoch's end under
+        // the old epoch's label: such a line says nothing new.
+        return None;
+    }
     let mut r = MetricsReport {
         epoch: Some(epoch),
         ..MetricsReport::default()
@@ -267,6 +272,21 @@ mod tests {
             .is_none()
         );
         assert!(parse(MetricsPreset::Lightning, "Epoch 0 done").is_none());
+        // Printed by Lightning 2.5.6 (examples/train_lightning.py, no logger: no v_num), the
+        // bar at an epoch's end, reset under the old label, then the next epoch's.
+        assert!(
+            parse(
+                MetricsPreset::Lightning,
+                "Epoch 0:   0%|          | 0/32 [00:00<?, ?it/s, train_loss=5.070]          "
+            )
+            .is_none()
+        );
+        let r = parse(
+            MetricsPreset::Lightning,
+            "Epoch 1: 100%|██████████| 8/8 [00:00<00:00, 548.53it/s, train_loss=8.110]",
+        )
+        .unwrap();
+        assert_eq!((r.epoch, r.step, r.loss), (Some(1), Some(15), Some(8.11)));
     }
 
     /// torchtitan's `train.py` log line through its colour codes and torchrun's rank prefix
