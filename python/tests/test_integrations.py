@@ -26,6 +26,8 @@ HAVE_TORCH = _have("torch")
 HAVE_HF = HAVE_TORCH and _have("transformers") and _have("accelerate")
 HAVE_LIGHTNING = HAVE_TORCH and (_have("lightning.pytorch") or _have("pytorch_lightning"))
 REQUIRED = os.environ.get("GPUPILOT_REQUIRE_TORCH") == "1"
+# CI runs this file again on torch 2, where Lightning must import (.ci/run).
+LIGHTNING_REQUIRED = os.environ.get("GPUPILOT_REQUIRE_LIGHTNING") == "1"
 
 
 class Sent(object):
@@ -281,7 +283,9 @@ class AccelerateHelperTest(unittest.TestCase):
         self.assertAlmostEqual(opt.param_groups[0]["lr"], 0.2)
 
 
-@unittest.skipUnless(HAVE_LIGHTNING, "Lightning does not import here (it needs torch 2; Debian's torch is 1.13)")
+@unittest.skipUnless(
+    HAVE_LIGHTNING or LIGHTNING_REQUIRED, "Lightning does not import here (it needs torch 2; Debian's torch is 1.13)"
+)
 class LightningCallbackTest(unittest.TestCase):
     def test_a_change_reaches_the_next_batch_formed(self):
         import tempfile
@@ -321,9 +325,8 @@ class LightningCallbackTest(unittest.TestCase):
                                  enable_progress_bar=False, logger=False, enable_checkpointing=False,
                                  callbacks=[callback])
             trainer.fit(Model(), train_dataloaders=loader)
-        self.assertEqual(sum(sizes.values()), 64, sizes)
-        self.assertEqual(sizes[1], 4)
-        self.assertEqual(max(sizes.values()), 8, sizes)
+        # Asked for in step 4's training_step: the next batch Lightning draws is of the new size.
+        self.assertEqual(list(sizes.values()), [4] * 4 + [8] * 6, sizes)
         self.assertEqual(callback.plan.step_done(trainer.global_step), 64)
         self.assertAlmostEqual(trainer.optimizers[0].param_groups[0]["lr"], 0.2)
 

@@ -6,9 +6,12 @@
 //!   scaled by the linear rule, and finish.
 //! - The same script without the callback (an unmodified Trainer script) has its loss read from
 //!   its printed log dicts by the `transformers` preset, found without a profile.
+//! - An unmodified Lightning script's progress bar is read by the `lightning` preset.
 //!
 //! Needs a Python with torch, transformers and accelerate (`.ci/run` installs them into
-//! `.venv`); without one the tests say so and pass, unless `GPUPILOT_REQUIRE_PEERS=1` (CI).
+//! `.venv`), and for Lightning one with torch 2 (`.ci/run`'s venv under
+//! /var/cache/gpupilot-ci); without them the tests say so and pass, unless
+//! `GPUPILOT_REQUIRE_PEERS=1` (CI).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -22,6 +25,19 @@ use crate::support::peers::missing;
 use crate::support::wait::wait_for;
 use serde_json::Value;
 
+/// The first of `candidates` that runs and imports `modules` (a Python `import` list).
+pub(crate) fn python_importing(
+    candidates: impl IntoIterator<Item = String>,
+    modules: &str,
+) -> Option<String> {
+    candidates.into_iter().find(|py| {
+        Command::new(py)
+            .args(["-c", &format!("import {modules}")])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    })
+}
+
 /// A Python that imports transformers and accelerate over torch: `GPUPILOT_HF_PYTHON`, the
 /// repository's `.venv`, or the `python3` on PATH.
 fn hf_python() -> Option<String> {
@@ -30,16 +46,7 @@ fn hf_python() -> Option<String> {
         root.join(".venv/bin/python").display().to_string(),
         "python3".to_string(),
     ]);
-    for py in candidates {
-        let ok = Command::new(&py)
-            .args(["-c", "import torch.distributed, transformers, accelerate"])
-            .output()
-            .is_ok_and(|o| o.status.success());
-        if ok {
-            return Some(py);
-        }
-    }
-    None
+    python_importing(candidates, "torch.distributed, transformers, accelerate")
 }
 
 /// The Python to run the frameworks with, or None after saying why there is none.
@@ -395,4 +402,74 @@ fn an_unmodified_trainer_scripts_loss_is_read_from_its_logs() {
         .cloned()
         .unwrap_or_default();
     assert_eq!(last["scope"], "job", "{last}");
+}
+
+/// A Python with torch 2 and Lightning: `GPUPILOT_TORCH2_PYTHON`, or the venv `.ci/run` makes
+/// once per machine (Lightning does not import with Debian's torch 1.13).
+fn lightning_python() -> Option<String> {
+    let venv = std::env::var("GPUPILOT_TORCH2_VENV")
+        .unwrap_or_else(|_| "/var/cache/gpupilot-ci/torch2-venv".into());
+    let candidates = std::env::var("GPUPILOT_TORCH2_PYTHON")
+        .ok()
+        .into_iter()
+        .chain([format!("{venv}/bin/python")]);
+    python_importing(candidates, "lightning.pytorch")
+}
+
+#[test]
+fn an_unmodified_lightning_scripts_progress_bar_is_read() {
+    let Some(py) = lightning_python() else {
+        missing("no Python here imports Lightning (.ci/run makes a torch 2 venv for it)");
+        return;
+    };
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let home = Home::new();
+    let _daemon = home.daemon(&[]);
+    let script = root
+        .join("examples/train_lightning.py")
+        .display()
+        .to_string();
+    let run = home
+        .ok(&[
+            "run",
+            "--detach",
+            "--",
+            &py,
+            &script,
+            "--no-gpupilot",
+            "--epochs",
+            "3",
+            "--samples",
+            "1024",
+        ])
+        .trim()
+        .to_string();
+    let c = home.client();
+    wait_for_end(&c, &run, Duration::from_secs(180));
+    let info = c.runs().unwrap().into_iter().find(|r| r.id == run).unwrap();
+    let dir = home.run_dir(&run).path().to_path_buf();
+    let stderr = std::fs::read_to_string(dir.join("stderr.log")).unwrap_or_default();
+    assert_eq!(info.exit_code, Some(0), "{stderr}");
+    let found = home.events_named("metrics_preset");
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0]["preset"], "lightning");
+    // Every redraw of the bar is a report: 32 batches an epoch, 3 epochs; its last one the
+    // bar's last step, with the loss it showed.
+    let points = c.run_metrics(&run, 0).unwrap().points;
+    let steps: Vec<u64> = points.iter().filter_map(|p| p.report.step).collect();
+    assert_eq!(steps.last(), Some(&(3 * 32 - 1)), "{steps:?}");
+    assert!(steps.windows(2).all(|w| w[0] <= w[1]), "{steps:?}");
+    let stdout = std::fs::read_to_string(dir.join("stdout.log")).unwrap();
+    let last_bar = stdout
+        .rsplit('\r')
+        .find(|s| s.contains("train_loss="))
+        .unwrap();
+    let shown: f64 = last_bar
+        .rsplit("train_loss=")
+        .next()
+        .and_then(|s| s.split(']').next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("{last_bar}"));
+    let last = points.iter().rev().find_map(|p| p.report.loss);
+    assert_eq!(last, Some(shown), "{last_bar}");
 }

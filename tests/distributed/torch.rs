@@ -9,10 +9,9 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
-use crate::frameworks::{start_ranks, wait_for_end, wait_for_ranks};
+use crate::frameworks::{python_importing, start_ranks, wait_for_end, wait_for_ranks};
 use crate::support::home::Home;
 use crate::support::peers::missing;
 use serde_json::Value;
@@ -23,16 +22,7 @@ fn torch_python() -> Option<String> {
         .ok()
         .into_iter()
         .chain(["python3".to_string(), "/usr/bin/python3".to_string()]);
-    for py in candidates {
-        let ok = Command::new(&py)
-            .args(["-c", "import torch.distributed"])
-            .output()
-            .is_ok_and(|o| o.status.success());
-        if ok {
-            return Some(py);
-        }
-    }
-    None
+    python_importing(candidates, "torch.distributed")
 }
 
 #[test]

@@ -39,12 +39,16 @@ class Plan(object):
     """One training run's link between its loader, its steps and the knobs.
 
     ``gp`` is the ``gpupilot.Trainer``; ``accumulation`` the batches per optimizer step; the
-    framework calls ``epoch_started(done_steps)`` before each epoch's batches are drawn and
+    framework gives ``done_steps`` (a function: the optimizer steps done) or calls
+    ``epoch_started(done_steps)`` before each epoch's batches are drawn, and calls
     ``step_done(step)`` after each optimizer step, which returns this rank's samples so far.
     """
 
-    def __init__(self, gp, accumulation=1, wait_s=1.0):
+    def __init__(self, gp, accumulation=1, wait_s=1.0, done_steps=None):
         self.gp = gp
+        # The optimizer steps done so far, read when an epoch's batches start to be drawn
+        # (a framework that draws them before its epoch hook runs); else ``epoch_started``.
+        self.done_steps = done_steps
         self.accumulation = max(1, int(accumulation or 1))
         self.wait_s = wait_s
         self.why_not = None  # why the batch size cannot change live here, if it cannot
@@ -218,6 +222,8 @@ class StepBatchSampler(BatchSampler):
 
     def __iter__(self):
         plan = self._gp_plan
+        if plan.done_steps is not None:
+            plan.epoch_started(plan.done_steps())
         indices = iter(self.sampler)
         for index in itertools.count():
             step = plan.step_of(index)

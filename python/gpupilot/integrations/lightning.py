@@ -16,8 +16,8 @@ loaders, an iterable dataset, a custom batch sampler), the change is refused wit
 and a checkpoint is asked of the checkpoint callback, if there is one, to restart from.
 
 Works by Lightning's ``Callback`` API (``lightning.pytorch``, or the older
-``pytorch_lightning`` package). Not run in this repository's tests where Lightning does not
-import (it needs torch 2; python/README.md says where it was tested).
+``pytorch_lightning`` package). Tested with lightning 2.5.6 on torch 2.5.1 in one process
+(python/README.md); Lightning's own multi-process launch is not tested.
 """
 
 import time
@@ -77,12 +77,22 @@ class GpupilotCallback(_pl.Callback):
                 ranges["prefetch"] = (1, DEFAULT_MAX_PREFETCH)
             ranges.update(self.ranges or {})
             self.gp = gpupilot.connect(knobs=knobs, ranges=ranges)
-        self.plan = Plan(self.gp, getattr(trainer, "accumulate_grad_batches", 1), self.wait_s)
+        self.plan = Plan(
+            self.gp,
+            getattr(trainer, "accumulate_grad_batches", 1),
+            self.wait_s,
+            done_steps=lambda: trainer.global_step,
+        )
         if loader is None:
             self.plan.why_not = why_not
             self.plan.prefetch_why_not = why_not
-        else:
-            self.plan.install(loader)
+        elif self.plan.install(loader):
+            # Lightning draws the epoch's first batches before this hook (its fit loop's
+            # setup_data): draw them again, through the sampler as it is now. Nothing has been
+            # trained on yet.
+            fetcher = getattr(getattr(trainer, "fit_loop", None), "_data_fetcher", None)
+            if fetcher is not None:
+                iter(fetcher)
         self.plan.epoch_started(trainer.global_step)
         self.hooks = Hooks(
             self.plan,

@@ -76,7 +76,7 @@ class GpupilotCallback(TrainerCallback):
         self._rank0 = bool(getattr(state, "is_world_process_zero", True))
         self._optimizer = kwargs.get("optimizer")
         self._scheduler = kwargs.get("lr_scheduler")
-        self.plan = Plan(gp, args.gradient_accumulation_steps, self.wait_s)
+        self.plan = Plan(gp, args.gradient_accumulation_steps, self.wait_s, done_steps=lambda: state.global_step)
         loader = kwargs.get("train_dataloader")
         if loader is None:
             self.plan.why_not = "the Trainer gave its callbacks no training DataLoader"
