@@ -25,16 +25,17 @@ pub fn rank_prefix(rank: u32) -> String {
 /// A line of a ranks job as (the rank that wrote it, its text); a line without the prefix (the
 /// launcher's own, or any other run's) is (None, the whole line).
 pub fn split_rank(line: &str) -> (Option<u32>, &str) {
-    let parsed = line.strip_prefix("[rank").and_then(|rest| {
-        let (digits, text) = rest.split_once("]: ")?;
-        let ok =
-            !digits.is_empty() && digits.len() <= 10 && digits.bytes().all(|b| b.is_ascii_digit());
-        Some((digits.parse::<u32>().ok().filter(|_| ok)?, text))
-    });
-    match parsed {
+    match rank_between(line, "[rank", "]: ") {
         Some((rank, text)) => (Some(rank), text),
         None => (None, line),
     }
+}
+
+/// `line` as (rank, text) where it starts with `open`, the rank's digits, then `close`.
+pub fn rank_between<'a>(line: &'a str, open: &str, close: &str) -> Option<(u32, &'a str)> {
+    let (digits, text) = line.strip_prefix(open)?.split_once(close)?;
+    let ok = !digits.is_empty() && digits.len() <= 10 && digits.bytes().all(|b| b.is_ascii_digit());
+    Some((digits.parse::<u32>().ok().filter(|_| ok)?, text))
 }
 
 /// One rank's output stream (stdout or stderr) made into whole prefixed lines. Holds at most

@@ -473,3 +473,54 @@ fn an_unmodified_lightning_scripts_progress_bar_is_read() {
     let last = points.iter().rev().find_map(|p| p.report.loss);
     assert_eq!(last, Some(shown), "{last_bar}");
 }
+
+/// (rank, step, loss, tokens/s) of a report.
+type StepRead = (Option<u32>, Option<u64>, Option<f64>, Option<f64>);
+
+/// torchtitan logs its step lines to stderr (Python's logging), in colour and, under torchrun,
+/// with each rank's prefix: they are read from there, each rank's its own.
+#[test]
+fn torchtitan_step_lines_on_stderr_are_read_per_rank() {
+    let home = Home::new();
+    let _daemon = home.daemon(&[]);
+    let script = r#"for s in 1 2 3; do
+  for r in 0 1; do
+    printf '[rank%d]:[titan] 2025-01-20 10:00:0%d,123 - root - INFO - \033[36mstep: %2d  \033[32mloss: %7.4f  \033[33mmemory: 12.41GiB(15.66%%)  \033[34mtps: 1,%03d  \033[36mtflops: 52.30  \033[35mmfu: 5.29%%\033[39m\n' $r $s $s "$((10 - s)).5" $((r * 100 + s)) >&2
+  done
+done
+sleep 2"#;
+    let run = home
+        .ok(&["run", "--detach", "--", "sh", "-c", script])
+        .trim()
+        .to_string();
+    let c = home.client();
+    wait_for("six step lines read", Duration::from_secs(30), || {
+        c.run_metrics(&run, 0).is_ok_and(|m| m.points.len() >= 6)
+    });
+    let points = c.run_metrics(&run, 0).unwrap().points;
+    let read: Vec<StepRead> = points
+        .iter()
+        .map(|p| {
+            (
+                p.rank,
+                p.report.step,
+                p.report.loss,
+                p.report.extra.get("tokens_per_s").copied(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        read,
+        [
+            (Some(0), Some(1), Some(9.5), Some(1001.0)),
+            (Some(1), Some(1), Some(9.5), Some(1101.0)),
+            (Some(0), Some(2), Some(8.5), Some(1002.0)),
+            (Some(1), Some(2), Some(8.5), Some(1102.0)),
+            (Some(0), Some(3), Some(7.5), Some(1003.0)),
+            (Some(1), Some(3), Some(7.5), Some(1103.0)),
+        ]
+    );
+    let found = home.events_named("metrics_preset");
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0]["preset"], "torchtitan");
+}

@@ -1,8 +1,8 @@
 //! A run's output read for metrics: the lines a script prints that are JSON objects, or that
 //! match the profile's `[metrics] patterns`, or are a training framework's own log lines (a
 //! preset, `metric_presets`), become reports (for scripts that do not use the SDK). A line of a
-//! `launcher = "ranks"` job starts with the rank that wrote it (`[rank1]: {"step": 5}`): the
-//! report is that rank's. Reading is incremental and bounded: at most [`PARSE_CHUNK`] bytes a
+//! `launcher = "ranks"` job starts with the rank that wrote it (`[rank1]: {"step": 5}`), as does
+//! one torchrun prefixes (`[rank1]:`, `[default1]:`): the report is that rank's. Reading is incremental and bounded: at most [`PARSE_CHUNK`] bytes a
 //! poll. A `\r` ends a line as a newline does: a progress bar redrawn in place is read at each
 //! redraw, not once at the end of its epoch.
 
@@ -12,7 +12,7 @@ use std::path::Path;
 use super::metric_presets;
 use crate::profile::{MetricsPreset, MetricsSettings};
 use crate::protocol::MetricsReport;
-use crate::supervisor::rank_lines::split_rank;
+use crate::supervisor::rank_lines::{rank_between, split_rank};
 
 /// A run's output read for metrics per poll, at most.
 const PARSE_CHUNK: u64 = 256 * 1024;
@@ -102,7 +102,10 @@ impl OutputRules<'_> {
         let mut out = Vec::new();
         let mut newly = None;
         for line in lines {
-            let (rank, text) = split_rank(line);
+            let (rank, text) = match split_rank(line) {
+                (None, _) => split_torchrun_rank(line),
+                split => split,
+            };
             if plain {
                 if let Some(r) = parse_line(text, self.settings.json, self.patterns) {
                     out.push((rank, r));
@@ -125,6 +128,18 @@ impl OutputRules<'_> {
             }
         }
         (out, newly)
+    }
+}
+
+/// torchrun's own prefix of a rank's lines (`--tee`, `--role`): `[rank3]:` or `[default3]:`
+/// right before the text, where gpupilot's launcher writes `[rank3]: `.
+fn split_torchrun_rank(line: &str) -> (Option<u32>, &str) {
+    match ["[rank", "[default"]
+        .iter()
+        .find_map(|open| rank_between(line, open, "]:"))
+    {
+        Some((rank, text)) => (Some(rank), text),
+        None => (None, line),
     }
 }
 
@@ -233,6 +248,15 @@ mod tests {
         let (rank, r) = one(r#"{"step": 9}"#).unwrap();
         assert_eq!((rank, r.step), (None, Some(9)));
         assert!(one("[rank1]: nothing").is_none());
+        // torchrun's prefix, with no space.
+        let (rank, r) = one(r#"[default2]:{"step": 4}"#).unwrap();
+        assert_eq!((rank, r.step), (Some(2), Some(4)));
+        let (rank, r) = one(r#"[rank12]:{"step": 5}"#).unwrap();
+        assert_eq!((rank, r.step), (Some(12), Some(5)));
+        assert!(
+            one(r#"[rankx]:{"step": 5}"#).is_none(),
+            "not a rank's prefix"
+        );
     }
 
     #[test]
