@@ -7,10 +7,14 @@
 A small regression on synthetic data, on the CPU or a GPU. Lightning needs torch 2 (python/
 README.md says which versions were tried). ``--no-gpupilot`` leaves the callback out: an
 unmodified Lightning script, whose progress bar gpupilot reads through its ``lightning``
-preset.
+preset. ``--print-batches`` prints one JSON line per training batch: rank, step, batch size.
 """
 
 import argparse
+import json
+import os
+import sys
+import time
 
 import torch
 from torch.utils.data import DataLoader, TensorDataset
@@ -22,13 +26,22 @@ except ImportError:
 
 
 class Regression(pl.LightningModule):
-    def __init__(self, lr):
+    def __init__(self, lr, print_batches=False, step_sleep=0.0):
         super().__init__()
         self.lr = lr
+        self.print_batches = print_batches
+        self.step_sleep = step_sleep
         self.net = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
 
     def training_step(self, batch, batch_idx):
         x, y = batch
+        if self.print_batches:
+            line = {"rank": self.global_rank, "step": self.trainer.global_step + 1, "bs": len(x)}
+            # One write per line: ranks may share one output file.
+            sys.stdout.write(json.dumps(line) + "\n")
+            sys.stdout.flush()
+        if self.step_sleep:
+            time.sleep(self.step_sleep)
         loss = torch.nn.functional.mse_loss(self.net(x), y)
         self.log("train_loss", loss, prog_bar=True)
         return loss
@@ -45,6 +58,8 @@ def main():
     p.add_argument("--workers", type=int, default=0)
     p.add_argument("--lr-rule", choices=["linear", "sqrt"])
     p.add_argument("--no-gpupilot", action="store_true")
+    p.add_argument("--print-batches", action="store_true", help="one JSON line per batch: rank, step, size")
+    p.add_argument("--step-sleep", type=float, default=0.0, help="seconds to wait each step (a slower demo)")
     args = p.parse_args()
     g = torch.Generator().manual_seed(0)
     x = torch.randn(args.samples, 16, generator=g)
@@ -55,8 +70,20 @@ def main():
         from gpupilot.integrations.lightning import GpupilotCallback
 
         callbacks.append(GpupilotCallback(lr_rule=args.lr_rule))
-    trainer = pl.Trainer(max_epochs=args.epochs, callbacks=callbacks, logger=False)
-    trainer.fit(Regression(lr=0.01), train_dataloaders=loader)
+    # Several ranks (torchrun, gpupilot's launcher = "ranks": WORLD_SIZE set) train with DDP,
+    # one process each; Lightning reads the ranks from the environment.
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    trainer = pl.Trainer(
+        max_epochs=args.epochs,
+        callbacks=callbacks,
+        logger=False,
+        enable_checkpointing=False,
+        devices=world if world > 1 else "auto",
+        strategy="ddp" if world > 1 else "auto",
+        enable_progress_bar=not args.print_batches,
+    )
+    model = Regression(lr=0.01, print_batches=args.print_batches, step_sleep=args.step_sleep)
+    trainer.fit(model, train_dataloaders=loader)
 
 
 if __name__ == "__main__":

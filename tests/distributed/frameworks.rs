@@ -6,7 +6,9 @@
 //!   scaled by the linear rule, and finish.
 //! - The same script without the callback (an unmodified Trainer script) has its loss read from
 //!   its printed log dicts by the `transformers` preset, found without a profile.
-//! - An unmodified Lightning script's progress bar is read by the `lightning` preset.
+//! - Two Lightning DDP ranks with its callback take a batch size change at one step.
+//! - An unmodified Lightning script's progress bar is read by the `lightning` preset, and
+//!   torchtitan's step lines on stderr by the `torchtitan` preset.
 //!
 //! Needs a Python with torch, transformers and accelerate (`.ci/run` installs them into
 //! `.venv`), and for Lightning one with torch 2 (`.ci/run`'s venv under
@@ -405,7 +407,8 @@ fn an_unmodified_trainer_scripts_loss_is_read_from_its_logs() {
 }
 
 /// A Python with torch 2 and Lightning: `GPUPILOT_TORCH2_PYTHON`, or the venv `.ci/run` makes
-/// once per machine (Lightning does not import with Debian's torch 1.13).
+/// once per machine (Lightning does not import with Debian's torch 1.13); None after saying
+/// there is none.
 fn lightning_python() -> Option<String> {
     let venv = std::env::var("GPUPILOT_TORCH2_VENV")
         .unwrap_or_else(|_| "/var/cache/gpupilot-ci/torch2-venv".into());
@@ -413,13 +416,16 @@ fn lightning_python() -> Option<String> {
         .ok()
         .into_iter()
         .chain([format!("{venv}/bin/python")]);
-    python_importing(candidates, "lightning.pytorch")
+    let py = python_importing(candidates, "lightning.pytorch");
+    if py.is_none() {
+        missing("no Python here imports Lightning (.ci/run makes a torch 2 venv for it)");
+    }
+    py
 }
 
 #[test]
 fn an_unmodified_lightning_scripts_progress_bar_is_read() {
     let Some(py) = lightning_python() else {
-        missing("no Python here imports Lightning (.ci/run makes a torch 2 venv for it)");
         return;
     };
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -472,6 +478,73 @@ fn an_unmodified_lightning_scripts_progress_bar_is_read() {
         .unwrap_or_else(|| panic!("{last_bar}"));
     let last = points.iter().rev().find_map(|p| p.report.loss);
     assert_eq!(last, Some(shown), "{last_bar}");
+}
+
+/// Lightning's own DDP, one process per rank started by the `ranks` launcher (Lightning takes
+/// the ranks from torchrun's environment), takes a batch size change at one step on both ranks.
+#[test]
+fn lightning_ddp_ranks_take_a_batch_size_change_at_one_step() {
+    let Some(py) = lightning_python() else {
+        return;
+    };
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let home = Home::new();
+    let _daemon = home.daemon(&[]);
+    let script = root.join("examples/train_lightning.py");
+    let mut argv = vec![py, script.display().to_string()];
+    argv.extend(
+        [
+            "--epochs",
+            "3",
+            "--samples",
+            "2048",
+            "--batch-size",
+            "8",
+            "--step-sleep",
+            "0.02",
+            "--print-batches",
+            "--lr-rule",
+            "linear",
+        ]
+        .map(String::from),
+    );
+    let run = start_ranks(&home, "lt", &argv, 2, (8, 64));
+    let c = home.client();
+    wait_for_ranks(&c, &run, 2, 10, Duration::from_secs(120));
+    let at = set(&home, &run, "batch-size", "16");
+    wait_for_end(&c, &run, Duration::from_secs(240));
+    let info = c.runs().unwrap().into_iter().find(|r| r.id == run).unwrap();
+    let dir = home.run_dir(&run).path().to_path_buf();
+    let stderr = std::fs::read_to_string(dir.join("stderr.log")).unwrap_or_default();
+    assert_eq!(info.exit_code, Some(0), "the job failed: {stderr}");
+    let by_rank = batches(&std::fs::read_to_string(dir.join("stdout.log")).unwrap());
+    assert_eq!(by_rank.len(), 2);
+    for (rank, steps) in &by_rank {
+        let switched = steps.iter().find(|(_, b)| b.0 == 16).map(|(s, _)| *s);
+        assert_eq!(switched, Some(at), "rank {rank}");
+        assert!(
+            steps.range(..at).all(|(_, b)| b.0 == 8),
+            "rank {rank} before {at}"
+        );
+        // 3 epochs of this rank's 1,024 samples, whatever the batches were.
+        assert_eq!(
+            steps.values().map(|b| b.0).sum::<u64>(),
+            3 * 1024,
+            "rank {rank}"
+        );
+    }
+    assert_eq!(
+        by_rank[&0].keys().collect::<Vec<_>>(),
+        by_rank[&1].keys().collect::<Vec<_>>(),
+        "the ranks did other steps"
+    );
+    let report = home.report_json(&run);
+    assert_eq!(
+        report["throughput"]["samples"],
+        2 * 3 * 1024,
+        "{}",
+        report["throughput"]
+    );
 }
 
 /// (rank, step, loss, tokens/s) of a report.

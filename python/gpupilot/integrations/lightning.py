@@ -16,8 +16,8 @@ loaders, an iterable dataset, a custom batch sampler), the change is refused wit
 and a checkpoint is asked of the checkpoint callback, if there is one, to restart from.
 
 Works by Lightning's ``Callback`` API (``lightning.pytorch``, or the older
-``pytorch_lightning`` package). Tested with lightning 2.5.6 on torch 2.5.1 in one process
-(python/README.md); Lightning's own multi-process launch is not tested.
+``pytorch_lightning`` package). Tested with lightning 2.5.6 on torch 2.5.1: one process, and
+two DDP ranks started by gpupilot's launcher (python/README.md).
 """
 
 import time
