@@ -26,9 +26,10 @@ except ImportError:
 
 
 class Regression(pl.LightningModule):
-    def __init__(self, lr, print_batches=False, step_sleep=0.0):
+    def __init__(self, lr, print_batches=False, step_sleep=0.0, gp_callback=None):
         super().__init__()
         self.lr = lr
+        self.gp_callback = gp_callback
         self.print_batches = print_batches
         self.step_sleep = step_sleep
         self.net = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
@@ -37,6 +38,12 @@ class Regression(pl.LightningModule):
         x, y = batch
         if self.print_batches:
             line = {"rank": self.global_rank, "step": self.trainer.global_step + 1, "bs": len(x)}
+            # With DataLoader workers: the running iterator's prefetch factor, and the batches
+            # it has asked its workers for and not yet handed over.
+            it = getattr(getattr(self.gp_callback, "plan", None), "iterator", None)
+            if it is not None and hasattr(it, "_prefetch_factor"):
+                line["prefetch"] = it._prefetch_factor
+                line["queued"] = it._tasks_outstanding
             # One write per line: ranks may share one output file.
             sys.stdout.write(json.dumps(line) + "\n")
             sys.stdout.flush()
@@ -56,6 +63,7 @@ def main():
     p.add_argument("--samples", type=int, default=4096)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--workers", type=int, default=0)
+    p.add_argument("--prefetch", type=int, default=2, help="DataLoader prefetch_factor (with workers)")
     p.add_argument("--lr-rule", choices=["linear", "sqrt"])
     p.add_argument("--no-gpupilot", action="store_true")
     p.add_argument("--print-batches", action="store_true", help="one JSON line per batch: rank, step, size")
@@ -64,12 +72,20 @@ def main():
     g = torch.Generator().manual_seed(0)
     x = torch.randn(args.samples, 16, generator=g)
     y = x @ torch.randn(16, 1, generator=g)
-    loader = DataLoader(TensorDataset(x, y), batch_size=args.batch_size, shuffle=True, num_workers=args.workers)
+    loader = DataLoader(
+        TensorDataset(x, y),
+        batch_size=args.batch_size,
+        shuffle=True,
+        num_workers=args.workers,
+        **({"prefetch_factor": args.prefetch} if args.workers else {}),
+    )
     callbacks = []
+    gp = None
     if not args.no_gpupilot:
         from gpupilot.integrations.lightning import GpupilotCallback
 
-        callbacks.append(GpupilotCallback(lr_rule=args.lr_rule))
+        gp = GpupilotCallback(lr_rule=args.lr_rule)
+        callbacks.append(gp)
     # Several ranks (torchrun, gpupilot's launcher = "ranks": WORLD_SIZE set) train with DDP,
     # one process each; Lightning reads the ranks from the environment.
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -82,7 +98,7 @@ def main():
         strategy="ddp" if world > 1 else "auto",
         enable_progress_bar=not args.print_batches,
     )
-    model = Regression(lr=0.01, print_batches=args.print_batches, step_sleep=args.step_sleep)
+    model = Regression(lr=0.01, print_batches=args.print_batches, step_sleep=args.step_sleep, gp_callback=gp)
     trainer.fit(model, train_dataloaders=loader)
 
 

@@ -481,9 +481,10 @@ fn an_unmodified_lightning_scripts_progress_bar_is_read() {
 }
 
 /// Lightning's own DDP, one process per rank started by the `ranks` launcher (Lightning takes
-/// the ranks from torchrun's environment), takes a batch size change at one step on both ranks.
+/// the ranks from torchrun's environment), takes a batch size and a prefetch change, each at one
+/// step on both ranks.
 #[test]
-fn lightning_ddp_ranks_take_a_batch_size_change_at_one_step() {
+fn lightning_ddp_ranks_take_batch_size_and_prefetch_live_at_one_step() {
     let Some(py) = lightning_python() else {
         return;
     };
@@ -505,12 +506,17 @@ fn lightning_ddp_ranks_take_a_batch_size_change_at_one_step() {
             "--print-batches",
             "--lr-rule",
             "linear",
+            "--workers",
+            "1",
+            "--prefetch",
+            "2",
         ]
         .map(String::from),
     );
     let run = start_ranks(&home, "lt", &argv, 2, (8, 64));
     let c = home.client();
     wait_for_ranks(&c, &run, 2, 10, Duration::from_secs(120));
+    let prefetch_at = set(&home, &run, "prefetch", "4");
     let at = set(&home, &run, "batch-size", "16");
     wait_for_end(&c, &run, Duration::from_secs(240));
     let info = c.runs().unwrap().into_iter().find(|r| r.id == run).unwrap();
@@ -526,6 +532,17 @@ fn lightning_ddp_ranks_take_a_batch_size_change_at_one_step() {
             steps.range(..at).all(|(_, b)| b.0 == 8),
             "rank {rank} before {at}"
         );
+        // The running iterator's prefetch: 2 before its step, 4 from it on (a new epoch's
+        // iterator included), never more batches asked of the worker than that.
+        for (step, b) in steps {
+            let expect = if *step < prefetch_at { 2 } else { 4 };
+            assert_eq!(b.1, Some(expect), "rank {rank} step {step}");
+            assert!(
+                b.2.is_some_and(|q| q <= expect),
+                "rank {rank} step {step}: {:?} asked at depth {expect}",
+                b.2
+            );
+        }
         // 3 epochs of this rank's 1,024 samples, whatever the batches were.
         assert_eq!(
             steps.values().map(|b| b.0).sum::<u64>(),
