@@ -176,6 +176,17 @@ fn cmdline(pid: u32) -> Vec<String> {
         .collect()
 }
 
+/// The command line of `pid` once it has exec'd `program` (a run's process is the supervisor's
+/// child until it does, and a loaded machine may show it in between).
+fn exec_cmdline(pid: u32, program: &str) -> Vec<String> {
+    wait_for(
+        "the process to exec its command",
+        Duration::from_secs(10),
+        || cmdline(pid).first().is_some_and(|p| p == program),
+    );
+    cmdline(pid)
+}
+
 #[test]
 fn an_unmodified_script_is_restarted_with_the_new_argument_and_its_output_is_read() {
     let home = Home::new();
@@ -204,7 +215,7 @@ patterns = ['step (?P<step>\d+) loss=(?P<loss>[0-9.]+)']
     let run = start(&home, &profile);
     let c = home.client();
     let first = c.run(&run).unwrap().pid.unwrap();
-    assert_eq!(&cmdline(first)[2..], ["--batch-size", "32"]);
+    assert_eq!(&exec_cmdline(first, "sh")[2..], ["--batch-size", "32"]);
 
     // Metrics from its output, read by the daemon through the profile's pattern.
     wait_for(
@@ -242,7 +253,7 @@ patterns = ['step (?P<step>\d+) loss=(?P<loss>[0-9.]+)']
     let second = c.run(&run).unwrap().pid.unwrap();
     let dir = home.run_dir(&run).path().to_path_buf();
     assert_eq!(
-        &cmdline(second)[2..],
+        &exec_cmdline(second, "sh")[2..],
         [
             "--batch-size".to_string(),
             "64".into(),
