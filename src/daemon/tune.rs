@@ -471,19 +471,29 @@ impl Ctx {
         let measured = before.as_ref().map_or(0, |b| b.curve.len()) < p.curve.len();
         let phase = before.as_ref().map(|b| b.phase) != Some(p.phase);
         job.progress = Some(p.clone());
+        // A clock search's values are MHz: its events say `clock` and `clock_measured`.
+        let clocks = p.knob == Knob::Clocks;
         if measured {
             if let Some(last) = p.curve.last() {
-                self.event(&job, "measured", Some(last.cap_w), Some(last.cost), None);
+                let change = if clocks { "clock_measured" } else { "measured" };
+                self.event(&job, change, Some(last.cap_w), Some(last.cost), None);
             }
         }
         if new_cap {
             if let Some(w) = p.cap_w {
-                // The cap before: the last one tried, or the first GPU's cap at the start.
-                let old_w = before
-                    .as_ref()
-                    .and_then(|b| b.cap_w)
-                    .or_else(|| job.start_w.first().map(|&(_, w)| w));
-                self.event_from(&job, "cap", old_w, Some(w), None, None);
+                let same_knob = before.as_ref().is_some_and(|b| b.knob == p.knob);
+                if clocks {
+                    let old = before.as_ref().and_then(|b| b.cap_w).filter(|_| same_knob);
+                    self.event_from(&job, "clock", old, Some(w), None, None);
+                } else {
+                    // The cap before: the last one tried, or the first GPU's cap at the start.
+                    let old_w = before
+                        .as_ref()
+                        .filter(|_| same_knob)
+                        .and_then(|b| b.cap_w)
+                        .or_else(|| job.start_w.first().map(|&(_, w)| w));
+                    self.event_from(&job, "cap", old_w, Some(w), None, None);
+                }
             }
         }
         let batch = |p: Option<&Progress>| p.and_then(|p| p.batch.as_ref()).and_then(|b| b.current);
@@ -542,9 +552,14 @@ impl Ctx {
                     said.push_str(&format!("; {line}"));
                 }
                 said.push_str(&format!("; {}", suggestion(&result).replace("\n\n", "\n")));
+                let done = if result.knob == Knob::Clocks {
+                    "clock_done"
+                } else {
+                    "done"
+                };
                 self.event(
                     &job,
-                    "done",
+                    done,
                     Some(result.best.cap_w),
                     Some(result.best.cost),
                     Some(said),

@@ -167,11 +167,40 @@ fn tune_words(
             None => format!("measured {} (job {job})", opt_watts(cap_w)),
         },
         "done" => format!("best cap {} set (job {job}, done)", opt_watts(cap_w)),
+        // A clock search (`tune energy --knob clocks|both`): its values are the top of the
+        // locked SM clock range, MHz.
+        "clock" => match old_w {
+            Some(o) => format!(
+                "SM clocks locked up to {} → {} (job {job}, searching)",
+                mhz(Some(o)),
+                mhz(cap_w)
+            ),
+            None => format!(
+                "SM clocks locked up to {} (job {job}, searching)",
+                mhz(cap_w)
+            ),
+        },
+        "clock_measured" => match cost {
+            Some(c) => format!(
+                "measured SM clocks up to {}: cost {c:.4} J/sample (job {job})",
+                mhz(cap_w)
+            ),
+            None => format!("measured SM clocks up to {} (job {job})", mhz(cap_w)),
+        },
+        "clock_done" => format!(
+            "best SM clock lock up to {} set (job {job}, done)",
+            mhz(cap_w)
+        ),
         "batch" => format!("batch size tried at {} (job {job})", opt_watts(cap_w)),
         "oom" => format!("out of memory at a larger batch (job {job})"),
         other => format!("job {job} {other}"),
     };
     (subject, words)
+}
+
+/// A clock in MHz, `?` when absent.
+fn mhz(v: Option<f64>) -> String {
+    v.map_or("?".into(), |v| format!("{v:.0} MHz"))
 }
 
 /// The parts of the daemon that make changes through its socket, as their whys start.

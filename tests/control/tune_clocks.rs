@@ -70,6 +70,17 @@ fn a_clock_search_on_a_live_run_locks_the_best_clock_and_says_so_in_mhz() {
         stdout.contains(&format!("gpupilot clocks lock MIN {best:.0}")),
         "{stdout}"
     );
+    // The node's events say the search's steps in MHz, as the console and `events` show them.
+    let (events, _) = succeeded(&home, &["events"], 30);
+    assert!(
+        events.contains("measured SM clocks up to 1980 MHz"),
+        "{events}"
+    );
+    assert!(
+        events.contains(&format!("best SM clock lock up to {best:.0} MHz set")),
+        "{events}"
+    );
+    assert!(!events.contains("1980 W"), "{events}");
 }
 
 #[test]

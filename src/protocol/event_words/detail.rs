@@ -55,7 +55,10 @@ pub fn undo(e: &NodeEvent) -> Option<String> {
             ..
         } if caps.is_empty() => Some("gpupilot budget off".into()),
         NodeEvent::Tune { job, change, .. }
-            if matches!(change.as_str(), "started" | "cap" | "measured" | "batch") =>
+            if matches!(
+                change.as_str(),
+                "started" | "cap" | "measured" | "batch" | "clock" | "clock_measured"
+            ) =>
         {
             Some(format!("gpupilot tune stop {job}"))
         }
@@ -69,6 +72,21 @@ pub fn numbers(e: &NodeEvent) -> Vec<(String, String)> {
     let mut out = Vec::new();
     let value = serde_json::to_value(e).unwrap_or_default();
     collect_numbers("", &value, &mut out);
+    // A clock search's values sit in the tune event's watt fields: they are MHz.
+    if let NodeEvent::Tune {
+        change,
+        old_w,
+        cap_w,
+        ..
+    } = e
+    {
+        if change.starts_with("clock") {
+            out.retain(|(name, _)| name != "cap" && name != "old");
+            let mhz = |v: f64| format!("{v:.0} MHz");
+            out.extend(old_w.map(|v| ("SM clock lock before".to_string(), mhz(v))));
+            out.extend(cap_w.map(|v| ("SM clock lock".to_string(), mhz(v))));
+        }
+    }
     out
 }
 

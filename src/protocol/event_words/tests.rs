@@ -442,3 +442,45 @@ fn events_are_picked_by_run_and_by_gpu() {
     };
     assert!(about_gpu(&budget, &[4]) && !about_gpu(&budget, &[0]));
 }
+
+#[test]
+fn a_clock_search_step_is_in_mhz_in_its_words_and_its_numbers() {
+    let e = NodeEvent::Tune {
+        job: "tune-train-3".into(),
+        run: "train-3".into(),
+        change: "clock".into(),
+        gpus: vec![0, 1],
+        old_w: Some(1980.0),
+        cap_w: Some(1680.0),
+        cost: None,
+        why: None,
+    };
+    let line = words(&e).line();
+    assert!(
+        line.contains("SM clocks locked up to 1980 MHz → 1680 MHz (job tune-train-3, searching)"),
+        "{line}"
+    );
+    assert!(!line.contains(" W"), "{line}");
+    let n = numbers(&e);
+    assert!(
+        n.contains(&("SM clock lock".to_string(), "1680 MHz".to_string())),
+        "{n:?}"
+    );
+    assert!(n.iter().all(|(_, v)| !v.ends_with(" W")), "{n:?}");
+    assert_eq!(undo(&e).as_deref(), Some("gpupilot tune stop tune-train-3"));
+    let done = NodeEvent::Tune {
+        job: "tune-train-3".into(),
+        run: "train-3".into(),
+        change: "clock_done".into(),
+        gpus: vec![0, 1],
+        old_w: None,
+        cap_w: Some(1680.0),
+        cost: Some(1.2),
+        why: None,
+    };
+    assert!(
+        words(&done)
+            .line()
+            .contains("best SM clock lock up to 1680 MHz set")
+    );
+}
