@@ -45,12 +45,13 @@ pub struct TunerChoice {
 }
 
 impl TunerChoice {
-    /// The choice of a finished search, or None (not done, no result).
+    /// The choice of a finished search, or None (not done, no result, or a search that chose a
+    /// clock lock, which leaves the cap where it was).
     pub fn of(job: &TuneJob) -> Option<TunerChoice> {
         if job.state != JobState::Done {
             return None;
         }
-        let r = job.result.as_ref()?;
+        let r = job.result.as_ref().filter(|r| r.knob.is_cap())?;
         let best = &r.best;
         Some(TunerChoice {
             run: job.run.clone(),
@@ -274,6 +275,12 @@ mod tests {
         // Moved away from the best cap since: no longer the tuner's.
         let o = owners(&limits(&[450.0]), &ControlStatus::default(), &jobs);
         assert_eq!(owner_of(&o, 0), Some(&CapOwner::Operator));
+        // A search that kept a clock lock holds no cap: its best (MHz) is not a cap.
+        let mut clocks = done("r1", &[0], 325.0, "2026-12-01T10:00:00Z");
+        if let Some(r) = clocks.result.as_mut() {
+            r.knob = crate::control::tuner::Knob::Clocks;
+        }
+        assert_eq!(TunerChoice::of(&clocks), None);
     }
 
     #[test]

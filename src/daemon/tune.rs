@@ -299,7 +299,7 @@ impl Tuning {
         jobs.values()
             .filter_map(|s| {
                 let j = lock(&s.job);
-                let r = j.result.as_ref()?;
+                let r = j.result.as_ref().filter(|r| r.knob.is_cap())?;
                 let same = j.name == name
                     && (r.eta - cfg.eta).abs() < 1e-9
                     && (r.default_w - cfg.default_w).abs() < 0.5

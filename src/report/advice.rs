@@ -55,6 +55,10 @@ pub struct RunRecord<'a> {
 /// `text`, whose file was last written at `written_s`; None where it is not one.
 pub fn tuner_choice(run: &str, gpus: &[u32], text: &str, written_s: f64) -> Option<TunerChoice> {
     let v: serde_json::Value = serde_json::from_str(text).ok()?;
+    // A search that kept a clock lock (`--knob clocks|both`) chose no cap: its values are MHz.
+    if v.get("knob").and_then(serde_json::Value::as_str) == Some("clocks") {
+        return None;
+    }
     let best = v.get("best")?;
     let num = |v: &serde_json::Value, k: &str| v.get(k).and_then(serde_json::Value::as_f64);
     let started_s = written_s - num(&v, "duration_s").unwrap_or(0.0).max(0.0);

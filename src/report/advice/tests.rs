@@ -263,4 +263,7 @@ fn the_tuners_choice_is_not_advised_against_in_the_report() {
     });
     assert!(raise(&whole_run(&rec)));
     assert!(tuner_choice("r1", &[0], "{}", 0.0).is_none());
+    // A search that kept a clock lock chose no cap (its 1410 is MHz).
+    let clocks = r#"{"eta":1.0,"knob":"clocks","best":{"cap_w":1410.0,"time_per_sample_s":0.0015,"avg_power_w":398.0}}"#;
+    assert!(tuner_choice("r1", &[0], clocks, T0 + 100.0).is_none());
 }
