@@ -145,13 +145,17 @@ impl KnobSearch {
     }
 
     /// The result whose best saves more cost against its own default (a missing saving counts
-    /// as none), with the other in its `other`.
+    /// as none; on a tie the first searched, the cap), with the other in its `other`.
     fn keep_better(&mut self) -> TuneResult {
         let mut results = std::mem::take(&mut self.results);
         let saving = |r: &TuneResult| r.cost_saving_pct.unwrap_or(0.0);
-        let win = (0..results.len())
-            .max_by(|a, b| saving(&results[*a]).total_cmp(&saving(&results[*b])))
-            .expect("a stage finished");
+        let win = (1..results.len()).fold(0, |best, i| {
+            if saving(&results[i]) > saving(&results[best]) {
+                i
+            } else {
+                best
+            }
+        });
         let mut winner = results.remove(win);
         winner.other = results.pop().map(Box::new);
         winner
