@@ -41,7 +41,7 @@ use crate::control::tuner::record::{JobState, MAX_RECORD_BYTES, TuneJob};
 use crate::control::tuner::record::{saving_line, suggestion};
 use crate::control::tuner::session::{
     DaemonRun, GpuClocks, Reports, RunSeen, TunerDaemon, batch_fits, joint, prepare,
-    prepare_clocks, save_result,
+    prepare_clocks, restore_locks, save_result,
 };
 use crate::control::tuner::{
     JointTuner, Knob, KnobSearch, Progress, Search, TuneSettings, Tuner, TunerConfig,
@@ -733,22 +733,25 @@ fn restore_clocks(paths: &Paths, job: &TuneJob) -> Result<(), String> {
         return Ok(());
     }
     let d = JobDaemon::connect(paths)?;
-    let why = "energy tuner: search not resumed, clocks restored";
-    let unlocked: Vec<u32> = job
+    // The record keeps the GPUs that were locked; the job's others were not.
+    let start_locks = job
         .gpus
         .iter()
-        .filter(|g| !job.start_locks.iter().any(|(l, _)| l == *g))
-        .copied()
+        .map(|g| {
+            let lock = job
+                .start_locks
+                .iter()
+                .find(|(l, _)| l == g)
+                .map(|(_, r)| *r);
+            (*g, lock)
+        })
         .collect();
-    if !unlocked.is_empty() {
-        d.reset_clocks(unlocked, why)
-            .map_err(|e| format!("{e:#}"))?;
-    }
-    for (g, [lo, hi]) in &job.start_locks {
-        d.lock_clocks(vec![*g], *lo, *hi, why)
-            .map_err(|e| format!("{e:#}"))?;
-    }
-    Ok(())
+    restore_locks(
+        &d,
+        &start_locks,
+        "energy tuner: search not resumed, clocks restored",
+    )
+    .map_err(|e| format!("{e:#}"))
 }
 
 /// Said when a batch cannot go back for want of a trainer to take it.

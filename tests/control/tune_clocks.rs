@@ -172,3 +172,72 @@ fn bad_clock_settings_are_refused_before_anything_changes() {
     }
     assert_eq!(locks(&home.client()), [None, None]);
 }
+
+/// A daemon killed with SIGKILL mid clock search leaves a probe's lock on the fake GPUs (they
+/// outlive it); the next daemon does not resume a clock search: it unlocks them and says why.
+#[test]
+fn a_daemon_killed_mid_clock_search_puts_the_locks_back_and_does_not_resume() {
+    let mut nv = NvmlDaemon::new(TWO_H100, &[]);
+    let run = nv.home.start_synthetic();
+    let mut args = vec![
+        "tune",
+        "energy",
+        run.as_str(),
+        "--knob",
+        "clocks",
+        "--detach",
+    ];
+    args.extend(QUICK);
+    nv.ok(&args);
+    let c = nv.home.client();
+    wait_for("a locked clock", Duration::from_secs(40), || {
+        locks(&c).iter().all(Option::is_some)
+    });
+    nv.daemon.take().unwrap().signal_and_wait(Signal::KILL);
+    // What NVML was last asked for each GPU's clocks: a lock, left in place.
+    let last_clock_call = |nv: &NvmlDaemon| -> Vec<String> {
+        let calls = nv.setter_calls();
+        (0..2u64)
+            .map(|g| {
+                calls
+                    .iter()
+                    .rev()
+                    .find(|c| {
+                        c["gpu"].as_u64() == Some(g)
+                            && c["result"] == 0
+                            && c["function"]
+                                .as_str()
+                                .is_some_and(|f| f.ends_with("GpuLockedClocks"))
+                    })
+                    .map_or(String::new(), |c| c["function"].as_str().unwrap().into())
+            })
+            .collect()
+    };
+    assert!(
+        last_clock_call(&nv)
+            .iter()
+            .all(|f| f == "nvmlDeviceSetGpuLockedClocks")
+    );
+    nv.restart(&[]);
+    let record = nv.home.paths.state.join(format!("tune/tune-{run}.json"));
+    wait_for("the job to end unresumed", Duration::from_secs(60), || {
+        std::fs::read_to_string(&record)
+            .ok()
+            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+            .is_some_and(|r| r["state"] == "cancelled")
+    });
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&record).unwrap()).unwrap();
+    assert!(
+        r["why"].as_str().is_some_and(|w| w.contains("starts over")),
+        "{r}"
+    );
+    assert_eq!(r["restored"], serde_json::json!({"Ok": null}), "{r}");
+    assert!(
+        last_clock_call(&nv)
+            .iter()
+            .all(|f| f == "nvmlDeviceResetGpuLockedClocks"),
+        "{:?}",
+        last_clock_call(&nv)
+    );
+}

@@ -17,36 +17,35 @@ use crate::support::wait::wait_for;
 
 const DATA: &str = include_str!("../data/zeus_power_curves.csv");
 
-/// One measured curve: (limit W, seconds per epoch, average W), limits ascending.
+/// One measured curve, as the fake GPU and the trainer replay it.
 struct Curve {
     gpu: &'static str,
     name: String,
-    points: Vec<[f64; 3]>,
+    measured: gpusim::MeasuredCurve,
 }
 
 impl Curve {
+    /// Seconds per epoch and average watts at `w`.
     fn at(&self, w: f64) -> (f64, f64) {
-        let p = &self.points;
-        let i = p
-            .windows(2)
-            .position(|x| w <= x[1][0])
-            .unwrap_or(p.len() - 2);
-        let (a, b) = (p[i], p[i + 1]);
-        let f = ((w - a[0]) / (b[0] - a[0])).clamp(0.0, 1.0);
-        (a[1] + f * (b[1] - a[1]), a[2] + f * (b[2] - a[2]))
+        self.measured.at(w)
     }
 
     /// Zeus's cost of one epoch at `w` (an epoch is a fixed number of samples, so it ranks and
     /// compares as the cost per sample does).
     fn cost(&self, eta: f64, w: f64) -> f64 {
         let (t, p) = self.at(w);
-        let max_power = self.points.last().unwrap()[0];
+        let max_power = self.measured.range_w().1;
         eta * p * t + (1.0 - eta) * max_power * t
+    }
+
+    /// Its points as `(limit, seconds, watts)` rows in `format`.
+    fn rows(&self, format: fn(&gpusim::measured::CurvePoint) -> String) -> Vec<String> {
+        self.measured.points().iter().map(format).collect()
     }
 }
 
 fn curves() -> Vec<Curve> {
-    let mut out: Vec<Curve> = Vec::new();
+    let mut out: Vec<(&'static str, String, Vec<[f64; 3]>)> = Vec::new();
     for line in DATA.lines().filter(|l| !l.starts_with('#')).skip(1) {
         let f: Vec<&str> = line.split(',').collect();
         let gpu = match f[0] {
@@ -59,18 +58,17 @@ fn curves() -> Vec<Curve> {
         let n = |i: usize| f[i].parse::<f64>().unwrap();
         let point = [n(4), n(5), n(6)];
         match out.last_mut() {
-            Some(c) if c.name == name => c.points.push(point),
-            _ => out.push(Curve {
-                gpu,
-                name,
-                points: vec![point],
-            }),
+            Some((_, n, points)) if *n == name => points.push(point),
+            _ => out.push((gpu, name, vec![point])),
         }
     }
-    for c in &mut out {
-        c.points.sort_by(|a, b| a[0].total_cmp(&b[0]));
-    }
-    out
+    out.into_iter()
+        .map(|(gpu, name, points)| Curve {
+            gpu,
+            measured: gpusim::MeasuredCurve::new(&points).unwrap_or_else(|e| panic!("{name}: {e}")),
+            name,
+        })
+        .collect()
 }
 
 /// The node's seed for a case: FNV-1a of its name and eta.
@@ -99,11 +97,7 @@ struct Outcome {
 
 /// `tune energy --eta ETA --step-w 25` on a fake GPU and a trainer that replay `curve`.
 fn search(curve: &Curve, eta: f64) -> Outcome {
-    let rows: Vec<String> = curve
-        .points
-        .iter()
-        .map(|p| format!("[{}, {}, {}]", p[0], p[1], p[2]))
-        .collect();
+    let rows = curve.rows(|p| format!("[{}, {}, {}]", p.limit_w, p.seconds, p.power_w));
     let scenario = format!(
         "model = \"{}\"\ncount = 1\nseed = {}\n[training]\nmodel = \"resnet50\"\n\
          batch_size = 64\n[[per_gpu]]\ngpu = 0\nmeasured_curve = [{}]\n",
@@ -116,12 +110,7 @@ fn search(curve: &Curve, eta: f64) -> Outcome {
     let nv = NvmlDaemon::at_rate(&scenario, "1", &[]);
     let csv = nv.home.dir.path().join("curve.csv");
     let body: String = std::iter::once("limit_w,seconds,power_w\n".to_string())
-        .chain(
-            curve
-                .points
-                .iter()
-                .map(|p| format!("{},{},{}\n", p[0], p[1], p[2])),
-        )
+        .chain(curve.rows(|p| format!("{},{},{}\n", p.limit_w, p.seconds, p.power_w)))
         .collect();
     std::fs::write(&csv, body).unwrap();
     let profile = nv.home.dir.path().join("measured.toml");
@@ -155,7 +144,7 @@ fn search(curve: &Curve, eta: f64) -> Outcome {
     let r: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(saved).unwrap()).unwrap();
     let plan: Vec<f64> = {
-        let (lo, hi) = (curve.points[0][0], curve.points.last().unwrap()[0]);
+        let (lo, hi) = curve.measured.range_w();
         let mut w = hi;
         let mut v = Vec::new();
         while w >= lo - 1e-9 {

@@ -184,6 +184,29 @@ pub fn prepare<D: TunerDaemon>(
     Ok((run, tuner))
 }
 
+/// Put each GPU of `start_locks` back as it was before a clock search: unlocked where it had
+/// no lock (one request for all of them), its own lock where it had one.
+pub fn restore_locks<D: TunerDaemon>(
+    daemon: &D,
+    start_locks: &BTreeMap<u32, Option<[u32; 2]>>,
+    why: &str,
+) -> anyhow::Result<()> {
+    let unlocked: Vec<u32> = start_locks
+        .iter()
+        .filter(|(_, l)| l.is_none())
+        .map(|(g, _)| *g)
+        .collect();
+    if !unlocked.is_empty() {
+        daemon.reset_clocks(unlocked, why)?;
+    }
+    for (g, l) in start_locks {
+        if let Some([lo, hi]) = l {
+            daemon.lock_clocks(vec![*g], *lo, *hi, why)?;
+        }
+    }
+    Ok(())
+}
+
 /// The clock search on `run` (`--knob clocks|both`), scored as `caps` (the cap search's
 /// configuration: eta, window, the cost's max power): from the highest clock the run's GPUs
 /// share (unlocked, every saving's reference) down to half of it ([`super::knob`]).
@@ -666,26 +689,12 @@ impl<D: TunerDaemon> DaemonRun<D> {
             return Ok(());
         }
         self.trial_clock = None;
-        let why = "energy tuner: search stopped, clocks restored";
-        let unlocked: Vec<u32> = self
-            .start_locks
-            .iter()
-            .filter(|(_, l)| l.is_none())
-            .map(|(g, _)| *g)
-            .collect();
-        if !unlocked.is_empty() {
-            self.daemon
-                .reset_clocks(unlocked, why)
-                .map_err(|e| e.to_string())?;
-        }
-        for (g, l) in &self.start_locks {
-            if let Some([lo, hi]) = l {
-                self.daemon
-                    .lock_clocks(vec![*g], *lo, *hi, why)
-                    .map_err(|e| e.to_string())?;
-            }
-        }
-        Ok(())
+        restore_locks(
+            &self.daemon,
+            &self.start_locks,
+            "energy tuner: search stopped, clocks restored",
+        )
+        .map_err(|e| e.to_string())
     }
 
     fn cap(&self, gpus: Vec<u32>, watts: f64, why: &str) -> Result<(), String> {

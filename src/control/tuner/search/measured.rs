@@ -17,20 +17,15 @@ const DATA: &str = include_str!(concat!(
 pub(super) struct MeasuredCurve {
     pub name: String,
     pub points: Vec<(f64, f64, f64)>,
+    /// The same points as gpusim's curve, which interpolates between them.
+    measured: gpusim::MeasuredCurve,
 }
 
 impl MeasuredCurve {
     /// Seconds per epoch and average watts at `cap`: the measured row at a measured limit,
     /// linear between two.
     pub fn at(&self, cap: f64) -> (f64, f64) {
-        let p = &self.points;
-        let i = p
-            .windows(2)
-            .position(|w| cap <= w[1].0)
-            .unwrap_or(p.len() - 2);
-        let (a, b) = (p[i], p[i + 1]);
-        let f = ((cap - a.0) / (b.0 - a.0)).clamp(0.0, 1.0);
-        (a.1 + f * (b.1 - a.1), a.2 + f * (b.2 - a.2))
+        self.measured.at(cap)
     }
 
     pub fn min_w(&self) -> f64 {
@@ -63,8 +58,11 @@ impl MeasuredCurve {
 }
 
 /// Every curve in the data file, in file order.
+/// One row of a curve: (limit W, seconds per epoch, average W).
+type Row = (f64, f64, f64);
+
 pub(super) fn curves() -> Vec<MeasuredCurve> {
-    let mut out: Vec<MeasuredCurve> = Vec::new();
+    let mut out: Vec<(String, Vec<Row>)> = Vec::new();
     for line in DATA.lines().filter(|l| !l.starts_with('#')).skip(1) {
         let f: Vec<&str> = line.split(',').collect();
         assert_eq!(f.len(), 7, "{line}");
@@ -75,17 +73,23 @@ pub(super) fn curves() -> Vec<MeasuredCurve> {
         };
         let point = (num(4), num(5), num(6));
         match out.last_mut() {
-            Some(c) if c.name == name => c.points.push(point),
-            _ => out.push(MeasuredCurve {
-                name,
-                points: vec![point],
-            }),
+            Some((n, points)) if *n == name => points.push(point),
+            _ => out.push((name, vec![point])),
         }
     }
-    for c in &mut out {
-        c.points.sort_by(|a, b| a.0.total_cmp(&b.0));
-    }
-    out
+    out.into_iter()
+        .map(|(name, mut points)| {
+            points.sort_by(|a, b| a.0.total_cmp(&b.0));
+            let rows: Vec<[f64; 3]> = points.iter().map(|p| [p.0, p.1, p.2]).collect();
+            let measured =
+                gpusim::MeasuredCurve::new(&rows).unwrap_or_else(|e| panic!("{name}: {e}"));
+            MeasuredCurve {
+                name,
+                points,
+                measured,
+            }
+        })
+        .collect()
 }
 
 /// A run on `curve` with every step's time and power off by up to ±`noise` (uniform, seeded).
