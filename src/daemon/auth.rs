@@ -11,7 +11,6 @@
 //! `/etc/group`) are read by the functions beside it.
 
 use crate::ipc::{Peer, peer_allowed, user_name};
-use crate::protocol::Request;
 
 /// The group whose members may change GPU settings on a system daemon, unless told otherwise.
 pub const DEFAULT_GROUP: &str = "gpupilot";
@@ -38,13 +37,6 @@ pub enum Access {
     GpuSettings,
     /// Start, stop, signal or steer a run, read its output, or be its trainer.
     Runs,
-}
-
-impl Access {
-    /// What `request` needs: its class in `requests`, where every request is classified.
-    pub fn of(request: &Request) -> Access {
-        super::requests::classify(request).access
-    }
 }
 
 /// The facts about a caller that a decision needs.
@@ -266,6 +258,11 @@ pub fn refusal_message(daemon_uid: u32, peer_uid: u32) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::Request;
+
+    fn access_of(request: &Request) -> Access {
+        crate::daemon::requests::classify(request).access
+    }
 
     #[test]
     fn another_user_is_told_to_start_a_daemon_of_their_own() {
@@ -427,15 +424,15 @@ mod tests {
     #[test]
     fn every_request_has_its_access() {
         use crate::protocol::TargetGpus;
-        assert_eq!(Access::of(&Request::Status {}), Access::Watch);
-        assert_eq!(Access::of(&Request::Power {}), Access::Watch);
+        assert_eq!(access_of(&Request::Status {}), Access::Watch);
+        assert_eq!(access_of(&Request::Power {}), Access::Watch);
         let runs = Request::Runs {
             run: None,
             live: true,
         };
-        assert_eq!(Access::of(&runs), Access::Watch);
+        assert_eq!(access_of(&runs), Access::Watch);
         assert_eq!(
-            Access::of(&Request::PowerCap {
+            access_of(&Request::PowerCap {
                 gpus: TargetGpus::All,
                 watts: 250.0,
                 why: None
@@ -443,7 +440,7 @@ mod tests {
             Access::GpuSettings
         );
         assert_eq!(
-            Access::of(&Request::RunStop {
+            access_of(&Request::RunStop {
                 run: "last".into(),
                 kill: false,
                 grace_s: None,

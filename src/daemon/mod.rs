@@ -2,6 +2,7 @@
 //! history, runs and the node's event log. The TUI and every CLI command are its clients over
 //! a Unix socket (`$RUNTIME/daemon.sock`, see [`crate::protocol`]).
 //!
+//! - `base`: what every part uses: [`RequestError`] and the poison-tolerant mutex `lock`.
 //! - `lock`: the runtime directory (0700), the lock file that makes a second daemon refuse to
 //!   start, and the socket (0600).
 //! - `auth`: who is on the other end of a connection (SO_PEERCRED) and whether they may act:
@@ -37,6 +38,7 @@
 //! run on the way out. SIGHUP is ignored: a dropped terminal must not take the daemon along.
 
 mod auth;
+mod base;
 mod control;
 pub mod detach;
 mod events;
@@ -65,12 +67,13 @@ pub use auth::{
     Access, DEFAULT_GROUP, GroupEntry, Identity, Mode, Verdict, decide, group_entry,
     refusal_message,
 };
+pub use base::RequestError;
 pub use lock::{DaemonLock, lock_holder, prepare_private_dir, prepare_shared_dir};
 pub use metrics::DEFAULT_ADDR as DEFAULT_METRICS_ADDR;
 pub use runs::logs::utf8_cut;
 pub use runs::trainer_output::parse_line as parse_output_line;
 pub use runs::trainers::Attach;
-pub use state::{Daemon, RequestError};
+pub use state::Daemon;
 
 use crate::config::Paths;
 use crate::telemetry::{Sampler, SamplerConfig, Source};

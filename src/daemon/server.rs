@@ -31,6 +31,7 @@ use tokio_util::sync::CancellationToken;
 use super::auth::{Access, Identity, Mode, Verdict, decide, group_entry};
 use super::events::Refusals;
 use super::relay;
+use super::requests::classify;
 use super::runs::trainers::Attach;
 use super::state::Daemon;
 use crate::ipc::Peer;
@@ -693,7 +694,7 @@ impl Conn {
     /// Whether this peer may make `request`; a refusal is logged and recorded, and its message
     /// returned for the answer.
     fn refused(&self, request: &Request) -> Option<String> {
-        let access = Access::of(request);
+        let access = classify(request).access;
         let kind = request.kind();
         // /etc/group is read at each change, so that a user added to the group needs no
         // daemon restart.

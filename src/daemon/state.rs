@@ -10,12 +10,13 @@
 //! the server calls it from blocking tasks.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Instant, SystemTime};
 
 use tokio::sync::watch;
 
+use super::base::RequestError;
 use super::control::Control;
 use super::events::NodeLog;
 use super::requests::classify;
@@ -33,45 +34,10 @@ use crate::protocol::{
     self, DaemonInfo, ErrorCode, NodeEvent, Request, Response, RunCounts, StatusReply,
     TelemetryInfo,
 };
-use crate::supervisor::{Caller, KnobValues, LaunchOptions, SupervisorError};
+use crate::supervisor::{Caller, KnobValues, LaunchOptions};
 use crate::telemetry::Snapshot;
 use crate::time::rfc3339;
 use crate::training::{MetricsReport, TrainerInfo};
-
-/// A request the daemon refuses, with the protocol's error code.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RequestError {
-    pub code: ErrorCode,
-    pub message: String,
-}
-
-impl RequestError {
-    pub fn new(code: ErrorCode, message: impl Into<String>) -> RequestError {
-        RequestError {
-            code,
-            message: message.into(),
-        }
-    }
-
-    pub fn into_response(self) -> Response {
-        Response::Error {
-            code: self.code,
-            message: self.message,
-        }
-    }
-}
-
-impl From<SupervisorError> for RequestError {
-    fn from(e: SupervisorError) -> RequestError {
-        let code = match &e {
-            SupervisorError::BadState { .. } => ErrorCode::BadState,
-            SupervisorError::Launch(_) => ErrorCode::LaunchFailed,
-            SupervisorError::Profile { .. } => ErrorCode::BadRequest,
-            SupervisorError::Io { .. } => ErrorCode::Internal,
-        };
-        RequestError::new(code, e.to_string())
-    }
-}
 
 const READONLY: &str = "this daemon is read-only (started with --readonly): it does not start, \
                         stop or signal runs, or change GPU settings; restart it without \
@@ -555,10 +521,6 @@ impl Daemon {
             control: Some(self.control.status()),
         }
     }
-}
-
-pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The node's name: `GPUPILOT_NODE_NAME` where set (tests stand two daemons of one machine for

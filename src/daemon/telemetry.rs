@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex, Weak};
 
 use tokio::sync::watch;
 
-use super::state::lock;
+use super::base::lock;
 use crate::history::{History, HistoryConfig, Metric, Point};
 use crate::protocol::{NodeEvent, TelemetryInfo};
 use crate::telemetry::Snapshot;

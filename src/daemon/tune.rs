@@ -30,8 +30,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
+use super::base::{RequestError, lock};
 use super::events::NodeLog;
-use super::state::{RequestError, lock};
 use crate::client::{Client, ClientError};
 use crate::config::Paths;
 use crate::config::safe_fs;

@@ -13,7 +13,7 @@ use super::run_power::{cap_one, put_back};
 use super::{Control, Controller};
 use crate::control::ControlError;
 use crate::control::power::{check_clocks, check_gpu_max, check_power, watts};
-use crate::daemon::state::{RequestError, lock};
+use crate::daemon::base::{RequestError, lock};
 use crate::ipc::Peer;
 use crate::protocol::bounds;
 use crate::protocol::{

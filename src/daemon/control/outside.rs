@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use super::Control;
 use crate::control::power::{ClockRange, GpuControl, TempTarget};
 use crate::control::{ControlError, PowerControl, PowerLimits};
-use crate::daemon::state::lock;
+use crate::daemon::base::lock;
 use crate::protocol::NodeEvent;
 use crate::telemetry::Snapshot;
 

@@ -42,8 +42,8 @@ use std::time::SystemTime;
 
 use tokio::sync::Notify;
 
+use super::base::{RequestError, lock};
 use super::events::NodeLog;
-use super::state::{RequestError, lock};
 use crate::history::History;
 use crate::protocol::{NodeEvent, RunInfo};
 use crate::supervisor::SystemClock;

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant, SystemTime};
 use super::Runs;
 use super::logs;
 use super::table as runs;
-use crate::daemon::state::RequestError;
+use crate::daemon::base::RequestError;
 use crate::ipc::Peer;
 use crate::profile::{self, Profile};
 use crate::protocol::{self, ErrorCode, LogStream, NodeEvent, Response, RunSignal};

@@ -15,7 +15,7 @@ use super::Runs;
 use super::ops::append_run_event;
 use super::ranks::{Outcome, Staged};
 use super::trainers::{Channel, knob_push, with_value};
-use crate::daemon::state::RequestError;
+use crate::daemon::base::RequestError;
 use crate::protocol::{self, ErrorCode, KnobName, NodeEvent, Response, ServerFrame};
 use crate::supervisor::Event;
 use crate::telemetry::now_s;

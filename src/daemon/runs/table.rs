@@ -12,7 +12,7 @@ use crate::supervisor::run_spec::{self, SpecError};
 use crate::supervisor::{Clock, Run, RunDir, RunStatus};
 use crate::time::parse_rfc3339;
 
-use crate::daemon::state::RequestError;
+use crate::daemon::base::RequestError;
 
 /// One run and how this daemon came by it.
 #[derive(Debug)]

@@ -24,7 +24,7 @@ use super::Runs;
 use super::ops::append_run_event;
 use super::ranks::{Ranks, Refused, Staged, TrainerConn};
 use super::trainer_output::{OutputParser, OutputRules, read_new_lines};
-use crate::daemon::state::RequestError;
+use crate::daemon::base::RequestError;
 use crate::ipc::Peer;
 use crate::profile::{Knob, MetricsSettings};
 use crate::protocol::{
