@@ -1,6 +1,40 @@
-//! The commands of the command line: the console (`gpupilot`, `demo`), `daemon`, `run`, `ps`,
-//! `attach`, `logs`, `stop` and `profile check`. Each takes its parsed arguments and returns
-//! the exit code; `main.rs` only dispatches here.
+//! The commands of the command line. Each takes its parsed arguments and returns the exit
+//! code; `main.rs` only dispatches here. One module per command or family of commands:
+//!
+//! - [`advise`]: `gpupilot advise`, the advisor's hints on recent telemetry and the live runs,
+//!   each with its evidence and the command that acts on it.
+//! - [`bench`]: `gpupilot bench gemm | memory | power-sweep | burn`, real load on the GPUs
+//!   through CUDA (`power-sweep` and `burn` also gpusim's, with `--source sim`); a load that
+//!   cannot run is one line and exit status 2.
+//! - [`bridge`]: `gpupilot bridge`, this node's daemon on stdin and stdout for `ssh NODE
+//!   gpupilot bridge` (what `attach --host NODE` runs).
+//! - [`cluster`]: `gpupilot cluster`, the cluster view through Prometheus.
+//! - [`completions`]: `gpupilot completions SHELL` (bash, zsh, fish) and the hidden
+//!   `complete-values KIND` they call.
+//! - [`console`]: the console's ways in: `gpupilot` (or `top`), `demo`, and the console side
+//!   of `run` and `attach`.
+//! - [`daemon`]: `gpupilot daemon` (a user's, or `--system`, root's for the node) and `daemon
+//!   stop`.
+//! - [`doctor`]: `gpupilot doctor`, is this node fit to train: driver, CUDA, PyTorch, GPUs'
+//!   health and gpupilot's own directories and daemon.
+//! - [`events`]: `gpupilot events`, the node's event log, in words or JSON lines, `--follow`.
+//! - [`export`]: `gpupilot export`, the GPU history or a run's trainer metrics as CSV, JSON
+//!   lines or Parquet.
+//! - `follow`: following a run's logs through the daemon, what `run`, `attach` and `logs -f`
+//!   (and `logs --rank`) share.
+//! - [`knobs`]: `gpupilot set RUN batch-size N | prefetch N`, a knob change on a live run.
+//! - [`man`]: `gpupilot man [DIR]`, manual pages from the command line's definitions.
+//! - [`power`]: `gpupilot power`, `power cap | reset | gpu-max`, and `clocks lock | reset`.
+//! - [`profile`]: `gpupilot profile check FILE`, a profile loaded as `run` loads it.
+//! - [`ranks`]: `gpupilot ranks` (hidden), the process of a `launcher = "ranks"` run.
+//! - [`record`]: `gpupilot record` and `gpupilot replay FILE`.
+//! - [`report`]: `gpupilot report RUN`, a run's report (text, Markdown, HTML or JSON).
+//! - `run_gpu`: `run --gpu SPEC` (indices, UUIDs or one MIG instance) as the run's
+//!   `CUDA_VISIBLE_DEVICES`.
+//! - [`runs`]: `run`, `attach`, `ps`, `logs` and `stop`.
+//! - [`thermal`]: `gpupilot thermal`, `thermal target | off`, and `gpupilot budget`.
+//! - [`tune`]: `gpupilot tune energy RUN`, `tune status` and `tune stop`: the energy tuner's
+//!   search, a job of the daemon, started and watched.
 //!
 //! They are clients of the daemon ([`crate::client`]); `demo` of one of its own. The console,
 //! `run`, `attach` and the commands that change the GPUs start a daemon in the background when

@@ -20,9 +20,14 @@
 //!   go, for render and for clicks; [`dialog`]: small modal dialogs and the number step the
 //!   power-cap and knob dialogs share.
 //! - [`views`]: each view's own state and its drawing, from that state and a narrow context
-//!   (the data, the theme, the keymap). They change nothing; no I/O, no locks.
+//!   (the data, the theme, the keymap); drawing changes nothing. A view's key handling (the
+//!   Run view's and the Events list's `apply`, the knob and power-cap dialogs' `open` and
+//!   `apply`) changes its own state and, through `&mut Data`, only the footer's message
+//!   ([`data::Data::set_status`]), and returns the request for the feed, if any; `App::apply`
+//!   alone calls it. No I/O, no locks.
 //! - [`app`]: the state (`App`, holding each view's own state) and `App::apply`, the only place
-//!   it changes (with `app/advisor.rs` and `app/tuner.rs` for the advisor pane and the tuner).
+//!   it changes (with `app/advisor.rs` and `app/tuner.rs` for the advisor pane and the tuner,
+//!   and the views' key handling it calls).
 //! - [`ui`]: the frame, drawn from the App; [`screen`]: the terminal's frames, redrawing only
 //!   what changed; [`event_loop`]: input, updates and a tick on one tokio task; draws once per
 //!   burst of events, capped at 20 frames per second.
