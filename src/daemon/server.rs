@@ -29,10 +29,10 @@ use tokio::task::{JoinHandle, JoinSet};
 use tokio_util::sync::CancellationToken;
 
 use super::auth::{Access, Identity, Mode, Verdict, decide, group_entry};
+use super::base::RequestError;
 use super::events::Refusals;
 use super::relay;
-use super::requests::classify;
-use super::runs::trainers::Attach;
+use super::requests::{self, Hello, Sender, classify, trainer::Channel};
 use super::state::Daemon;
 use crate::ipc::Peer;
 use crate::protocol::{
@@ -231,8 +231,7 @@ async fn connection(
         tx,
         out,
         id: daemon.conn_id(),
-        trainer_of: None,
-        trainer_rank: None,
+        trainer: Channel::default(),
         greeted: false,
         dedicated: None,
         telemetry: None,
@@ -322,7 +321,7 @@ async fn connection(
         };
         // A trainer of another node's run (`via_node`): this connection becomes a relay to that
         // node's daemon until either side closes (see `relay`).
-        if conn.greeted && conn.trainer_of.is_none() {
+        if conn.greeted && !conn.trainer.attached() {
             if let Some(ask) = relay::Ask::of(&frame, &line, daemon.node()) {
                 match relay::open(&daemon, &conn.mode, ask, &shutdown).await {
                     Ok(relay) => {
@@ -608,10 +607,8 @@ struct Conn {
     tx: mpsc::Sender<String>,
     /// This connection's number (for the trainer channel).
     id: u64,
-    /// The run this connection is the trainer of, after `trainer_attach`.
-    trainer_of: Option<String>,
-    /// Which rank of that run, where the trainer said.
-    trainer_rank: Option<u32>,
+    /// Its trainer side: the run (and rank) it speaks for, after `trainer_attach`.
+    trainer: Channel,
     greeted: bool,
     /// Subscribed as a dedicated telemetry subscriber (with `delta` or not): the connection
     /// goes to [`Direct`] once its answer is written.
@@ -715,7 +712,9 @@ impl Conn {
         }
     }
 
-    /// Answer one frame; false closes the connection.
+    /// Answer one frame; false closes the connection. Each request goes to its family
+    /// (`requests`): the connection's own here, a trainer's to its channel, a client's to
+    /// [`Daemon::answer`] (in `requests`).
     async fn handle(&mut self, frame: ClientFrame) -> bool {
         let id = frame.id;
         if self.greeted {
@@ -725,200 +724,30 @@ impl Conn {
                 return true;
             }
         }
-        match frame.request {
-            Request::Hello { version, client } => {
-                if self.greeted {
-                    self.send(error(
-                        Some(id),
-                        ErrorCode::BadRequest,
-                        "hello was already said",
-                    ))
-                    .await;
-                    return true;
-                }
-                if version != protocol::VERSION {
-                    let release = env!("CARGO_PKG_VERSION");
-                    let message = format!(
-                        "protocol version mismatch: this daemon (gpupilot {release}, pid {}) speaks version {}, the client ({client}) {version}; \
-                         use one gpupilot release for both: after an upgrade, restart the daemon (it leaves runs running); \
-                         a Python SDK must come from the daemon's release ({release})",
-                        self.daemon.pid(),
-                        protocol::VERSION,
-                    );
-                    tracing::warn!("{}: {message}", self.peer.describe());
-                    self.send(error(Some(id), ErrorCode::VersionMismatch, message))
-                        .await;
-                    return false;
-                }
-                tracing::debug!("{} connected ({client})", self.peer.describe());
-                self.greeted = true;
-                self.send(reply(
-                    id,
-                    Response::Welcome {
-                        version: protocol::VERSION,
-                        daemon_pid: self.daemon.pid(),
-                        node: self.daemon.node().to_string(),
-                        readonly: self.daemon.readonly(),
-                    },
-                ))
-                .await;
-                true
-            }
+        let request = frame.request;
+        match classify(&request).sender {
+            Sender::Connection => self.connection_request(id, request).await,
             _ if !self.greeted => {
                 self.no_hello(id).await;
                 false
             }
-            Request::TrainerAttach {
-                run,
-                pid,
-                knobs,
-                ranges,
-                rank,
-                software,
-            } => {
-                if self.trainer_of.is_some() {
-                    self.send(error(
-                        Some(id),
-                        ErrorCode::BadRequest,
-                        "this connection is already a trainer; open another to attach again",
-                    ))
+            Sender::Trainer => {
+                let (response, pushes) = self
+                    .trainer
+                    .answer(&self.daemon, self.id, &self.tx, request)
                     .await;
-                    return true;
-                }
-                let daemon = Arc::clone(&self.daemon);
-                let (conn, tx) = (self.id, self.tx.clone());
-                let answer = tokio::task::spawn_blocking(move || {
-                    let ask = Attach {
-                        run,
-                        pid,
-                        rank,
-                        knobs,
-                        ranges,
-                        software,
-                    };
-                    daemon.trainer_attach(conn, tx, ask)
-                })
-                .await;
-                match answer {
-                    Ok(Ok((run, rank, response, pushes))) => {
-                        self.trainer_of = Some(run);
-                        self.trainer_rank = rank;
-                        self.send(reply(id, response)).await;
-                        for line in pushes {
-                            self.send(line).await;
-                        }
-                    }
-                    Ok(Err(e)) => self.send(reply(id, e.into_response())).await,
-                    Err(e) => {
-                        tracing::error!("answering trainer_attach: {e}");
-                        self.send(error(
-                            Some(id),
-                            ErrorCode::Internal,
-                            "the daemon failed answering trainer_attach; see its log",
-                        ))
-                        .await;
-                    }
+                self.send(reply(id, response)).await;
+                for line in pushes {
+                    self.send(line).await;
                 }
                 true
             }
-            Request::Metrics(_)
-            | Request::KnobAck { .. }
-            | Request::KnobVote { .. }
-            | Request::TrainerError { .. }
-                if self.trainer_of.is_none() =>
-            {
-                self.send(error(
-                    Some(id),
-                    ErrorCode::BadState,
-                    "attach first: send trainer_attach with the run's id (GPUPILOT_RUN_ID)",
-                ))
-                .await;
-                true
-            }
-            // Small and frequent: answered here, without a hop to the blocking pool, so that
-            // a knob's round trip stays short.
-            Request::Metrics(report) => {
-                let run = self.trainer_of.as_deref().expect("checked above");
-                let response = self.daemon.trainer_metrics(run, self.trainer_rank, report);
-                self.send(reply(id, response)).await;
-                true
-            }
-            Request::KnobAck {
-                seq,
-                applied,
-                reason,
-                step,
-            } => {
-                let run = self.trainer_of.as_deref().expect("checked above");
-                let rank = self.trainer_rank;
-                let response = self.daemon.knob_ack(run, rank, seq, applied, reason, step);
-                self.send(reply(id, response)).await;
-                true
-            }
-            Request::KnobVote {
-                seq,
-                ready,
-                reason,
-                step,
-            } => {
-                let run = self.trainer_of.as_deref().expect("checked above");
-                let rank = self.trainer_rank;
-                let response = self.daemon.knob_vote(run, rank, seq, ready, reason, step);
-                self.send(reply(id, response)).await;
-                true
-            }
-            Request::TrainerError {
-                kind,
-                message,
-                batch_size: _,
-            } => {
-                let run = self.trainer_of.clone().expect("checked above");
-                let response = self.daemon.trainer_error(&run, kind, message);
-                self.send(reply(id, response)).await;
-                true
-            }
-            Request::Subscribe {
-                telemetry,
-                events,
-                delta,
-                dedicated,
-            } => {
-                if dedicated && (!telemetry || events) {
-                    self.send(error(
-                        Some(id),
-                        ErrorCode::BadRequest,
-                        "`dedicated` is for a connection subscribed to telemetry alone \
-                         (`\"telemetry\":true`, no `events`)",
-                    ))
-                    .await;
-                    return true;
-                }
-                // Handed over only where snapshots come, and nothing else is pushed here; else
-                // served as any subscription (the connection is read on).
-                if dedicated
-                    && self.daemon.samples()
-                    && self.telemetry.is_none()
-                    && self.events.is_none()
-                    && self.trainer_of.is_none()
-                {
-                    self.dedicated = Some(delta);
-                    self.send(reply(id, Response::Subscribed { telemetry, events }))
-                        .await;
-                    return true;
-                }
-                self.subscribe(telemetry, events, delta);
-                self.send(reply(id, Response::Subscribed { telemetry, events }))
-                    .await;
-                true
-            }
-            // Memory only (the history lock is held just for a snapshot's appends): answered
-            // here, without a hop to the blocking pool and back.
-            request @ Request::History { .. } => {
+            Sender::Client if requests::answered_inline(&request) => {
                 let response = self.daemon.answer(&self.peer, request);
                 self.send(reply(id, response)).await;
                 true
             }
-            request => {
+            Sender::Client => {
                 let daemon = Arc::clone(&self.daemon);
                 let peer = self.peer.clone();
                 let kind = request.kind();
@@ -932,6 +761,68 @@ impl Conn {
                     }
                 });
                 self.send(reply(id, response)).await;
+                true
+            }
+        }
+    }
+
+    /// `hello` and `subscribe` (checked and worded in `requests::connection`); false closes
+    /// the connection.
+    async fn connection_request(&mut self, id: u64, request: Request) -> bool {
+        match request {
+            Request::Hello { version, client } => {
+                match requests::hello(&self.daemon, self.greeted, version, &client) {
+                    Hello::Welcome(welcome) => {
+                        tracing::debug!("{} connected ({client})", self.peer.describe());
+                        self.greeted = true;
+                        self.send(reply(id, *welcome)).await;
+                        true
+                    }
+                    Hello::Refused { error, close } => {
+                        if close {
+                            tracing::warn!("{}: {}", self.peer.describe(), error.message);
+                        }
+                        self.send(reply(id, error.into_response())).await;
+                        !close
+                    }
+                }
+            }
+            _ if !self.greeted => {
+                self.no_hello(id).await;
+                false
+            }
+            Request::Subscribe {
+                telemetry,
+                events,
+                delta,
+                dedicated,
+            } => {
+                if let Err(e) = requests::subscribe_check(telemetry, events, dedicated) {
+                    self.send(reply(id, e.into_response())).await;
+                    return true;
+                }
+                // Handed over only where snapshots come, and nothing else is pushed here; else
+                // served as any subscription (the connection is read on).
+                if dedicated
+                    && self.daemon.samples()
+                    && self.telemetry.is_none()
+                    && self.events.is_none()
+                    && !self.trainer.attached()
+                {
+                    self.dedicated = Some(delta);
+                } else {
+                    self.subscribe(telemetry, events, delta);
+                }
+                self.send(reply(id, Response::Subscribed { telemetry, events }))
+                    .await;
+                true
+            }
+            other => {
+                let e = RequestError::new(
+                    ErrorCode::Internal,
+                    format!("{} is not the connection's request", other.kind()),
+                );
+                self.send(reply(id, e.into_response())).await;
                 true
             }
         }
@@ -995,9 +886,7 @@ impl Conn {
     }
 
     fn close(&mut self) {
-        if self.trainer_of.take().is_some() {
-            self.daemon.trainer_detached(self.id);
-        }
+        self.trainer.close(&self.daemon, self.id);
         for t in [self.telemetry.take(), self.events.take()]
             .into_iter()
             .flatten()

@@ -4,10 +4,9 @@
 //! channels) and [`Control`] (GPU settings, the control loops, the runs' power caps).
 //!
 //! What crosses parts is done here: a snapshot goes into history, then through the control
-//! loops (which read the runs), then out to subscribers; a run's start sets its power cap, then
-//! starts it; [`Daemon::answer`] sends each request to its part. Everything here is synchronous
-//! and takes the caller's identity ([`Peer`]) explicitly, so tests drive it without a socket;
-//! the server calls it from blocking tasks.
+//! loops (which read the runs), then out to subscribers. Requests are answered by their
+//! families (`super::requests`), which reach the parts through the fields here. Everything here
+//! is synchronous, so tests drive it without a socket.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -16,56 +15,41 @@ use std::time::{Instant, SystemTime};
 
 use tokio::sync::watch;
 
-use super::base::RequestError;
 use super::control::Control;
 use super::events::NodeLog;
-use super::requests::classify;
 use super::runs::Runs;
-use super::runs::ops::recheck;
-use super::runs::trainers::Attach;
 use super::telemetry::Telemetry;
 use super::tune::Tuning;
 use super::{DaemonError, io_err};
 use crate::config::Paths;
 use crate::control::status::ControlStatus;
-use crate::ipc::Peer;
-use crate::profile::Profile;
-use crate::protocol::{
-    self, DaemonInfo, ErrorCode, NodeEvent, Request, Response, RunCounts, StatusReply,
-    TelemetryInfo,
-};
-use crate::supervisor::{Caller, KnobValues, LaunchOptions};
+use crate::protocol::{self, NodeEvent, TelemetryInfo};
 use crate::telemetry::Snapshot;
-use crate::time::rfc3339;
-use crate::training::{MetricsReport, TrainerInfo};
-
-const READONLY: &str = "this daemon is read-only (started with --readonly): it does not start, \
-                        stop or signal runs, or change GPU settings; restart it without \
-                        --readonly to allow changes";
+use crate::training::TrainerInfo;
 
 /// The daemon's state, shared by every task. See the module doc.
 pub struct Daemon {
-    paths: Paths,
-    socket: PathBuf,
-    readonly: bool,
-    pid: u32,
-    uid: u32,
-    node: String,
-    started_at: SystemTime,
-    started: Instant,
+    pub(super) paths: Paths,
+    pub(super) socket: PathBuf,
+    pub(super) readonly: bool,
+    pub(super) pid: u32,
+    pub(super) uid: u32,
+    pub(super) node: String,
+    pub(super) started_at: SystemTime,
+    pub(super) started: Instant,
     /// The runs and their trainer channels (see `runs`, where their locks' order is).
-    runs: Runs,
+    pub(super) runs: Runs,
     /// The newest snapshot, the history and the source (see `telemetry`).
-    telemetry: Telemetry,
+    pub(super) telemetry: Telemetry,
     /// The node's event log, which the parts record to as well.
-    events: Arc<NodeLog>,
-    clients: AtomicUsize,
-    next_conn: std::sync::atomic::AtomicU64,
+    pub(super) events: Arc<NodeLog>,
+    pub(super) clients: AtomicUsize,
+    pub(super) next_conn: std::sync::atomic::AtomicU64,
     /// The GPU settings, the control loops and the runs' caps (see `control`, where their
     /// locks' order is).
-    control: Control,
+    pub(super) control: Control,
     /// The energy-tuning jobs (see `tune`).
-    tuning: Tuning,
+    pub(super) tuning: Tuning,
 }
 
 impl Daemon {
@@ -174,7 +158,6 @@ impl Daemon {
     }
 
     /// Clients connected now (as `status` says).
-    #[cfg(test)]
     pub fn clients(&self) -> usize {
         self.clients.load(Ordering::Relaxed)
     }
@@ -229,58 +212,6 @@ impl Daemon {
         });
     }
 
-    /// `trainer_attach` on connection `conn` (see `runs::trainers`): the run's id, the rank
-    /// the trainer said it is, the answer, and the knob pushes to send after it.
-    pub fn trainer_attach(
-        &self,
-        conn: u64,
-        tx: tokio::sync::mpsc::Sender<String>,
-        ask: Attach,
-    ) -> Result<(String, Option<u32>, Response, Vec<String>), RequestError> {
-        self.runs.trainer_attach(conn, tx, ask)
-    }
-
-    /// The trainer connection `conn` closed.
-    pub fn trainer_detached(&self, conn: u64) {
-        self.runs.trainer_detached(conn)
-    }
-
-    /// A metrics report from `run`'s trainer.
-    pub fn trainer_metrics(&self, run: &str, rank: Option<u32>, report: MetricsReport) -> Response {
-        self.runs.trainer_metrics(run, rank, report)
-    }
-
-    /// `knob_ack` from `run`'s trainer (rank `rank` of a run of several).
-    pub fn knob_ack(
-        &self,
-        run: &str,
-        rank: Option<u32>,
-        seq: u64,
-        applied: bool,
-        reason: Option<String>,
-        step: Option<u64>,
-    ) -> Response {
-        self.runs.knob_ack(run, rank, seq, applied, reason, step)
-    }
-
-    /// `knob_vote` from rank `rank` of `run`.
-    pub fn knob_vote(
-        &self,
-        run: &str,
-        rank: Option<u32>,
-        seq: u64,
-        ready: bool,
-        reason: Option<String>,
-        step: Option<u64>,
-    ) -> Response {
-        self.runs.knob_vote(run, rank, seq, ready, reason, step)
-    }
-
-    /// `trainer_error` from `run`'s trainer.
-    pub fn trainer_error(&self, run: &str, kind: String, message: Option<String>) -> Response {
-        self.runs.trainer_error(run, kind, message)
-    }
-
     /// Every live run with its trainer side (the `/metrics` exporter reads it).
     pub(super) fn live_trainers(&self) -> Vec<(protocol::RunInfo, TrainerInfo)> {
         self.runs.live_trainers()
@@ -329,198 +260,6 @@ impl Daemon {
     pub fn control_stopping(&self) {
         self.control.settings_stopping()
     }
-
-    /// Answer one request from `peer` (every request but `hello` and `subscribe`, which belong
-    /// to the connection). Blocking: call it off the async workers.
-    pub fn answer(&self, peer: &Peer, request: Request) -> Response {
-        if classify(&request).changes && self.readonly {
-            return RequestError::new(ErrorCode::Readonly, READONLY).into_response();
-        }
-        let result = match request {
-            Request::Status {} => Ok(Response::Status(Box::new(self.status()))),
-            Request::History {
-                gpu,
-                metric,
-                from,
-                to,
-                max_points,
-            } => {
-                let max = max_points.min(protocol::MAX_HISTORY_POINTS) as usize;
-                let points = self.telemetry.window(gpu as usize, metric, from, to, max);
-                Ok(Response::History {
-                    gpu,
-                    metric,
-                    points,
-                })
-            }
-            Request::Runs { run: None, live } => Ok(Response::Runs {
-                runs: if live {
-                    self.runs.list_live()
-                } else {
-                    self.runs.list()
-                },
-            }),
-            Request::Runs {
-                run: Some(spec), ..
-            } => self
-                .runs
-                .info(&spec)
-                .map(|info| Response::Runs { runs: vec![info] }),
-            Request::RunStart {
-                profile,
-                caller,
-                knobs,
-                why,
-            } => self
-                .start_run(peer, &profile, &caller, knobs, why)
-                .map(|run| Response::RunStarted { run }),
-            Request::RunStop {
-                run,
-                kill,
-                grace_s,
-                why,
-            } => self
-                .runs
-                .stop_run(peer, &run, kill, grace_s, why)
-                .map(|run| Response::RunChanged { run }),
-            Request::RunSignal { run, signal, why } => self
-                .runs
-                .signal_run(peer, &run, signal, why)
-                .map(|run| Response::RunChanged { run }),
-            Request::Logs {
-                run,
-                stream,
-                offset,
-                max_bytes,
-            } => self.runs.logs(&run, stream, offset, max_bytes),
-            Request::Events { since, max } => {
-                let max = max
-                    .unwrap_or(protocol::MAX_EVENTS)
-                    .min(protocol::MAX_EVENTS);
-                let (events, next) = self.events.since(since, max as usize);
-                Ok(Response::Events { events, next })
-            }
-            Request::RunEvents { run, since, max } => self.runs.run_events(&run, since, max),
-            r @ (Request::Power {}
-            | Request::PowerCap { .. }
-            | Request::PowerReset { .. }
-            | Request::ClocksLock { .. }
-            | Request::ClocksReset { .. }
-            | Request::GpuMaxTemp { .. }
-            | Request::GpuMaxTempReset { .. }) => self.control.answer_settings(peer, r),
-            Request::KnobSet {
-                run,
-                knob,
-                value,
-                restart,
-                why,
-            } => self.runs.knob_set(peer, &run, knob, value, restart, why),
-            Request::RunMetrics { run, since, max } => self.runs.run_metrics(&run, since, max),
-            Request::TrainerAttach { .. }
-            | Request::Metrics(_)
-            | Request::KnobAck { .. }
-            | Request::KnobVote { .. }
-            | Request::TrainerError { .. } => Err(RequestError::new(
-                ErrorCode::BadRequest,
-                "trainer requests belong to a trainer's connection",
-            )),
-            r @ (Request::Thermal {}
-            | Request::ThermalSet { .. }
-            | Request::ThermalOff { .. }
-            | Request::PowerBudget { .. }) => self.control.answer_thermal(peer, r, &self.telemetry),
-            Request::TuneStart { run, settings } => self
-                .tuning
-                .start(&run, settings)
-                .map(|job| Response::TuneJobs { jobs: vec![job] }),
-            Request::TuneStatus { job } => self
-                .tuning
-                .status(job.as_deref())
-                .map(|jobs| Response::TuneJobs { jobs }),
-            Request::TuneStop { job } => self
-                .tuning
-                .stop(&job)
-                .map(|job| Response::TuneJobs { jobs: vec![job] }),
-            Request::Hello { .. } | Request::Subscribe { .. } => Err(RequestError::new(
-                ErrorCode::BadRequest,
-                "hello and subscribe belong to a connection",
-            )),
-        };
-        result.unwrap_or_else(RequestError::into_response)
-    }
-
-    /// `run_start`: the run's power cap (`control::run_power`) set before its process starts,
-    /// then the run started and in the table.
-    fn start_run(
-        &self,
-        peer: &Peer,
-        profile: &Profile,
-        caller: &Caller,
-        knobs: KnobValues,
-        why: Option<String>,
-    ) -> Result<protocol::RunInfo, RequestError> {
-        let profile = recheck(profile)?;
-        // `[power] cap_w`: checked and set before the process starts (see `run_power`).
-        let cap = self.control.run_cap_before_start(&profile, caller)?;
-        // Started without the table locked: spawning waits (briefly) for the new session. Its
-        // trainer may attach before the run is in the table: `launching` tells it to wait.
-        let launching = self.runs.launching();
-        let options = LaunchOptions {
-            socket: Some(self.socket().to_path_buf()),
-            node: Some(self.node().to_string()),
-            knobs,
-            // Each attempt under a monitor (this binary): its exit status survives us.
-            monitor: crate::supervisor::launch::monitor_program(),
-        };
-        let run = match self.runs.spawn(&profile, caller, &options) {
-            Ok(run) => run,
-            Err(e) => {
-                self.control.run_cap_undo(cap);
-                return Err(e.into());
-            }
-        };
-        self.control.run_cap_started(&run, cap);
-        self.record_environment(&run);
-        Ok(self.runs.started(run, launching, peer, why))
-    }
-
-    /// `environment.json` into a new run's directory (host, driver, CUDA, GPU models, the
-    /// daemon's version) for its report; a failure is logged, never fatal.
-    fn record_environment(&self, run: &crate::supervisor::Run) {
-        let dir = run.dir();
-        let gpus = crate::report::model::run_gpus(dir, None);
-        let snap = self.telemetry.newest();
-        let env = crate::report::Environment::from_snapshot(
-            snap.as_deref(),
-            gpus.as_deref(),
-            std::time::SystemTime::now(),
-        );
-        if let Err(e) = crate::report::environment::write(dir.path(), &env) {
-            tracing::warn!("run {}: environment not recorded: {e}", run.id());
-        }
-    }
-
-    fn status(&self) -> StatusReply {
-        let (live, total) = self.runs.counts();
-        StatusReply {
-            daemon: DaemonInfo {
-                pid: self.pid,
-                version: env!("CARGO_PKG_VERSION").into(),
-                protocol: protocol::VERSION,
-                node: self.node.clone(),
-                started_at: rfc3339(self.started_at),
-                uptime_s: self.started.elapsed().as_secs_f64(),
-                readonly: self.readonly,
-                uid: self.uid,
-                state_dir: self.paths.state.clone(),
-                socket: self.socket.clone(),
-                clients: self.clients.load(Ordering::Relaxed),
-            },
-            telemetry: self.telemetry.info().clone(),
-            snapshot: self.telemetry.newest().as_deref().cloned(),
-            runs: RunCounts { live, total },
-            control: Some(self.control.status()),
-        }
-    }
 }
 
 /// The node's name: `GPUPILOT_NODE_NAME` where set (tests stand two daemons of one machine for
@@ -538,197 +277,4 @@ fn hostname() -> String {
         })
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| "localhost".into())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::profile::Profile;
-    use crate::protocol::{LogStream, RunSignal};
-    use crate::supervisor::Caller;
-    use std::time::Duration;
-
-    fn daemon(dir: &std::path::Path, readonly: bool) -> Daemon {
-        let paths = Paths {
-            config: dir.join("config"),
-            state: dir.join("state"),
-            runtime: dir.join("run"),
-        };
-        std::fs::create_dir_all(&paths.state).unwrap();
-        let socket = paths.runtime.join("daemon.sock");
-        Daemon::new(
-            paths,
-            socket,
-            readonly,
-            1.0,
-            None,
-            None,
-            Some("none here".into()),
-        )
-        .unwrap()
-    }
-
-    fn me() -> Peer {
-        Peer {
-            uid: rustix::process::getuid().as_raw(),
-            gid: 0,
-            pid: Some(std::process::id()),
-        }
-    }
-
-    fn start(d: &Daemon, profile: Profile) -> Response {
-        let mut caller = Caller::current().unwrap();
-        caller.cwd = std::env::temp_dir();
-        d.answer(
-            &me(),
-            Request::RunStart {
-                profile: Box::new(profile),
-                caller,
-                knobs: Default::default(),
-                why: Some("unit test".into()),
-            },
-        )
-    }
-
-    fn code(r: &Response) -> Option<ErrorCode> {
-        match r {
-            Response::Error { code, .. } => Some(*code),
-            _ => None,
-        }
-    }
-
-    #[test]
-    fn a_trainer_that_attaches_before_its_run_joins_the_table_waits_for_it() {
-        let tmp = tempfile::tempdir().unwrap();
-        let d = Arc::new(daemon(tmp.path(), false));
-        // Nothing being started: a run nobody knows is refused at once.
-        let t = Instant::now();
-        let e = d.runs.resolve_starting("late").map(|_| ()).unwrap_err();
-        assert_eq!(e.code, ErrorCode::UnknownRun);
-        assert!(t.elapsed() < Duration::from_secs(1));
-
-        // A run being started (its process spawned, not yet in the table): the lookup waits
-        // for it to join, then finds it.
-        let launching = d.runs.launching();
-        let waiter = {
-            let d = Arc::clone(&d);
-            std::thread::spawn(move || d.runs.resolve_starting("late").map(|(_, id)| id))
-        };
-        std::thread::sleep(Duration::from_millis(200));
-        assert!(!waiter.is_finished(), "it did not wait");
-        let mut late = Profile::from_command(vec!["true".into()]);
-        late.name = "late".into();
-        let Response::RunStarted { run: info } = start(&d, late) else {
-            panic!("not started")
-        };
-        assert_eq!(waiter.join().unwrap().unwrap(), info.id);
-        drop(launching);
-    }
-
-    #[test]
-    fn readonly_refuses_changes_but_answers_questions() {
-        let tmp = tempfile::tempdir().unwrap();
-        let d = daemon(tmp.path(), true);
-        let r = start(&d, Profile::from_command(vec!["true".into()]));
-        assert_eq!(code(&r), Some(ErrorCode::Readonly));
-        let r = d.answer(
-            &me(),
-            Request::RunSignal {
-                run: "last".into(),
-                signal: RunSignal::Pause,
-                why: None,
-            },
-        );
-        assert_eq!(code(&r), Some(ErrorCode::Readonly));
-        assert_eq!(
-            d.answer(
-                &me(),
-                Request::Runs {
-                    run: None,
-                    live: false
-                }
-            ),
-            Response::Runs { runs: vec![] }
-        );
-        let Response::Status(s) = d.answer(&me(), Request::Status {}) else {
-            panic!("no status")
-        };
-        assert!(s.daemon.readonly && s.snapshot.is_none());
-        assert_eq!(s.telemetry.error.as_deref(), Some("none here"));
-    }
-
-    #[test]
-    fn a_profile_from_the_socket_is_checked_again() {
-        let tmp = tempfile::tempdir().unwrap();
-        let d = daemon(tmp.path(), false);
-        let mut p = Profile::from_command(vec!["true".into()]);
-        p.name = "../escape".into();
-        let r = start(&d, p);
-        assert_eq!(code(&r), Some(ErrorCode::BadRequest), "{r:?}");
-        assert!(!tmp.path().join("state/escape").exists());
-        let r = start(
-            &d,
-            Profile::from_command(vec!["no-such-program-xyz".into()]),
-        );
-        assert_eq!(code(&r), Some(ErrorCode::LaunchFailed), "{r:?}");
-    }
-
-    #[test]
-    fn a_run_start_to_end_without_a_socket() {
-        let tmp = tempfile::tempdir().unwrap();
-        let d = daemon(tmp.path(), false);
-        let r = start(
-            &d,
-            Profile::from_command(vec!["sh".into(), "-c".into(), "echo hi".into()]),
-        );
-        let Response::RunStarted { run } = r else {
-            panic!("{r:?}")
-        };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !d.runs.table().get(&run.id).unwrap().run.is_finished() {
-            assert!(Instant::now() < deadline, "the run did not end");
-            d.poll_runs();
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let logs = d.answer(
-            &me(),
-            Request::Logs {
-                run: "last".into(),
-                stream: LogStream::Stdout,
-                offset: 0,
-                max_bytes: None,
-            },
-        );
-        let Response::Logs { data, finished, .. } = logs else {
-            panic!("{logs:?}")
-        };
-        assert_eq!((data.as_str(), finished), ("hi\n", true));
-        let Response::Events { events, .. } = d.answer(
-            &me(),
-            Request::Events {
-                since: 0,
-                max: None,
-            },
-        ) else {
-            panic!("no events")
-        };
-        let kinds: Vec<String> = events
-            .iter()
-            .map(|e| serde_json::to_value(e).unwrap()["event"].to_string())
-            .collect();
-        assert_eq!(
-            kinds,
-            ["\"daemon_started\"", "\"run_started\"", "\"run_status\""]
-        );
-        let r = d.answer(
-            &me(),
-            Request::RunStop {
-                run: run.id.clone(),
-                kill: false,
-                grace_s: None,
-                why: None,
-            },
-        );
-        assert_eq!(code(&r), Some(ErrorCode::BadState), "an ended run");
-    }
 }

@@ -14,11 +14,8 @@ use super::{Control, Controller};
 use crate::control::ControlError;
 use crate::control::power::{check_clocks, check_gpu_max, check_power, watts};
 use crate::daemon::base::{RequestError, lock};
-use crate::ipc::Peer;
 use crate::protocol::bounds;
-use crate::protocol::{
-    ErrorCode, GpuChange, GpuSettings, NodeEvent, Request, Response, TargetGpus,
-};
+use crate::protocol::{ErrorCode, GpuChange, GpuSettings, NodeEvent, Response, TargetGpus};
 
 const POWER: &str = "power_limit";
 const CLOCKS: &str = "locked_clocks";
@@ -101,31 +98,34 @@ impl Control {
         })
     }
 
-    /// Answer one of the GPU-settings requests.
-    pub(in crate::daemon) fn answer_settings(
+    /// `power_reset`: the recorded power limits back on the GPUs `sel` names.
+    pub(in crate::daemon) fn power_reset(
         &self,
-        peer: &Peer,
-        request: Request,
+        by: &str,
+        sel: &TargetGpus,
+        why: Option<String>,
     ) -> Result<Response, RequestError> {
-        let by = peer.describe();
-        match request {
-            Request::Power {} => self.power_settings(),
-            Request::PowerCap { gpus, watts, why } => self.power_cap(&by, &gpus, watts, why),
-            Request::PowerReset { gpus, why } => self.restore(&by, &gpus, &[POWER], why),
-            Request::ClocksLock {
-                gpus,
-                min_mhz,
-                max_mhz,
-                why,
-            } => self.clocks_lock(&by, &gpus, min_mhz, max_mhz, why),
-            Request::ClocksReset { gpus, why } => self.restore(&by, &gpus, &[CLOCKS], why),
-            Request::GpuMaxTemp { gpus, celsius, why } => self.gpu_max(&by, &gpus, celsius, why),
-            Request::GpuMaxTempReset { gpus, why } => self.restore(&by, &gpus, &[GPU_MAX], why),
-            other => Err(RequestError::new(
-                ErrorCode::BadRequest,
-                format!("{} is not a GPU-settings request", other.kind()),
-            )),
-        }
+        self.restore(by, sel, &[POWER], why)
+    }
+
+    /// `clocks_reset`: the recorded clock locks (or none) back on the GPUs `sel` names.
+    pub(in crate::daemon) fn clocks_reset(
+        &self,
+        by: &str,
+        sel: &TargetGpus,
+        why: Option<String>,
+    ) -> Result<Response, RequestError> {
+        self.restore(by, sel, &[CLOCKS], why)
+    }
+
+    /// `gpu_max_temp_reset`: the recorded target temperatures back on the GPUs `sel` names.
+    pub(in crate::daemon) fn gpu_max_reset(
+        &self,
+        by: &str,
+        sel: &TargetGpus,
+        why: Option<String>,
+    ) -> Result<Response, RequestError> {
+        self.restore(by, sel, &[GPU_MAX], why)
     }
 
     /// The GPUs `sel` names, checked against the node.
@@ -174,7 +174,7 @@ impl Control {
         });
     }
 
-    fn power_settings(&self) -> Result<Response, RequestError> {
+    pub(in crate::daemon) fn power_settings(&self) -> Result<Response, RequestError> {
         let c = self.controller()?;
         let originals = lock(&c.originals);
         let mut gpus = Vec::new();
@@ -201,7 +201,7 @@ impl Control {
         })
     }
 
-    fn power_cap(
+    pub(in crate::daemon) fn power_cap(
         &self,
         by: &str,
         sel: &TargetGpus,
@@ -275,7 +275,7 @@ impl Control {
         })
     }
 
-    fn clocks_lock(
+    pub(in crate::daemon) fn clocks_lock(
         &self,
         by: &str,
         sel: &TargetGpus,
@@ -317,7 +317,7 @@ impl Control {
         })
     }
 
-    fn gpu_max(
+    pub(in crate::daemon) fn gpu_max(
         &self,
         by: &str,
         sel: &TargetGpus,

@@ -42,9 +42,8 @@ use crate::control::{ControlError, PowerControl, PowerLimits};
 use crate::daemon::base::{RequestError, lock};
 use crate::daemon::runs::Runs;
 use crate::daemon::telemetry::Telemetry;
-use crate::ipc::Peer;
 use crate::protocol::bounds;
-use crate::protocol::{ErrorCode, Request, Response, TargetGpus};
+use crate::protocol::{ErrorCode, Response, TargetGpus};
 use crate::telemetry::Snapshot;
 use crate::time::parse_rfc3339;
 
@@ -267,63 +266,71 @@ impl Control {
         })
     }
 
-    /// `thermal`, `thermal_set`, `thermal_off`, `power_budget` (GPUs named against the newest
-    /// snapshot in `telemetry`).
-    pub(in crate::daemon) fn answer_thermal(
+    /// `thermal_set`: the governor holds the GPUs `gpus` names (against the newest snapshot in
+    /// `telemetry`) under `target_c`, or `margin_c` below their slowdown temperature.
+    pub(in crate::daemon) fn thermal_set(
         &self,
-        peer: &Peer,
-        request: Request,
+        by: &str,
+        gpus: &TargetGpus,
+        target_c: Option<f64>,
+        margin_c: Option<f64>,
+        why: Option<String>,
         telemetry: &Telemetry,
     ) -> Result<Response, RequestError> {
-        // Who asked, for the loops' records: only a change needs it (a name from /etc/passwd
-        // and the process's from /proc), not the console's poll of `thermal`.
-        let by = || peer.describe();
-        let events = match request {
-            Request::Thermal {} => vec![],
-            Request::ThermalSet {
-                gpus,
-                target_c,
-                margin_c,
-                why,
-            } => {
-                let target = thermal_target(target_c, margin_c)?;
-                self.needs_control()?;
-                let list = self.gpu_list(&gpus, telemetry)?;
-                let why = why.unwrap_or_else(|| format!("hold {}", target.describe()));
-                let by = by();
-                self.with_loops(|i| i.node.thermal_on(&list, target, &by, &why))
-            }
-            Request::ThermalOff { gpus, why } => {
-                let list = self.gpu_list(&gpus, telemetry)?;
-                let why = why.unwrap_or_else(|| "turned off".into());
-                let by = by();
-                self.with_loops(|i| i.node.thermal_off(&list, &by, &why))
-            }
-            Request::PowerBudget { budget_w, why } => {
-                if let Some(w) = budget_w {
-                    bounds::BUDGET_W
-                        .check(w)
-                        .map_err(|m| RequestError::new(ErrorCode::BadRequest, m))?;
-                    self.needs_control()?;
-                }
-                let why = why.unwrap_or_else(|| match budget_w {
-                    Some(w) => format!("node budget {w:.0} W"),
-                    None => "budget cleared".into(),
-                });
-                let by = by();
-                vec![self.with_loops(|i| i.node.set_budget(budget_w, &by, &why))]
-            }
-            other => {
-                return Err(RequestError::new(
-                    ErrorCode::BadRequest,
-                    format!("{} is not a control-loop request", other.kind()),
-                ));
-            }
-        };
+        let target = thermal_target(target_c, margin_c)?;
+        self.needs_control()?;
+        let list = self.gpu_list(gpus, telemetry)?;
+        let why = why.unwrap_or_else(|| format!("hold {}", target.describe()));
+        let events = self.with_loops(|i| i.node.thermal_on(&list, target, by, &why));
+        Ok(self.loops_changed(events))
+    }
+
+    /// `thermal_off`: the governor lets go of the GPUs `gpus` names.
+    pub(in crate::daemon) fn thermal_off(
+        &self,
+        by: &str,
+        gpus: &TargetGpus,
+        why: Option<String>,
+        telemetry: &Telemetry,
+    ) -> Result<Response, RequestError> {
+        let list = self.gpu_list(gpus, telemetry)?;
+        let why = why.unwrap_or_else(|| "turned off".into());
+        let events = self.with_loops(|i| i.node.thermal_off(&list, by, &why));
+        Ok(self.loops_changed(events))
+    }
+
+    /// `power_budget`: the node's budget set (checked against its bounds) or cleared.
+    pub(in crate::daemon) fn power_budget(
+        &self,
+        by: &str,
+        budget_w: Option<f64>,
+        why: Option<String>,
+    ) -> Result<Response, RequestError> {
+        if let Some(w) = budget_w {
+            bounds::BUDGET_W
+                .check(w)
+                .map_err(|m| RequestError::new(ErrorCode::BadRequest, m))?;
+            self.needs_control()?;
+        }
+        let why = why.unwrap_or_else(|| match budget_w {
+            Some(w) => format!("node budget {w:.0} W"),
+            None => "budget cleared".into(),
+        });
+        let event = self.with_loops(|i| i.node.set_budget(budget_w, by, &why));
+        Ok(self.loops_changed([event]))
+    }
+
+    /// `thermal`, and what every change of the loops answers: the loops as they are now.
+    pub(in crate::daemon) fn loops_answer(&self) -> Response {
+        Response::Control(Box::new(self.status()))
+    }
+
+    /// A change's events into the node's log; the loops as they are now.
+    fn loops_changed(&self, events: impl IntoIterator<Item = ControlEvent>) -> Response {
         for e in events {
             self.events.record(e.into());
         }
-        Ok(Response::Control(Box::new(self.status())))
+        self.loops_answer()
     }
 
     fn needs_control(&self) -> Result<(), RequestError> {

@@ -1,21 +1,51 @@
-//! Every request the daemon knows, classified in one place: who sends it ([`Sender`]), who may
-//! make it ([`Access`], what the system daemon's policy in `auth` decides on), and whether it
-//! changes something (a daemon started with `--readonly` refuses those).
+//! Every request the daemon knows, in families, each a module with its requests'
+//! classification and their handler, as a command module of a small server does:
 //!
-//! Authorization (`auth`, and through it the server's per-request check), the read-only check
-//! ([`super::Daemon::answer`]) and the table of requests in docs/protocol.md ("Who sends what,
-//! who may, what changes") all read [`classify`]. Its match has no wildcard arm: a new request
-//! type does not compile until it is classified here, and a test below then fails until the
-//! docs' table has its row.
+//! - `connection`: `hello`, `subscribe` — what the connection itself is (the server keeps the
+//!   subscription's pushes; the checks and the welcome are here).
+//! - `node`: `status`, `history` — the daemon, its telemetry and every GPU's history.
+//! - `events`: `events` — the node's event log.
+//! - `runs`: `runs`, `run_start`, `run_stop`, `run_signal`, `logs`, `run_events`,
+//!   `run_metrics` — the supervised runs.
+//! - `trainer`: `knob_set` and the trainer channel (`trainer_attach`, `metrics`, `knob_ack`,
+//!   `knob_vote`, `trainer_error`) — what a run's trainer says, and the knobs changed through it.
+//! - `control`: power caps, clock locks, the target temperature, the thermal governor, the node
+//!   power budget.
+//! - `tuning`: `tune_start`, `tune_status`, `tune_stop` — energy-tuning jobs.
+//!
+//! A request's way: the server (`super::server`) reads a frame, checks who may make it
+//! ([`classify`], through `auth`), and hands it to its family: a connection request to the
+//! server's own code with `connection`'s checks, a trainer's to [`trainer::Channel`] (the
+//! connection's trainer side), any other to [`Daemon::answer`] (here), which refuses changes on a read-only
+//! daemon and calls the family's `answer`.
+//!
+//! [`family`] has no wildcard arm: a new request type does not compile until it has a family;
+//! the family's `class` then classifies it, and the tests below fail until it does and until
+//! the table in docs/protocol.md ("Who sends what, who may, what changes") has its row.
+//! Authorization, the read-only check and that table all read [`classify`].
+
+mod connection;
+mod control;
+mod events;
+mod node;
+mod runs;
+pub mod trainer;
+mod tuning;
 
 use super::auth::Access;
-use crate::protocol::Request;
+use super::base::RequestError;
+use super::state::Daemon;
+use crate::ipc::Peer;
+use crate::protocol::{ErrorCode, Request, Response};
+
+pub use connection::{Hello, hello, subscribe_check};
+pub use node::answered_inline;
 
 /// Who sends a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Sender {
     /// The connection itself (`hello`, `subscribe`): answered by the server, never by
-    /// [`super::Daemon::answer`].
+    /// [`Daemon::answer`].
     Connection,
     /// A client: the console, a command, a script.
     Client,
@@ -35,50 +65,122 @@ pub struct Class {
     pub changes: bool,
 }
 
-/// The class of `request`. See the module doc.
-pub fn classify(request: &Request) -> Class {
-    use Access::{GpuSettings, Runs, Watch};
-    use Sender::{Client, Connection, Trainer};
-    let (sender, access, changes) = match request {
-        Request::Hello { .. } => (Connection, Watch, false),
-        Request::Subscribe { .. } => (Connection, Watch, false),
-        Request::Status {} => (Client, Watch, false),
-        Request::History { .. } => (Client, Watch, false),
-        Request::Runs { .. } => (Client, Watch, false),
-        Request::Events { .. } => (Client, Watch, false),
-        Request::Power {} => (Client, Watch, false),
-        Request::Thermal {} => (Client, Watch, false),
-        Request::RunStart { .. } => (Client, Runs, true),
-        Request::RunStop { .. } => (Client, Runs, true),
-        Request::RunSignal { .. } => (Client, Runs, true),
-        Request::KnobSet { .. } => (Client, Runs, true),
-        Request::Logs { .. } => (Client, Runs, false),
-        Request::RunEvents { .. } => (Client, Runs, false),
-        Request::RunMetrics { .. } => (Client, Runs, false),
-        Request::PowerCap { .. } => (Client, GpuSettings, true),
-        Request::PowerReset { .. } => (Client, GpuSettings, true),
-        Request::ClocksLock { .. } => (Client, GpuSettings, true),
-        Request::ClocksReset { .. } => (Client, GpuSettings, true),
-        Request::GpuMaxTemp { .. } => (Client, GpuSettings, true),
-        Request::GpuMaxTempReset { .. } => (Client, GpuSettings, true),
-        Request::ThermalSet { .. } => (Client, GpuSettings, true),
-        Request::ThermalOff { .. } => (Client, GpuSettings, true),
-        Request::PowerBudget { .. } => (Client, GpuSettings, true),
-        Request::TuneStart { .. } => (Client, GpuSettings, true),
-        Request::TuneStatus { .. } => (Client, Watch, false),
-        Request::TuneStop { .. } => (Client, GpuSettings, true),
-        Request::TrainerAttach { .. } => (Trainer, Runs, false),
-        Request::Metrics(_) => (Trainer, Runs, false),
-        Request::KnobAck { .. } => (Trainer, Runs, false),
-        Request::KnobVote { .. } => (Trainer, Runs, false),
-        Request::TrainerError { .. } => (Trainer, Runs, false),
-    };
-    Class {
-        sender,
-        access,
-        changes,
+impl Class {
+    const fn new(sender: Sender, access: Access, changes: bool) -> Class {
+        Class {
+            sender,
+            access,
+            changes,
+        }
     }
 }
+
+/// The family a request belongs to: the module that classifies and answers it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    Connection,
+    Node,
+    Events,
+    Runs,
+    Trainer,
+    Control,
+    Tuning,
+}
+
+/// `request`'s family. No wildcard arm: see the module doc.
+pub fn family(request: &Request) -> Family {
+    use Family::*;
+    match request {
+        Request::Hello { .. } | Request::Subscribe { .. } => Connection,
+        Request::Status {} | Request::History { .. } => Node,
+        Request::Events { .. } => Events,
+        Request::Runs { .. }
+        | Request::RunStart { .. }
+        | Request::RunStop { .. }
+        | Request::RunSignal { .. }
+        | Request::Logs { .. }
+        | Request::RunEvents { .. }
+        | Request::RunMetrics { .. } => Runs,
+        Request::KnobSet { .. }
+        | Request::TrainerAttach { .. }
+        | Request::Metrics(_)
+        | Request::KnobAck { .. }
+        | Request::KnobVote { .. }
+        | Request::TrainerError { .. } => Trainer,
+        Request::Power {}
+        | Request::PowerCap { .. }
+        | Request::PowerReset { .. }
+        | Request::ClocksLock { .. }
+        | Request::ClocksReset { .. }
+        | Request::GpuMaxTemp { .. }
+        | Request::GpuMaxTempReset { .. }
+        | Request::Thermal {}
+        | Request::ThermalSet { .. }
+        | Request::ThermalOff { .. }
+        | Request::PowerBudget { .. } => Control,
+        Request::TuneStart { .. } | Request::TuneStatus { .. } | Request::TuneStop { .. } => Tuning,
+    }
+}
+
+/// What a request its family does not classify is taken for: the most guarded class (a
+/// client's change to GPU settings). The tests below keep every request classified by its
+/// family, so this is a fence, never an answer.
+const UNCLASSIFIED: Class = Class::new(Sender::Client, Access::GpuSettings, true);
+
+/// The class of `request`, from its family. See the module doc.
+pub fn classify(request: &Request) -> Class {
+    let class = match family(request) {
+        Family::Connection => connection::class(request),
+        Family::Node => node::class(request),
+        Family::Events => events::class(request),
+        Family::Runs => runs::class(request),
+        Family::Trainer => trainer::class(request),
+        Family::Control => control::class(request),
+        Family::Tuning => tuning::class(request),
+    };
+    class.unwrap_or(UNCLASSIFIED)
+}
+
+const READONLY: &str = "this daemon is read-only (started with --readonly): it does not start, \
+                        stop or signal runs, or change GPU settings; restart it without \
+                        --readonly to allow changes";
+
+impl Daemon {
+    /// Answer one request from `peer` (a client's: every request but the connection's and the
+    /// trainer channel's): refused on a read-only daemon if it changes something, else
+    /// answered by its family. Blocking: call it off the async workers. Tests call it without
+    /// a socket.
+    pub fn answer(&self, peer: &Peer, request: Request) -> Response {
+        if classify(&request).changes && self.readonly() {
+            return RequestError::new(ErrorCode::Readonly, READONLY).into_response();
+        }
+        let result = match family(&request) {
+            Family::Connection => Err(RequestError::new(
+                ErrorCode::BadRequest,
+                "hello and subscribe belong to a connection",
+            )),
+            Family::Node => node::answer(self, request),
+            Family::Events => events::answer(self, request),
+            Family::Runs => runs::answer(self, peer, request),
+            Family::Trainer => trainer::answer(self, peer, request),
+            Family::Control => control::answer(self, peer, request),
+            Family::Tuning => tuning::answer(self, request),
+        };
+        result.unwrap_or_else(RequestError::into_response)
+    }
+}
+
+/// The answer to a request handed to a family it is not of (never, while [`family`] and the
+/// dispatch agree; the tests below hold them so).
+fn not_of(family: &str, request: &Request) -> RequestError {
+    RequestError::new(
+        ErrorCode::Internal,
+        format!("{} is not a {family} request", request.kind()),
+    )
+}
+
+#[cfg(test)]
+mod answer_tests;
 
 #[cfg(test)]
 mod tests {
@@ -315,6 +417,28 @@ mod tests {
             })
             .collect();
         assert_eq!(docs, code, "docs/protocol.md's table against `classify`");
+    }
+
+    #[test]
+    fn each_request_is_classified_by_its_family_alone() {
+        type ClassOf = fn(&Request) -> Option<Class>;
+        let families: [(Family, ClassOf); 7] = [
+            (Family::Connection, connection::class),
+            (Family::Node, node::class),
+            (Family::Events, events::class),
+            (Family::Runs, runs::class),
+            (Family::Trainer, trainer::class),
+            (Family::Control, control::class),
+            (Family::Tuning, tuning::class),
+        ];
+        for r in one_of_each() {
+            let by: Vec<Family> = families
+                .iter()
+                .filter(|(_, class)| class(&r).is_some())
+                .map(|(f, _)| *f)
+                .collect();
+            assert_eq!(by, [family(&r)], "{} is classified by", r.kind());
+        }
     }
 
     #[test]
