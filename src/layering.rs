@@ -8,6 +8,8 @@
 //! comments and doc links). Parent ↔ child inside one module is not checked here.
 //!
 //! The layers, bottom to top, and why each sits where it does, are in docs/architecture.md.
+//! [`inner_violations`] checks a module's own children the same way (the console's in
+//! `tui/layers_tests.rs`, the daemon's in `daemon/layers_tests.rs`).
 
 use std::path::{Path, PathBuf};
 
@@ -184,6 +186,141 @@ fn violations(src: &Path) -> Vec<String> {
     bad
 }
 
+/// A module's own children in layers, checked as the crate's are (`src/tui`, `src/daemon`): a
+/// child of `parent` uses only the children of the layers below its own, through
+/// `crate::parent::…` or `super::…` paths. Parent ↔ child inside one child is not checked, nor
+/// are the parent's own items (its `mod.rs`). `dir`: the parent's folder. Each use that breaks
+/// the layers, and each child without a layer, as a line.
+pub fn inner_violations(dir: &Path, parent: &str, layers: &[&[&str]]) -> Vec<String> {
+    let layer_of = |child: &str| layers.iter().position(|l| l.contains(&child));
+    let mut files = Vec::new();
+    if let Err(e) = inner_sources(dir, &[], &mut files) {
+        return vec![format!("reading {}: {e}", dir.display())];
+    }
+    let mut bad = Vec::new();
+    for (module, text) in &files {
+        // The parent's mod.rs puts its children together.
+        let Some(top) = module.first() else { continue };
+        let Some(own) = layer_of(top) else {
+            bad.push(format!("{parent}::{top} has no layer"));
+            continue;
+        };
+        for used in inner_uses(parent, module, text) {
+            match layer_of(&used) {
+                Some(l) if l < own => {}
+                Some(l) => bad.push(format!(
+                    "{parent}::{} (layer {own}) uses {parent}::{used} (layer {l}): only lower layers",
+                    module.join("::")
+                )),
+                None => {}
+            }
+        }
+    }
+    // And every name in the layers is a child (so that a file moved away is noticed, and a
+    // folder read wrong fails rather than passes).
+    for name in layers.iter().flat_map(|l| l.iter()) {
+        if !files
+            .iter()
+            .any(|(m, _)| m.first().map(String::as_str) == Some(*name))
+        {
+            bad.push(format!(
+                "the layers name {parent}::{name}, which has no source"
+            ));
+        }
+    }
+    bad
+}
+
+/// The children of `parent` that the code of its module at `path` (its path inside `parent`,
+/// as `["views", "run", "band"]`) names, outside tests and comments.
+fn inner_uses(parent: &str, path: &[String], text: &str) -> Vec<String> {
+    let code = text.find("#[cfg(test)]").map_or(text, |i| &text[..i]);
+    let code: String = code
+        .lines()
+        .map(|l| l.find("//").map_or(l, |i| &l[..i]))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let starts_path = |at: usize| {
+        !code[..at]
+            .chars()
+            .next_back()
+            .is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
+    };
+    let prefix = format!("crate::{parent}::");
+    let mut out = Vec::new();
+    for (at, _) in code
+        .match_indices(prefix.as_str())
+        .filter(|(at, _)| starts_path(*at))
+    {
+        out.extend(heads(&code[at + prefix.len()..]));
+    }
+    for (at, _) in code
+        .match_indices("super::")
+        .filter(|(at, _)| starts_path(*at))
+    {
+        // One module up per `super`: what follows names a child of `parent` once the climb
+        // reaches `parent` itself.
+        let mut rest = &code[at..];
+        let mut depth = path.len();
+        while let Some(r) = rest.strip_prefix("super::") {
+            rest = r;
+            depth = depth.saturating_sub(1);
+        }
+        if depth == 0 {
+            out.extend(heads(rest));
+        }
+    }
+    out.retain(|m| !m.is_empty() && m != "self" && m != "super" && Some(m) != path.first());
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// The first segment of the path `rest`, or of each item of the group it opens.
+fn heads(rest: &str) -> Vec<String> {
+    match rest.strip_prefix('{') {
+        Some(group) => group_heads(group),
+        None => vec![ident(rest).to_string()],
+    }
+}
+
+/// Every non-test source file under `dir`, with its module path inside the parent.
+fn inner_sources(
+    dir: &Path,
+    path: &[String],
+    out: &mut Vec<(Vec<String>, String)>,
+) -> std::io::Result<()> {
+    let mut entries = Vec::new();
+    for e in std::fs::read_dir(dir)? {
+        entries.push(e?.path());
+    }
+    entries.sort();
+    for p in entries {
+        let name = p
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("")
+            .to_string();
+        if p.is_dir() {
+            if name != "tests" {
+                let mut sub = path.to_vec();
+                sub.push(name);
+                inner_sources(&p, &sub, out)?;
+            }
+        } else if let Some(stem) = name.strip_suffix(".rs") {
+            if stem == "tests" || stem.ends_with("_tests") {
+                continue;
+            }
+            let mut module = path.to_vec();
+            if stem != "mod" {
+                module.push(stem.to_string());
+            }
+            out.push((module, std::fs::read_to_string(&p)?));
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -268,6 +405,63 @@ mod tests {
         assert!(bad[1].contains("module `newmod` has no layer"), "{bad:#?}");
         assert!(
             bad[2].contains("`telemetry` (layer 2) uses `cli` (layer 12)"),
+            "{bad:#?}"
+        );
+    }
+
+    #[test]
+    fn the_inner_reader_resolves_super_and_crate_paths() {
+        let path = |p: &[&str]| p.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let text = "use super::super::super::data::Data;\nuse super::knob_dialog::KnobDialog;\n\
+                    use crate::tui::{feed::Link, widgets};\nuse crate::protocol::RunInfo;\n\
+                    // crate::tui::app in a comment\n\
+                    fn f() { let _ = crate::tui::app::App::new; }\n\
+                    #[cfg(test)]\nmod tests { use crate::tui::ui; }\n";
+        assert_eq!(
+            inner_uses("tui", &path(&["views", "run", "state"]), text),
+            ["app", "data", "feed", "widgets"]
+        );
+        assert_eq!(
+            inner_uses(
+                "tui",
+                &path(&["app"]),
+                "use super::ui::Areas;\nuse super::views::Ctx;\n"
+            ),
+            ["ui", "views"]
+        );
+    }
+
+    #[test]
+    fn an_inner_use_that_runs_up_or_sideways_is_a_violation() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let write = |rel: &str, text: &str| {
+            let p = dir.path().join(rel);
+            std::fs::create_dir_all(p.parent().expect("a parent")).expect("mkdir");
+            std::fs::write(p, text).expect("write");
+        };
+        write("mod.rs", "mod base; mod parts; mod top;\n");
+        write("base.rs", "use super::top::Thing;\n");
+        write("parts/mod.rs", "use crate::daemon::base::lock;\n");
+        write(
+            "parts/one.rs",
+            "use super::super::parts::Other; use super::super::top::X;\n",
+        );
+        write("top.rs", "use super::{base, parts::Part};\n");
+        write("stray.rs", "");
+        let layers: &[&[&str]] = &[&["base"], &["parts"], &["top", "gone"]];
+        let bad = inner_violations(dir.path(), "daemon", layers);
+        assert_eq!(bad.len(), 4, "{bad:#?}");
+        assert!(
+            bad[0].contains("daemon::base (layer 0) uses daemon::top (layer 2)"),
+            "{bad:#?}"
+        );
+        assert!(
+            bad[1].contains("daemon::parts::one (layer 1) uses daemon::top (layer 2)"),
+            "{bad:#?}"
+        );
+        assert!(bad[2].contains("daemon::stray has no layer"), "{bad:#?}");
+        assert!(
+            bad[3].contains("the layers name daemon::gone, which has no source"),
             "{bad:#?}"
         );
     }

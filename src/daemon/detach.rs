@@ -10,8 +10,9 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use super::base::{DaemonError, home_description, io_err};
 use super::lock::fs_err;
-use super::{DaemonError, home_description, io_err, lock_holder, prepare_private_dir};
+use super::lock::{lock_holder, prepare_private_dir};
 use crate::client::Client;
 use crate::config::Paths;
 use crate::config::safe_fs;

@@ -19,10 +19,13 @@ use std::time::Duration;
 
 use rustix::fs::{FlockOperation, flock};
 
-use super::{DaemonError, LOCK_NAME, home_description, io_err};
+use super::base::{DaemonError, home_description, io_err};
 use crate::config::Paths;
 use crate::config::safe_fs::{self, DirKind};
 use crate::ipc::socket_path;
+
+/// The lock file's name in the runtime directory (it holds the daemon's pid).
+pub const LOCK_NAME: &str = "daemon.lock";
 
 /// An I/O error from [`safe_fs`] as the daemon reports it: a refusal says all it has to say,
 /// anything else is what failed while `what`.

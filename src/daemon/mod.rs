@@ -54,7 +54,9 @@ pub mod stop;
 mod telemetry;
 mod tune;
 
-use std::path::PathBuf;
+#[cfg(test)]
+mod layers_tests;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -67,8 +69,9 @@ pub use auth::{
     Access, DEFAULT_GROUP, GroupEntry, Identity, Mode, Verdict, decide, group_entry,
     refusal_message,
 };
-pub use base::RequestError;
-pub use lock::{DaemonLock, lock_holder, prepare_private_dir, prepare_shared_dir};
+use base::io_err;
+pub use base::{DaemonError, RequestError, home_description};
+pub use lock::{DaemonLock, LOCK_NAME, lock_holder, prepare_private_dir, prepare_shared_dir};
 pub use metrics::DEFAULT_ADDR as DEFAULT_METRICS_ADDR;
 pub use runs::logs::utf8_cut;
 pub use runs::trainer_output::parse_line as parse_output_line;
@@ -77,9 +80,6 @@ pub use state::Daemon;
 
 use crate::config::Paths;
 use crate::telemetry::{Sampler, SamplerConfig, Source};
-
-/// The lock file's name in the runtime directory (it holds the daemon's pid).
-pub const LOCK_NAME: &str = "daemon.lock";
 
 /// How often runs are polled for exits, grace periods and backoffs.
 const POLL_EVERY: Duration = Duration::from_millis(100);
@@ -111,46 +111,6 @@ pub struct DaemonOptions {
     pub metrics_addr: Option<std::net::SocketAddr>,
     /// How `/metrics` spells the node's label (`[exporter] hostname_label`).
     pub metrics_hostname_label: crate::config::prometheus::HostnameLabel,
-}
-
-/// Why the daemon could not start (or stopped badly).
-#[derive(Debug, thiserror::Error)]
-pub enum DaemonError {
-    #[error("a gpupilot daemon is already running for {home} ({pid}); its socket is {}", socket.display())]
-    AlreadyRunning {
-        /// `GPUPILOT_HOME=/x` or the runtime directory.
-        home: String,
-        /// `pid 1234`, or `pid unknown` when it has not written it yet.
-        pid: String,
-        socket: PathBuf,
-    },
-    #[error("{what}: {source}")]
-    Io {
-        what: String,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("{0}")]
-    Unsafe(String),
-    #[error("{0}")]
-    Detach(String),
-}
-
-pub(crate) fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> DaemonError {
-    let what = what.into();
-    move |source| DaemonError::Io { what, source }
-}
-
-/// How the paths are named in messages: `GPUPILOT_HOME=/x` when it is set, else the runtime
-/// directory.
-pub fn home_description(paths: &Paths) -> String {
-    match std::env::var_os("GPUPILOT_HOME").filter(|h| !h.is_empty()) {
-        // Only when these are its paths (the system daemon's are not).
-        Some(h) if paths.runtime == std::path::Path::new(&h).join("run") => {
-            format!("GPUPILOT_HOME={}", h.to_string_lossy())
-        }
-        _ => format!("runtime directory {}", paths.runtime.display()),
-    }
 }
 
 /// Run the daemon until SIGTERM or SIGINT. Blocks; builds its own tokio runtime.

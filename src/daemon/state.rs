@@ -15,12 +15,12 @@ use std::time::{Instant, SystemTime};
 
 use tokio::sync::watch;
 
+use super::base::{DaemonError, io_err};
 use super::control::Control;
 use super::events::NodeLog;
 use super::runs::Runs;
 use super::telemetry::Telemetry;
 use super::tune::Tuning;
-use super::{DaemonError, io_err};
 use crate::config::Paths;
 use crate::control::status::ControlStatus;
 use crate::protocol::{self, NodeEvent, TelemetryInfo};

@@ -11,7 +11,8 @@ use std::os::unix::fs::MetadataExt as _;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use super::{home_description, lock_holder};
+use super::base::home_description;
+use super::lock::lock_holder;
 use crate::config::Paths;
 use crate::ipc::log_path;
 use crate::supervisor::procfs;
@@ -70,7 +71,7 @@ pub fn stop(paths: &Paths, within: Duration) -> Result<Stopped, StopError> {
     let home = home_description(paths);
     let pid = lock_holder(paths).ok_or_else(|| StopError::NotRunning {
         home: home.clone(),
-        lock: paths.runtime.join(super::LOCK_NAME),
+        lock: paths.runtime.join(super::lock::LOCK_NAME),
     })?;
     let me = rustix::process::geteuid().as_raw();
     check_is_our_daemon(pid, me).map_err(|what| StopError::NotOurs {

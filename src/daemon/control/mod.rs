@@ -28,9 +28,9 @@ pub(super) mod run_power;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use super::events::NodeLog;
-use super::{DaemonError, io_err};
 use crate::config::Paths;
 use crate::control::power::{GpuControl, Originals};
+use crate::daemon::base::{DaemonError, io_err};
 use loops::Loops;
 use outside::{LimitWatch, Watched};
 use run_power::RunCaps;
