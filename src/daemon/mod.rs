@@ -2,34 +2,41 @@
 //! history, runs and the node's event log. The TUI and every CLI command are its clients over
 //! a Unix socket (`$RUNTIME/daemon.sock`, see [`crate::protocol`]).
 //!
-//! - `base`: what every part uses: [`RequestError`] and the poison-tolerant mutex `lock`.
-//! - `lock`: the runtime directory (0700), the lock file that makes a second daemon refuse to
-//!   start, and the socket (0600).
+//! Its parts, bottom to top (the layers `layers_tests.rs` checks: a part uses only the parts
+//! of the layers below its own):
+//!
+//! - `base`: what every part uses: [`RequestError`], [`DaemonError`] and the poison-tolerant
+//!   mutex `lock`.
+//! - `logging`: tracing to `$STATE/daemon.log`.
+//! - `events`: the node's `$STATE/events.jsonl` and the live feed of it.
 //! - `auth`: who is on the other end of a connection (SO_PEERCRED) and whether they may act:
 //!   on a user's daemon, that user and root; on the system daemon (`--system`, root's, socket
 //!   0666 in a 0755 directory), everyone watches, root and one group change GPU settings.
-//! - `requests`: every request classified once: who sends it, who may make it, whether it
-//!   changes something (authorization, `--readonly` and docs/protocol.md's table read it).
-//! - `events`: the node's `$STATE/events.jsonl` and the live feed of it.
-//! - `state`: [`Daemon`], the shared state, and [`Daemon::answer`], every request but the
-//!   subscriptions answered synchronously (tests call it without a socket).
+//! - `lock`: the runtime directory (0700), the lock file that makes a second daemon refuse to
+//!   start, and the socket (0600).
 //! - `telemetry`: the newest snapshot, which subscribers follow, and every GPU's history.
-//! - `runs`: the table of supervised runs (poll, list, resolve an id prefix), the requests that
-//!   act on them (start, stop, pause, resume, logs, events, each change recorded with who,
-//!   old → new and why), and each run's trainer channel (knobs, metrics, ranks).
-//! - `control`: the GPU-settings requests (power caps, clock locks, the driver's target
-//!   temperature) through the control handle, originals recorded before the first change; the
-//!   control loops at every snapshot; the caps runs' profiles set; limits changed outside.
-//! - `server`: the accept loop and one task per connection (framing, handshake, pushes).
-//! - `relay`: a trainer of another node's run, relayed to that node's daemon over SSH.
+//! - `runs`: the table of supervised runs (poll, list, resolve an id prefix), what acts on
+//!   them (start, stop, pause, resume, logs, events, each change recorded with who, old → new
+//!   and why), and each run's trainer channel (knobs, metrics, ranks).
+//! - `control`: the GPU settings (power caps, clock locks, the driver's target temperature)
+//!   through the control handle, originals recorded before the first change; the control
+//!   loops at every snapshot; the caps runs' profiles set; limits changed outside.
 //! - `tune`: energy-tuning jobs (`tune energy`), searched by the daemon, recorded under
 //!   `$STATE/tune` and resumed (or their caps restored) by the next daemon.
+//! - `state`: [`Daemon`], the parts together, and what crosses them (a snapshot through
+//!   history, the control loops and out).
+//! - `requests`: every request in its family, a module each (connection, node, events, runs,
+//!   trainer and knobs, control, tuning) with the requests' classification (who sends it, who
+//!   may, whether it changes something) and their handler; [`Daemon::answer`] sends a client's
+//!   request to its family.
+//! - `relay`: a trainer of another node's run, relayed to that node's daemon over SSH.
+//! - `server`: the accept loop and one task per connection: framing, bounds, who may, then
+//!   the request to its family; telemetry pushes.
+//! - `metrics`: Prometheus `/metrics` over HTTP (`--metrics-addr`), the page from
+//!   [`crate::exporter`].
 //! - `detach`: `--detach`, starting the daemon in its own session in the background.
 //! - `stop`: `daemon stop`, SIGTERM to the process that holds the lock, once it is known to be
 //!   a gpupilot daemon the caller may signal, and a bounded wait for it to go.
-//! - `logging`: tracing to `$STATE/daemon.log`.
-//! - `metrics`: Prometheus `/metrics` over HTTP (`--metrics-addr`), the page from
-//!   [`crate::exporter`].
 //!
 //! Runs survive the daemon by design: they run in their own sessions and write their own log
 //! files, so a daemon that exits, crashes or is killed with SIGKILL leaves them running; the
