@@ -17,6 +17,11 @@
 //! UTF-8 or not a request ends that connection only (after a `bad_frame` error that says why,
 //! also written to the log); a request of a known type with a field that does not fit is
 //! answered `bad_request` and the connection stays.
+//!
+//! How a snapshot is encoded (once for every connection), what each connection was last
+//! written, and whether a new snapshot is written, replaces the one waiting or is skipped are
+//! `push`'s, for these connections and for the dedicated subscribers that `direct` writes from
+//! the sampler's thread alike.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -37,17 +42,18 @@ use super::state::Daemon;
 use crate::ipc::Peer;
 use crate::protocol::{
     self, ClientFrame, ErrorCode, FrameError, MAX_REQUEST_FRAME, Request, Response, ServerFrame,
-    delta,
 };
 use crate::telemetry::Snapshot;
 
 mod direct;
 mod frames;
 pub mod limits;
+mod push;
 
 use direct::{Direct, Held};
 use frames::{Frames, Read};
 use limits::{Bounds, Full, Limits, SUBSCRIBER_SEND_BUFFER};
+use push::{Backlog, Sent, Step, TelemetryFrames};
 
 /// Frames queued for one client before its answers wait. Answers are also bounded in bytes
 /// ([`limits::QUEUED_ANSWER_BYTES`]); snapshots are not queued at all (the newest waits alone).
@@ -428,31 +434,6 @@ struct SnapshotSlot {
     sent: Sent,
 }
 
-/// What a subscriber was last written, for the next push's base (here and in `direct`).
-#[derive(Default)]
-struct Sent {
-    /// The last snapshot written: the base of the next delta (None: the next goes whole).
-    snap: Option<Arc<Snapshot>>,
-    /// Deltas written since the last whole snapshot.
-    deltas: u32,
-}
-
-impl Sent {
-    /// The base of the next push: the last snapshot written, unless it goes whole (no deltas
-    /// asked, nothing written yet, or [`delta::KEYFRAME_EVERY`] pushes since the last whole).
-    fn base(&self, delta: bool) -> Option<Arc<Snapshot>> {
-        (delta && self.deltas + 1 < delta::KEYFRAME_EVERY)
-            .then(|| self.snap.clone())
-            .flatten()
-    }
-
-    /// `snap` was written (as changes where `is_delta`).
-    fn wrote(&mut self, snap: Arc<Snapshot>, is_delta: bool) {
-        self.deltas = if is_delta { self.deltas + 1 } else { 0 };
-        self.snap = Some(snap);
-    }
-}
-
 struct Waiting {
     snap: Arc<Snapshot>,
     line: Arc<str>,
@@ -504,9 +485,10 @@ impl Outbox {
         self.snapshot.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Queue `snap` in place of the one waiting: with `delta`, as its changes to the last
-    /// snapshot written (whole every [`delta::KEYFRAME_EVERY`] pushes), else whole. `frames`
-    /// encodes it against a base (or none).
+    /// Queue `snap` in place of the one waiting, by the push rule ([`Sent::step`]: a push
+    /// that waits is replaced, never skipped): with `delta`, as its changes to the last
+    /// snapshot written (whole every [`crate::protocol::delta::KEYFRAME_EVERY`] pushes), else
+    /// whole. `frames` encodes it against a base (or none).
     fn put_snapshot(
         &self,
         snap: &Arc<Snapshot>,
@@ -514,15 +496,22 @@ impl Outbox {
         frames: impl Fn(&Arc<Snapshot>, Option<&Arc<Snapshot>>) -> (Arc<str>, bool),
     ) {
         loop {
-            let base = self.slot().sent.base(delta);
+            let step = {
+                let slot = self.slot();
+                let backlog = match slot.waiting {
+                    Some(_) => Backlog::Waiting,
+                    None => Backlog::Clear,
+                };
+                slot.sent.step(delta, backlog)
+            };
+            let base = match step {
+                Step::Write(base) | Step::Replace(base) => base,
+                Step::Skip => return,
+            };
             // Encoded without the lock: the writer may take the waiting one meanwhile.
             let (line, is_delta) = frames(snap, base.as_ref());
             let mut slot = self.slot();
-            let same_base = match (&slot.sent.snap, &base) {
-                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
-                _ => !is_delta,
-            };
-            if !same_base {
+            if !slot.sent.fits(base.as_ref(), is_delta) {
                 // A delta against a snapshot that is no longer the last written.
                 continue;
             }
@@ -896,67 +885,10 @@ impl Conn {
     }
 }
 
-/// The newest snapshot's push frames, shared by every subscribed connection: each snapshot is
-/// encoded once whole and once as changes to the one before, however many consoles watch
-/// (connections that keep up all have the same base).
-#[derive(Default)]
-struct TelemetryFrames {
-    newest: std::sync::Mutex<Option<NewestFrames>>,
-}
-
-struct NewestFrames {
-    snap: Arc<Snapshot>,
-    whole: Option<Arc<str>>,
-    /// Its changes to `.0`.
-    delta: Option<(Arc<Snapshot>, Arc<str>)>,
-}
-
-impl TelemetryFrames {
-    /// The push frame of `snap`, shared (every subscriber holds the same bytes): its changes
-    /// to `base` when there is one and the GPUs are the same (then true), else `snap` whole.
-    fn line(&self, snap: &Arc<Snapshot>, base: Option<&Arc<Snapshot>>) -> (Arc<str>, bool) {
-        let mut newest = self.newest.lock().unwrap_or_else(|e| e.into_inner());
-        let frames = match newest.as_mut() {
-            Some(f) if Arc::ptr_eq(&f.snap, snap) => f,
-            _ => newest.insert(NewestFrames {
-                snap: Arc::clone(snap),
-                whole: None,
-                delta: None,
-            }),
-        };
-        if let Some(base) = base {
-            if let Some((b, line)) = &frames.delta {
-                if Arc::ptr_eq(b, base) {
-                    return (Arc::clone(line), true);
-                }
-            }
-            if let Some(line) = delta::encode_delta(base, snap) {
-                let line: Arc<str> = Arc::from(line);
-                frames.delta = Some((Arc::clone(base), Arc::clone(&line)));
-                return (line, true);
-            }
-        }
-        let whole = frames
-            .whole
-            .get_or_insert_with(|| Arc::from(telemetry_push(snap)));
-        (Arc::clone(whole), false)
-    }
-}
-
-/// `push(Response::Telemetry { snapshot })` without copying the snapshot first: the same
-/// bytes, from a borrowed snapshot.
-fn telemetry_push(snapshot: &Snapshot) -> String {
-    #[derive(serde::Serialize)]
-    #[serde(tag = "type", rename_all = "snake_case")]
-    enum Push<'a> {
-        Telemetry { snapshot: &'a Snapshot },
-    }
-    protocol::encode(&Push::Telemetry { snapshot })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::delta;
     use crate::telemetry::{GpuSample, HostSample};
 
     fn snapshot(power: f64) -> Snapshot {
@@ -977,54 +909,6 @@ mod tests {
             }),
             ..Snapshot::default()
         }
-    }
-
-    #[test]
-    fn a_telemetry_push_is_the_same_frame_as_the_response_encodes() {
-        let snap = snapshot(300.0);
-        let expected = push(Response::Telemetry {
-            snapshot: Box::new(snap.clone()),
-        });
-        assert_eq!(telemetry_push(&snap), expected);
-        let back: ServerFrame = protocol::decode(&expected, usize::MAX).unwrap();
-        assert_eq!(
-            back.response,
-            Response::Telemetry {
-                snapshot: Box::new(snap)
-            }
-        );
-    }
-
-    #[test]
-    fn each_snapshot_is_encoded_once_and_a_new_one_replaces_it() {
-        let frames = TelemetryFrames::default();
-        let a = Arc::new(snapshot(300.0));
-        let (first, delta) = frames.line(&a, None);
-        assert!(!delta);
-        assert_eq!(*first, telemetry_push(&a));
-        assert!(
-            Arc::ptr_eq(&frames.line(&a, None).0, &first),
-            "the same snapshot: the same bytes, not encoded again"
-        );
-        let b = Arc::new(snapshot(310.0));
-        let (changes, delta) = frames.line(&b, Some(&a));
-        assert!(delta);
-        assert_eq!(*changes, delta::encode_delta(&a, &b).unwrap());
-        assert!(
-            Arc::ptr_eq(&frames.line(&b, Some(&a)).0, &changes),
-            "the same changes for every subscriber with the same base"
-        );
-        let (whole, delta) = frames.line(&b, None);
-        assert!(!delta);
-        assert_eq!(*whole, telemetry_push(&b));
-        // Other GPUs: whole, even against a base.
-        let mut fewer = snapshot(320.0);
-        fewer.gpus.pop();
-        let fewer = Arc::new(fewer);
-        assert_eq!(
-            frames.line(&fewer, Some(&b)),
-            (Arc::from(telemetry_push(&fewer)), false)
-        );
     }
 
     #[test]

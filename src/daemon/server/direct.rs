@@ -5,13 +5,16 @@
 //! runtime, a push woke its worker twice: for the snapshot, and for the socket's room once the
 //! client had read it).
 //!
-//! The rules are the runtime's (`Sent`): each push is the snapshot's changes to the last one
-//! written to that connection (whole every [`crate::protocol::delta::KEYFRAME_EVERY`] pushes,
-//! or without `delta`); a client that has not read what was written before skips snapshots
-//! rather than be given a backlog (a push is skipped while a quarter of the socket's send
-//! buffer, [`DEDICATED_SEND_BUFFER`] doubled by the kernel, waits unread: the kernel's rule for
-//! writable, one push of a busy node or a few small ones); a frame the socket took only in part
-//! is finished before anything else is written. A client that closed is dropped at the next
+//! The encoding and the rules are the runtime's, both in `push` (`TelemetryFrames`, and
+//! `Sent::step` for what becomes of each snapshot): each push is the snapshot's changes to the
+//! last one written to that connection (whole every [`crate::protocol::delta::KEYFRAME_EVERY`]
+//! pushes, or without `delta`); a client that has not read what was written before skips
+//! snapshots rather than be given a backlog. What this path gives the rule is its backlog: the
+//! socket holds a push unread (`Backlog::Unread`, so the snapshot is skipped) while a quarter of
+//! its send buffer, [`DEDICATED_SEND_BUFFER`] doubled by the kernel, waits unread (the kernel's
+//! rule for writable: one push of a busy node or a few small ones), or while the end of a frame
+//! the socket took only in part is still to go; that end is finished before anything else is
+//! written. A client that closed is dropped at the next
 //! push; at shutdown each is told, as other connections are.
 
 use std::os::unix::net::UnixStream;
@@ -22,7 +25,7 @@ use rustix::io::Errno;
 use rustix::net::SendFlags;
 
 use super::limits::{Admitted, DEDICATED_SEND_BUFFER};
-use super::{Sent, TelemetryFrames};
+use super::push::{Backlog, Sent, Step, TelemetryFrames};
 use crate::daemon::state::Daemon;
 use crate::daemon::telemetry::Sink;
 use crate::telemetry::Snapshot;
@@ -165,17 +168,21 @@ impl Subscriber {
     /// Write `snap` to this subscriber, or skip it (see the module doc); false once the
     /// client is gone.
     fn push(&mut self, snap: &Arc<Snapshot>, frames: &TelemetryFrames) -> bool {
-        match self.finish() {
-            Room::Yes => {}
-            Room::No => return true,
+        // The rest of a frame begun first; then whether the socket holds too much unread.
+        let backlog = match self.finish() {
+            Room::Yes => match room(&self.stream) {
+                Room::Yes => Backlog::Clear,
+                Room::No => Backlog::Unread,
+                Room::Gone => return false,
+            },
+            Room::No => Backlog::Unread,
             Room::Gone => return false,
-        }
-        match room(&self.stream) {
-            Room::Yes => {}
-            Room::No => return true,
-            Room::Gone => return false,
-        }
-        let (line, is_delta) = frames.line(snap, self.sent.base(self.delta).as_ref());
+        };
+        let base = match self.sent.step(self.delta, backlog) {
+            Step::Write(base) | Step::Replace(base) => base,
+            Step::Skip => return true,
+        };
+        let (line, is_delta) = frames.line(snap, base.as_ref());
         let wrote = match send(&self.stream, line.as_bytes()) {
             Ok(n) => n,
             Err(Errno::AGAIN) => return true,
@@ -246,7 +253,7 @@ fn room(stream: &UnixStream) -> Room {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::daemon::server::limits::{Bounds, Limits};
     use crate::protocol::delta::SnapshotStream;
@@ -272,16 +279,22 @@ mod tests {
         })
     }
 
-    /// A daemon for the client count, bounds for the admission, and a direct set.
-    struct Rig {
+    /// A daemon for the client count, bounds for the admission, and a direct set (also for
+    /// `push`'s test of both paths).
+    pub(in crate::daemon::server) struct Rig {
         _dir: tempfile::TempDir,
         daemon: Arc<Daemon>,
         bounds: Arc<Bounds>,
-        direct: Direct,
+        pub(in crate::daemon::server) direct: Direct,
     }
 
     impl Rig {
         fn new() -> Rig {
+            Rig::encoding_with(Arc::default())
+        }
+
+        /// A rig whose subscribers are sent frames encoded by `frames`.
+        pub(in crate::daemon::server) fn encoding_with(frames: Arc<TelemetryFrames>) -> Rig {
             let dir = tempfile::tempdir().unwrap();
             let paths = crate::config::Paths {
                 config: dir.path().join("config"),
@@ -295,12 +308,12 @@ mod tests {
                 _dir: dir,
                 daemon: Arc::new(daemon.unwrap()),
                 bounds: Arc::new(Bounds::new(Limits::default())),
-                direct: Direct::new(Arc::default()),
+                direct: Direct::new(frames),
             }
         }
 
         /// A dedicated subscriber as the server hands it over; the client's end.
-        fn subscribe(&self, delta: bool) -> BufReader<UnixStream> {
+        pub(in crate::daemon::server) fn subscribe(&self, delta: bool) -> BufReader<UnixStream> {
             let (ours, theirs) = UnixStream::pair().unwrap();
             self.daemon.client(true);
             let admitted = self.bounds.admit(1000, true).unwrap();
@@ -423,7 +436,7 @@ mod tests {
         let mut r = rig.subscribe(true);
         // A node so large that its whole snapshot is more than the socket takes at once.
         let big = snapshot(200, 1.0);
-        let whole_len = super::super::telemetry_push(&big).len();
+        let whole_len = crate::daemon::server::push::telemetry_push(&big).len();
         assert!(whole_len > 2 * DEDICATED_SEND_BUFFER, "{whole_len} bytes");
         rig.direct.put(&big);
         let part = drain(&mut r);
