@@ -20,6 +20,7 @@ use super::PowerLimits;
 use super::governor::Target;
 use super::status::ControlStatus;
 use super::tuner::record::{JobState, TuneJob};
+use super::tuner::TuneResult;
 
 /// How far a GPU's cap may be from a search's best cap and still be that cap (drivers keep
 /// whole watts or milliwatts).
@@ -51,14 +52,30 @@ impl TunerChoice {
         if job.state != JobState::Done {
             return None;
         }
-        let r = job.result.as_ref().filter(|r| r.knob.is_cap())?;
-        let best = &r.best;
+        let r = job.result.as_ref()?;
+        TunerChoice::of_result(&job.run, &job.gpus, &job.started, r)
+    }
+
+    /// What `result`, a search on run `run`'s `gpus` started at `started` (RFC 3339), chose:
+    /// None for a search that kept a clock lock (its points are MHz, and the cap stays where it
+    /// was). The daemon's job record ([`TunerChoice::of`]) and a run's result file (the
+    /// report) both come here.
+    pub fn of_result(
+        run: &str,
+        gpus: &[u32],
+        started: &str,
+        result: &TuneResult,
+    ) -> Option<TunerChoice> {
+        if !result.knob.is_cap() {
+            return None;
+        }
+        let best = &result.best;
         Some(TunerChoice {
-            run: job.run.clone(),
-            gpus: job.gpus.clone(),
-            eta: r.eta,
+            run: run.to_string(),
+            gpus: gpus.to_vec(),
+            eta: result.eta,
             cap_w: best.cap_w,
-            started: job.started.clone(),
+            started: started.to_string(),
             samples_per_s: (best.time_per_sample_s > 0.0).then(|| 1.0 / best.time_per_sample_s),
             power_w: (best.avg_power_w > 0.0).then_some(best.avg_power_w),
         })

@@ -19,6 +19,7 @@ use super::model::GpuSeries;
 use crate::advisor::adapt::{self, Rated};
 use crate::advisor::{self, AdvisorInput, Hint, Thresholds};
 use crate::control::owner::{CapOwner, GpuOwner, SAME_CAP_W, TunerChoice};
+use crate::control::tuner::TuneResult;
 use crate::history::Metric;
 use crate::profile::Knobs;
 use crate::protocol::{MetricsPoint, RankInfo, RankSpec, TrainerInfo};
@@ -52,29 +53,16 @@ pub struct RunRecord<'a> {
 }
 
 /// The choice a finished energy search on run `run` (of `gpus`) wrote to its result file,
-/// `text`, whose file was last written at `written_s`; None where it is not one.
+/// `text`, whose file was last written at `written_s`; None where it is not one, or where the
+/// search kept a clock lock (see [`TunerChoice::of_result`], which the daemon's records use
+/// too).
 pub fn tuner_choice(run: &str, gpus: &[u32], text: &str, written_s: f64) -> Option<TunerChoice> {
-    let v: serde_json::Value = serde_json::from_str(text).ok()?;
-    // A search that kept a clock lock (`--knob clocks|both`) chose no cap: its values are MHz.
-    if v.get("knob").and_then(serde_json::Value::as_str) == Some("clocks") {
-        return None;
-    }
-    let best = v.get("best")?;
-    let num = |v: &serde_json::Value, k: &str| v.get(k).and_then(serde_json::Value::as_f64);
-    let started_s = written_s - num(&v, "duration_s").unwrap_or(0.0).max(0.0);
-    Some(TunerChoice {
-        run: run.to_string(),
-        gpus: gpus.to_vec(),
-        eta: num(&v, "eta")?,
-        cap_w: num(best, "cap_w")?,
-        started: crate::time::rfc3339(
-            std::time::UNIX_EPOCH + std::time::Duration::from_secs_f64(started_s.max(0.0)),
-        ),
-        samples_per_s: num(best, "time_per_sample_s")
-            .filter(|t| *t > 0.0)
-            .map(|t| 1.0 / t),
-        power_w: num(best, "avg_power_w").filter(|w| *w > 0.0),
-    })
+    let result: TuneResult = serde_json::from_str(text).ok()?;
+    // It was written when the search ended.
+    let started_s = (written_s - result.duration_s.max(0.0)).max(0.0);
+    let started =
+        crate::time::rfc3339(std::time::UNIX_EPOCH + std::time::Duration::from_secs_f64(started_s));
+    TunerChoice::of_result(run, gpus, &started, &result)
 }
 
 /// A GPU over the whole run as one sample, for the rules that compare a GPU with its

@@ -245,8 +245,30 @@ fn the_tuners_choice_is_not_advised_against_in_the_report() {
         raise(&hints),
         "without a search, the held clock is a finding: {hints:#?}"
     );
-    let result = r#"{"eta":1.0,"duration_s":90.0,"best":{"cap_w":400.0,"time_per_sample_s":0.0015,"avg_power_w":398.0}}"#;
-    let choice = tuner_choice("r1", &[0], result, T0 + 100.0).unwrap();
+    // A result file as the tuner writes it (`session::save_result`).
+    let best = serde_json::json!({
+        "cap_w": 400.0, "energy_j": 597.0, "samples": 1000.0, "seconds": 1.5,
+        "energy_per_sample_j": 0.597, "time_per_sample_s": 0.0015, "avg_power_w": 398.0,
+        "cost": 0.6,
+    });
+    let file = |knob: Option<&str>| {
+        let mut v = serde_json::json!({
+            "eta": 1.0, "max_power_w": 700.0,
+            "window": {"unit": "steps", "warmup": 10.0, "measure": 40.0},
+            "start_w": 700.0, "default_w": 700.0, "best": best, "curve": [best],
+            "stopped_early": false, "planned": 8, "duration_s": 90.0,
+        });
+        if let Some(k) = knob {
+            v["knob"] = k.into();
+        }
+        v.to_string()
+    };
+    let result = file(None);
+    let choice = tuner_choice("r1", &[0], &result, T0 + 100.0).unwrap();
+    assert_eq!(
+        choice.started,
+        crate::time::rfc3339(std::time::UNIX_EPOCH + std::time::Duration::from_secs_f64(T0 + 10.0))
+    );
     assert_eq!(
         (choice.cap_w, choice.eta, choice.power_w),
         (400.0, 1.0, Some(398.0))
@@ -264,6 +286,5 @@ fn the_tuners_choice_is_not_advised_against_in_the_report() {
     assert!(raise(&whole_run(&rec)));
     assert!(tuner_choice("r1", &[0], "{}", 0.0).is_none());
     // A search that kept a clock lock chose no cap (its 1410 is MHz).
-    let clocks = r#"{"eta":1.0,"knob":"clocks","best":{"cap_w":1410.0,"time_per_sample_s":0.0015,"avg_power_w":398.0}}"#;
-    assert!(tuner_choice("r1", &[0], clocks, T0 + 100.0).is_none());
+    assert!(tuner_choice("r1", &[0], &file(Some("clocks")), T0 + 100.0).is_none());
 }
