@@ -35,6 +35,7 @@ impl<'a> Window<'a> {
             .map(|r| r.gpus.clone());
         let tuned = match self.owner(gpu) {
             Some(CapOwner::Tuner(c)) if c.gpus.len() > 1 => Some(c.gpus.clone()),
+            Some(CapOwner::TunedClocks(c)) if c.gpus.len() > 1 => Some(c.gpus.clone()),
             _ => None,
         };
         let mut gpus = run.or(tuned).unwrap_or_else(|| vec![gpu]);

@@ -50,7 +50,12 @@ pub fn gather(client: &Client, th: &Thresholds) -> anyhow::Result<AdvisorInput> 
         Response::TuneJobs { jobs } => jobs,
         _ => anyhow::bail!("the daemon answered `tune_status` with something else"),
     };
-    input.owners = owners(&client.power_limits()?, &client.loops()?, &jobs);
+    let locked: Vec<(u32, [u32; 2])> = client
+        .clocks()?
+        .into_iter()
+        .filter_map(|c| Some((c.index, c.locked?)))
+        .collect();
+    input.owners = owners(&client.power_limits()?, &locked, &client.loops()?, &jobs);
     for run in client.runs()? {
         if !matches!(run.status, RunStatus::Running) {
             continue;

@@ -10,7 +10,9 @@
 //! Precedence follows who moves the cap last: the governor and the budget hold a GPU below the
 //! cap a person or the tuner set (that cap is their ceiling), and a search sets every cap it
 //! measures. So: a governor on the GPU, then a budget, then a search on a run of the GPU, then a
-//! finished search whose best cap the GPU is at, then a person.
+//! finished search whose best cap the GPU is at, then a finished search whose clock lock the GPU
+//! holds (`--knob clocks`: the cap is not its, but moving it would move what it measured), then a
+//! person.
 //!
 //! Pure: values in, values out.
 
@@ -19,8 +21,8 @@ use serde::{Deserialize, Serialize};
 use super::PowerLimits;
 use super::governor::Target;
 use super::status::ControlStatus;
-use super::tuner::record::{JobState, TuneJob};
 use super::tuner::TuneResult;
+use super::tuner::record::{JobState, TuneJob};
 
 /// How far a GPU's cap may be from a search's best cap and still be that cap (drivers keep
 /// whole watts or milliwatts).
@@ -82,6 +84,38 @@ impl TunerChoice {
     }
 }
 
+/// A finished search that kept a lock of the GPUs' SM clocks (`tune energy --knob clocks` or
+/// `both`): the lock's top, which the GPUs hold while the lock is in place. It leaves their
+/// caps where they were, but a cap moved under it would move what the search measured.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClockChoice {
+    pub run: String,
+    pub gpus: Vec<u32>,
+    pub eta: f64,
+    /// The top of the locked SM clock range, MHz.
+    pub max_mhz: u32,
+    /// When the search started (RFC 3339).
+    pub started: String,
+}
+
+impl ClockChoice {
+    /// The lock a finished search kept, or None (not done, no result, or a search that kept a
+    /// cap).
+    pub fn of(job: &TuneJob) -> Option<ClockChoice> {
+        if job.state != JobState::Done {
+            return None;
+        }
+        let r = job.result.as_ref().filter(|r| !r.knob.is_cap())?;
+        Some(ClockChoice {
+            run: job.run.clone(),
+            gpus: job.gpus.clone(),
+            eta: r.eta,
+            max_mhz: r.best.cap_w.round() as u32,
+            started: job.started.clone(),
+        })
+    }
+}
+
 /// Who holds a GPU's cap.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "owner", rename_all = "snake_case")]
@@ -94,6 +128,9 @@ pub enum CapOwner {
     Search { run: String },
     /// A finished energy search set it.
     Tuner(TunerChoice),
+    /// A finished energy search locked the GPU's clocks for energy: the cap is not its, but
+    /// moving it would move what the search measured.
+    TunedClocks(ClockChoice),
     /// A person set it below the default.
     Operator,
 }
@@ -114,6 +151,11 @@ impl CapOwner {
                 "the energy tuner's choice for run {} (eta {}, search of {})",
                 c.run, c.eta, c.started
             ),
+            CapOwner::TunedClocks(c) => format!(
+                "the energy tuner's clock lock for run {} (SM clocks at most {} MHz, eta {}, \
+                 search of {})",
+                c.run, c.max_mhz, c.eta, c.started
+            ),
             CapOwner::Operator => "a person (`gpupilot power cap` or a run's profile)".into(),
         }
     }
@@ -127,10 +169,12 @@ pub struct GpuOwner {
     pub owner: Option<CapOwner>,
 }
 
-/// Each GPU's owner, from its limits (`power`), the loops (`thermal`) and the tuning jobs
+/// Each GPU's owner, from its limits and the clock locks gpupilot set (`power`: `locked`
+/// names each locked GPU's `[min, max]` MHz), the loops (`thermal`) and the tuning jobs
 /// (`tune_status`). See the module doc for the precedence.
 pub fn owners(
     limits: &[(u32, Option<PowerLimits>)],
+    locked: &[(u32, [u32; 2])],
     loops: &ControlStatus,
     jobs: &[TuneJob],
 ) -> Vec<GpuOwner> {
@@ -149,6 +193,11 @@ pub fn owners(
             let chose = jobs.iter().filter_map(|j| TunerChoice::of(j)).find(|c| {
                 c.gpus.contains(&gpu) && cap.is_some_and(|w| (w - c.cap_w).abs() <= SAME_CAP_W)
             });
+            let lock = locked.iter().find(|(g, _)| *g == gpu).map(|(_, r)| r[1]);
+            let locked_by_tuner = jobs
+                .iter()
+                .filter_map(|j| ClockChoice::of(j))
+                .find(|c| c.gpus.contains(&gpu) && lock == Some(c.max_mhz));
             let below_default = l.is_some_and(|l| l.current_w < l.default_w - SAME_CAP_W / 2.0);
             let owner = if let Some(g) = governor {
                 Some(CapOwner::Governor {
@@ -168,6 +217,8 @@ pub fn owners(
                 Some(CapOwner::Search { run: j.run.clone() })
             } else if let Some(c) = chose {
                 Some(CapOwner::Tuner(c))
+            } else if let Some(c) = locked_by_tuner {
+                Some(CapOwner::TunedClocks(c))
             } else if below_default {
                 Some(CapOwner::Operator)
             } else {
@@ -273,6 +324,7 @@ mod tests {
         let jobs = [done("r1", &[0, 1], 325.0, "2026-12-01T10:00:00Z")];
         let o = owners(
             &limits(&[325.0, 325.4, 400.0, 700.0]),
+            &[],
             &ControlStatus::default(),
             &jobs,
         );
@@ -290,7 +342,7 @@ mod tests {
         assert_eq!(owner_of(&o, 2), Some(&CapOwner::Operator));
         assert_eq!(owner_of(&o, 3), None, "at the default nobody holds it");
         // Moved away from the best cap since: no longer the tuner's.
-        let o = owners(&limits(&[450.0]), &ControlStatus::default(), &jobs);
+        let o = owners(&limits(&[450.0]), &[], &ControlStatus::default(), &jobs);
         assert_eq!(owner_of(&o, 0), Some(&CapOwner::Operator));
         // A search that kept a clock lock holds no cap: its best (MHz) is not a cap.
         let mut clocks = done("r1", &[0], 325.0, "2026-12-01T10:00:00Z");
@@ -298,6 +350,53 @@ mod tests {
             r.knob = crate::control::tuner::Knob::Clocks;
         }
         assert_eq!(TunerChoice::of(&clocks), None);
+    }
+
+    #[test]
+    fn a_finished_clock_search_holds_the_gpus_whose_lock_is_its_own() {
+        // `--knob clocks` kept 1410 MHz on GPUs 0 and 1 (its best is MHz).
+        let mut job = done("r1", &[0, 1], 1410.0, "2026-12-01T10:00:00Z");
+        if let Some(r) = job.result.as_mut() {
+            r.knob = crate::control::tuner::Knob::Clocks;
+        }
+        let jobs = [job];
+        // GPU 0 holds the lock; GPU 1's was reset since; GPU 2 is locked but not the search's;
+        // all three at a cap a person set.
+        let locked = [(0, [210, 1410]), (2, [210, 1410])];
+        let o = owners(
+            &limits(&[450.0, 450.0, 450.0]),
+            &locked,
+            &ControlStatus::default(),
+            &jobs,
+        );
+        let Some(CapOwner::TunedClocks(c)) = owner_of(&o, 0) else {
+            panic!("{o:?}")
+        };
+        assert_eq!((c.max_mhz, c.gpus.as_slice()), (1410, &[0, 1][..]));
+        assert_eq!(
+            CapOwner::TunedClocks(c.clone()).describe(),
+            "the energy tuner's clock lock for run r1 (SM clocks at most 1410 MHz, eta 1, search \
+             of 2026-12-01T10:00:00Z)"
+        );
+        assert_eq!(
+            owner_of(&o, 1),
+            Some(&CapOwner::Operator),
+            "its lock was reset"
+        );
+        assert_eq!(
+            owner_of(&o, 2),
+            Some(&CapOwner::Operator),
+            "not the search's GPU"
+        );
+        // A cap search's choice and a clock lock on the same GPU: the cap is the search's.
+        let cap = done("r2", &[0], 450.0, "2026-12-01T11:00:00Z");
+        let o = owners(
+            &limits(&[450.0]),
+            &locked,
+            &ControlStatus::default(),
+            &[jobs[0].clone(), cap],
+        );
+        assert!(matches!(owner_of(&o, 0), Some(CapOwner::Tuner(_))), "{o:?}");
     }
 
     #[test]
@@ -319,7 +418,7 @@ mod tests {
             }],
             ..Default::default()
         };
-        let o = owners(&limits(&[325.0, 325.0]), &loops, &jobs);
+        let o = owners(&limits(&[325.0, 325.0]), &[], &loops, &jobs);
         assert_eq!(
             owner_of(&o, 0),
             Some(&CapOwner::Governor {
@@ -342,7 +441,7 @@ mod tests {
             }),
             ..Default::default()
         };
-        let o = owners(&limits(&[325.0, 325.0]), &budget, &jobs[..1]);
+        let o = owners(&limits(&[325.0, 325.0]), &[], &budget, &jobs[..1]);
         assert!(
             o.iter()
                 .all(|g| matches!(&g.owner, Some(CapOwner::Budget { budget_w, .. }) if *budget_w == 1000.0)),

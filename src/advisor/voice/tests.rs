@@ -4,7 +4,7 @@
 
 use crate::advisor::adapt;
 use crate::advisor::*;
-use crate::control::owner::{CapOwner, GpuOwner, TunerChoice};
+use crate::control::owner::{CapOwner, ClockChoice, GpuOwner, TunerChoice};
 use crate::history::{Metric, Point};
 use crate::telemetry::{GpuSample, throttle, throttle_reason_badges};
 
@@ -149,6 +149,42 @@ fn after_a_tune_advise_neither_undoes_the_cap_nor_raises_it_to_the_default() {
     );
     // Within the stated threshold (15%) the choice still holds: 3500 is 12.8% off.
     assert!(hints(&tuned_node(3500.0)).is_empty());
+}
+
+#[test]
+fn a_gpu_the_tuner_locked_for_energy_is_not_told_to_raise_or_undo_its_cap() {
+    // The same power-held GPU and throughput drop, its clocks locked by a finished clock
+    // search (`--knob clocks`): the cap is a person's, but moving it would move what the
+    // search measured, as a cap the tuner chose would.
+    let locked = AdvisorInput {
+        owners: owned(
+            &[0],
+            &CapOwner::TunedClocks(ClockChoice {
+                run: "r1".into(),
+                gpus: vec![0],
+                eta: 1.0,
+                max_mhz: 1410,
+                started: "2026-12-01T10:00:00Z".into(),
+            }),
+        ),
+        ..tuned_node(4012.0)
+    };
+    let h = hints(&locked);
+    assert!(
+        !h.iter()
+            .any(|h| matches!(h.action, Some(Suggestion::PowerCap { .. }))),
+        "{h:#?}"
+    );
+    // Without the lock's owner, the same window is told to raise the cap.
+    let blind = AdvisorInput {
+        owners: Vec::new(),
+        ..locked
+    };
+    assert!(
+        hints(&blind)
+            .iter()
+            .any(|h| matches!(h.action, Some(Suggestion::PowerCap { .. })))
+    );
 }
 
 #[test]
