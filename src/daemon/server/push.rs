@@ -279,6 +279,8 @@ mod tests {
 
     /// One subscriber's end of either path: the bytes it has read, rebuilt into snapshots.
     struct Client {
+        /// Which path serves it, for messages.
+        path: &'static str,
         stream: std::os::unix::net::UnixStream,
         /// Read, not yet a whole frame.
         partial: Vec<u8>,
@@ -288,9 +290,10 @@ mod tests {
     }
 
     impl Client {
-        fn new(stream: std::os::unix::net::UnixStream) -> Client {
+        fn new(path: &'static str, stream: std::os::unix::net::UnixStream) -> Client {
             stream.set_nonblocking(false).unwrap();
             Client {
+                path,
                 stream,
                 partial: Vec::new(),
                 decoder: delta::SnapshotStream::default(),
@@ -326,7 +329,8 @@ mod tests {
                 while let Some(end) = self.partial.iter().position(|&b| b == b'\n') {
                     let line: Vec<u8> = self.partial.drain(..=end).collect();
                     let line = String::from_utf8(line).unwrap();
-                    let frame = self.decoder.decode(&line, usize::MAX).unwrap();
+                    let frame = (self.decoder.decode(&line, usize::MAX))
+                        .unwrap_or_else(|e| panic!("{}: {e}: {line}", self.path));
                     let Response::Telemetry { snapshot } = frame.response else {
                         panic!("{line}")
                     };
@@ -426,13 +430,18 @@ mod tests {
             let out = Arc::new(Outbox::new(QUEUED_ANSWER_BYTES));
             runtime.spawn(write_loop(wr, rx, Arc::clone(&out)));
             let put = move |s: &Arc<Snapshot>| out.put_snapshot(s, true, |s, b| frames.line(s, b));
-            (put, tx, _rd, Client::new(theirs.into_std().unwrap()))
+            (
+                put,
+                tx,
+                _rd,
+                Client::new("outbox", theirs.into_std().unwrap()),
+            )
         };
         let rig = super::super::direct::tests::Rig::encoding_with(Arc::clone(&frames));
         let (put_async, _tx, _rd, mut keeps_async) = outbox(Arc::clone(&frames));
         let (put_async_slow, _tx2, _rd2, mut stalls_async) = outbox(Arc::clone(&frames));
-        let mut keeps_direct = Client::new(rig.subscribe(true).into_inner());
-        let mut stalls_direct = Client::new(rig.subscribe(true).into_inner());
+        let mut keeps_direct = Client::new("direct", rig.subscribe(true).into_inner());
+        let mut stalls_direct = Client::new("direct", rig.subscribe(true).into_inner());
         let put = |s: &Arc<Snapshot>| {
             // As the sampler's thread does: the dedicated subscribers first, then the runtime's.
             rig.direct.put(s);
@@ -443,7 +452,11 @@ mod tests {
 
         // Seven GPUs in the middle (GPU 3 lost), then eight again: more pushes than two
         // keyframes' worth, so the cadence and the changes of GPUs both show.
-        let total = 2 * delta::KEYFRAME_EVERY + 40;
+        let total = 2 * delta::KEYFRAME_EVERY + 45;
+        // From here the stalling clients stop reading: after the last change of GPUs, and for
+        // fewer pushes than a keyframe's worth, so that what comes after the stall is changes
+        // to what they have.
+        let stall = 135;
         let lost = |i: u32| (70..130).contains(&i);
         let mut sent = Vec::new();
         for i in 0..total {
@@ -453,7 +466,7 @@ mod tests {
             assert_eq!(keeps_direct.read(second, Some(1)), 1, "direct, push {i}");
             assert_eq!(keeps_async.read(second, Some(1)), 1, "outbox, push {i}");
             // The stalling clients read along until the stall.
-            if i < 100 {
+            if i < stall {
                 assert_eq!(stalls_direct.read(second, Some(1)), 1, "direct, push {i}");
                 assert_eq!(stalls_async.read(second, Some(1)), 1, "outbox, push {i}");
             } else {
@@ -484,16 +497,16 @@ mod tests {
 
         // The clients that stalled: what waits for them (in the socket, and in the outbox),
         // then one more snapshot; it is the last they get, as changes to what they have.
-        let stalled = sent.len() - 100;
+        let stalled = sent.len() - stall as usize;
         let waited_direct = stalls_direct.read(Duration::from_millis(300), None);
         let waited_async = stalls_async.read(Duration::from_millis(300), None);
         assert!(
-            (1..stalled / 4).contains(&waited_direct) && (1..stalled / 4).contains(&waited_async),
+            (1..stalled / 2).contains(&waited_direct) && (1..stalled / 2).contains(&waited_async),
             "of {stalled} pushes, {waited_direct} (direct) and {waited_async} (outbox) came"
         );
         assert_eq!(
-            stalls_async.got.last().map(|g| &g.1),
-            sent.last().map(|s| &**s),
+            stalls_async.times().last(),
+            sent.last().map(|s| &s.time_s),
             "outbox: the newest waited, and came last"
         );
         let newest = node(f64::from(total), false);
@@ -509,10 +522,11 @@ mod tests {
                 0,
                 "{path}: more after the newest"
             );
-            assert_eq!(
-                client.got.last().map(|g| &g.1),
-                Some(&*newest),
-                "{path}: the newest"
+            let (_, last, is_delta) = client.got.last().unwrap();
+            assert_eq!(last, &*newest, "{path}: the newest");
+            assert!(
+                is_delta,
+                "{path}: the newest as changes to what the client has"
             );
             in_order(client, &sent, path);
         }
