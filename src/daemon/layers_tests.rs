@@ -7,9 +7,11 @@ use std::path::Path;
 
 /// Bottom to top. A child of `daemon` may use the children of earlier layers only.
 const LAYERS: &[&[&str]] = &[
-    // Leaves: what every part uses (`RequestError`, the lock helper), the log, the node's
-    // event log, who a peer is and what it may do, the lock file and the runtime directory.
-    &["base", "logging", "events", "auth", "lock"],
+    // The leaf: what every part uses (`RequestError`, `DaemonError`, the lock helper).
+    &["base"],
+    // The log, the node's event log, who a peer is and what it may do, the lock file and the
+    // runtime directory.
+    &["logging", "events", "auth", "lock"],
     // The parts, each with its own locks: telemetry; the runs and their trainer channels; the
     // GPU settings and control loops (which read the runs and the newest snapshot); the
     // energy-tuning jobs.
