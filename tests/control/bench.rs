@@ -9,6 +9,7 @@ use std::time::Duration;
 use crate::support::home::{Home, power_caps as caps};
 use crate::support::proc::send;
 use crate::support::wait::{finish, wait_for};
+use crate::wait_every;
 use rustix::process::Signal;
 
 /// The node's events of the caps the sweep set, oldest first.
@@ -216,9 +217,11 @@ fn the_advisor_tells_a_busy_gpu_the_best_cap_of_its_models_kept_sweep() {
     // GPU 1, busy at its 700 W cap, is an H100 as GPU 0 is.
     let best = v["best_perf_per_w_cap_w"].as_f64().unwrap();
     let mut hint = serde_json::Value::Null;
-    wait_for(
+    // The hint needs 20 s of the busy GPU's samples: ask `advise` (a process) twice a second.
+    wait_every(
         "the advisor's measured-cap hint",
         Duration::from_secs(40),
+        Duration::from_millis(500),
         || {
             let out = home.run(&["advise", "--json"], Duration::from_secs(20));
             let hints: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();

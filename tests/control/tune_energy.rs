@@ -11,6 +11,7 @@ use crate::support::home::{Home, power_caps as caps};
 use crate::support::nvml_daemon::NvmlDaemon;
 use crate::support::proc::send;
 use crate::support::wait::wait_for;
+use crate::wait_every;
 use rustix::process::Signal;
 
 pub(crate) use crate::support::home::QUICK_SEARCH as QUICK;
@@ -278,6 +279,10 @@ fn a_job_whose_ranks_do_not_all_report_here_is_refused() {
     assert_eq!(caps(&home.client()), [700.0, 700.0], "nothing was changed");
 }
 
+/// How often a test asks `tune status` (a `gpupilot` process each time) while it waits for a
+/// job: a search's steps last seconds.
+pub(crate) const JOB_POLL: Duration = Duration::from_millis(250);
+
 /// The job on `run` as `tune status --json` shows it.
 pub(crate) fn job(home: &Home, run: &str) -> serde_json::Value {
     let out = home.ok(&["tune", "status", run, "--json"]);
@@ -313,7 +318,7 @@ fn a_client_killed_mid_search_leaves_the_job_to_the_daemon() {
     send(child.id(), Signal::KILL);
     child.wait().unwrap();
     assert_eq!(job(&home, &run)["state"], "running");
-    wait_for("the job to end", Duration::from_secs(60), || {
+    wait_every("the job to end", Duration::from_secs(60), JOB_POLL, || {
         job(&home, &run)["state"] != "running"
     });
     let j = job(&home, &run);
@@ -463,8 +468,10 @@ fn a_daemon_killed_mid_search_restores_the_caps_of_a_run_that_ended_meanwhile() 
     assert_eq!(caps(&nv.home.client()), [700.0, 700.0]);
 }
 
-/// A batch-size range for the synthetic trainer's profile: it starts at 128.
-const BATCH_KNOB: &str = "[knobs.batch_size]\ninitial = 128\nmin = 64\nmax = 512\n";
+/// A batch-size range for the synthetic trainer's profile: it starts at 128, one doubling or
+/// halving either way (each batch the search walks to is a cap search of its own: a wider range
+/// adds windows to every joint search here, not a claim).
+const BATCH_KNOB: &str = "[knobs.batch_size]\ninitial = 128\nmin = 64\nmax = 256\n";
 
 /// `tune energy RUN` with the quick cap settings, searching the batch size too.
 pub(crate) fn joint_args(run: &str) -> Vec<&str> {
@@ -607,7 +614,7 @@ fn a_client_killed_mid_joint_search_leaves_it_to_the_daemon() {
     wait_for_another_batch(&c, &run);
     send(child.id(), Signal::KILL);
     child.wait().unwrap();
-    wait_for("the job to end", Duration::from_secs(180), || {
+    wait_every("the job to end", Duration::from_secs(180), JOB_POLL, || {
         job(&home, &run)["state"] != "running"
     });
     let j = job(&home, &run);
@@ -631,7 +638,7 @@ fn a_run_that_ends_mid_joint_search_gets_its_caps_back() {
     let c = home.client();
     wait_for_another_batch(&c, &run);
     home.ok(&["stop", &run]);
-    wait_for("the job to end", Duration::from_secs(30), || {
+    wait_every("the job to end", Duration::from_secs(30), JOB_POLL, || {
         job(&home, &run)["state"] != "running"
     });
     let j = job(&home, &run);

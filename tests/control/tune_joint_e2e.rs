@@ -6,12 +6,13 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::tune_energy::{
-    TWO_H100, batch_of, job, joint_args, kill_mid_joint_search, last_limits, run_detached,
-    succeeded, tune_changes,
+    JOB_POLL, TWO_H100, batch_of, job, joint_args, kill_mid_joint_search, last_limits,
+    run_detached, succeeded, tune_changes,
 };
 use crate::support::home::{Home, power_caps as caps};
 use crate::support::nvml_daemon::NvmlDaemon;
 use crate::support::wait::wait_for;
+use crate::wait_every;
 
 /// A training loop on the SDK: each step takes a fixed overhead and a time per sample, so a
 /// larger batch trains more samples a second (and per joule). A batch of `OOM_AT` or more runs
@@ -341,7 +342,7 @@ fn a_joint_search_whose_sdk_trainer_refuses_a_batch_too_large_finishes_below_it(
 #[test]
 fn a_joint_search_resumed_through_a_reconnected_sdk_trainer_runs_to_its_end() {
     let (nv, run) = resumed_after_sigkill();
-    wait_for("the job to end", Duration::from_secs(240), || {
+    wait_every("the job to end", Duration::from_secs(240), JOB_POLL, || {
         job(&nv.home, &run)["state"] != "running"
     });
     let j = job(&nv.home, &run);
