@@ -5,10 +5,15 @@
 //! - `ops`: stop, pause and resume, a run's logs and events, each change recorded with who,
 //!   old → new and why; a start's two halves (spawn, then join the table) and the wait of a
 //!   trainer that attaches in between.
-//! - `trainers`: the trainer channel: which connection is which run's trainer, knob changes
-//!   and their acknowledgements, each run's metrics.
-//! - `ranks`, `rank_changes`: the ranks of a run of several, and a knob change applied at one
-//!   step on every rank.
+//! - `trainers`: the trainer channel: which connection is which run's trainer (or ranks), the
+//!   knob changes in flight, each run's metrics.
+//! - `knob_changes`: the one state machine of a knob change (proposal, votes, commit or
+//!   call-off, acknowledgements), whatever the world size; a single process's change for its
+//!   next batch is one of its modes.
+//! - `rank_changes`: `knob_set`, `knob_ack` and `knob_vote` through that machine, its effects
+//!   recorded after the locks are let go; ranks brought back to their job's value.
+//! - `ranks`: the ranks of a run, their progress, and the step a change to several is applied
+//!   at.
 //! - `trainer_output`: metrics read from the output of a script that does not use the SDK.
 //! - `logs`: a chunk of a run's log for `logs -f`.
 //! - `run_report`: `report.html` into a run's directory when it ends.
@@ -24,6 +29,7 @@
 //! (the control loops read the live runs before they lock the loops, and store the runs'
 //! energy after).
 
+pub(super) mod knob_changes;
 pub(super) mod logs;
 pub(super) mod metric_presets;
 pub(super) mod ops;

@@ -1,31 +1,23 @@
-//! The ranks of one run's trainer channel, and a knob change to several ranks applied at one
-//! step.
+//! The ranks of one run's trainer channel: which connection is which rank, what each reported
+//! (its newest report, its pace, the knob values it uses), and the step a change to several
+//! ranks is applied at.
 //!
 //! A data-parallel job is N processes (ranks) that each attach to the run's channel, saying
 //! which rank they are (`RankSpec`). A single-process script says nothing and is rank 0 of a
-//! world of 1. For a run of several ranks a knob change is all or nothing and takes effect at the
-//! same step on every rank, in two phases (docs/protocol.md, "Distributed runs"):
-//!
-//! 1. the daemon proposes `value` for an apply step `S` ahead of the newest step any rank
-//!    reported, to every rank;
-//! 2. each rank votes: ready (it can use the value and has not started step `S`) or not;
-//! 3. every rank ready: the change is committed and every rank told; any refusal, a rank that
-//!    leaves, or votes that do not all come within [`VOTE_WINDOW_S`]: called off, and every rank
-//!    told to keep its value;
-//! 4. each rank applies a committed change when it starts step `S` and acknowledges it with the
-//!    step. A rank that reaches `S` before it heard the decision does not apply it (the
-//!    absence of a decision never changes anything), and says so: the daemon then brings every
-//!    rank back to one value with a new change.
+//! world of 1. A knob change goes to every attached rank through the one state machine of
+//! `knob_changes.rs`, whatever the world size; the world size picks its mode, and for a job of
+//! several ranks [`Ranks::apply_step`] places it: a step ahead of the fastest rank, so that the
+//! proposal, every vote and the decision travel before any rank starts it (docs/protocol.md,
+//! "Distributed runs").
 //!
 //! This file is bookkeeping only: no I/O, no locks, and times are given, not read, so tests
-//! drive it step by step. `trainers.rs` sends what it decides.
+//! drive it step by step.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::time::Instant;
+use std::collections::{BTreeMap, VecDeque};
 
 use tokio::sync::mpsc;
 
-use crate::protocol::{JobFigures, KnobName, MetricsPoint, RankInfo, RankSpec, StagedChange};
+use crate::protocol::{JobFigures, KnobName, MetricsPoint, RankInfo, RankSpec};
 
 /// How far ahead of the ranks' newest step a change is proposed, in seconds of their progress:
 /// the proposal, every vote and the decision must all travel before the fastest rank starts
@@ -36,14 +28,6 @@ pub const MIN_LEAD_STEPS: u64 = 2;
 /// The most steps a rank's data pipeline may say it formed ahead (`lead_steps`) that the apply
 /// step makes room for.
 pub const MAX_FORMED_AHEAD: u64 = 1024;
-/// Votes that have not all come this long after the proposal call the change off (a rank that
-/// answers nothing cannot be told apart from one that is stuck).
-pub const VOTE_WINDOW_S: f64 = 0.25;
-/// After commit, how long the daemon waits for every rank to say it applied the change before
-/// it looks at the ranks' reports instead (a rank that reports no steps for that long has
-/// stopped anyway).
-pub const APPLY_WINDOW_S: f64 = 600.0;
-
 /// The largest world a run may have (a bound on what one attach can make the daemon keep or walk).
 pub const MAX_WORLD_SIZE: u32 = 65_536;
 /// The longest host name or GPU UUID a rank may give.
@@ -219,7 +203,8 @@ impl Ranks {
         self.world_size
     }
 
-    /// More than one rank: changes go through [`Staged`].
+    /// More than one rank: a change is voted on and applied at a step
+    /// (`knob_changes::Mode::AtStep`), not at the next batch.
     pub fn distributed(&self) -> bool {
         self.world_size.is_some_and(|w| w > 1)
     }
@@ -350,249 +335,6 @@ impl Ranks {
                 seen.all(|v| v == Some(first)).then_some((*n, first))
             })
             .collect()
-    }
-}
-
-/// What a vote, an acknowledgement or a departure led to.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Outcome {
-    /// Nothing to do yet.
-    Waiting,
-    /// Every rank is ready: commit.
-    Commit,
-    /// Call it off, for this reason (naming the rank).
-    Abort { rank: Option<u32>, reason: String },
-    /// Every rank has answered after the commit: `missed` are the ranks that did not apply it
-    /// (with why), empty when all did; `steps` the step each one that did applied it at (the
-    /// apply step, or for a rank that reports every few steps, its first report past it).
-    Done {
-        missed: BTreeMap<u32, String>,
-        steps: BTreeMap<u32, u64>,
-    },
-    /// Something that does not fit this change: recorded, nothing else.
-    Stray(String),
-}
-
-/// A change to several ranks in flight.
-#[derive(Debug, Clone)]
-pub struct Staged {
-    pub seq: u64,
-    pub knob: KnobName,
-    pub value: i64,
-    pub old: Option<i64>,
-    pub apply_step: u64,
-    pub asked: Instant,
-    /// Milliseconds from the request to the last vote, once all came.
-    pub votes_ms: Option<f64>,
-    /// The ranks it was proposed to.
-    pub ranks: BTreeSet<u32>,
-    ready: BTreeSet<u32>,
-    pub committed: Option<bool>,
-    applied: BTreeMap<u32, u64>,
-    missed: BTreeMap<u32, String>,
-    /// Ranks that left after the commit (they get the value when they attach again).
-    left: BTreeSet<u32>,
-}
-
-impl Staged {
-    pub fn new(
-        seq: u64,
-        knob: KnobName,
-        value: i64,
-        old: Option<i64>,
-        apply_step: u64,
-        ranks: BTreeSet<u32>,
-        asked: Instant,
-    ) -> Staged {
-        Staged {
-            seq,
-            knob,
-            value,
-            old,
-            apply_step,
-            asked,
-            votes_ms: None,
-            ranks,
-            ready: BTreeSet::new(),
-            committed: None,
-            applied: BTreeMap::new(),
-            missed: BTreeMap::new(),
-            left: BTreeSet::new(),
-        }
-    }
-
-    pub fn view(&self) -> StagedChange {
-        StagedChange {
-            seq: self.seq,
-            knob: self.knob,
-            value: self.value,
-            apply_step: self.apply_step,
-            ranks: self.ranks.iter().copied().collect(),
-            ready: self.ready.iter().copied().collect(),
-            committed: self.committed,
-            applied: self.applied.keys().copied().collect(),
-        }
-    }
-
-    /// `rank` voted at `now`.
-    pub fn vote(
-        &mut self,
-        rank: u32,
-        ready: bool,
-        reason: Option<String>,
-        now: Instant,
-    ) -> Outcome {
-        if !self.ranks.contains(&rank) {
-            return Outcome::Stray(format!(
-                "voted on change {}, which was not proposed to it",
-                self.seq
-            ));
-        }
-        if self.committed.is_some() {
-            return Outcome::Stray(format!("voted on change {} after it was decided", self.seq));
-        }
-        if !ready {
-            let reason = reason.unwrap_or_else(|| "no reason given".into());
-            return Outcome::Abort {
-                rank: Some(rank),
-                reason: format!("rank {rank} refused: {reason}"),
-            };
-        }
-        self.ready.insert(rank);
-        if self.ready == self.ranks {
-            self.votes_ms = Some(now.duration_since(self.asked).as_secs_f64() * 1000.0);
-            Outcome::Commit
-        } else {
-            Outcome::Waiting
-        }
-    }
-
-    /// `rank` says it applied the change at `step` (or did not, and why).
-    pub fn ack(
-        &mut self,
-        rank: u32,
-        applied: bool,
-        step: Option<u64>,
-        reason: Option<String>,
-    ) -> Outcome {
-        if !self.ranks.contains(&rank) {
-            return Outcome::Stray(format!(
-                "acknowledged change {}, which was not proposed to it",
-                self.seq
-            ));
-        }
-        if self.committed != Some(true) {
-            if applied {
-                return Outcome::Stray(format!(
-                    "says it applied change {} before it was committed",
-                    self.seq
-                ));
-            }
-            // Not applied, and not committed (yet): nothing changes on that rank.
-            return Outcome::Waiting;
-        }
-        match (applied, step) {
-            (true, Some(s)) if s >= self.apply_step => {
-                self.applied.insert(rank, s);
-            }
-            (true, Some(s)) => {
-                self.missed.insert(
-                    rank,
-                    format!(
-                        "applied it at step {s}, before the apply step {}",
-                        self.apply_step
-                    ),
-                );
-            }
-            (true, None) => {
-                self.missed
-                    .insert(rank, "applied it without saying at which step".into());
-            }
-            (false, _) => {
-                self.missed
-                    .insert(rank, reason.unwrap_or_else(|| "it did not apply it".into()));
-            }
-        }
-        self.done()
-    }
-
-    /// `rank`'s connection closed.
-    pub fn left(&mut self, rank: u32) -> Outcome {
-        if !self.ranks.contains(&rank) {
-            return Outcome::Waiting;
-        }
-        match self.committed {
-            None => Outcome::Abort {
-                rank: Some(rank),
-                reason: format!("rank {rank} left before every rank had agreed"),
-            },
-            Some(true) => {
-                if !self.applied.contains_key(&rank) && !self.missed.contains_key(&rank) {
-                    self.left.insert(rank);
-                }
-                self.done()
-            }
-            Some(false) => Outcome::Waiting,
-        }
-    }
-
-    /// Votes overdue at `now`: the reason to call it off.
-    pub fn overdue(&self, now: Instant) -> Option<Outcome> {
-        let waited = now.duration_since(self.asked).as_secs_f64();
-        match self.committed {
-            None if waited > VOTE_WINDOW_S => {
-                let silent: Vec<String> = self
-                    .ranks
-                    .difference(&self.ready)
-                    .map(|r| r.to_string())
-                    .collect();
-                Some(Outcome::Abort {
-                    rank: None,
-                    reason: format!(
-                        "rank {} did not answer within {:.0} ms",
-                        silent.join(", "),
-                        VOTE_WINDOW_S * 1000.0
-                    ),
-                })
-            }
-            Some(true) if waited > APPLY_WINDOW_S => {
-                let mut missed = self.missed.clone();
-                for r in self.ranks.iter() {
-                    if !self.applied.contains_key(r) && !self.left.contains(r) {
-                        missed
-                            .entry(*r)
-                            .or_insert_with(|| "never said it applied it".into());
-                    }
-                }
-                Some(Outcome::Done {
-                    missed,
-                    steps: self.applied.clone(),
-                })
-            }
-            _ => None,
-        }
-    }
-
-    fn done(&self) -> Outcome {
-        let answered = self.applied.len() + self.missed.len() + self.left.len();
-        if answered >= self.ranks.len() {
-            Outcome::Done {
-                missed: self.missed.clone(),
-                steps: self.applied.clone(),
-            }
-        } else {
-            Outcome::Waiting
-        }
-    }
-
-    /// The ranks that applied it.
-    pub fn applied(&self) -> usize {
-        self.applied.len()
-    }
-
-    /// The ranks that left after the commit.
-    pub fn gone(&self) -> &BTreeSet<u32> {
-        &self.left
     }
 }
 
@@ -797,84 +539,5 @@ mod tests {
         r.record(0, &ahead(0, None));
         r.record(1, &ahead(0, None));
         assert_eq!(r.apply_step(1.0).unwrap(), MIN_LEAD_STEPS);
-    }
-
-    fn staged(n: u32) -> Staged {
-        Staged::new(
-            7,
-            KnobName::BatchSize,
-            64,
-            Some(32),
-            100,
-            (0..n).collect(),
-            Instant::now(),
-        )
-    }
-
-    #[test]
-    fn every_rank_ready_commits_and_one_refusal_calls_it_off() {
-        let now = Instant::now();
-        let mut s = staged(3);
-        assert_eq!(s.vote(0, true, None, now), Outcome::Waiting);
-        assert_eq!(s.vote(1, true, None, now), Outcome::Waiting);
-        assert_eq!(s.vote(2, true, None, now), Outcome::Commit);
-        let mut s = staged(3);
-        s.vote(0, true, None, now);
-        let Outcome::Abort { rank, reason } = s.vote(1, false, Some("too big".into()), now) else {
-            panic!()
-        };
-        assert_eq!(rank, Some(1));
-        assert_eq!(reason, "rank 1 refused: too big");
-        assert!(matches!(s.vote(9, true, None, now), Outcome::Stray(_)));
-    }
-
-    #[test]
-    fn after_the_commit_every_rank_answers_or_leaves() {
-        let now = Instant::now();
-        let mut s = staged(3);
-        for r in 0..3 {
-            s.vote(r, true, None, now);
-        }
-        s.committed = Some(true);
-        assert_eq!(s.ack(0, true, Some(100), None), Outcome::Waiting);
-        assert_eq!(s.left(1), Outcome::Waiting);
-        let Outcome::Done { missed, steps } = s.ack(2, false, Some(100), Some("late".into()))
-        else {
-            panic!()
-        };
-        assert_eq!(missed.get(&2).map(String::as_str), Some("late"));
-        assert_eq!(steps, BTreeMap::from([(0, 100)]));
-        assert_eq!(s.applied(), 1);
-        assert!(s.gone().contains(&1));
-        let mut s = staged(2);
-        s.committed = Some(true);
-        s.ack(0, true, Some(99), None);
-        let Outcome::Done { missed, steps } = s.ack(1, true, Some(110), None) else {
-            panic!()
-        };
-        assert!(missed[&0].contains("step 99, before the apply step 100"));
-        assert_eq!(steps, BTreeMap::from([(1, 110)]));
-    }
-
-    #[test]
-    fn a_rank_that_leaves_before_the_decision_or_silence_calls_it_off() {
-        let now = Instant::now();
-        let mut s = staged(2);
-        s.vote(0, true, None, now);
-        assert!(matches!(s.left(1), Outcome::Abort { rank: Some(1), .. }));
-        let s = staged(2);
-        assert!(s.overdue(now).is_none());
-        let late = now + std::time::Duration::from_secs(1);
-        let Some(Outcome::Abort { reason, .. }) = s.overdue(late) else {
-            panic!()
-        };
-        assert!(reason.contains("rank 0, 1 did not answer"), "{reason}");
-    }
-
-    #[test]
-    fn an_ack_for_an_undecided_change_changes_nothing() {
-        let mut s = staged(2);
-        assert!(matches!(s.ack(0, true, Some(100), None), Outcome::Stray(_)));
-        assert_eq!(s.ack(0, false, Some(100), None), Outcome::Waiting);
     }
 }

@@ -3,11 +3,12 @@
 //! SDK, or parsed from the output of a script that does not use it).
 //!
 //! Per run, the daemon keeps the knob values the run uses as far as it knows, its ranks (one
-//! for a single-process script; see `ranks.rs`), the changes in flight (by sequence number,
-//! with the instant they were asked, for the round trip), and the newest metrics reports (every
-//! report is also in the run's `metrics.jsonl`). The sequence number and a change to several
-//! ranks in flight are kept in the run directory (`knobs.json`), so they outlive the daemon.
-//! Changes to several ranks are driven by `rank_changes.rs`.
+//! for a single-process script; see `ranks.rs`), the changes in flight (by sequence number: one
+//! state machine whatever the world size, `knob_changes.rs`, driven by `rank_changes.rs`), and
+//! the newest metrics reports (every report is also in the run's `metrics.jsonl`). The sequence
+//! number and a change at a step in flight (a job of several ranks') are kept in the run
+//! directory (`knobs.json`), so they outlive the daemon; a change for a single process's next
+//! batch is not (its trainer is told it again when it attaches to this daemon).
 //!
 //! Locks: the run table before the channels, never the other way round.
 
@@ -21,17 +22,17 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
 use super::Runs;
+use super::knob_changes::Change;
 use super::ops::append_run_event;
-use super::ranks::{Ranks, Refused, Staged, TrainerConn};
+use super::ranks::{Ranks, Refused, TrainerConn};
 use super::trainer_output::{OutputParser, OutputRules, read_new_lines};
 use crate::daemon::base::RequestError;
-use crate::ipc::Peer;
 use crate::profile::{Knob, MetricsSettings};
 use crate::protocol::{
-    self, ErrorCode, KnobName, KnobRange, KnobState, KnobVia, MetricsPoint, MetricsReport,
-    NodeEvent, RankSpec, Response, ServerFrame, TrainerInfo,
+    self, ErrorCode, KnobName, KnobRange, KnobState, MetricsPoint, MetricsReport, NodeEvent,
+    RankSpec, Response, ServerFrame, TrainerInfo,
 };
-use crate::supervisor::{DEFAULT_GRACE, Event, KnobValues, Run, RunStatus};
+use crate::supervisor::{Event, KnobValues, Run};
 use crate::telemetry::now_s;
 use crate::training::MAX_METRICS_LINE;
 
@@ -44,12 +45,6 @@ pub const MAX_METRICS: u32 = 5_000;
 /// The end of `metrics.jsonl` read when a daemon first looks at a run (enough for
 /// [`KEEP_POINTS`] reports of typical size).
 const TAIL_BYTES: u64 = 8 << 20;
-
-pub(in crate::daemon) struct Pending {
-    knob: KnobName,
-    value: i64,
-    asked: Instant,
-}
 
 /// What `knobs.json` keeps.
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -89,12 +84,9 @@ pub(in crate::daemon) struct Channel {
     /// The run's attempt those values belong to (`None` until the channel is first looked at
     /// with its run).
     attempt: Option<u32>,
-    /// Changes pushed to a single-process trainer, not yet acknowledged.
-    pending: BTreeMap<u64, Pending>,
-    /// A change to several ranks in flight.
-    pub(in crate::daemon) staged: Option<Staged>,
-    /// Whether that change was asked by the daemon to bring the ranks back to one value.
-    pub(in crate::daemon) staged_repair: bool,
+    /// The changes in flight, by sequence number: any number for the next batch of a single
+    /// process, at most one at a step for a job of several ranks (see `knob_changes.rs`).
+    pub(in crate::daemon) changes: BTreeMap<u64, Change>,
     /// The step the last change to several ranks took effect at: reports of earlier steps may
     /// still carry the old value.
     pub(in crate::daemon) last_apply_step: u64,
@@ -103,9 +95,6 @@ pub(in crate::daemon) struct Channel {
     trainer_ranges: BTreeMap<KnobName, KnobRange>,
     pub(in crate::daemon) last_rtt_ms: BTreeMap<KnobName, f64>,
     pub(in crate::daemon) last_outcome: BTreeMap<KnobName, String>,
-    /// What a rank said with its acknowledgement of the change in flight (what else it
-    /// changed with it: a learning rate scaled with the batch size).
-    pub(in crate::daemon) ack_note: Option<String>,
     points: VecDeque<MetricsPoint>,
     /// A trainer has reported through the SDK (now, or before this daemon read the run): the
     /// run's output is then not read for metrics as well, attached or not, so no report is
@@ -126,7 +115,7 @@ pub(in crate::daemon) struct Channel {
 
 impl Channel {
     /// Load what the run directory holds: the sequence number and the newest reports.
-    fn load(dir: &Path) -> Channel {
+    pub(super) fn load(dir: &Path) -> Channel {
         // A sequence number and one change: a bounded read, never through a link.
         let persisted = crate::config::safe_fs::read_capped(&dir.join("knobs.json"), 64 << 10)
             .ok()
@@ -164,15 +153,12 @@ impl Channel {
             ranks: Ranks::default(),
             values,
             attempt,
-            pending: BTreeMap::new(),
-            staged: None,
-            staged_repair: false,
+            changes: BTreeMap::new(),
             last_apply_step,
             repair_after: None,
             trainer_ranges: BTreeMap::new(),
             last_rtt_ms: BTreeMap::new(),
             last_outcome: BTreeMap::new(),
-            ack_note: None,
             sdk_reported: points.iter().any(|p| p.from == FROM_TRAINER),
             points,
             next_n,
@@ -220,15 +206,17 @@ impl Channel {
         self.seq
     }
 
-    /// Write `knobs.json`: the sequence number and the change to several ranks in flight.
+    /// Write `knobs.json`: the sequence number and the change at a step in flight.
     pub(in crate::daemon) fn persist(&self) {
-        let staged = self.staged.as_ref().map(|st| PersistedStaged {
-            seq: st.seq,
-            knob: st.knob,
-            value: st.value,
-            apply_step: st.apply_step,
-            committed: st.committed,
-            attempt: self.attempt,
+        let staged = self.at_step().and_then(|st| {
+            Some(PersistedStaged {
+                seq: st.seq,
+                knob: st.knob,
+                value: st.value,
+                apply_step: st.mode.apply_step()?,
+                committed: st.committed,
+                attempt: self.attempt,
+            })
         });
         let body = serde_json::to_vec(&Persisted {
             seq: self.seq,
@@ -242,7 +230,7 @@ impl Channel {
     }
 
     /// Stamp, keep and append one report (of `rank`, where the trainer said which it is).
-    fn record(&mut self, report: MetricsReport, from: &str, rank: Option<u32>) {
+    pub(super) fn record(&mut self, report: MetricsReport, from: &str, rank: Option<u32>) {
         // A job of several ranks has the values it agreed on; one rank's report does not
         // change them.
         if !self.ranks.distributed() {
@@ -288,7 +276,11 @@ impl Channel {
         self.points.push_back(point);
     }
 
-    fn range(&self, knob: KnobName, profile: Option<Knob>) -> Option<KnobRange> {
+    pub(in crate::daemon) fn range(
+        &self,
+        knob: KnobName,
+        profile: Option<Knob>,
+    ) -> Option<KnobRange> {
         profile
             .map(|k| KnobRange {
                 min: k.min,
@@ -308,16 +300,10 @@ impl Channel {
                 let value = self.values.get(&knob).copied().or(planned);
                 let range = self.range(knob, prof);
                 let pending = self
-                    .pending
+                    .changes
                     .values()
-                    .rfind(|p| p.knob == knob)
-                    .map(|p| p.value)
-                    .or_else(|| {
-                        self.staged
-                            .as_ref()
-                            .filter(|st| st.knob == knob && st.committed != Some(false))
-                            .map(|st| st.value)
-                    });
+                    .rfind(|c| c.knob == knob && c.committed != Some(false))
+                    .map(|c| c.value);
                 (value.is_some() || range.is_some()).then(|| KnobState {
                     knob,
                     value,
@@ -336,7 +322,7 @@ impl Channel {
             world_size: self.ranks.world_size(),
             ranks: self.ranks.info(),
             job: self.ranks.job(),
-            staged: self.staged.as_ref().map(Staged::view),
+            staged: self.at_step().and_then(Change::view),
             metrics_preset: self.preset.map(|p| p.as_str().to_string()),
         }
     }
@@ -413,9 +399,7 @@ impl Channels {
         let idle = self
             .runs
             .iter()
-            .filter(|(_, ch)| {
-                !ch.ranks.any_attached() && ch.pending.is_empty() && ch.staged.is_none()
-            })
+            .filter(|(_, ch)| !ch.ranks.any_attached() && ch.changes.is_empty())
             .min_by_key(|(_, ch)| ch.used)
             .map(|(id, _)| id.clone());
         if let Some(id) = idle {
@@ -560,12 +544,9 @@ impl Runs {
                 ch.trainer_ranges.insert(k, *r);
             }
         }
-        // Changes asked while no trainer listened (or before a daemon restart) go out now.
-        let pushes = ch
-            .pending
-            .iter()
-            .map(|(seq, p)| knob_push(&id, *seq, p.knob, p.value, None))
-            .collect();
+        // Changes for the next batch its connection did not take (or asked of its last
+        // connection) go out now.
+        let pushes = ch.resent_at_attach(&id);
         let values = ch
             .values
             .iter()
@@ -635,104 +616,6 @@ impl Runs {
         }
     }
 
-    /// `knob_ack` from `run`'s trainer.
-    pub fn knob_ack(
-        &self,
-        run: &str,
-        rank: Option<u32>,
-        seq: u64,
-        applied: bool,
-        reason: Option<String>,
-        step: Option<u64>,
-    ) -> Response {
-        let mut channels = self.channels();
-        let Some(ch) = channels.runs.get_mut(run) else {
-            return Response::Ok {};
-        };
-        if ch.ranks.distributed() {
-            let mut effects = Vec::new();
-            ch.rank_ack(
-                run,
-                rank.unwrap_or(0),
-                seq,
-                applied,
-                reason,
-                step,
-                &mut effects,
-            );
-            drop(channels);
-            self.apply_effects(run, effects);
-            return Response::Ok {};
-        }
-        let Some(p) = ch.pending.remove(&seq) else {
-            tracing::debug!("run {run}: knob_ack for seq {seq}, which is not pending");
-            return Response::Ok {};
-        };
-        let rtt_ms = p.asked.elapsed().as_secs_f64() * 1000.0;
-        let kept = ch.values.get(&p.knob).copied();
-        ch.last_rtt_ms.insert(p.knob, rtt_ms);
-        // With an applied change, a reason is a note: what the trainer changed with it.
-        let note = reason.clone().filter(|_| applied);
-        let reason = reason.unwrap_or_else(|| "the trainer gave no reason".into());
-        if applied {
-            ch.values.insert(p.knob, p.value);
-            ch.last_outcome.insert(
-                p.knob,
-                note.as_ref()
-                    .map_or("applied".into(), |n| format!("applied; {n}")),
-            );
-        } else {
-            ch.last_outcome
-                .insert(p.knob, format!("rejected: {reason}"));
-        }
-        drop(channels);
-        // Keep the applied value for restarts, and record the round trip.
-        let mut table = self.table();
-        if let Some(entry) = table.get_mut(run) {
-            if applied {
-                let values = with_value(entry.run.plan().knobs(), p.knob, p.value);
-                if let Err(e) = entry.run.set_knobs(values) {
-                    tracing::warn!("run {run}: {e}");
-                }
-            }
-            append_run_event(
-                &entry.run,
-                Event::KnobAcked {
-                    seq,
-                    knob: p.knob.as_str().into(),
-                    value: p.value,
-                    applied,
-                    reason: if applied { note } else { Some(reason.clone()) },
-                    rtt_ms,
-                },
-            );
-        }
-        drop(table);
-        self.events.record(if applied {
-            NodeEvent::KnobApplied {
-                run: run.into(),
-                change: seq,
-                knob: p.knob,
-                value: p.value,
-                rtt_ms,
-                ranks: None,
-                step: None,
-            }
-        } else {
-            NodeEvent::KnobRejected {
-                run: run.into(),
-                change: seq,
-                knob: p.knob,
-                value: p.value,
-                kept,
-                reason,
-                rtt_ms,
-                rank: None,
-            }
-        });
-        Response::Ok {}
-    }
-
     /// `trainer_error` from `run`'s trainer: recorded; an out-of-memory marks the attempt.
     pub fn trainer_error(&self, run: &str, kind: String, message: Option<String>) -> Response {
         let mut table = self.table();
@@ -755,165 +638,6 @@ impl Runs {
             message,
         });
         Response::Ok {}
-    }
-
-    /// `knob_set`: check the value against the run's range, then push it to the trainer or
-    /// restart the run with it.
-    pub(in crate::daemon) fn knob_set(
-        &self,
-        peer: &Peer,
-        spec: &str,
-        knob: KnobName,
-        value: i64,
-        restart: bool,
-        why: Option<String>,
-    ) -> Result<Response, RequestError> {
-        let mut table = self.table();
-        let id = table.resolve(spec)?;
-        let entry = table.get_mut(&id).expect("resolved");
-        let run = &mut entry.run;
-        if run.is_finished() || run.status() == RunStatus::Stopping {
-            return Err(RequestError::new(
-                ErrorCode::BadState,
-                format!(
-                    "run {id} is {}; nothing changed",
-                    if run.is_finished() {
-                        "over"
-                    } else {
-                        "stopping"
-                    }
-                ),
-            ));
-        }
-        let mut channels = self.channels();
-        let ch = channels.of(run);
-        let Some(range) = ch.range(knob, profile_knob(run, knob)) else {
-            return Err(RequestError::new(
-                ErrorCode::BadRequest,
-                format!(
-                    "run {id} has no {knob} knob: give its profile a [knobs.{knob}] section \
-                     (initial, min, max), or let its trainer declare a range; nothing changed"
-                ),
-            ));
-        };
-        if !range.allows(value) {
-            return Err(RequestError::new(
-                ErrorCode::BadRequest,
-                format!(
-                    "{knob} = {value} is outside run {id}'s allowed range {range}; nothing changed"
-                ),
-            ));
-        }
-        let old = ch
-            .values
-            .get(&knob)
-            .copied()
-            .or_else(|| planned(run.plan().knobs(), knob));
-        let by = peer.describe();
-        // A run of several ranks: proposed to every rank for a step; the answer says which.
-        // With none attached (between attempts, or before they connect) it is a restart's, as
-        // for a single process.
-        let mut staged = None;
-        let (seq, via) = if ch.ranks.distributed() && ch.ranks.any_attached() {
-            let (seq, apply_step, ranks) = ch.propose(&id, knob, value, old, Instant::now())?;
-            staged = Some((apply_step, ranks));
-            (seq, KnobVia::Trainer)
-        } else {
-            // Ended and waiting to be restarted (its policy's backoff): no process to disturb,
-            // so the next attempt starts with the value, when the policy says.
-            let between_attempts = run.status() == RunStatus::Backoff;
-            let via = if ch.ranks.any_attached() {
-                KnobVia::Trainer
-            } else if between_attempts {
-                KnobVia::Restart
-            } else if run.plan().command_uses(knob.as_str()) {
-                if !restart {
-                    return Err(RequestError::new(
-                        ErrorCode::RestartNeeded,
-                        format!(
-                            "no trainer is attached to run {id}, and its command takes {{{knob}}}: \
-                             the change needs a restart with the new value (ask again allowing it: \
-                             `gpupilot set {id} {} {value} --restart`); nothing changed",
-                            knob.cli_name()
-                        ),
-                    ));
-                }
-                KnobVia::Restart
-            } else {
-                return Err(RequestError::new(
-                    ErrorCode::BadState,
-                    format!(
-                        "no trainer is attached to run {id} (it does not use the gpupilot SDK, or has \
-                         not connected yet) and its command has no {{{knob}}} placeholder, so {knob} \
-                         cannot reach it; nothing changed"
-                    ),
-                ));
-            };
-            let seq = ch.next_seq();
-            let line = knob_push(&id, seq, knob, value, None);
-            match via {
-                KnobVia::Trainer => {
-                    ch.pending.insert(
-                        seq,
-                        Pending {
-                            knob,
-                            value,
-                            asked: Instant::now(),
-                        },
-                    );
-                    let link = ch.ranks.first_link().expect("checked above");
-                    if let Err(e) = link.tx.try_send(line) {
-                        // Still pending: it goes out again when the trainer attaches next.
-                        tracing::warn!("run {id}: knob change {seq} not sent now: {e}");
-                    }
-                    ch.last_outcome.insert(knob, "pending".into());
-                }
-                KnobVia::Restart => {
-                    ch.values.insert(knob, value);
-                    ch.last_outcome.insert(knob, "restarted".into());
-                    drop(channels);
-                    let values = with_value(run.plan().knobs(), knob, value);
-                    run.set_knobs(values)?;
-                    if !between_attempts {
-                        run.restart_now(DEFAULT_GRACE, &self.clock)?;
-                    }
-                    channels = self.channels();
-                }
-            }
-            (seq, via)
-        };
-        drop(channels);
-        append_run_event(
-            run,
-            Event::Changed {
-                by: by.clone(),
-                what: knob.as_str().into(),
-                old: old.map(|o| o.to_string()),
-                new: Some(value.to_string()),
-                why: why.clone(),
-            },
-        );
-        drop(table);
-        self.events.record(NodeEvent::KnobChanged {
-            run: id.clone(),
-            change: seq,
-            knob,
-            old,
-            new: value,
-            via,
-            by,
-            why,
-        });
-        Ok(Response::KnobPending {
-            run: id,
-            seq,
-            knob,
-            old,
-            value,
-            via,
-            apply_step: staged.map(|(step, _)| step),
-            ranks: staged.map(|(_, ranks)| ranks),
-        })
     }
 
     /// `run_metrics`: reports from number `since` on, and the run's knobs and trainer.
@@ -957,6 +681,29 @@ impl Runs {
                 let ch = channels.of(run);
                 let trainer = ch.info(run.knob_ranges(), run.plan().knobs());
                 Some((info, trainer))
+            })
+            .collect()
+    }
+
+    /// The GPUs of each live run of several ranks, by run id (GPUs that its ranks named), for
+    /// power decisions that treat a job's GPUs together.
+    pub fn job_gpu_groups(&self) -> Vec<(String, Vec<u32>)> {
+        let channels = self.channels();
+        channels
+            .runs
+            .iter()
+            .filter(|(_, ch)| ch.ranks.distributed() && ch.ranks.any_attached())
+            .filter_map(|(id, ch)| {
+                let mut gpus: Vec<u32> = ch
+                    .ranks
+                    .info()
+                    .iter()
+                    .filter(|r| r.attached)
+                    .filter_map(|r| r.spec.gpu)
+                    .collect();
+                gpus.sort_unstable();
+                gpus.dedup();
+                (!gpus.is_empty()).then(|| (id.clone(), gpus))
             })
             .collect()
     }
@@ -1029,6 +776,7 @@ impl Runs {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::daemon::runs::knob_changes::Mode;
 
     /// A run can write its own directory: links in the place of its metrics and its knobs are
     /// not followed (a link to `/dev/zero` would be read for ever), and the channel starts
@@ -1177,16 +925,17 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let mut ch = Channel::load(tmp.path());
         ch.follow_attempt(0, plan(Some(128)));
-        ch.staged = Some(Staged::new(
+        let mut change = Change::new(
             1,
             KnobName::BatchSize,
             64,
             Some(128),
-            500,
+            Mode::AtStep(500),
             [0, 1].into(),
             Instant::now(),
-        ));
-        ch.staged.as_mut().unwrap().committed = Some(true);
+        );
+        change.committed = Some(true);
+        ch.changes.insert(1, change);
         ch.persist();
         drop(ch);
         // The same attempt: the committed value stands (laggard ranks are brought to it).
