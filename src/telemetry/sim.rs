@@ -133,7 +133,16 @@ impl Source for SimSource {
             };
             let spec = gpu.spec();
             let r = gpu.reading();
-            let time_s = now_s();
+            // The node moves in whole steps (0.1 s): its counters are those of its last step,
+            // so the sample is stamped with that step's time, not the read's. Stamped with the
+            // read's, a window between two reads is off by up to a step at each end: 3% of a
+            // 3 s window, whenever the reads fall at different points of their steps.
+            let behind_s = if self.speed > 0.0 {
+                (self.sim_now() - node.time_s()).max(0.0) / self.speed
+            } else {
+                0.0
+            };
+            let time_s = now_s() - behind_s;
             let uuid = sim_uuid(node.config().seed, index);
             let mut energy_j = r.energy_mj as f64 / 1000.0;
             if let Some(c) = self
@@ -310,6 +319,31 @@ mod tests {
         );
         for bad in ["2:60", "x:60:3", "2:-1:3", "2:60:hot", ""] {
             assert!(parse_cooling_fault(bad, 0.0).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_sample_is_stamped_with_the_step_its_counters_are_from() {
+        // The node moves in 0.1 s steps; reads 0.35 s apart fall at different points of them.
+        // Stamped with the read's time, the energy between two reads (three or four steps)
+        // over 0.35 s was off by up to a third; stamped with the step's, the time between two
+        // samples is the whole steps their counters are apart.
+        let src = SimSource::new(&NodeConfig::default(), 600.0).unwrap();
+        let step = NodeConfig::default().step_s;
+        for _ in 0..3 {
+            let a = src.sample_gpu(0);
+            std::thread::sleep(std::time::Duration::from_millis(350));
+            let b = src.sample_gpu(0);
+            let steps = (b.time_s - a.time_s) / step;
+            assert!(
+                (steps - steps.round()).abs() < 0.01 && steps.round() >= 3.0,
+                "{:.4} s apart: {steps:.3} steps",
+                b.time_s - a.time_s
+            );
+            // And the counter moved by what the node drew over those steps: between its least
+            // and its most.
+            let power = (b.energy_j.unwrap() - a.energy_j.unwrap()) / (b.time_s - a.time_s);
+            assert!((100.0..=800.0).contains(&power), "{power:.1} W");
         }
     }
 
