@@ -4,7 +4,10 @@
 
 use std::time::Duration;
 
+use gpupilot::advisor::Thresholds;
 use gpupilot::client::Client;
+use gpupilot::client::advise::gather;
+use gpupilot::control::owner::CapOwner;
 use gpupilot::protocol::{Request, Response};
 
 use crate::support::home::{Home, power_caps as caps};
@@ -70,6 +73,19 @@ fn a_clock_search_on_a_live_run_locks_the_best_clock_and_says_so_in_mhz() {
         stdout.contains(&format!("gpupilot clocks lock MIN {best:.0}")),
         "{stdout}"
     );
+    // One voice: the lock is the tuner's choice for those GPUs, and the advisor's input says
+    // so (it proposes no cap under it).
+    let input = gather(&c, &Thresholds::default()).unwrap();
+    for gpu in [0, 1] {
+        let owner = input.owners.iter().find(|o| o.gpu == gpu).unwrap();
+        let Some(CapOwner::TunedClocks(lock)) = &owner.owner else {
+            panic!("GPU {gpu}: {:#?}", input.owners)
+        };
+        assert_eq!(
+            (lock.run.as_str(), lock.max_mhz, &lock.gpus[..]),
+            (run.as_str(), best as u32, &[0, 1][..])
+        );
+    }
     // The node's events say the search's steps in MHz, as the console and `events` show them.
     let (events, _) = succeeded(&home, &["events"], 30);
     assert!(
