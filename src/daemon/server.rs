@@ -887,29 +887,9 @@ impl Conn {
 
 #[cfg(test)]
 mod tests {
+    use super::push::tests::snapshot;
     use super::*;
     use crate::protocol::delta;
-    use crate::telemetry::{GpuSample, HostSample};
-
-    fn snapshot(power: f64) -> Snapshot {
-        Snapshot {
-            time_s: 1_796_008_500.25,
-            gpus: (0..2)
-                .map(|i| GpuSample {
-                    index: i,
-                    time_s: 1_796_008_500.0,
-                    power_w: Some(power + f64::from(i)),
-                    temperature_c: Some(61.5),
-                    ..GpuSample::default()
-                })
-                .collect(),
-            host: Some(HostSample {
-                cpu_pct: Some(12.5),
-                ..HostSample::default()
-            }),
-            ..Snapshot::default()
-        }
-    }
 
     #[test]
     fn a_subscriber_gets_changes_to_what_it_was_last_written() {

@@ -160,13 +160,14 @@ impl Sent {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::daemon::server::push as push_frame;
     use crate::protocol::{Response, ServerFrame};
     use crate::telemetry::{GpuSample, HostSample};
 
-    fn snapshot(power: f64) -> Snapshot {
+    /// Two GPUs and the host, at `power` watts (the server's tests use it too).
+    pub(in crate::daemon::server) fn snapshot(power: f64) -> Snapshot {
         Snapshot {
             time_s: 1_796_008_500.25,
             gpus: (0..2)
