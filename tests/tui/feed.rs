@@ -456,3 +456,64 @@ fn between_changes_only_the_live_runs_are_asked_for() {
         status_of(u, &quick).is_some_and(|s| s.is_final())
     });
 }
+
+/// Events recorded while the console connects come both ways: in the catch-up (every event the
+/// daemon keeps) and as pushes of the subscription made just before it. Each is sent to the
+/// views once, in order (the Events view showed a rank attached twice in the same second).
+#[test]
+fn an_event_the_catch_up_brought_is_not_sent_again_by_its_push() {
+    use gpupilot::protocol::{Request as Ask, Response, TargetGpus};
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    let home = Home::new();
+    let _daemon = home.daemon(&[]);
+    // Changes to GPU 0's cap one after the other, each a `gpu_changed` event, from before the
+    // feed connects until well after its catch-up.
+    let stop = Arc::new(AtomicBool::new(false));
+    let changes = {
+        let (c, stop) = (home.client(), Arc::clone(&stop));
+        std::thread::spawn(move || {
+            let mut n = 0u32;
+            while !stop.load(Ordering::Relaxed) && n < 20_000 {
+                let watts = if n % 2 == 0 { 600.0 } else { 650.0 };
+                let r = c.request(Ask::PowerCap {
+                    gpus: TargetGpus::Some(vec![0]),
+                    watts,
+                    why: Some("events while the console connects".into()),
+                });
+                assert!(
+                    matches!(r, Ok(Response::GpuChanged { .. })),
+                    "a cap change: {r:?}"
+                );
+                n += 1;
+            }
+            n
+        })
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    let feed = DataSource::Daemon(home.client()).start(Duration::from_millis(100));
+    let mut r = Reader::new(feed, WAIT);
+    r.until("the history", |u| matches!(u, Update::Backfill(_)));
+    r.during(Duration::from_millis(1500));
+    stop.store(true, Ordering::Relaxed);
+    let made = changes.join().unwrap();
+    let mut seqs = Vec::new();
+    let mut pushed = 0;
+    for u in &r.seen {
+        if let Update::Events { events, reset } = u {
+            if !reset {
+                pushed += events.len();
+            }
+            seqs.extend(events.iter().map(|e| e.seq));
+        }
+    }
+    assert!(
+        made > 20 && pushed > 0,
+        "{made} changes, {pushed} events pushed"
+    );
+    let twice: Vec<_> = seqs.windows(2).filter(|w| w[1] <= w[0]).collect();
+    assert!(
+        twice.is_empty(),
+        "events sent again or out of order: {twice:?}"
+    );
+}

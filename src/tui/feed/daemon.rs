@@ -452,6 +452,9 @@ impl Worker {
                 self.poll()
             }
             U::Telemetry(s) => self.forward(s),
+            // The subscription is made before the catch-up, so an event recorded between the
+            // two comes both ways: the catch-up's copy went to the views already.
+            U::Event(e) if self.last_seq.is_some_and(|seen| e.seq <= seen) => Ok(()),
             U::Event(e) => {
                 if matches!(
                     e.event,
