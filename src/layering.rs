@@ -49,21 +49,20 @@ fn layer_of(module: &str) -> Option<usize> {
     LAYERS.iter().position(|l| l.contains(&module))
 }
 
+/// The code of one source file as the readers see it: up to its first `#[cfg(test)]`, without
+/// `//` comments.
+fn code_of(text: &str) -> String {
+    let code = text.find("#[cfg(test)]").map_or(text, |i| &text[..i]);
+    code.lines()
+        .map(|l| l.find("//").map_or(l, |i| &l[..i]))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// The top-level modules `text` (one source file) uses through `crate::` paths, outside tests
 /// and comments.
 fn uses(text: &str) -> Vec<String> {
-    let code = match text.find("#[cfg(test)]") {
-        Some(i) => &text[..i],
-        None => text,
-    };
-    let code: String = code
-        .lines()
-        .map(|l| match l.find("//") {
-            Some(i) => &l[..i],
-            None => l,
-        })
-        .collect::<Vec<_>>()
-        .join("\n");
+    let code = code_of(text);
     let mut out = Vec::new();
     let mut rest = code.as_str();
     while let Some(i) = rest.find("crate::") {
@@ -114,31 +113,6 @@ fn ident(s: &str) -> &str {
     &s[..end]
 }
 
-/// The top-level module a file under `src/` belongs to (`daemon` for `daemon/ops.rs`), or
-/// `None` for the crate roots and this file.
-fn top_module(rel: &Path) -> Option<String> {
-    let first = rel.components().next()?.as_os_str().to_str()?;
-    let name = first.strip_suffix(".rs").unwrap_or(first);
-    // The crate roots, and this check (test code).
-    (!matches!(name, "lib" | "main" | "layering")).then(|| name.to_string())
-}
-
-/// Every non-test `.rs` file under `dir`.
-fn sources(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
-    for entry in std::fs::read_dir(dir)? {
-        let path = entry?.path();
-        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        if path.is_dir() {
-            if name != "tests" {
-                sources(&path, out)?;
-            }
-        } else if name.ends_with(".rs") && name != "tests.rs" && !name.ends_with("_tests.rs") {
-            out.push(path);
-        }
-    }
-    Ok(())
-}
-
 /// The top-level modules `lib.rs` declares.
 fn declared(lib: &str) -> Vec<String> {
     lib.lines()
@@ -147,36 +121,34 @@ fn declared(lib: &str) -> Vec<String> {
         .collect()
 }
 
-/// Each use that breaks the layers: `file: module → used (why)`.
+/// Each use that breaks the layers: `module: top → used (why)`.
 fn violations(src: &Path) -> Vec<String> {
     let mut files = Vec::new();
-    if let Err(e) = sources(src, &mut files) {
+    if let Err(e) = inner_sources(src, &[], &mut files) {
         return vec![format!("reading {}: {e}", src.display())];
     }
-    files.sort();
     let mut bad = Vec::new();
-    for file in files {
-        let rel = file.strip_prefix(src).unwrap_or(&file);
-        let Some(module) = top_module(rel) else {
+    for (path, text) in &files {
+        // The crate roots, and this check (test code).
+        let Some(module) = path
+            .first()
+            .filter(|m| !matches!(m.as_str(), "lib" | "main" | "layering"))
+        else {
             continue;
         };
-        let Some(own) = layer_of(&module) else {
-            bad.push(format!(
-                "{}: module `{module}` has no layer in LAYERS",
-                rel.display()
-            ));
+        let at = path.join("::");
+        let Some(own) = layer_of(module) else {
+            bad.push(format!("{at}: module `{module}` has no layer in LAYERS"));
             continue;
         };
-        let text = std::fs::read_to_string(&file).unwrap_or_default();
-        for used in uses(&text) {
-            if used == module {
+        for used in uses(text) {
+            if used == *module {
                 continue;
             }
             match layer_of(&used) {
                 Some(l) if l < own => {}
                 Some(l) => bad.push(format!(
-                    "{}: `{module}` (layer {own}) uses `{used}` (layer {l}): only lower layers",
-                    rel.display()
+                    "{at}: `{module}` (layer {own}) uses `{used}` (layer {l}): only lower layers"
                 )),
                 // Not a module of ours (a macro-exported item, say): nothing to check.
                 None => {}
@@ -234,12 +206,7 @@ pub fn inner_violations(dir: &Path, parent: &str, layers: &[&[&str]]) -> Vec<Str
 /// The children of `parent` that the code of its module at `path` (its path inside `parent`,
 /// as `["views", "run", "band"]`) names, outside tests and comments.
 fn inner_uses(parent: &str, path: &[String], text: &str) -> Vec<String> {
-    let code = text.find("#[cfg(test)]").map_or(text, |i| &text[..i]);
-    let code: String = code
-        .lines()
-        .map(|l| l.find("//").map_or(l, |i| &l[..i]))
-        .collect::<Vec<_>>()
-        .join("\n");
+    let code = code_of(text);
     let starts_path = |at: usize| {
         !code[..at]
             .chars()
@@ -284,7 +251,8 @@ fn heads(rest: &str) -> Vec<String> {
     }
 }
 
-/// Every non-test source file under `dir`, with its module path inside the parent.
+/// Every non-test source file under `dir` (not `tests.rs`, `*_tests.rs` or a `tests` folder),
+/// with its module path below `dir`.
 fn inner_sources(
     dir: &Path,
     path: &[String],
